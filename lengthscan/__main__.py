@@ -1,0 +1,5 @@
+"""``python -m lengthscan``."""
+
+from .cli import main
+
+raise SystemExit(main())

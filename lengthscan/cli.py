@@ -1,0 +1,164 @@
+"""The ``lengthscan`` command: parsing and printing only; each subcommand is a library call.
+
+Exit codes: 0 ok, 1 a gate failed, 2 bad usage or unreadable input. Heavy imports happen inside
+the subcommands, so ``lengthscan --help`` answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+
+from . import __version__
+
+EXIT_OK, EXIT_GATE, EXIT_USAGE = 0, 1, 2
+
+
+def _add_field_flags(p: argparse.ArgumentParser) -> None:
+    """Flags shared by every command that measures a source."""
+    p.add_argument("source", metavar="SRC",
+                   help="JSONL/JSON, CSV/TSV or Parquet file or glob, a save_to_disk or data-file directory, "
+                        "or a hub dataset id")
+    p.add_argument("--input", metavar="COL", help="column holding the model input text")
+    p.add_argument("--target", metavar="COL", help="column holding the target text (tokenized with text_target)")
+    p.add_argument("--tokenizer", metavar="DIR_OR_NAME", help="tokenizer directory or hub name (default: --model)")
+    p.add_argument("--model", metavar="DIR_OR_NAME", help="model directory or hub name")
+    p.add_argument("--split", help="measure only this split of a multi-split source")
+    p.add_argument("--sample", metavar="N|FRACTION",
+                   help="measure a uniform random sample: a row count (600) or a fraction (0.01)")
+    p.add_argument("--full", action="store_true", help="measure every row")
+    p.add_argument("--seed", type=int, default=0, help="sample seed (default 0)")
+    p.add_argument("--max-chars", type=int, default=None, metavar="N",
+                   help="texts longer than N characters are recorded as too long, not tokenized (default 10,000,000)")
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the per-row length cache")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lengthscan",
+        description="Audit and fix the sequence lengths of training data before training starts.",
+    )
+    parser.add_argument("--version", action="version", version=f"lengthscan {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("audit", help="measure input and target lengths and write a report",
+                       description="Measure token lengths exactly as the model receives them; write "
+                                   "lengths.parquet, report.json and report.html.")
+    _add_field_flags(p)
+    p.add_argument("--out", default="lengthscan-report", metavar="DIR",
+                   help="output directory (default ./lengthscan-report)")
+    p.add_argument("--overwrite", action="store_true", help="replace --out even if it holds other files")
+    p.add_argument("--json", action="store_true", help="print report.json to stdout and nothing else there")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
+
+    d = sub.add_parser("demo", help="audit a corpus built offline from Python's own docstrings",
+                       description="Build a docstring -> summary corpus from this Python's standard library, "
+                                   "train a byte-level BPE tokenizer on it, and audit it.")
+    d.add_argument("--out", default="lengthscan-demo", metavar="DIR", help="output directory (default ./lengthscan-demo)")
+    d.add_argument("--json", action="store_true", help="print report.json to stdout and nothing else there")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    command = shlex.join(["lengthscan", *argv])
+    try:
+        if args.command == "audit":
+            return _audit(args, command)
+        if args.command == "demo":
+            return _demo(args, command)
+    except KeyboardInterrupt:
+        print("lengthscan: interrupted; no output was published", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if _is_usage_error(exc):
+            print(f"lengthscan: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        raise
+    return EXIT_USAGE
+
+
+def _is_usage_error(exc: Exception) -> bool:
+    from .pipeline import ColumnError
+    from .sampling import SampleError
+    from .sources import SourceError
+    from .tokens import TokenizerError
+    from .writer import OutputError
+
+    return isinstance(exc, (ColumnError, SampleError, SourceError, TokenizerError, OutputError))
+
+
+def _audit(args, command: str) -> int:
+    from .pipeline import audit
+    from .tokens import DEFAULT_MAX_CHARS
+
+    with _progress(disabled=args.quiet) as progress:
+        result = audit(
+            args.source, tokenizer=args.tokenizer, model=args.model, input=args.input, target=args.target,
+            split=args.split, sample=args.sample, full=args.full, seed=args.seed, out=args.out,
+            overwrite=args.overwrite, cache=not args.no_cache,
+            max_chars=args.max_chars or DEFAULT_MAX_CHARS, progress=progress, command=command,
+        )
+    _print_result(result, json_out=args.json, quiet=args.quiet)
+    return EXIT_OK
+
+
+def _demo(args, command: str) -> int:
+    from .demo import run_demo
+
+    with _progress(disabled=False) as progress:
+        result = run_demo(out=args.out, progress=progress, command=command)
+    _print_result(result, json_out=args.json, quiet=False)
+    return EXIT_OK
+
+
+def _print_result(result, *, json_out: bool, quiet: bool) -> None:
+    import json
+
+    from rich.console import Console
+
+    from .report.terminal import render_summary
+
+    data = result.to_dict()
+    if json_out:
+        sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    if not quiet:
+        render_summary(data, Console(stderr=json_out))
+
+
+class _progress:
+    """A rich progress bar on stderr, fed by ``audit(progress=...)`` callbacks."""
+
+    def __init__(self, disabled: bool):
+        self.disabled = disabled
+        self._bar = None
+        self._tasks: dict[str, int] = {}
+
+    def __enter__(self):
+        if self.disabled:
+            return None
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self._bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                             TextColumn("rows"), TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+        self._bar.start()
+        return self.update
+
+    def update(self, split: str, done: int, total: int) -> None:
+        if split not in self._tasks:
+            self._tasks[split] = self._bar.add_task(f"measuring {split}", total=total)
+        self._bar.update(self._tasks[split], completed=done)
+
+    def __exit__(self, *exc):
+        if self._bar is not None:
+            self._bar.stop()
+        return False

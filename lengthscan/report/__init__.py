@@ -1,0 +1,1 @@
+"""Renderers: formatting only, from the audit's ``to_dict()``."""

@@ -1,0 +1,76 @@
+"""The terminal summary: rich tables from ``report.json``'s dict. Formatting only."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+SHOWN = ("p50", "p90", "p99", "p99.9")
+
+
+def render_summary(data: dict, console: Console) -> None:
+    """Print the header, one table of lengths per split, limits, and where the outputs are."""
+    tok = data.get("tokenizer") or {}
+    console.print(Text.assemble(("lengthscan ", "bold"), f"{data['lengthscan_version']}  ",
+                                ("source ", "dim"), data["source"]["spec"]))
+    methods = ", ".join(f"{role}: {m}" for role, m in tok.get("methods", {}).items())
+    console.print(Text.assemble(("tokenizer ", "dim"), f"{tok.get('name')} ({tok.get('class')}; {methods})"))
+    sampled = False
+    for split in data["splits"]:
+        sample = split["sample"]
+        sampled |= sample["mode"] == "sample"
+        console.print(Text.assemble(("\nsplit ", "dim"), (split["split"], "bold"), "  ", sample["reason"]))
+        console.print(_field_table(split, sample["mode"] == "sample"))
+        if split.get("pair"):
+            ratio = split["pair"]["ratio"]
+            if ratio["count"]:
+                console.print(f"  {ratio['name']}: median {_num(ratio['percentiles']['p50'])}, "
+                              f"p99 {_num(ratio['percentiles']['p99'])}, max {_num(ratio['max'])} "
+                              f"over {ratio['count']:,} rows with both")
+        for check in split.get("limits", []):
+            console.print("  " + limit_line(check, sampled=sample["mode"] == "sample"))
+    if sampled:
+        console.print(Text("\nA sample can miss rare extremes: the longest rows may not be in it. "
+                           "`lengthscan clean` always decides on every row; use --full to measure all.",
+                           style="yellow"))
+    if data.get("cache_hits"):
+        console.print(Text(f"reused cached lengths for {data['cache_hits']} column(s)", style="dim"))
+
+
+def _field_table(split: dict, sampled: bool) -> Table:
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    table.add_column("field")
+    table.add_column("column")
+    for name in ("rows", "missing", "empty", "min", "mean", *SHOWN, "max"):
+        table.add_column(name, justify="right")
+    for name, f in split["fields"].items():
+        pct = f["percentiles"]
+        cells = []
+        for key in SHOWN:
+            cell = _num(pct[key])
+            if sampled and f.get("intervals"):
+                lo, hi = f["intervals"][key]
+                cell += f" [{_num(lo)}-{_num(hi) if hi is not None else '?'}]"
+            cells.append(cell)
+        missing = f["missing"] + f["unmeasured"]
+        table.add_row(name, f["column"], f"{f['rows']:,}", f"{missing:,}", f"{f['empty']:,}", _num(f["min"]),
+                      _num(f["mean"], 1), *cells, _num(f["max"]))
+    return table
+
+
+def limit_line(check: dict, *, sampled: bool) -> str:
+    """One line on rows over a limit, with the extrapolated interval when sampled."""
+    head = f"{check['name']} ({check['origin']}): {check['over_in_measured']:,} of {check['measured']:,} rows"
+    if not sampled:
+        return head
+    lo, hi = check["interval"]
+    return f"{head}; about {check['estimated_over']:,.0f} in the split (95%: {lo:,.0f}-{hi:,.0f})"
+
+
+def _num(value, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:,.{digits}g}" if abs(value) < 1 else f"{value:,.{digits if digits < 3 else 2}f}"
+    return f"{int(value):,}"

@@ -1,0 +1,97 @@
+"""Stream the rows of a split as Arrow record batches, in row order, with flat memory.
+
+A ``Dataset`` memory-maps its Arrow files: pages it touches count as resident and grow with the
+file. For a full pass we therefore read the Arrow stream files themselves through an ordinary file
+handle, one record batch at a time; only datasets with transforms on top (an indices mapping,
+renamed columns) go through ``datasets``' own iterator. A sample reads only its rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from .sources import SplitSource
+
+#: Rows per batch handed to the measure step (the tokenizer threads over a batch).
+BATCH_ROWS = 2048
+
+
+@dataclass(frozen=True, eq=False)
+class Batch:
+    """Rows of one split: their global positions and the requested columns."""
+
+    rows: np.ndarray
+    table: pa.RecordBatch
+
+
+def iter_batches(split: SplitSource, columns: list[str], *, indices: np.ndarray | None = None,
+                 batch_rows: int = BATCH_ROWS) -> Iterator[Batch]:
+    """Yield ``Batch``es of ``columns`` for every row (``indices`` None) or the sorted ``indices``."""
+    for part in split.parts:
+        if indices is None:
+            offset = part.start
+            for rb in _part_batches(part.dataset, columns, batch_rows):
+                yield Batch(np.arange(offset, offset + rb.num_rows, dtype=np.int64), rb)
+                offset += rb.num_rows
+            if offset != part.start + part.rows:
+                raise RuntimeError(f"read {offset - part.start} rows of {part.path or split.name}, expected {part.rows}")
+        else:
+            lo, hi = np.searchsorted(indices, [part.start, part.start + part.rows])
+            local = indices[lo:hi] - part.start
+            for k in range(0, local.size, batch_rows):
+                chunk = local[k:k + batch_rows]
+                table = part.dataset.select(chunk).with_format("arrow")[:].select(columns)
+                yield Batch(chunk + part.start, _one_batch(table))
+
+
+def _part_batches(ds, columns: list[str], batch_rows: int) -> Iterator[pa.RecordBatch]:
+    files = _plain_arrow_files(ds)
+    if files is None:
+        for table in ds.with_format("arrow").iter(batch_size=batch_rows):
+            yield _one_batch(table.select(columns))
+        return
+    for path in files:
+        with pa.OSFile(path, "rb") as fh:
+            reader = pa.ipc.open_stream(fh)
+            for rb in reader:
+                rb = rb.select(columns)
+                for k in range(0, rb.num_rows, batch_rows):
+                    yield rb.slice(k, batch_rows)
+
+
+def _plain_arrow_files(ds) -> list[str] | None:
+    """The Arrow files that hold exactly ``ds``'s rows in order, or None if ``ds`` has transforms."""
+    if ds._indices is not None:
+        return None
+    from datasets.table import ConcatenationTable, InMemoryTable, MemoryMappedTable
+
+    table = ds._data
+    if isinstance(table, MemoryMappedTable):
+        blocks = [table]
+    elif isinstance(table, ConcatenationTable):
+        if any(len(row) != 1 for row in table.blocks):
+            return None
+        blocks = [row[0] for row in table.blocks]
+    elif isinstance(table, InMemoryTable):
+        return None
+    else:
+        return None
+    paths = []
+    for block in blocks:
+        if not isinstance(block, MemoryMappedTable) or block.replays or block.path is None:
+            return None
+        if block.table.schema.names != ds.column_names:
+            return None
+        paths.append(block.path)
+    return paths
+
+
+def _one_batch(table: pa.Table) -> pa.RecordBatch:
+    batches = table.combine_chunks().to_batches()
+    if not batches:
+        return pa.RecordBatch.from_pylist([], schema=table.schema)
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)

@@ -1,0 +1,263 @@
+"""Open any supported source as ``datasets`` objects with a defined row identity.
+
+One function, ``open_source``, handles JSONL/JSON, CSV/TSV and Parquet files and globs, a
+``save_to_disk`` directory, a directory of data files, a hub dataset id, and an in-memory
+``Dataset``/``DatasetDict``. ``row`` is the 0-based position in the source, per split: files of a
+glob in sorted path order; ``source_file``/``file_row`` locate a row of a multi-file source.
+``load_source`` returns the plain ``Dataset``/``DatasetDict``.
+"""
+
+from __future__ import annotations
+
+import glob as _glob
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+#: File suffix -> (datasets builder, builder options). CSV keeps "NA"/"null" as text: only an
+#: empty cell is missing, so a transcript that reads "NA" is not silently turned into None.
+FORMATS = {
+    ".jsonl": ("json", {}),
+    ".ndjson": ("json", {}),
+    ".json": ("json", {}),
+    ".csv": ("csv", {"keep_default_na": False, "na_values": [""]}),
+    ".tsv": ("csv", {"sep": "\t", "keep_default_na": False, "na_values": [""]}),
+    ".parquet": ("parquet", {}),
+    ".arrow": ("arrow", {}),
+}
+COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst", ".zstd")
+
+
+class SourceError(ValueError):
+    """A source that is missing, unreadable or of an unknown kind (exit code 2)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Part:
+    """A contiguous run of rows of one split, from one file when the source has several."""
+
+    dataset: object  # datasets.Dataset
+    start: int
+    path: str | None = None
+
+    @property
+    def rows(self) -> int:
+        return len(self.dataset)
+
+
+@dataclass(frozen=True, eq=False)
+class SplitSource:
+    """One split: its parts in row order and a fingerprint of its content."""
+
+    name: str
+    parts: tuple[Part, ...]
+    fingerprint: str
+
+    @property
+    def num_rows(self) -> int:
+        return sum(p.rows for p in self.parts)
+
+    @property
+    def multi_file(self) -> bool:
+        return len(self.parts) > 1 and all(p.path for p in self.parts)
+
+    @property
+    def column_names(self) -> list[str]:
+        return list(self.parts[0].dataset.column_names) if self.parts else []
+
+    def dataset(self):
+        """The split as one ``datasets.Dataset``."""
+        if len(self.parts) == 1:
+            return self.parts[0].dataset
+        from datasets import concatenate_datasets
+
+        return concatenate_datasets([p.dataset for p in self.parts])
+
+    def locate(self, rows: np.ndarray) -> tuple[list[str], np.ndarray]:
+        """``source_file`` and ``file_row`` of global row positions."""
+        starts = np.asarray([p.start for p in self.parts], np.int64)
+        which = np.searchsorted(starts, rows, side="right") - 1
+        paths = [self.parts[i].path for i in range(len(self.parts))]
+        return [paths[i] for i in which], rows - starts[which]
+
+
+@dataclass(frozen=True, eq=False)
+class Source:
+    """An opened source: its splits in order; ``has_splits`` when it is a DatasetDict."""
+
+    spec: str
+    kind: str
+    splits: tuple[SplitSource, ...]
+    has_splits: bool
+
+    @property
+    def fingerprint(self) -> str:
+        return _sha("|".join(f"{s.name}:{s.fingerprint}" for s in self.splits))[:16]
+
+    @property
+    def num_rows(self) -> int:
+        return sum(s.num_rows for s in self.splits)
+
+    def to_datasets(self):
+        """The source as ``datasets.Dataset`` (one split) or ``DatasetDict``."""
+        if not self.has_splits:
+            return self.splits[0].dataset()
+        from datasets import DatasetDict
+
+        return DatasetDict({s.name: s.dataset() for s in self.splits})
+
+
+def load_source(source, *, split: str | None = None):
+    """Open ``source`` (path, glob, directory, hub id, Dataset) as a ``Dataset``/``DatasetDict``."""
+    return open_source(source, split=split).to_datasets()
+
+
+def open_source(source, *, split: str | None = None) -> Source:
+    """Open ``source`` with row identity; ``split`` selects one split of a multi-split source."""
+    _quiet_datasets()
+    from datasets import Dataset, DatasetDict
+
+    if isinstance(source, Dataset):
+        return Source(_describe(source), "dataset", (_single(split or "train", source),), False)
+    if isinstance(source, DatasetDict):
+        return _from_dict(_describe(source), "dataset", source, split)
+    spec = os.fspath(source)
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        if (path / "dataset_dict.json").exists() or (path / "state.json").exists():
+            return _open_disk(spec, path, split)
+        files = sorted(str(p) for p in path.rglob("*") if p.is_file() and _format_of(str(p)))
+        if not files:
+            raise SourceError(f"{spec}: directory holds neither a save_to_disk dataset nor data files ({', '.join(FORMATS)})")
+        return _open_files(spec, files, split)
+    if any(ch in spec for ch in "*?["):
+        files = sorted(f for f in _glob.glob(os.path.expanduser(spec), recursive=True) if os.path.isfile(f))
+        if not files:
+            raise SourceError(f"{spec}: the glob matches no file")
+        return _open_files(spec, files, split)
+    if path.is_file():
+        return _open_files(spec, [str(path)], split)
+    if _format_of(spec) or path.parent != Path(".") and path.parent.exists() or spec.startswith((".", "/", "~")):
+        raise SourceError(f"{spec}: no such file or directory")
+    return _open_hub(spec, split)
+
+
+# -- kinds of source -----------------------------------------------------------------------------
+
+def _open_files(spec: str, files: list[str], split: str | None) -> Source:
+    formats = {_format_of(f) for f in files}
+    if None in formats:
+        bad = next(f for f in files if _format_of(f) is None)
+        raise SourceError(f"{bad}: unknown file type (supported: {', '.join(FORMATS)}, optionally compressed)")
+    if len(formats) > 1:
+        raise SourceError(f"{spec}: files of several formats ({', '.join(sorted(formats))}); give one format")
+    if split not in (None, "train"):
+        raise SourceError(f"{spec}: data files have one split, 'train'; --split {split} does not exist")
+    suffix = formats.pop()
+    builder, options = FORMATS[suffix]
+    for f in files:
+        if not os.access(f, os.R_OK):
+            raise SourceError(f"{f}: file is not readable")
+    from datasets import load_dataset
+
+    names = [f"file{i:06d}" for i in range(len(files))]
+    try:
+        loaded = load_dataset(builder, data_files={n: [f] for n, f in zip(names, files)}, **options)
+    except Exception as exc:
+        raise SourceError(f"{spec}: cannot read as {suffix[1:]}: {_first_line(exc)}") from exc
+    parts, start = [], 0
+    for name, f in zip(names, files):
+        ds = loaded[name]
+        parts.append(Part(ds, start, f))
+        start += len(ds)
+    if len(parts) == 1:
+        parts = [Part(parts[0].dataset, 0, files[0])]
+    stamp = [(os.path.abspath(f), os.path.getsize(f), os.stat(f).st_mtime_ns) for f in files]
+    fingerprint = _sha(json.dumps([builder, options, stamp], default=str))[:16]
+    return Source(spec, suffix[1:], (SplitSource("train", tuple(parts), fingerprint),), False)
+
+
+def _open_disk(spec: str, path: Path, split: str | None) -> Source:
+    from datasets import DatasetDict, load_from_disk
+
+    try:
+        loaded = load_from_disk(str(path))
+    except Exception as exc:
+        raise SourceError(f"{spec}: cannot load the save_to_disk dataset: {_first_line(exc)}") from exc
+    if isinstance(loaded, DatasetDict):
+        return _from_dict(spec, "disk", loaded, split)
+    if split not in (None, "train"):
+        raise SourceError(f"{spec}: a single-split dataset; --split {split} does not exist")
+    return Source(spec, "disk", (_single("train", loaded),), False)
+
+
+def _open_hub(spec: str, split: str | None) -> Source:
+    from datasets import DatasetDict, load_dataset
+
+    try:
+        loaded = load_dataset(spec, split=split)
+    except Exception as exc:
+        raise SourceError(
+            f"{spec}: not a local file or directory, and loading it as a hub dataset failed "
+            f"(offline, or no such dataset?): {_first_line(exc)}"
+        ) from exc
+    if isinstance(loaded, DatasetDict):
+        return _from_dict(spec, "hub", loaded, None)
+    return Source(spec, "hub", (_single(split or "train", loaded),), False)
+
+
+def _from_dict(spec: str, kind: str, dd, split: str | None) -> Source:
+    if split is not None:
+        if split not in dd:
+            raise SourceError(f"{spec}: no split {split!r}; splits are {', '.join(dd)}")
+        return Source(spec, kind, (_single(split, dd[split]),), True)
+    return Source(spec, kind, tuple(_single(name, ds) for name, ds in dd.items()), True)
+
+
+def _single(name: str, ds) -> SplitSource:
+    return SplitSource(name, (Part(ds, 0, None),), _dataset_fingerprint(ds))
+
+
+def _dataset_fingerprint(ds) -> str:
+    """Content identity of a Dataset: its Arrow files' stamps when on disk, else its fingerprint."""
+    files = [c["filename"] for c in ds.cache_files]
+    if files and ds._indices is None:
+        stamp = [(os.path.abspath(f), os.path.getsize(f), os.stat(f).st_mtime_ns) for f in files]
+        return _sha(json.dumps([stamp, ds.column_names, len(ds)]))[:16]
+    return str(ds._fingerprint)
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+def _format_of(path: str) -> str | None:
+    name = path.lower()
+    for comp in COMPRESSIONS:
+        if name.endswith(comp):
+            name = name[: -len(comp)]
+            break
+    suffix = os.path.splitext(name)[1]
+    return suffix if suffix in FORMATS else None
+
+
+def _describe(ds) -> str:
+    return f"<{type(ds).__name__} {getattr(ds, '_fingerprint', '')}>".replace(" >", ">")
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]
+
+
+def _quiet_datasets() -> None:
+    import datasets
+
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()

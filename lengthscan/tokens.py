@@ -1,0 +1,278 @@
+"""Token lengths exactly as the model receives them, at the fast tokenizer's own speed.
+
+A length is ``len(tokenizer(text)["input_ids"])`` for inputs and
+``len(tokenizer(text_target=text)["input_ids"])`` for targets: special tokens included, no
+truncation, no padding. For speed we call the backend ``tokenizers.Tokenizer.encode_batch_fast``
+directly (no offsets, no Python per token, the tokenizer's own threads) only where that is
+proven to give the same ids for this tokenizer and role:
+
+1. structurally: a fast tokenizer whose ``__call__``/``_encode_plus`` are transformers' own
+   (they reduce to ``backend.encode_batch(texts, add_special_tokens=True)``), and, for targets,
+   no separate target mode (``_switch_to_target_mode``: Marian, MBart, NLLB, M2M100, ...);
+2. empirically: on probe strings (empty, whitespace, Unicode that normalizers change, special
+   tokens written out) and the first real texts of the role, ids equal ``__call__``'s.
+
+Anything else uses ``__call__`` itself, batched. Which method ran is recorded per role.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .records import FLAG_EMPTY, FLAG_MISSING, FLAG_TOO_LONG, TokenizerInfo
+
+#: Texts longer than this many characters are recorded as too long instead of tokenized, so one
+#: pathological row cannot hang the audit or exhaust memory (``--max-chars`` raises it).
+DEFAULT_MAX_CHARS = 10_000_000
+
+#: Characters handed to the tokenizer in one call: bounds memory whatever the row sizes.
+CHUNK_CHARS = 4_000_000
+
+METHOD_FAST = "backend.encode_batch_fast"
+METHOD_CALL = "__call__"
+
+PROBES = (
+    "",
+    " ",
+    "   leading and trailing   ",
+    "Hello world. Hello, World!",
+    "naïve café – “quoted” déjà vu",
+    "e\u0301 combining, Å vs A\u030a",
+    "ＡＢＣ ﬁ ½ Ⅻ ㎏ ｶﾀｶﾅ",
+    "emoji 😀👍🏽 family 👨‍👩‍👧",
+    "中文字符测试，日本語のテキスト。한국어",
+    "مرحبا بالعالم",
+    "tabs\tand\nnewlines\r\nmixed  \u00a0nbsp",
+    "def f(x):\n    return x ** 2  # comment",
+    "1234567890 3.14159 1e-10 0x1F",
+    "a" * 300,
+    "word " * 100,
+)
+
+_WEIGHT_SUFFIXES = (".bin", ".safetensors", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ckpt", ".gguf")
+
+
+class TokenizerError(RuntimeError):
+    """The tokenizer could not be loaded."""
+
+
+def load_tokenizer(name_or_path: str, *, revision: str | None = None, trust_remote_code: bool = False):
+    """``AutoTokenizer.from_pretrained`` for a local directory or a hub name, quietly."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(name_or_path, revision=revision, trust_remote_code=trust_remote_code)
+    except Exception as exc:  # transformers raises OSError, ValueError, KeyError ...
+        where = "directory" if Path(name_or_path).is_dir() else "name (hub unreachable or no such repo?)"
+        raise TokenizerError(f"cannot load tokenizer {name_or_path!r} as a {where}: {exc}") from exc
+
+
+def hash_tokenizer(tokenizer, name_or_path: str | None = None) -> str:
+    """SHA-256 over the tokenizer's files: those of a local directory, else what it saves."""
+    if name_or_path and Path(name_or_path).is_dir():
+        return _hash_dir(Path(name_or_path))
+    with tempfile.TemporaryDirectory(prefix="lengthscan-tok-") as tmp:
+        tokenizer.save_pretrained(tmp)
+        return _hash_dir(Path(tmp))
+
+
+def _hash_dir(path: Path) -> str:
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.iterdir() if p.is_file() and not p.name.endswith(_WEIGHT_SUFFIXES)):
+        digest.update(file.name.encode() + b"\0")
+        with open(file, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _model_max_length(tokenizer) -> int | None:
+    """The tokenizer's ``model_max_length`` when real, not transformers' 1e30 placeholder."""
+    value = getattr(tokenizer, "model_max_length", None)
+    if isinstance(value, int) and 0 < value < 10**9:
+        return value
+    return None
+
+
+@dataclass
+class _RoleMethod:
+    method: str
+    reason: str
+    backend: object = None
+
+
+class TokenCounter:
+    """Counts tokens per role for one tokenizer; picklable (reloads by name in workers).
+
+    ``tokenizer`` is a local directory, a hub name, or an already loaded tokenizer object.
+    """
+
+    def __init__(self, tokenizer, *, revision: str | None = None, trust_remote_code: bool = False,
+                 max_chars: int = DEFAULT_MAX_CHARS):
+        if isinstance(tokenizer, (str, os.PathLike)):
+            self.name = str(tokenizer)
+            self.tokenizer = load_tokenizer(self.name, revision=revision, trust_remote_code=trust_remote_code)
+        else:
+            self.name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+            self.tokenizer = tokenizer
+        self.revision = revision
+        self.trust_remote_code = trust_remote_code
+        self.max_chars = max_chars
+        self._methods: dict[str, _RoleMethod] = {}
+        self._hash: str | None = None
+
+    # -- identity ---------------------------------------------------------------------------
+    @property
+    def hash(self) -> str:
+        if self._hash is None:
+            self._hash = hash_tokenizer(self.tokenizer, self.name)
+        return self._hash
+
+    def info(self) -> TokenizerInfo:
+        tok = self.tokenizer
+        return TokenizerInfo(
+            name=self.name,
+            cls=type(tok).__name__,
+            is_fast=bool(getattr(tok, "is_fast", False)),
+            hash=self.hash,
+            methods={role: m.method for role, m in self._methods.items()},
+            model_max_length=_model_max_length(tok),
+        )
+
+    def method_reasons(self) -> dict[str, str]:
+        return {role: m.reason for role, m in self._methods.items()}
+
+    # -- counting ---------------------------------------------------------------------------
+    def count(self, texts: list, role: str) -> tuple[np.ndarray, np.ndarray]:
+        """Token counts of ``texts`` for ``role``: (lengths with -1 where none, flag codes).
+
+        None is missing (no length); "" is measured (special tokens only) and flagged empty;
+        a text over ``max_chars`` is flagged too long and not tokenized. Non-strings raise
+        TypeError naming their position in ``texts``.
+        """
+        n = len(texts)
+        lengths = np.full(n, -1, np.int64)
+        flags = np.zeros(n, np.int8)
+        todo: list[int] = []
+        for i, text in enumerate(texts):
+            if text is None:
+                flags[i] = FLAG_MISSING
+            elif not isinstance(text, str):
+                raise TypeError(f"position {i}: {type(text).__name__} value {str(text)[:60]!r} is not text")
+            elif len(text) > self.max_chars:
+                flags[i] = FLAG_TOO_LONG
+            else:
+                if not text:
+                    flags[i] = FLAG_EMPTY
+                todo.append(i)
+        if len(todo) == n:
+            lengths[:] = self._count_strings(texts, role)
+        elif todo:
+            lengths[np.asarray(todo)] = self._count_strings([texts[i] for i in todo], role)
+        return lengths, flags
+
+    def _count_strings(self, texts: list[str], role: str) -> np.ndarray:
+        method = self._methods.get(role) or self._decide(role, texts)
+        out = np.empty(len(texts), np.int64)
+        for start, stop in _chunks(texts, CHUNK_CHARS):
+            part = texts[start:stop]
+            if method.method == METHOD_FAST:
+                encodings = method.backend.encode_batch_fast(part, add_special_tokens=True)
+                out[start:stop] = [len(e) for e in encodings]
+            else:
+                out[start:stop] = [len(ids) for ids in self._call_ids(part, role)]
+        return out
+
+    def _call_ids(self, texts: list[str], role: str) -> list[list[int]]:
+        tok = self.tokenizer
+        if role == "target":
+            return tok(text_target=texts)["input_ids"]
+        return tok(texts)["input_ids"]
+
+    # -- proof of the fast path ---------------------------------------------------------------
+    def _decide(self, role: str, texts: list[str]) -> _RoleMethod:
+        reason = self._structural_reason(role)
+        if reason is None:
+            backend = self._backend_snapshot()
+            probe = list(PROBES) + self._special_token_probes() + [t for t in texts[:64] if len(t) <= 20_000]
+            fast_ids = [e.ids for e in backend.encode_batch(probe, add_special_tokens=True)]
+            call_ids = [list(ids) for ids in self._call_ids(probe, role)]
+            bad = next((i for i, (a, b) in enumerate(zip(fast_ids, call_ids)) if a != b), None)
+            if bad is None:
+                method = _RoleMethod(METHOD_FAST, f"proven: same ids as __call__ on {len(probe)} probe texts", backend)
+            else:
+                method = _RoleMethod(METHOD_CALL, f"backend ids differ from __call__ on probe {probe[bad][:40]!r}")
+        else:
+            method = _RoleMethod(METHOD_CALL, reason)
+        self._methods[role] = method
+        return method
+
+    def _structural_reason(self, role: str) -> str | None:
+        """None when the fast path is structurally sound for ``role``, else why not."""
+        tok = self.tokenizer
+        try:
+            from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+            from transformers.tokenization_utils_tokenizers import TokenizersBackend
+        except ImportError:  # pragma: no cover - older transformers
+            return "transformers without TokenizersBackend: __call__ used"
+        if not isinstance(tok, TokenizersBackend) or not getattr(tok, "is_fast", False):
+            return f"{type(tok).__name__} is not a fast tokenizer"
+        cls = type(tok)
+        if cls.__call__ is not PreTrainedTokenizerBase.__call__:
+            return f"{cls.__name__} overrides __call__"
+        if cls._encode_plus is not TokenizersBackend._encode_plus:
+            return f"{cls.__name__} overrides _encode_plus"
+        if role == "target" and hasattr(tok, "_switch_to_target_mode"):
+            return f"{cls.__name__} has a separate target mode (text_target)"
+        return None
+
+    def _backend_snapshot(self):
+        """A private copy of the backend in input mode, untruncated and unpadded, as __call__ runs it."""
+        from tokenizers import Tokenizer
+
+        tok = self.tokenizer
+        if hasattr(tok, "_switch_to_input_mode"):
+            tok._switch_to_input_mode()
+        backend = Tokenizer.from_str(tok.backend_tokenizer.to_str())
+        backend.no_truncation()
+        backend.no_padding()
+        backend.encode_special_tokens = bool(getattr(tok, "split_special_tokens", False))
+        return backend
+
+    def _special_token_probes(self) -> list[str]:
+        specials = [t for t in getattr(self.tokenizer, "all_special_tokens", []) if isinstance(t, str)][:8]
+        return [f"{t} inside {t}text" for t in specials]
+
+    # -- pickling: workers reload by name ---------------------------------------------------
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_methods"] = {}
+        if Path(self.name).is_dir():
+            state["tokenizer"] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        if self.tokenizer is None:
+            self.tokenizer = load_tokenizer(self.name, revision=self.revision, trust_remote_code=self.trust_remote_code)
+
+
+def _chunks(texts: list[str], budget: int):
+    """(start, stop) ranges of ``texts`` with at most ``budget`` characters each (>= 1 text)."""
+    start, size = 0, 0
+    for i, text in enumerate(texts):
+        if size and size + len(text) > budget:
+            yield start, i
+            start, size = i, 0
+        size += len(text)
+    if start < len(texts):
+        yield start, len(texts)
+

@@ -1,0 +1,119 @@
+"""Outputs: per-row ``lengths.parquet`` streamed as rows are measured, ``report.json``, and
+publication of an output directory in one rename, so a reader sees the old or the new output,
+never a half-written one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .records import FLAG_NAMES, FieldSpec
+
+#: Files an audit writes; a directory holding only these may be replaced by a new audit.
+AUDIT_FILES = {"lengths.parquet", "report.json", "report.html"}
+
+_FLAG_LOOKUP = np.array([FLAG_NAMES[k] for k in sorted(FLAG_NAMES)], dtype=object)
+
+
+class OutputError(ValueError):
+    """The output directory cannot be written (exit code 2)."""
+
+
+def lengths_schema(fields: list[FieldSpec], *, with_split: bool, multi_file: bool) -> pa.Schema:
+    cols = [("row", pa.int64())]
+    if with_split:
+        cols.append(("split", pa.string()))
+    if multi_file:
+        cols += [("source_file", pa.string()), ("file_row", pa.int64())]
+    for spec in fields:
+        cols += [(spec.name, pa.int64()), (f"{spec.role}_flag", pa.string())]
+    return pa.schema(cols)
+
+
+class LengthsWriter:
+    """Streams per-row measurements into a Parquet file."""
+
+    def __init__(self, path: Path, schema: pa.Schema):
+        self.schema = schema
+        self._writer = pq.ParquetWriter(path, schema)
+        self.rows = 0
+
+    def write(self, rows: np.ndarray, *, split: str | None, located: tuple[list[str], np.ndarray] | None,
+              measured: dict[FieldSpec, tuple[np.ndarray, np.ndarray]]) -> None:
+        cols: dict[str, pa.Array] = {"row": pa.array(rows, pa.int64())}
+        if "split" in self.schema.names:
+            cols["split"] = pa.array([split] * rows.size, pa.string())
+        if "source_file" in self.schema.names:
+            files, file_rows = located
+            cols["source_file"] = pa.array(files, pa.string())
+            cols["file_row"] = pa.array(file_rows, pa.int64())
+        for spec, (lengths, flags) in measured.items():
+            cols[spec.name] = pa.array(lengths, pa.int64(), mask=lengths < 0)
+            cols[f"{spec.role}_flag"] = pa.array(_FLAG_LOOKUP[flags], pa.string())
+        self._writer.write_batch(pa.record_batch([cols[n] for n in self.schema.names], schema=self.schema))
+        self.rows += rows.size
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
+
+
+def staging_dir(final: Path) -> Path:
+    """A fresh temporary directory beside ``final`` (same file system, so rename is atomic)."""
+    final = final.resolve()
+    final.parent.mkdir(parents=True, exist_ok=True)
+    for stale in final.parent.glob(f".{final.name}.tmp-*"):
+        if _is_stale(stale):
+            shutil.rmtree(stale, ignore_errors=True)
+    tmp = final.parent / f".{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    return tmp
+
+
+def check_writable(final: Path, *, overwrite: bool, ours: set[str] = AUDIT_FILES) -> None:
+    """Refuse early to replace a directory holding files we did not write, unless ``overwrite``."""
+    if final.exists() and not final.is_dir():
+        raise OutputError(f"{final}: exists and is not a directory")
+    if final.is_dir() and not overwrite:
+        foreign = sorted(p.name for p in final.iterdir() if p.name not in ours)
+        if foreign:
+            raise OutputError(f"{final}: exists and holds other files ({', '.join(foreign[:5])}); "
+                              "choose another --out or pass --overwrite")
+
+
+def publish(tmp: Path, final: Path) -> None:
+    """Move ``tmp`` into place as ``final``; an existing ``final`` is swapped out, then removed."""
+    final = final.resolve()
+    if final.exists():
+        old = final.parent / f".{final.name}.old-{uuid.uuid4().hex[:8]}"
+        os.rename(final, old)
+        os.rename(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, final)
+
+
+def _is_stale(path: Path) -> bool:
+    """A temporary directory whose creating process is gone."""
+    try:
+        pid = int(path.name.split("tmp-")[1].split("-")[0])
+    except (IndexError, ValueError):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
