@@ -190,21 +190,34 @@ def _row_batches(plan: SamplePlan, batch_rows: int):
 
 
 def _texts(batch: Batch, spec: FieldSpec, split_src: SplitSource) -> list:
+    """The column's values as Python strings (None kept); anything that is not text is an error."""
     col = batch.table.column(spec.column)
     if pa.types.is_string(col.type) or pa.types.is_large_string(col.type) or pa.types.is_null(col.type):
         return col.to_pylist()
     if pa.types.is_string_view(col.type):
         return col.cast(pa.large_string()).to_pylist()
+    if getattr(col.type, "extension_name", None) == "arrow.json":
+        # datasets stores a JSON column of mixed value types as JSON text: decode, then check
+        import json
+
+        values = [None if v is None else json.loads(v) for v in col.storage.to_pylist()]
+        bad = next((i for i, v in enumerate(values) if v is not None and not isinstance(v, str)), None)
+        if bad is None:
+            return values
+        _not_text(spec, split_src, batch, bad, values[bad], "mixed JSON values")
     valid = np.flatnonzero(col.is_valid().to_numpy(zero_copy_only=False))
     if valid.size == 0:
         return [None] * len(col)
-    row = int(batch.rows[valid[0]])
+    _not_text(spec, split_src, batch, int(valid[0]), col[int(valid[0])].as_py(), str(col.type))
+
+
+def _not_text(spec: FieldSpec, split_src: SplitSource, batch: Batch, i: int, value, kind: str):
+    row = int(batch.rows[i])
     where = f"row {row}"
     if split_src.multi_file:
         files, file_rows = split_src.locate(np.asarray([row]))
-        where += f" ({files[0]}, line/row {int(file_rows[0])})"
-    value = col[int(valid[0])].as_py()
-    raise ColumnError(f"column {spec.column!r} holds {col.type}, not text: {where} has {type(value).__name__} "
+        where += f" ({files[0]}, row {int(file_rows[0])} of that file)"
+    raise ColumnError(f"column {spec.column!r} holds {kind}, not text: {where} has {type(value).__name__} "
                       f"value {str(value)[:60]!r}")
 
 

@@ -63,6 +63,10 @@ def _part_batches(ds, columns: list[str], batch_rows: int) -> Iterator[pa.Record
                     yield rb.slice(k, batch_rows)
 
 
+#: Transforms datasets records on a memory-mapped table that leave its rows and columns as stored.
+_HARMLESS_REPLAYS = {"replace_schema_metadata"}
+
+
 def _plain_arrow_files(ds) -> list[str] | None:
     """The Arrow files that hold exactly ``ds``'s rows in order, or None if ``ds`` has transforms."""
     if ds._indices is not None:
@@ -82,7 +86,9 @@ def _plain_arrow_files(ds) -> list[str] | None:
         return None
     paths = []
     for block in blocks:
-        if not isinstance(block, MemoryMappedTable) or block.replays or block.path is None:
+        if not isinstance(block, MemoryMappedTable) or block.path is None:
+            return None
+        if any(op not in _HARMLESS_REPLAYS for op, _, _ in block.replays or ()):
             return None
         if block.table.schema.names != ds.column_names:
             return None

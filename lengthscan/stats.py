@@ -127,7 +127,9 @@ def proportion_interval(k: int, n: int, population: int, z: float = Z95) -> tupl
     denom = 1 + zz * zz / n
     centre = (p + zz * zz / (2 * n)) / denom
     half = zz * math.sqrt(p * (1 - p) / n + zz * zz / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    lower = 0.0 if k == 0 else max(0.0, centre - half)
+    upper = 1.0 if k == n else min(1.0, centre + half)
+    return lower, upper
 
 
 def log_bins(max_value: int, per_octave: int = 4) -> np.ndarray:
