@@ -168,7 +168,8 @@ def marian_dir(tmp_path_factory, train_texts) -> Path:
     return out
 
 
-TOKENIZER_FIXTURES = ["bpe_dir", "wordpiece_dir", "unigram_dir", "t5_spm_dir", "marian_dir"]
+TOKENIZER_FIXTURES = ["bpe_dir", "wordpiece_dir", "unigram_dir", "t5_spm_dir", "marian_dir", "claude_bpe_dir",
+                      "mistral_spm_dir"]
 
 
 @pytest.fixture(params=TOKENIZER_FIXTURES)
@@ -180,3 +181,34 @@ def any_tokenizer_dir(request) -> Path:
 def _isolated_cache(tmp_path, monkeypatch):
     """Every test gets its own length cache, so tests never see each other's lengths."""
     monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "lengthscan-cache"))
+
+
+def _wheel_file(package: str, relative: str) -> Path:
+    """A tokenizer file shipped in an installed wheel (tests/requirements-tokenizers.txt)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip(f"{package} not installed: pip install --no-deps -r tests/requirements-tokenizers.txt")
+    path = Path(list(spec.submodule_search_locations)[0]) / relative
+    assert path.exists(), path
+    return path
+
+
+@pytest.fixture(scope="session")
+def claude_bpe_dir(tmp_path_factory) -> Path:
+    """Anthropic's byte-level BPE ``tokenizer.json`` (65k vocab) as a transformers directory."""
+    out = tmp_path_factory.mktemp("claude")
+    (out / "tokenizer.json").write_bytes(_wheel_file("anthropic", "tokenizer.json").read_bytes())
+    (out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+    return out
+
+
+@pytest.fixture(scope="session")
+def mistral_spm_dir(tmp_path_factory) -> Path:
+    """Mistral-7B's SentencePiece model loaded as ``LlamaTokenizer`` with BOS, as Llama-2 models are."""
+    out = tmp_path_factory.mktemp("mistral")
+    (out / "tokenizer.model").write_bytes(_wheel_file("mistral_common", "data/tokenizer.model.v1").read_bytes())
+    (out / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False}))
+    return out

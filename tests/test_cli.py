@@ -19,7 +19,7 @@ def _audit(*args) -> int:
     return main(["audit", *map(str, args), "--quiet"])
 
 
-@pytest.mark.parametrize("tok", ["bpe_dir", "t5_spm_dir", "marian_dir"])
+@pytest.mark.parametrize("tok", ["bpe_dir", "t5_spm_dir", "marian_dir", "claude_bpe_dir", "mistral_spm_dir"])
 def test_full_audit_lengths_equal_direct_calls(request, tmp_path, corpus_jsonl, corpus_rows, tok):
     tok_dir = request.getfixturevalue(tok)
     out = tmp_path / "out"
@@ -159,3 +159,15 @@ def test_help_is_instant():
     heavy = [m for m in ("transformers", "datasets", "torch", "librosa", "pandas") if f" {m}\n" in proc.stderr
              or f"| {m}\n" in proc.stderr]
     assert not heavy, heavy
+
+
+def test_too_long_rows_are_listed_not_skipped(tmp_path, bpe_dir):
+    rows = [{"text": "short"}, {"text": "long " * 1000}, {"text": "short again"}]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["audit", str(tmp_path / "d.jsonl"), "--tokenizer", str(bpe_dir), "--input", "text",
+                 "--max-chars", "1000", "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    t = pq.read_table(tmp_path / "o" / "lengths.parquet").to_pydict()
+    assert t["row"] == [0, 1, 2] and t["input_flag"] == [None, "too_long", None]
+    assert t["input_tokens"][1] is None
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert report["splits"][0]["fields"]["input_tokens"]["unmeasured"] == 1

@@ -107,3 +107,15 @@ def test_hash_changes_with_tokenizer_files(tmp_path, bpe_dir):
     cfg = out / "tokenizer_config.json"
     cfg.write_text(cfg.read_text().replace("256", "128"))
     assert TokenCounter(str(out)).hash != before
+
+
+def test_pathological_row_is_recorded_not_tokenized(bpe_dir):
+    """A 100 MB string is flagged too long at once instead of hanging or exhausting memory."""
+    import time
+
+    counter = TokenCounter(str(bpe_dir))
+    start = time.perf_counter()
+    lengths, flags = counter.count(["fine", "x" * 100_000_000, None], "input")
+    assert time.perf_counter() - start < 5
+    assert flags.tolist() == [FLAG_OK, FLAG_TOO_LONG, FLAG_MISSING]
+    assert lengths[1] == -1
