@@ -16,12 +16,16 @@ def render_summary(data: dict, console: Console) -> None:
                                 ("source ", "dim"), data["source"]["spec"]))
     methods = ", ".join(f"{role}: {m}" for role, m in tok.get("methods", {}).items())
     console.print(Text.assemble(("tokenizer ", "dim"), f"{tok.get('name')} ({tok.get('class')}; {methods})"))
+    columns = ", ".join(f"{f['name']} <- {f['column']}" for f in data.get("fields", []))
+    console.print(Text.assemble(("fields ", "dim"), columns))
     sampled = False
     for split in data["splits"]:
         sample = split["sample"]
         sampled |= sample["mode"] == "sample"
         console.print(Text.assemble(("\nsplit ", "dim"), (split["split"], "bold"), "  ", sample["reason"]))
-        console.print(_field_table(split, sample["mode"] == "sample"))
+        console.print(_field_table(split))
+        if sample["mode"] == "sample":
+            console.print(_interval_table(split))
         if split.get("pair"):
             ratio = split["pair"]["ratio"]
             if ratio["count"]:
@@ -38,24 +42,30 @@ def render_summary(data: dict, console: Console) -> None:
         console.print(Text(f"reused cached lengths for {data['cache_hits']} column(s)", style="dim"))
 
 
-def _field_table(split: dict, sampled: bool) -> Table:
+def _field_table(split: dict) -> Table:
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    table.add_column("field")
-    table.add_column("column")
+    table.add_column("field", no_wrap=True)
     for name in ("rows", "missing", "empty", "min", "mean", *SHOWN, "max"):
-        table.add_column(name, justify="right")
+        table.add_column(name, justify="right", no_wrap=True)
     for name, f in split["fields"].items():
         pct = f["percentiles"]
+        missing = f["missing"] + f["unmeasured"]
+        table.add_row(name, f"{f['rows']:,}", f"{missing:,}", f"{f['empty']:,}", _num(f["min"]),
+                      _num(f["mean"], 1), *(_num(pct[k]) for k in SHOWN), _num(f["max"]))
+    return table
+
+
+def _interval_table(split: dict) -> Table:
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    table.add_column("95% interval", no_wrap=True)
+    for key in SHOWN:
+        table.add_column(key, justify="right", no_wrap=True)
+    for name, f in split["fields"].items():
         cells = []
         for key in SHOWN:
-            cell = _num(pct[key])
-            if sampled and f.get("intervals"):
-                lo, hi = f["intervals"][key]
-                cell += f" [{_num(lo)}-{_num(hi) if hi is not None else '?'}]"
-            cells.append(cell)
-        missing = f["missing"] + f["unmeasured"]
-        table.add_row(name, f["column"], f"{f['rows']:,}", f"{missing:,}", f"{f['empty']:,}", _num(f["min"]),
-                      _num(f["mean"], 1), *cells, _num(f["max"]))
+            lo, hi = f["intervals"][key]
+            cells.append(f"{_num(lo)}-{_num(hi) if hi is not None else '?'}")
+        table.add_row(name, *cells)
     return table
 
 
