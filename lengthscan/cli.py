@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _is_usage_error(exc: Exception) -> bool:
-    from .pipeline import ColumnError
+    from .measure import ColumnError
     from .sampling import SampleError
     from .sources import SourceError
     from .tokens import TokenizerError

@@ -12,7 +12,7 @@ import json
 from functools import lru_cache
 
 from . import __version__
-from .pipeline import field_specs
+from .measure import role_fields
 from .tokens import DEFAULT_MAX_CHARS, TokenCounter
 
 
@@ -30,9 +30,9 @@ def token_lengths(batch: dict, *, tokenizer: str, tokenizer_hash: str | None = N
     """
     counter = _counter(tokenizer, max_chars)
     out = {}
-    for spec in field_specs(input, target):
-        lengths, _ = counter.count(batch[spec.column], spec.role)
-        out[spec.name] = [int(v) if v >= 0 else None for v in lengths]
+    for f in role_fields(input=input, target=target):
+        lengths, _ = counter.count(batch[f.column], f.role)
+        out[f.primary.name] = [int(v) if v >= 0 else None for v in lengths]
     return out
 
 

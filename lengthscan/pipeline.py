@@ -16,11 +16,13 @@ import pyarrow as pa
 
 from . import __version__
 from .cache import CacheReader, CacheWriter, cached_path, field_key
+from .measure import AudioSettings, ColumnError, check_columns, measure_batch, role_fields
 from .records import (
     AuditResult,
-    FieldSpec,
     FieldStats,
+    Limit,
     LimitCheck,
+    Measured,
     PairStats,
     SampleInfo,
     SplitAudit,
@@ -29,68 +31,67 @@ from .records import (
 )
 from .sampling import DEFAULT_SEED, SamplePlan, plan_sample
 from .scan import BATCH_ROWS, Batch, iter_batches
-from .sources import Source, SplitSource, open_source
+from .sources import SplitSource, open_source
 from .stats import proportion_interval
 from .tokens import DEFAULT_MAX_CHARS, TokenCounter
 
 Progress = Callable[[str, int, int], None]
 """Called as ``progress(split, rows_done, rows_total)`` while measuring."""
 
+#: Longest rows kept per limit for the report (all of them are in ``lengths.parquet``).
+WORST_ROWS = 100
 
-class ColumnError(ValueError):
-    """A named column is missing or does not hold text (exit code 2)."""
-
-
-def field_specs(input: str | None = None, target: str | None = None) -> tuple[FieldSpec, ...]:
-    """The measured fields for ``--input``/``--target`` column names."""
-    specs = tuple(FieldSpec(role, col) for role, col in (("input", input), ("target", target)) if col)
-    if not specs:
-        raise ColumnError("name at least one text column: --input COLUMN and/or --target COLUMN")
-    return specs
+__all__ = ["audit", "ColumnError"]
 
 
 def audit(source, *, tokenizer=None, input: str | None = None, target: str | None = None,
-          model: str | None = None, split: str | None = None, sample=None, full: bool = False,
-          seed: int = DEFAULT_SEED, out: str | Path | None = None, overwrite: bool = False,
-          cache: bool = True, max_chars: int = DEFAULT_MAX_CHARS, batch_rows: int = BATCH_ROWS,
+          audio: str | None = None, model: str | None = None, sampling_rate: int | None = None,
+          split: str | None = None, sample=None, full: bool = False, seed: int = DEFAULT_SEED,
+          out: str | Path | None = None, overwrite: bool = False, cache: bool = True,
+          max_chars: int = DEFAULT_MAX_CHARS, batch_rows: int = BATCH_ROWS,
           progress: Progress | None = None, command: str | None = None) -> AuditResult:
-    """Measure token lengths of ``input`` and/or ``target`` columns of ``source``.
+    """Measure the lengths of the ``input``/``audio`` and ``target`` columns of ``source``.
 
-    ``source`` is anything ``open_source`` opens (a path, glob, directory, hub id, Dataset or
-    DatasetDict). ``tokenizer`` is a local directory, a hub name or a loaded tokenizer; it
-    defaults to ``model``. ``sample`` is a row count or a fraction; ``full`` measures every row.
-    With ``out``, writes ``lengths.parquet``, ``report.json`` and ``report.html`` there,
-    atomically. Returns the frozen ``AuditResult``.
+    ``source`` is anything ``open_source`` opens (path, glob, directory, audio folder, hub id,
+    Dataset or DatasetDict). ``tokenizer`` is a local directory, a hub name or a loaded tokenizer
+    (default: ``model``). ``model`` also gives the model's limits, sampling rate and frame rule.
+    ``sample`` is a row count or a fraction; ``full`` measures every row. With ``out``, writes
+    ``lengths.parquet``, ``report.json`` and ``report.html`` there atomically.
     """
     started = time.perf_counter()
-    specs = field_specs(input, target)
-    tokenizer = tokenizer if tokenizer is not None else model
-    if tokenizer is None:
-        raise ColumnError("give a tokenizer: --tokenizer DIR_OR_NAME (or --model)")
-    from .writer import check_writable
-
+    ctx = _model_context(model, tokenizer)
+    settings = _audio_settings(ctx, sampling_rate) if audio else AudioSettings()
+    fields = role_fields(input=input, target=target, audio=audio, audio_settings=settings)
+    counter = _counter(fields, tokenizer, model, ctx, max_chars)
+    model_limits = _model_limits(ctx)
+    limits = _limits(fields, counter, model_limits)
     if out is not None:
+        from .writer import check_writable
+
         check_writable(Path(out), overwrite=overwrite)
     src = open_source(source, split=split)
-    _check_columns(src, specs)
-    counter = tokenizer if isinstance(tokenizer, TokenCounter) else TokenCounter(tokenizer, max_chars=max_chars)
+    check_columns(src, fields)
 
-    output = _Output.start(Path(out), specs, src) if out is not None else None
+    output = _Output.start(Path(out), fields, src) if out is not None else None
     try:
         splits, hits = [], 0
         for split_src in src.splits:
             plan = plan_sample(split_src.num_rows, sample=sample, full=full, seed=seed)
-            measured, split_hits = _measure_split(split_src, plan, specs, counter, cache=cache,
-                                                  batch_rows=batch_rows, output=output,
-                                                  progress=progress, with_split=src.has_splits)
-            hits += split_hits
-            splits.append(_split_audit(split_src, plan, seed, measured, counter))
+            tally = _Tally(fields, limits)
+            hits += _measure_split(split_src, plan, fields, counter, settings, tally, cache=cache,
+                                   batch_rows=batch_rows, output=output, progress=progress,
+                                   with_split=src.has_splits)
+            splits.append(tally.split_audit(split_src.name, plan, seed))
         result = AuditResult(
             source=src.spec, source_fingerprint=src.fingerprint, splits=tuple(splits),
-            tokenizer=counter.info(), fields=specs, seed=seed, command=command, version=__version__,
+            tokenizer=counter.info() if counter else None,
+            fields=tuple(s for f in fields for s in f.specs), seed=seed, command=command, version=__version__,
             created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             out_dir=str(Path(out).resolve()) if out is not None else None, cache_hits=hits,
             seconds=time.perf_counter() - started,
+            model=model_limits.to_dict() if model_limits else None,
+            audio={"sampling_rate": settings.sampling_rate,
+                   "frame_rule": _rule_dict(settings.frame_rule)} if audio else None,
         )
         if output is not None:
             output.finish(result)
@@ -101,68 +102,93 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
         raise
 
 
+# -- set-up: model, tokenizer, limits --------------------------------------------------------------
+
+def _model_context(model, tokenizer):
+    if model is None:
+        return None
+    from .limits import load_model_context
+
+    tok = tokenizer.tokenizer if isinstance(tokenizer, TokenCounter) else (
+        tokenizer if tokenizer is not None and not isinstance(tokenizer, (str, Path)) else None)
+    return load_model_context(str(model), tokenizer=tok)
+
+
+def _model_limits(ctx):
+    if ctx is None:
+        return None
+    from .limits import model_limits
+
+    return model_limits(ctx)
+
+
+def _audio_settings(ctx, sampling_rate: int | None) -> AudioSettings:
+    from .audio import frame_rule
+
+    rule = frame_rule(feature_extractor=ctx.feature_extractor, config=ctx.config) if ctx else None
+    rate = sampling_rate or (getattr(ctx.feature_extractor, "sampling_rate", None) if ctx else None) \
+        or (rule.sampling_rate if rule else None)
+    return AudioSettings(rate, rule)
+
+
+def _counter(fields, tokenizer, model, ctx, max_chars: int):
+    if not any(f.kind == "text" for f in fields):
+        return None
+    if isinstance(tokenizer, TokenCounter):
+        return tokenizer
+    if tokenizer is None and ctx is not None and ctx.tokenizer is not None:
+        return TokenCounter(ctx.tokenizer, max_chars=max_chars, name=str(model))
+    tokenizer = tokenizer if tokenizer is not None else model
+    if tokenizer is None:
+        raise ColumnError("text columns need a tokenizer: --tokenizer DIR_OR_NAME (or --model)")
+    return TokenCounter(tokenizer, max_chars=max_chars)
+
+
+def _limits(fields, counter, model_limits) -> list[Limit]:
+    measured = {s.name for f in fields for s in f.specs}
+    limits = []
+    if model_limits is not None:
+        limits += [Limit(m.name, m.value, m.origin) for m in model_limits.limits if m.name in measured]
+    elif counter is not None and "input_tokens" in measured:
+        max_len = counter.info().model_max_length
+        if max_len is not None:
+            limits.append(Limit("input_tokens", max_len, "tokenizer.model_max_length"))
+    return limits
+
+
+def _rule_dict(rule) -> dict | None:
+    if rule is None:
+        return None
+    from dataclasses import asdict
+
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(rule).items()}
+
+
 # -- measuring one split ---------------------------------------------------------------------------
 
-@dataclass
-class _Tally:
-    """Mergeable statistics accumulated batch by batch (merged every few batches)."""
-
-    specs: tuple[FieldSpec, ...]
-    parts: dict[FieldSpec, list[FieldStats]] = field(default_factory=dict)
-    pairs: list[PairStats] = field(default_factory=list)
-
-    def add(self, measured: dict[FieldSpec, tuple[np.ndarray, np.ndarray]]) -> None:
-        for spec, (lengths, flags) in measured.items():
-            bucket = self.parts.setdefault(spec, [])
-            bucket.append(stats_from_lengths(spec, lengths, flags))
-            if len(bucket) >= 32:
-                bucket[:] = [_merge_all(bucket)]
-        if len(self.specs) == 2:
-            (x_spec, (x, _)), (y_spec, (y, _)) = measured.items()
-            self.pairs.append(pair_from_lengths(x_spec.name, y_spec.name, x, y))
-            if len(self.pairs) >= 32:
-                self.pairs[:] = [_merge_all(self.pairs)]
-
-    def fields(self) -> tuple[FieldStats, ...]:
-        return tuple(_merge_all(self.parts[s]) if self.parts.get(s) else FieldStats(s) for s in self.specs)
-
-    def pair(self) -> PairStats | None:
-        if len(self.specs) != 2:
-            return None
-        return _merge_all(self.pairs) if self.pairs else PairStats(self.specs[0].name, self.specs[1].name)
-
-
-def _merge_all(items):
-    out = items[0]
-    for item in items[1:]:
-        out = out.merge(item)
-    return out
-
-
-def _measure_split(split_src: SplitSource, plan: SamplePlan, specs, counter: TokenCounter, *, cache: bool,
-                   batch_rows: int, output, progress: Progress | None, with_split: bool):
-    keys = {s: field_key(split_src.fingerprint, s.column, s.name, counter.hash, counter.max_chars) for s in specs}
-    readers = {s: CacheReader(p) for s in specs if cache and (p := cached_path(keys[s])) is not None}
-    writers = {s: CacheWriter(keys[s]) for s in specs if cache and plan.full and s not in readers}
-    columns = list(dict.fromkeys(s.column for s in specs if s not in readers))
+def _measure_split(split_src: SplitSource, plan: SamplePlan, fields, counter, settings: AudioSettings,
+                   tally: "_Tally", *, cache: bool, batch_rows: int, output, progress, with_split: bool) -> int:
+    """Measure the plan's rows of one split into ``tally`` (and the outputs); returns cache hits."""
+    text = [f for f in fields if f.kind == "text"]
+    keys = {f.role: field_key(split_src.fingerprint, f.column, f.primary.name, counter.hash, counter.max_chars)
+            for f in text} if cache and text else {}
+    readers = {role: CacheReader(p) for role, k in keys.items() if (p := cached_path(k)) is not None}
+    writers = {role: CacheWriter(k) for role, k in keys.items() if plan.full and role not in readers}
+    to_measure = [f for f in fields if f.role not in readers]
+    columns = list(dict.fromkeys(f.column for f in to_measure))
     batches = (iter_batches(split_src, columns, indices=plan.indices, batch_rows=batch_rows) if columns
                else _row_batches(plan, batch_rows))
-    tally, done = _Tally(specs), 0
+    done = 0
     try:
         for batch in batches:
-            measured = {}
-            for spec in specs:
-                if spec in readers:
-                    measured[spec] = readers[spec].take(batch.rows)
-                    continue
-                texts = _texts(batch, spec, split_src)
-                try:
-                    measured[spec] = counter.count(texts, spec.role)
-                except TypeError as exc:  # a non-string that slipped past the type check
-                    raise ColumnError(f"column {spec.column!r}: {exc}") from None
-                if spec in writers:
-                    writers[spec].write(*measured[spec])
-            tally.add(measured)
+            measured = measure_batch(batch, to_measure, split_src, counter=counter, audio=settings)
+            for f in fields:
+                if f.role in readers:
+                    lengths, flags = readers[f.role].take(batch.rows)
+                    measured[f.role] = Measured({f.primary: lengths}, flags, _too_long_errors(flags, counter))
+                elif f.role in writers:
+                    writers[f.role].write(measured[f.role].values[f.primary], measured[f.role].flags)
+            tally.add(batch.rows, measured)
             if output is not None:
                 located = split_src.locate(batch.rows) if split_src.multi_file else None
                 output.lengths.write(batch.rows, split=split_src.name if with_split else None,
@@ -170,17 +196,24 @@ def _measure_split(split_src: SplitSource, plan: SamplePlan, specs, counter: Tok
             done += batch.rows.size
             if progress is not None:
                 progress(split_src.name, done, plan.size)
+        if done != plan.size:
+            raise RuntimeError(f"split {split_src.name}: measured {done} rows, expected {plan.size}")
     except BaseException:
         for w in writers.values():
             w.abort()
         raise
-    if done != plan.size:
-        for w in writers.values():
-            w.abort()
-        raise RuntimeError(f"split {split_src.name}: measured {done} rows, expected {plan.size}")
     for w in writers.values():
         w.commit()
-    return tally, len(readers)
+    return len(readers)
+
+
+def _too_long_errors(flags: np.ndarray, counter) -> list | None:
+    from .records import FLAG_TOO_LONG
+
+    if not (flags == FLAG_TOO_LONG).any():
+        return None
+    return [f"longer than --max-chars {counter.max_chars:,} characters" if k == FLAG_TOO_LONG else None
+            for k in flags]
 
 
 def _row_batches(plan: SamplePlan, batch_rows: int):
@@ -189,69 +222,93 @@ def _row_batches(plan: SamplePlan, batch_rows: int):
         yield Batch(rows[k:k + batch_rows], pa.record_batch([], schema=pa.schema([])))
 
 
-def _texts(batch: Batch, spec: FieldSpec, split_src: SplitSource) -> list:
-    """The column's values as Python strings (None kept); anything that is not text is an error."""
-    col = batch.table.column(spec.column)
-    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type) or pa.types.is_null(col.type):
-        return col.to_pylist()
-    if pa.types.is_string_view(col.type):
-        return col.cast(pa.large_string()).to_pylist()
-    if getattr(col.type, "extension_name", None) == "arrow.json":
-        # datasets stores a JSON column of mixed value types as JSON text: decode, then check
-        import json
+# -- statistics ------------------------------------------------------------------------------------
 
-        values = [None if v is None else json.loads(v) for v in col.storage.to_pylist()]
-        bad = next((i for i, v in enumerate(values) if v is not None and not isinstance(v, str)), None)
-        if bad is None:
-            return values
-        _not_text(spec, split_src, batch, bad, values[bad], "mixed JSON values")
-    valid = np.flatnonzero(col.is_valid().to_numpy(zero_copy_only=False))
-    if valid.size == 0:
-        return [None] * len(col)
-    _not_text(spec, split_src, batch, int(valid[0]), col[int(valid[0])].as_py(), str(col.type))
+@dataclass
+class _LimitTally:
+    """Rows over one limit: their count and the ``WORST_ROWS`` longest (row, value)."""
 
+    limit: Limit
+    over: int = 0
+    rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    values: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
-def _not_text(spec: FieldSpec, split_src: SplitSource, batch: Batch, i: int, value, kind: str):
-    row = int(batch.rows[i])
-    where = f"row {row}"
-    if split_src.multi_file:
-        files, file_rows = split_src.locate(np.asarray([row]))
-        where += f" ({files[0]}, row {int(file_rows[0])} of that file)"
-    raise ColumnError(f"column {spec.column!r} holds {kind}, not text: {where} has {type(value).__name__} "
-                      f"value {str(value)[:60]!r}")
+    def add(self, rows: np.ndarray, values: np.ndarray) -> None:
+        over = values > self.limit.value  # NaN and -1 (no length) are never over
+        if not over.any():
+            return
+        self.over += int(over.sum())
+        self.rows = np.concatenate([self.rows, rows[over]])
+        self.values = np.concatenate([self.values, values[over].astype(np.float64)])
+        if self.rows.size > 4 * WORST_ROWS:
+            self._prune()
 
+    def _prune(self) -> None:
+        order = np.lexsort((self.rows, -self.values))[:WORST_ROWS]
+        self.rows, self.values = self.rows[order], self.values[order]
 
-def _check_columns(src: Source, specs) -> None:
-    for split_src in src.splits:
-        have = split_src.column_names
-        for spec in specs:
-            if spec.column not in have:
-                where = f" (split {split_src.name})" if src.has_splits else ""
-                raise ColumnError(f"{src.spec}{where}: no column {spec.column!r} for --{spec.role}; "
-                                  f"columns are: {', '.join(have)}")
+    def check(self, sample: SampleInfo) -> LimitCheck:
+        self._prune()
+        n, total = sample.rows_measured, sample.rows_total
+        lo, hi = proportion_interval(self.over, n, total)
+        estimate = self.over / n * total if n else 0.0
+        worst = tuple((int(r), _plain(v)) for r, v in zip(self.rows, self.values))
+        return LimitCheck(self.limit, self.over, n, estimate, (lo * total, hi * total), worst)
 
 
-# -- statistics of one split -----------------------------------------------------------------------
-
-def _split_audit(split_src: SplitSource, plan: SamplePlan, seed: int, tally: _Tally, counter) -> SplitAudit:
-    fields = tally.fields()
-    sample = SampleInfo(plan.full, plan.rows_total, plan.size, seed, plan.requested, plan.reason)
-    limits = []
-    max_len = counter.info().model_max_length
-    for stats in fields:
-        if max_len is not None and stats.spec.role == "input":
-            limits.append(limit_check(stats, max_len, "tokenizer.model_max_length", sample))
-    return SplitAudit(split_src.name, sample, fields, tally.pair(), tuple(limits))
+def _plain(v: float):
+    return int(v) if float(v).is_integer() else float(v)
 
 
-def limit_check(stats: FieldStats, limit: int, origin: str, sample: SampleInfo) -> LimitCheck:
-    """Rows of ``stats`` over ``limit``; extrapolated to the split with a 95% interval."""
-    hist = stats.histogram
-    over = int(hist.counts[hist.values > limit].sum())
-    n, total = sample.rows_measured, sample.rows_total
-    lo, hi = proportion_interval(over, n, total)
-    estimate = over / n * total if n else 0.0
-    return LimitCheck(f"{stats.spec.name} > {limit}", limit, origin, over, n, estimate, (lo * total, hi * total))
+@dataclass
+class _Tally:
+    """Mergeable statistics of one split, accumulated batch by batch (merged every few batches)."""
+
+    fields: tuple
+    limits: list[Limit]
+    parts: dict = field(default_factory=dict)
+    pairs: list[PairStats] = field(default_factory=list)
+    limit_tallies: list[_LimitTally] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.limit_tallies = [_LimitTally(limit) for limit in self.limits]
+
+    def add(self, rows: np.ndarray, measured: dict[str, Measured]) -> None:
+        by_name = {}
+        for f in self.fields:
+            m = measured[f.role]
+            for spec in f.specs:
+                values = m.values[spec]
+                by_name[spec.name] = values
+                bucket = self.parts.setdefault(spec, [])
+                bucket.append(stats_from_lengths(spec, values, m.flags))
+                if len(bucket) >= 32:
+                    bucket[:] = [_merge_all(bucket)]
+        if len(self.fields) == 2:
+            x, y = self.fields
+            self.pairs.append(pair_from_lengths(x.primary, y.primary, by_name[x.primary.name], by_name[y.primary.name]))
+            if len(self.pairs) >= 32:
+                self.pairs[:] = [_merge_all(self.pairs)]
+        for lt in self.limit_tallies:
+            lt.add(rows, by_name[lt.limit.measure])
+
+    def split_audit(self, name: str, plan: SamplePlan, seed: int) -> SplitAudit:
+        sample = SampleInfo(plan.full, plan.rows_total, plan.size, seed, plan.requested, plan.reason)
+        stats = tuple(_merge_all(self.parts[s]) if self.parts.get(s) else FieldStats(s)
+                      for f in self.fields for s in f.specs)
+        pair = None
+        if len(self.fields) == 2:
+            x, y = self.fields
+            pair = _merge_all(self.pairs) if self.pairs else PairStats(
+                x.primary.name, y.primary.name, x_scale=x.primary.scale, y_scale=y.primary.scale)
+        return SplitAudit(name, sample, stats, pair, tuple(lt.check(sample) for lt in self.limit_tallies))
+
+
+def _merge_all(items):
+    out = items[0]
+    for item in items[1:]:
+        out = out.merge(item)
+    return out
 
 
 # -- outputs ---------------------------------------------------------------------------------------
@@ -263,12 +320,12 @@ class _Output:
     lengths: object
 
     @classmethod
-    def start(cls, final: Path, specs, src: Source) -> "_Output":
+    def start(cls, final: Path, fields, src) -> "_Output":
         from .writer import LengthsWriter, lengths_schema, staging_dir
 
         tmp = staging_dir(final)
         multi = any(s.multi_file for s in src.splits)
-        schema = lengths_schema(list(specs), with_split=src.has_splits, multi_file=multi)
+        schema = lengths_schema(fields, with_split=src.has_splits, multi_file=multi)
         return cls(final, tmp, LengthsWriter(tmp / "lengths.parquet", schema))
 
     def finish(self, result: AuditResult) -> None:

@@ -28,14 +28,24 @@ SCHEMA_VERSION = 1
 
 ROLES = ("input", "target")
 
-#: Per-row flag codes, as stored in ``lengths.parquet`` (``{role}_flag``).
-FLAG_OK, FLAG_MISSING, FLAG_EMPTY, FLAG_TOO_LONG = 0, 1, 2, 3
-FLAG_NAMES = {FLAG_OK: None, FLAG_MISSING: "missing", FLAG_EMPTY: "empty", FLAG_TOO_LONG: "too_long"}
+#: Per-row flag codes, as stored in ``lengths.parquet`` (``{role}_flag``). A row is measured
+#: (has a length) when its flag is OK or EMPTY; every other flag means no length, with a reason.
+FLAG_OK, FLAG_MISSING, FLAG_EMPTY, FLAG_TOO_LONG, FLAG_MISSING_FILE, FLAG_UNREADABLE, FLAG_DECODED = range(7)
+FLAG_NAMES = {FLAG_OK: None, FLAG_MISSING: "missing", FLAG_EMPTY: "empty", FLAG_TOO_LONG: "too_long",
+              FLAG_MISSING_FILE: "missing_file", FLAG_UNREADABLE: "unreadable", FLAG_DECODED: "decoded"}
+#: Flags of rows that have a length.
+MEASURED_FLAGS = (FLAG_OK, FLAG_EMPTY, FLAG_DECODED)
+FLAG_CODES = {name: code for code, name in FLAG_NAMES.items() if name}
+
+#: Units of text and of audio measurements; seconds are kept in statistics as integer milliseconds.
+TEXT_UNITS = ("tokens",)
+AUDIO_UNITS = ("seconds", "samples", "frames")
+UNIT_SCALE = {"seconds": 1000}
 
 
 @dataclass(frozen=True)
 class FieldSpec:
-    """One measured column: its role (input or target), source column and unit."""
+    """One measurement of a column: its role (input or target), source column and unit."""
 
     role: str
     column: str
@@ -45,14 +55,41 @@ class FieldSpec:
     def name(self) -> str:
         return f"{self.role}_{self.unit}"
 
+    @property
+    def kind(self) -> str:
+        return "audio" if self.unit in AUDIO_UNITS else "text"
+
+    @property
+    def scale(self) -> int:
+        """Statistics hold ``round(value * scale)`` as integers (milliseconds for seconds)."""
+        return UNIT_SCALE.get(self.unit, 1)
+
+
+@dataclass(frozen=True, eq=False)
+class Measured:
+    """One batch of one role's measurements: a value array per measurement, one flag per row.
+
+    Values are int64 with -1, or float64 (seconds) with NaN, where a row has no length; ``errors``
+    holds a message per row (None when fine), or is None when no row has one.
+    """
+
+    values: dict
+    flags: np.ndarray
+    errors: list | None = None
+
+    @property
+    def rows(self) -> int:
+        return int(self.flags.size)
+
 
 @dataclass(frozen=True, eq=False)
 class FieldStats:
     """Mergeable statistics of one measurement over some rows.
 
-    ``histogram`` holds every measured length (empty strings included); ``missing`` counts None
-    values, ``empty`` the empty strings among the measured, ``unmeasured`` rows too long to
-    tokenize within ``max_chars`` (recorded, never silently skipped).
+    ``histogram`` holds every measured length (empty strings included) in integer units of
+    1/``spec.scale``; ``missing`` counts None values, ``empty`` the empty values among the
+    measured, ``unmeasured`` rows with a value but no length (too long to tokenize, an audio file
+    missing or unreadable): recorded with their reason, never silently skipped.
     """
 
     spec: FieldSpec
@@ -61,6 +98,7 @@ class FieldStats:
     empty: int = 0
     unmeasured: int = 0
     histogram: Histogram = field(default_factory=Histogram)
+    decoded: int = 0
 
     def merge(self, other: "FieldStats") -> "FieldStats":
         if other.spec != self.spec:
@@ -72,13 +110,14 @@ class FieldStats:
             self.empty + other.empty,
             self.unmeasured + other.unmeasured,
             merge_histograms([self.histogram, other.histogram]),
+            self.decoded + other.decoded,
         )
 
     def __eq__(self, other) -> bool:
         return isinstance(other, FieldStats) and self.to_dict(False) == other.to_dict(False)
 
     def summary(self, sampled: bool = False) -> Summary:
-        return summarize(self.histogram, sampled=sampled)
+        return summarize(self.histogram, sampled=sampled, scale=self.spec.scale)
 
     def to_dict(self, sampled: bool = False) -> dict:
         return {
@@ -90,9 +129,11 @@ class FieldStats:
             "missing": self.missing,
             "empty": self.empty,
             "unmeasured": self.unmeasured,
+            "decoded": self.decoded,
             **self.summary(sampled).to_dict(),
+            "scale": self.spec.scale,
             "histogram": self.histogram.to_dict(),
-            "display_histogram": display_histogram(self.histogram),
+            "display_histogram": display_histogram(self.histogram, self.spec.scale),
         }
 
 
@@ -104,6 +145,8 @@ class PairStats:
     target_name: str
     joint: JointHistogram = field(default_factory=JointHistogram)
     ratio: Histogram = field(default_factory=Histogram)
+    x_scale: int = 1
+    y_scale: int = 1
 
     def merge(self, other: "PairStats") -> "PairStats":
         return PairStats(
@@ -111,6 +154,8 @@ class PairStats:
             self.target_name,
             merge_joint([self.joint, other.joint]),
             merge_histograms([self.ratio, other.ratio]),
+            self.x_scale,
+            self.y_scale,
         )
 
     def __eq__(self, other) -> bool:
@@ -125,6 +170,8 @@ class PairStats:
             "x": self.input_name,
             "y": self.target_name,
             "rows": self.rows,
+            "x_scale": self.x_scale,
+            "y_scale": self.y_scale,
             "ratio": {
                 "name": f"{self.target_name}/{self.input_name}",
                 "resolution": 1 / RATIO_SCALE,
@@ -179,26 +226,45 @@ class TokenizerInfo:
 
 
 @dataclass(frozen=True)
-class LimitCheck:
-    """Rows over one limit; extrapolated to the whole split with a 95% interval when sampled."""
+class Limit:
+    """An upper bound on one measurement: a row is over it when its value is greater."""
 
-    name: str
-    limit: int
+    measure: str
+    value: float
     origin: str
+
+    @property
+    def name(self) -> str:
+        value = int(self.value) if float(self.value).is_integer() else self.value
+        return f"{self.measure} > {value}"
+
+
+@dataclass(frozen=True)
+class LimitCheck:
+    """Rows over one limit, the longest of them, and, when sampled, the whole split's estimate."""
+
+    limit: Limit
     over: int
     measured: int
     estimate: float
     interval: tuple[float, float]
+    worst: tuple[tuple[int, float], ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.limit.name
 
     def to_dict(self) -> dict:
         return {
-            "name": self.name,
-            "limit": self.limit,
-            "origin": self.origin,
+            "name": self.limit.name,
+            "measure": self.limit.measure,
+            "limit": self.limit.value,
+            "origin": self.limit.origin,
             "over_in_measured": self.over,
             "measured": self.measured,
             "estimated_over": self.estimate,
             "interval": list(self.interval),
+            "worst_rows": [{"row": r, "value": v} for r, v in self.worst],
         }
 
 
@@ -245,6 +311,8 @@ class AuditResult:
     out_dir: str | None = None
     cache_hits: int = 0
     seconds: float = 0.0
+    model: dict | None = None
+    audio: dict | None = None
 
     def split(self, name: str) -> SplitAudit:
         for s in self.splits:
@@ -264,7 +332,10 @@ class AuditResult:
             "command": self.command,
             "source": {"spec": self.source, "fingerprint": self.source_fingerprint},
             "tokenizer": self.tokenizer.to_dict() if self.tokenizer else None,
-            "fields": [{"name": f.name, "role": f.role, "column": f.column, "unit": f.unit} for f in self.fields],
+            "fields": [{"name": f.name, "role": f.role, "column": f.column, "unit": f.unit, "kind": f.kind}
+                       for f in self.fields],
+            "model": self.model,
+            "audio": self.audio,
             "seed": self.seed,
             "sample_size": self.rows_measured,
             "cache_hits": self.cache_hits,
@@ -273,31 +344,43 @@ class AuditResult:
         }
 
 
-def stats_from_lengths(spec: FieldSpec, lengths: np.ndarray, flags: np.ndarray) -> FieldStats:
-    """Statistics of one batch of per-row lengths (-1 where unmeasured) and flags."""
-    measured = lengths[lengths >= 0]
+def stats_from_lengths(spec: FieldSpec, values: np.ndarray, flags: np.ndarray) -> FieldStats:
+    """Statistics of one batch of per-row values (negative or NaN where there is no length)."""
+    valid = values >= 0
+    units = values[valid] if spec.scale == 1 else np.rint(values[valid] * spec.scale)
     return FieldStats(
         spec,
-        rows=int(lengths.size),
+        rows=int(values.size),
         missing=int((flags == FLAG_MISSING).sum()),
         empty=int((flags == FLAG_EMPTY).sum()),
-        unmeasured=int((flags == FLAG_TOO_LONG).sum()),
-        histogram=Histogram.of(measured),
+        unmeasured=int((~np.isin(flags, MEASURED_FLAGS) & (flags != FLAG_MISSING)).sum()),
+        histogram=Histogram.of(units.astype(np.int64)),
+        decoded=int((flags == FLAG_DECODED).sum()),
     )
 
 
-def pair_from_lengths(x_name: str, y_name: str, x: np.ndarray, y: np.ndarray) -> PairStats:
-    """Pair statistics of one batch, over rows where both lengths exist and the input is > 0."""
+def pair_from_lengths(x_spec: FieldSpec, y_spec: FieldSpec, x: np.ndarray, y: np.ndarray) -> PairStats:
+    """Pair statistics of one batch, over rows where both values exist and the input is > 0.
+
+    The joint histogram is on integer units (milliseconds for seconds); the ratio is y per x unit.
+    """
     both = (x > 0) & (y >= 0)
     xs, ys = x[both], y[both]
-    return PairStats(x_name, y_name, JointHistogram.of(xs, ys), Histogram.of(ratio_units(ys, xs)))
+    xi = xs if x_spec.scale == 1 else np.rint(xs * x_spec.scale)
+    yi = ys if y_spec.scale == 1 else np.rint(ys * y_spec.scale)
+    return PairStats(x_spec.name, y_spec.name, JointHistogram.of(xi.astype(np.int64), yi.astype(np.int64)),
+                     Histogram.of(ratio_units(ys, xs)), x_spec.scale, y_spec.scale)
 
 
-def display_histogram(hist: Histogram) -> dict:
-    """Counts on log-spaced integer bins ``[edges[i], edges[i+1])``, trimmed to the data."""
+def display_histogram(hist: Histogram, scale: int = 1) -> dict:
+    """Counts on log-spaced integer bins ``[edges[i], edges[i+1])``, trimmed to the data.
+
+    Edges are in the measurement's unit (divided by ``scale``).
+    """
     if hist.n == 0:
         return {"edges": [], "counts": []}
     edges = log_bins(int(hist.values[-1]))
     counts = binned(hist, edges)
     first = int(np.searchsorted(edges, hist.values[0], side="right") - 1)
-    return {"edges": edges[first:].tolist(), "counts": counts[first:].tolist()}
+    shown = edges[first:] if scale == 1 else edges[first:] / scale
+    return {"edges": shown.tolist(), "counts": counts[first:].tolist()}

@@ -77,6 +77,14 @@ class SplitSource:
 
         return concatenate_datasets([p.dataset for p in self.parts])
 
+    def base_dir(self, rows: np.ndarray) -> str | None:
+        """The folder relative paths of these rows resolve against: their file's, if any."""
+        if not self.parts or rows.size == 0:
+            return None
+        starts = np.asarray([p.start for p in self.parts], np.int64)
+        part = self.parts[int(np.searchsorted(starts, rows[0], side="right") - 1)]
+        return os.path.dirname(os.path.abspath(part.path)) if part.path else None
+
     def locate(self, rows: np.ndarray) -> tuple[list[str], np.ndarray]:
         """``source_file`` and ``file_row`` of global row positions."""
         starts = np.asarray([p.start for p in self.parts], np.int64)

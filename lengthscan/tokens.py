@@ -116,12 +116,12 @@ class TokenCounter:
     """
 
     def __init__(self, tokenizer, *, revision: str | None = None, trust_remote_code: bool = False,
-                 max_chars: int = DEFAULT_MAX_CHARS):
+                 max_chars: int = DEFAULT_MAX_CHARS, name: str | None = None):
         if isinstance(tokenizer, (str, os.PathLike)):
             self.name = str(tokenizer)
             self.tokenizer = load_tokenizer(self.name, revision=revision, trust_remote_code=trust_remote_code)
         else:
-            self.name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+            self.name = name or getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
             self.tokenizer = tokenizer
         self.revision = revision
         self.trust_remote_code = trust_remote_code

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .records import FLAG_NAMES, FieldSpec
+from .records import FLAG_NAMES
 
 #: Files an audit writes; a directory holding only these may be replaced by a new audit.
 AUDIT_FILES = {"lengths.parquet", "report.json", "report.html"}
@@ -27,14 +27,17 @@ class OutputError(ValueError):
     """The output directory cannot be written (exit code 2)."""
 
 
-def lengths_schema(fields: list[FieldSpec], *, with_split: bool, multi_file: bool) -> pa.Schema:
+def lengths_schema(fields, *, with_split: bool, multi_file: bool) -> pa.Schema:
+    """Columns of ``lengths.parquet`` for these role fields (``measure.RoleField``)."""
     cols = [("row", pa.int64())]
     if with_split:
         cols.append(("split", pa.string()))
     if multi_file:
         cols += [("source_file", pa.string()), ("file_row", pa.int64())]
-    for spec in fields:
-        cols += [(spec.name, pa.int64()), (f"{spec.role}_flag", pa.string())]
+    for f in fields:
+        for spec in f.specs:
+            cols.append((spec.name, pa.float64() if spec.unit == "seconds" else pa.int64()))
+        cols += [(f"{f.role}_flag", pa.string()), (f"{f.role}_error", pa.string())]
     return pa.schema(cols)
 
 
@@ -47,7 +50,8 @@ class LengthsWriter:
         self.rows = 0
 
     def write(self, rows: np.ndarray, *, split: str | None, located: tuple[list[str], np.ndarray] | None,
-              measured: dict[FieldSpec, tuple[np.ndarray, np.ndarray]]) -> None:
+              measured: dict) -> None:
+        """One batch: ``measured`` maps role -> ``records.Measured``."""
         cols: dict[str, pa.Array] = {"row": pa.array(rows, pa.int64())}
         if "split" in self.schema.names:
             cols["split"] = pa.array([split] * rows.size, pa.string())
@@ -55,9 +59,12 @@ class LengthsWriter:
             files, file_rows = located
             cols["source_file"] = pa.array(files, pa.string())
             cols["file_row"] = pa.array(file_rows, pa.int64())
-        for spec, (lengths, flags) in measured.items():
-            cols[spec.name] = pa.array(lengths, pa.int64(), mask=lengths < 0)
-            cols[f"{spec.role}_flag"] = pa.array(_FLAG_LOOKUP[flags], pa.string())
+        for role, m in measured.items():
+            for spec, values in m.values.items():
+                kind = self.schema.field(spec.name).type
+                cols[spec.name] = pa.array(values, kind, mask=~(values >= 0))
+            cols[f"{role}_flag"] = pa.array(_FLAG_LOOKUP[m.flags], pa.string())
+            cols[f"{role}_error"] = pa.array(m.errors if m.errors is not None else [None] * rows.size, pa.string())
         self._writer.write_batch(pa.record_batch([cols[n] for n in self.schema.names], schema=self.schema))
         self.rows += rows.size
 

@@ -63,9 +63,9 @@ def test_field_and_pair_stats_merge_exactly(pairs, data):
     whole = stats_from_lengths(spec, x, flags)
     parts = stats_from_lengths(spec, x[:cut], flags[:cut]).merge(stats_from_lengths(spec, x[cut:], flags[cut:]))
     assert parts == whole
-    pw = pair_from_lengths("input_tokens", "target_tokens", x, y)
-    pp = pair_from_lengths("input_tokens", "target_tokens", x[:cut], y[:cut]).merge(
-        pair_from_lengths("input_tokens", "target_tokens", x[cut:], y[cut:]))
+    xs, ys = spec, FieldSpec("target", "summary")
+    pw = pair_from_lengths(xs, ys, x, y)
+    pp = pair_from_lengths(xs, ys, x[:cut], y[:cut]).merge(pair_from_lengths(xs, ys, x[cut:], y[cut:]))
     assert pp == pw
     assert merge_joint([JointHistogram.of(x[:cut], y[:cut]), JointHistogram.of(x[cut:], y[cut:])]) == \
         JointHistogram.of(x, y)
@@ -74,7 +74,7 @@ def test_field_and_pair_stats_merge_exactly(pairs, data):
 def test_ratio_stats_are_target_over_input():
     x = np.asarray([10, 20, 40, 0])
     y = np.asarray([5, 5, 40, 3])
-    pair = pair_from_lengths("input_tokens", "target_tokens", x, y)
+    pair = pair_from_lengths(FieldSpec("input", "a"), FieldSpec("target", "b"), x, y)
     d = pair.to_dict()
     assert d["rows"] == 3  # the row with no input tokens has no ratio
     assert d["ratio"]["min"] == 0.25 and d["ratio"]["max"] == 1.0
