@@ -22,9 +22,14 @@ def _add_field_flags(p: argparse.ArgumentParser) -> None:
                    help="JSONL/JSON, CSV/TSV or Parquet file or glob, a save_to_disk or data-file directory, "
                         "or a hub dataset id")
     p.add_argument("--input", metavar="COL", help="column holding the model input text")
+    p.add_argument("--audio", metavar="COL",
+                   help="column holding the input audio: paths (relative to the manifest), bytes, or an HF Audio column")
     p.add_argument("--target", metavar="COL", help="column holding the target text (tokenized with text_target)")
     p.add_argument("--tokenizer", metavar="DIR_OR_NAME", help="tokenizer directory or hub name (default: --model)")
-    p.add_argument("--model", metavar="DIR_OR_NAME", help="model directory or hub name")
+    p.add_argument("--model", metavar="DIR_OR_NAME",
+                   help="model directory, hub name or config.json: its limits, sampling rate and frame rule")
+    p.add_argument("--sampling-rate", type=int, metavar="HZ",
+                   help="the model's audio sampling rate (default: the --model feature extractor's)")
     p.add_argument("--split", help="measure only this split of a multi-split source")
     p.add_argument("--sample", metavar="N|FRACTION",
                    help="measure a uniform random sample: a row count (600) or a fraction (0.01)")
@@ -90,10 +95,11 @@ def _is_usage_error(exc: Exception) -> bool:
     from .measure import ColumnError
     from .sampling import SampleError
     from .sources import SourceError
+    from .limits import ModelError
     from .tokens import TokenizerError
     from .writer import OutputError
 
-    return isinstance(exc, (ColumnError, SampleError, SourceError, TokenizerError, OutputError))
+    return isinstance(exc, (ColumnError, SampleError, SourceError, TokenizerError, OutputError, ModelError))
 
 
 def _audit(args, command: str) -> int:
@@ -103,6 +109,7 @@ def _audit(args, command: str) -> int:
     with _progress(disabled=args.quiet) as progress:
         result = audit(
             args.source, tokenizer=args.tokenizer, model=args.model, input=args.input, target=args.target,
+            audio=args.audio, sampling_rate=args.sampling_rate,
             split=args.split, sample=args.sample, full=args.full, seed=args.seed, out=args.out,
             overwrite=args.overwrite, cache=not args.no_cache,
             max_chars=args.max_chars or DEFAULT_MAX_CHARS, progress=progress, command=command,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from .records import FLAG_CODES, FLAG_DECODED, FLAG_EMPTY, FLAG_MISSING, FLAG_TOO_LONG, FieldSpec, Measured
+from .records import FLAG_CODES, FLAG_TOO_LONG, MEASURED_FLAGS, FieldSpec, Measured
 from .scan import Batch
 from .sources import SplitSource
 
@@ -105,14 +105,13 @@ def _measure_audio(batch: Batch, f: RoleField, split_src: SplitSource, settings:
     frames = np.full(n, -1, np.int64)
     rates = np.ones(n, np.int64)
     errors: list = [None] * n
-    for i, (value, info) in enumerate(zip(values, infos)):
-        if value is None:
-            flags[i] = FLAG_MISSING
-        elif info.flag not in (None, "empty"):
-            flags[i] = FLAG_CODES[info.flag]
-            errors[i] = info.error
-        else:
-            flags[i] = FLAG_EMPTY if info.frames == 0 else FLAG_DECODED if info.decoded else 0
+    decoded = np.zeros(n, bool)
+    for i, info in enumerate(infos):
+        code = FLAG_CODES[info.flag] if info.flag else 0
+        flags[i] = code
+        errors[i] = info.error
+        decoded[i] = info.decoded
+        if code in MEASURED_FLAGS and info.frames is not None:
             seconds[i] = info.frames / info.samplerate
             frames[i], rates[i] = info.frames, info.samplerate
     result = {f.specs[0]: seconds}
@@ -125,7 +124,8 @@ def _measure_audio(batch: Batch, f: RoleField, split_src: SplitSource, settings:
             model_frames = np.full(n, -1, np.int64)
             model_frames[ok] = settings.frame_rule.frames(samples[ok])
             result[f.specs[2]] = model_frames
-    return Measured(result, flags, errors if any(e is not None for e in errors) else None)
+    return Measured(result, flags, errors if any(e is not None for e in errors) else None,
+                    decoded if decoded.any() else None)
 
 
 def column_audio(batch: Batch, column: str, split_src: SplitSource) -> list:

@@ -109,8 +109,7 @@ def _model_context(model, tokenizer):
         return None
     from .limits import load_model_context
 
-    tok = tokenizer.tokenizer if isinstance(tokenizer, TokenCounter) else (
-        tokenizer if tokenizer is not None and not isinstance(tokenizer, (str, Path)) else None)
+    tok = tokenizer.tokenizer if isinstance(tokenizer, TokenCounter) else tokenizer
     return load_model_context(str(model), tokenizer=tok)
 
 
@@ -132,15 +131,16 @@ def _audio_settings(ctx, sampling_rate: int | None) -> AudioSettings:
 
 
 def _counter(fields, tokenizer, model, ctx, max_chars: int):
+    """The token counter text fields need: the given tokenizer, else the model's own."""
     if not any(f.kind == "text" for f in fields):
         return None
     if isinstance(tokenizer, TokenCounter):
         return tokenizer
-    if tokenizer is None and ctx is not None and ctx.tokenizer is not None:
-        return TokenCounter(ctx.tokenizer, max_chars=max_chars, name=str(model))
-    tokenizer = tokenizer if tokenizer is not None else model
+    if ctx is not None and ctx.tokenizer is not None:
+        name = tokenizer if isinstance(tokenizer, (str, Path)) else model
+        return TokenCounter(ctx.tokenizer, max_chars=max_chars, name=str(name))
     if tokenizer is None:
-        raise ColumnError("text columns need a tokenizer: --tokenizer DIR_OR_NAME (or --model)")
+        raise ColumnError("text columns need a tokenizer: --tokenizer DIR_OR_NAME (or a --model that has one)")
     return TokenCounter(tokenizer, max_chars=max_chars)
 
 
@@ -281,7 +281,7 @@ class _Tally:
                 values = m.values[spec]
                 by_name[spec.name] = values
                 bucket = self.parts.setdefault(spec, [])
-                bucket.append(stats_from_lengths(spec, values, m.flags))
+                bucket.append(stats_from_lengths(spec, values, m.flags, m.decoded))
                 if len(bucket) >= 32:
                     bucket[:] = [_merge_all(bucket)]
         if len(self.fields) == 2:

@@ -30,11 +30,11 @@ ROLES = ("input", "target")
 
 #: Per-row flag codes, as stored in ``lengths.parquet`` (``{role}_flag``). A row is measured
 #: (has a length) when its flag is OK or EMPTY; every other flag means no length, with a reason.
-FLAG_OK, FLAG_MISSING, FLAG_EMPTY, FLAG_TOO_LONG, FLAG_MISSING_FILE, FLAG_UNREADABLE, FLAG_DECODED = range(7)
+FLAG_OK, FLAG_MISSING, FLAG_EMPTY, FLAG_TOO_LONG, FLAG_MISSING_FILE, FLAG_UNREADABLE, FLAG_TRUNCATED = range(7)
 FLAG_NAMES = {FLAG_OK: None, FLAG_MISSING: "missing", FLAG_EMPTY: "empty", FLAG_TOO_LONG: "too_long",
-              FLAG_MISSING_FILE: "missing_file", FLAG_UNREADABLE: "unreadable", FLAG_DECODED: "decoded"}
-#: Flags of rows that have a length.
-MEASURED_FLAGS = (FLAG_OK, FLAG_EMPTY, FLAG_DECODED)
+              FLAG_MISSING_FILE: "missing_file", FLAG_UNREADABLE: "unreadable", FLAG_TRUNCATED: "truncated"}
+#: Flags of rows that have a length (a truncated audio file is measured by the frames it holds).
+MEASURED_FLAGS = (FLAG_OK, FLAG_EMPTY, FLAG_TRUNCATED)
 FLAG_CODES = {name: code for code, name in FLAG_NAMES.items() if name}
 
 #: Units of text and of audio measurements; seconds are kept in statistics as integer milliseconds.
@@ -70,12 +70,14 @@ class Measured:
     """One batch of one role's measurements: a value array per measurement, one flag per row.
 
     Values are int64 with -1, or float64 (seconds) with NaN, where a row has no length; ``errors``
-    holds a message per row (None when fine), or is None when no row has one.
+    holds a message per row (None when fine), or is None when no row has one; ``decoded`` marks
+    audio measured by decoding (None when none was).
     """
 
     values: dict
     flags: np.ndarray
     errors: list | None = None
+    decoded: np.ndarray | None = None
 
     @property
     def rows(self) -> int:
@@ -87,18 +89,29 @@ class FieldStats:
     """Mergeable statistics of one measurement over some rows.
 
     ``histogram`` holds every measured length (empty strings included) in integer units of
-    1/``spec.scale``; ``missing`` counts None values, ``empty`` the empty values among the
-    measured, ``unmeasured`` rows with a value but no length (too long to tokenize, an audio file
-    missing or unreadable): recorded with their reason, never silently skipped.
+    1/``spec.scale``; ``flags`` counts rows per flag name (missing, empty, too_long,
+    missing_file, unreadable, truncated); ``decoded`` counts audio measured by decoding because its
+    header had no reliable length. Rows without a length keep their reason, never silently skipped.
     """
 
     spec: FieldSpec
     rows: int = 0
-    missing: int = 0
-    empty: int = 0
-    unmeasured: int = 0
+    flags: dict = field(default_factory=dict)
     histogram: Histogram = field(default_factory=Histogram)
     decoded: int = 0
+
+    @property
+    def missing(self) -> int:
+        return self.flags.get("missing", 0)
+
+    @property
+    def empty(self) -> int:
+        return self.flags.get("empty", 0)
+
+    @property
+    def unmeasured(self) -> int:
+        """Rows with a value but no length (too long, missing or unreadable file)."""
+        return sum(n for name, n in self.flags.items() if FLAG_CODES[name] not in MEASURED_FLAGS + (FLAG_MISSING,))
 
     def merge(self, other: "FieldStats") -> "FieldStats":
         if other.spec != self.spec:
@@ -106,9 +119,7 @@ class FieldStats:
         return FieldStats(
             self.spec,
             self.rows + other.rows,
-            self.missing + other.missing,
-            self.empty + other.empty,
-            self.unmeasured + other.unmeasured,
+            {k: self.flags.get(k, 0) + other.flags.get(k, 0) for k in sorted({*self.flags, *other.flags})},
             merge_histograms([self.histogram, other.histogram]),
             self.decoded + other.decoded,
         )
@@ -129,6 +140,7 @@ class FieldStats:
             "missing": self.missing,
             "empty": self.empty,
             "unmeasured": self.unmeasured,
+            "flags": dict(self.flags),
             "decoded": self.decoded,
             **self.summary(sampled).to_dict(),
             "scale": self.spec.scale,
@@ -344,18 +356,18 @@ class AuditResult:
         }
 
 
-def stats_from_lengths(spec: FieldSpec, values: np.ndarray, flags: np.ndarray) -> FieldStats:
+def stats_from_lengths(spec: FieldSpec, values: np.ndarray, flags: np.ndarray,
+                       decoded: np.ndarray | None = None) -> FieldStats:
     """Statistics of one batch of per-row values (negative or NaN where there is no length)."""
     valid = values >= 0
     units = values[valid] if spec.scale == 1 else np.rint(values[valid] * spec.scale)
+    codes, counts = np.unique(flags[flags != FLAG_OK], return_counts=True)
     return FieldStats(
         spec,
         rows=int(values.size),
-        missing=int((flags == FLAG_MISSING).sum()),
-        empty=int((flags == FLAG_EMPTY).sum()),
-        unmeasured=int((~np.isin(flags, MEASURED_FLAGS) & (flags != FLAG_MISSING)).sum()),
+        flags={FLAG_NAMES[int(c)]: int(n) for c, n in zip(codes, counts)},
         histogram=Histogram.of(units.astype(np.int64)),
-        decoded=int((flags == FLAG_DECODED).sum()),
+        decoded=int(decoded.sum()) if decoded is not None else 0,
     )
 
 

@@ -31,6 +31,12 @@ FORMATS = {
 }
 COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst", ".zstd")
 
+#: Files an audio folder holds; each becomes a row (readable or not: unreadable ones are reported).
+AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aiff", ".aif", ".aifc", ".au", ".snd",
+                  ".caf", ".w64", ".rf64", ".m4a", ".aac", ".wma", ".webm", ".sph", ".nist", ".raw", ".pcm")
+#: Sidecar transcript files, tried in this order, beside an audio file with the same stem.
+TRANSCRIPT_SUFFIXES = (".txt", ".lab")
+
 
 class SourceError(ValueError):
     """A source that is missing, unreadable or of an unknown kind (exit code 2)."""
@@ -139,9 +145,13 @@ def open_source(source, *, split: str | None = None) -> Source:
         if (path / "dataset_dict.json").exists() or (path / "state.json").exists():
             return _open_disk(spec, path, split)
         files = sorted(str(p) for p in path.rglob("*") if p.is_file() and _format_of(str(p)))
-        if not files:
-            raise SourceError(f"{spec}: directory holds neither a save_to_disk dataset nor data files ({', '.join(FORMATS)})")
-        return _open_files(spec, files, split)
+        if files:
+            return _open_files(spec, files, split)
+        audio = sorted(str(p) for p in path.rglob("*") if p.is_file() and p.suffix.lower() in AUDIO_SUFFIXES)
+        if audio:
+            return _open_audio_folder(spec, audio, split)
+        raise SourceError(f"{spec}: directory holds no save_to_disk dataset, no data files "
+                          f"({', '.join(FORMATS)}) and no audio files")
     if any(ch in spec for ch in "*?["):
         files = sorted(f for f in _glob.glob(os.path.expanduser(spec), recursive=True) if os.path.isfile(f))
         if not files:
@@ -187,6 +197,35 @@ def _open_files(spec: str, files: list[str], split: str | None) -> Source:
     stamp = [(os.path.abspath(f), os.path.getsize(f), os.stat(f).st_mtime_ns) for f in files]
     fingerprint = _sha(json.dumps([builder, options, stamp], default=str))[:16]
     return Source(spec, suffix[1:], (SplitSource("train", tuple(parts), fingerprint),), False)
+
+
+def _open_audio_folder(spec: str, files: list[str], split: str | None) -> Source:
+    """One row per audio file in sorted path order: ``audio`` (absolute path) and ``text``.
+
+    ``text`` is the content of a sidecar ``.txt``/``.lab`` with the same stem, None without one.
+    """
+    from datasets import Dataset
+
+    if split not in (None, "train"):
+        raise SourceError(f"{spec}: an audio folder has one split, 'train'; --split {split} does not exist")
+    paths = [os.path.abspath(f) for f in files]
+    texts, stamp = [], []
+    for path in paths:
+        stem = os.path.splitext(path)[0]
+        sidecar = next((stem + s for s in TRANSCRIPT_SUFFIXES if os.path.isfile(stem + s)), None)
+        text = None
+        if sidecar is not None:
+            try:
+                text = Path(sidecar).read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise SourceError(f"{sidecar}: cannot read the transcript: {_first_line(exc)}") from exc
+        texts.append(text)
+        for f in (path, sidecar) if sidecar else (path,):
+            st = os.stat(f)
+            stamp.append((f, st.st_size, st.st_mtime_ns))
+    ds = Dataset.from_dict({"audio": paths, "text": texts})
+    fingerprint = _sha(json.dumps(["audiofolder", stamp]))[:16]
+    return Source(spec, "audiofolder", (SplitSource("train", (Part(ds, 0, None),), fingerprint),), False)
 
 
 def _open_disk(spec: str, path: Path, split: str | None) -> Source:

@@ -18,6 +18,17 @@ def render_summary(data: dict, console: Console) -> None:
     console.print(Text.assemble(("tokenizer ", "dim"), f"{tok.get('name')} ({tok.get('class')}; {methods})"))
     columns = ", ".join(f"{f['name']} <- {f['column']}" for f in data.get("fields", []))
     console.print(Text.assemble(("fields ", "dim"), columns))
+    model = data.get("model")
+    if model:
+        console.print(Text.assemble(("model ", "dim"), f"{model.get('model')} ({model.get('model_type')}, "
+                                    f"{model.get('family')})"))
+        for note in model.get("notes", []):
+            console.print(Text(f"  note: {note}", style="dim"))
+    audio = data.get("audio")
+    if audio and audio.get("sampling_rate"):
+        rule = audio.get("frame_rule") or {}
+        frames = f"; frames: {rule.get('origin')}" if rule else ""
+        console.print(Text.assemble(("audio ", "dim"), f"samples at {audio['sampling_rate']:,} Hz{frames}"))
     sampled = False
     for split in data["splits"]:
         sample = split["sample"]
@@ -43,15 +54,21 @@ def render_summary(data: dict, console: Console) -> None:
 
 
 def _field_table(split: dict) -> Table:
+    """Lengths per field; the missing/empty columns only when some row has them (80 columns)."""
+    fields = split["fields"]
+    show_missing = any(f["missing"] + f["unmeasured"] for f in fields.values())
+    show_empty = any(f["empty"] for f in fields.values())
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     table.add_column("field", no_wrap=True)
-    for name in ("rows", "missing", "empty", "min", "mean", *SHOWN, "max"):
+    heads = (["missing"] if show_missing else []) + (["empty"] if show_empty else [])
+    for name in (*heads, "min", "mean", *SHOWN, "max"):
         table.add_column(name, justify="right", no_wrap=True)
-    for name, f in split["fields"].items():
+    for name, f in fields.items():
         pct = f["percentiles"]
-        missing = f["missing"] + f["unmeasured"]
-        table.add_row(name, f"{f['rows']:,}", f"{missing:,}", f"{f['empty']:,}", _num(f["min"]),
-                      _num(f["mean"], 1), *(_num(pct[k]) for k in SHOWN), _num(f["max"]))
+        cells = ([f"{f['missing'] + f['unmeasured']:,}"] if show_missing else []) + \
+                ([f"{f['empty']:,}"] if show_empty else [])
+        table.add_row(name, *cells, _cell(f["min"]), _cell(f["mean"], 1), *(_cell(pct[k]) for k in SHOWN),
+                      _cell(f["max"]))
     return table
 
 
@@ -64,7 +81,7 @@ def _interval_table(split: dict) -> Table:
         cells = []
         for key in SHOWN:
             lo, hi = f["intervals"][key]
-            cells.append(f"{_num(lo)}-{_num(hi) if hi is not None else '?'}")
+            cells.append(f"{_cell(lo)}-{_cell(hi) if hi is not None else '?'}")
         table.add_row(name, *cells)
     return table
 
@@ -72,10 +89,20 @@ def _interval_table(split: dict) -> Table:
 def limit_line(check: dict, *, sampled: bool) -> str:
     """One line on rows over a limit, with the extrapolated interval when sampled."""
     head = f"{check['name']} ({check['origin']}): {check['over_in_measured']:,} of {check['measured']:,} rows"
+    worst = check.get("worst_rows") or []
+    if worst:
+        head += "; longest: " + ", ".join(f"row {w['row']} ({_num(w['value'])})" for w in worst[:3])
     if not sampled:
         return head
     lo, hi = check["interval"]
     return f"{head}; about {check['estimated_over']:,.0f} in the split (95%: {lo:,.0f}-{hi:,.0f})"
+
+
+def _cell(value, digits: int = 3) -> str:
+    """A table cell: exact below 100,000, then compact (496k, 12.3M); report.json has every digit."""
+    if isinstance(value, (int, float)) and abs(value) >= 100_000:
+        return f"{value / 1e6:.1f}M" if abs(value) >= 10_000_000 else f"{value / 1e3:.0f}k"
+    return _num(value, digits)
 
 
 def _num(value, digits: int = 3) -> str:

@@ -1,0 +1,380 @@
+"""Audio durations from file headers, and model frame counts by arithmetic.
+
+Seconds come from the header (``soundfile``/libsndfile): nothing is decoded when the header
+suffices. What libsndfile 1.2.2 (soundfile 0.14) reports, measured against decoding every frame:
+
+* WAV/WAVEX/RF64/W64/AIFF/CAF/AU, FLAC, OGG Vorbis and Opus: ``frames`` equals the decoded length
+  for every rate, channel count and length tried. A **truncated WAV or AIFF** (data chunk claims
+  more than the file holds) reports the frames actually present, and libsndfile's log says
+  ``data : 192000 (should be 95978)``: measured, flagged ``"truncated"`` with that line. A WAV whose
+  data size is the streaming placeholder 0xFFFFFFFF reads to the end of the file (not flagged); one
+  whose data size is 0 reports 0 frames and decodes to 0 (``"empty"``). A truncated FLAC, or one
+  with an unknown total (0) in STREAMINFO, does not open at all ("lost sync", "psf_fseek() failed"),
+  nor does OGG cut inside its first pages; OGG cut later reports the complete pages present.
+* MP3 with a Xing/Info/VBRI tag (LAME writes one; so does libsndfile): ``frames`` is the tag's
+  gapless count and equals the decoded length, CBR, ABR and VBR alike. But a **truncated** tagged
+  MP3 still reports the tag's count (48000 where 22511 decode), so we check that the last frame can
+  be read (a seek to the end: cheap) and otherwise count by decoding (``decoded=True``, flagged
+  ``"truncated"``). Concatenated MP3s report, and decode to, the first part's tag only (libsndfile
+  stops there; ffmpeg-based decoders read on): a known limit.
+* MP3 **without** a tag: libsndfile estimates frames from the file size and the first frame's
+  bitrate: CBR off by a few dozen samples (49577 for 49536), VBR badly (20448 for 49536), and
+  soundfile's own decoding stops at that estimate too. We walk the MPEG frame headers instead
+  (frames x samples per frame, what mpg123 decodes in full) and set ``decoded=True``.
+
+Resampling follows ``librosa.resample`` (see ``resampled_length``); model frames follow
+transformers' own formulas (``conv_frames``, ``mel_frames``, ``frame_rule``).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+FLAG_EMPTY = "empty"
+FLAG_MISSING = "missing"  # the value itself is None (no bytes, no path)
+FLAG_MISSING_FILE = "missing_file"
+FLAG_TRUNCATED = "truncated"  # measured: the frames actually present
+FLAG_UNREADABLE = "unreadable"
+
+_UNKNOWN_FRAMES = 2**62  # libsndfile's "unknown length" is SF_COUNT_MAX: not a real count
+_DECODE_BLOCK = 1 << 16  # frames per read when a length has to come from decoding
+#: libsndfile's log line for a data chunk that claims more bytes than the file holds ...
+_SHORT_CHUNK = re.compile(r"^(data|SSND)\s*:\s*(\d+)\s*\(should be (\d+)\)", re.MULTILINE)
+#: ... except these sizes, which mean "unknown, read to the end" (streamed WAV), not truncation.
+_PLACEHOLDER_SIZES = (0xFFFFFFFF, 0xFFFFFFFE)
+
+
+@dataclass(frozen=True)
+class AudioInfo:
+    """One audio value's length in native sample frames, or why there is none."""
+
+    frames: int | None
+    samplerate: int | None
+    channels: int | None
+    format: str | None
+    subtype: str | None
+    decoded: bool = False
+    flag: str | None = None
+    error: str | None = None
+
+    @property
+    def seconds(self) -> float | None:
+        """Duration in seconds: frames / samplerate."""
+        if self.frames is None or not self.samplerate:
+            return None
+        return self.frames / self.samplerate
+
+
+def _failed(flag: str, error: str) -> AudioInfo:
+    return AudioInfo(None, None, None, None, None, flag=flag, error=error)
+
+
+def read_info(source, *, base_dir: str | None = None) -> AudioInfo:
+    """Length of one audio value: a path, raw bytes, or a ``{"bytes", "path"}`` dict.
+
+    The dict is what ``datasets.Audio(decode=False)`` stores; its bytes win when present. A
+    relative path resolves against ``base_dir`` when given. A bad file never raises: it comes
+    back flagged, with the reason (libsndfile's own message where it gave one). A value of the
+    wrong type raises TypeError.
+    """
+    data, path = _resolve(source, base_dir)
+    if data is None and path is None:
+        return _failed(FLAG_MISSING, "no audio: neither bytes nor a path")
+    if data is None:
+        if not os.path.exists(path):
+            return _failed(FLAG_MISSING_FILE, f"no such file: {path}")
+        if not os.path.isfile(path):
+            return _failed(FLAG_UNREADABLE, f"not a regular file: {path}")
+    try:
+        return _measure(data, path)
+    except Exception as exc:  # LibsndfileError, TypeError (RAW needs a rate), RuntimeError ...
+        return _failed(FLAG_UNREADABLE, _reason(exc, data, path))
+
+
+def read_infos(sources: list, *, base_dir: str | None = None, threads: int = 8) -> list[AudioInfo]:
+    """``read_info`` of every source, in order; the same results whatever ``threads`` is.
+
+    Threads overlap file I/O (libsndfile runs without the GIL). Measured on 2,000 one-second
+    16 kHz WAVs, 2 CPUs, local ext4 on virtio: evicted from the page cache (an audit reads each
+    file once) a plain loop took 0.56 s, 8 threads 0.51 s (medians of 6); in page cache 0.13 s
+    plain, 0.18 s threaded. The pool wins where it matters (cold, slow or network storage) and
+    costs ~25 us a file where nothing is slow anyway; ``threads=1`` gives the plain loop.
+    """
+    if threads <= 1 or len(sources) < 2:
+        return [read_info(s, base_dir=base_dir) for s in sources]
+    for s in sources:  # raise TypeError before any work starts, as the plain loop would
+        _resolve(s, base_dir)
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return list(pool.map(lambda s: read_info(s, base_dir=base_dir), sources))
+
+
+def _resolve(source, base_dir: str | None) -> tuple[bytes | None, str | None]:
+    """(bytes, path) of a source; TypeError for a value that is neither."""
+    if isinstance(source, dict) and set(source) <= {"bytes", "path"}:
+        data, path = source.get("bytes"), source.get("path")
+        if data is not None:
+            return _resolve(data, base_dir)
+        return (None, None) if path is None else _resolve(path, base_dir)
+    if source is None:
+        return None, None
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return bytes(source), None
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        if base_dir is not None and not os.path.isabs(path):
+            path = os.path.join(base_dir, path)
+        return None, path
+    raise TypeError(
+        f"audio source must be a path, bytes or a {{'bytes', 'path'}} dict, "
+        f"got {type(source).__name__} {str(source)[:60]!r}"
+    )
+
+
+def _open(data: bytes | None, path: str | None):
+    import soundfile
+
+    return soundfile.SoundFile(io.BytesIO(data) if data is not None else path)
+
+
+def _reason(exc: Exception, data: bytes | None, path: str | None) -> str:
+    """A readable reason: libsndfile's message without soundfile's BytesIO repr."""
+    what = path if data is None else f"<{len(data)} bytes>"
+    message = getattr(exc, "error_string", None) or str(exc)
+    if isinstance(exc, TypeError) and "samplerate" in message:
+        message = "headerless (RAW) audio: sample rate, channels and sample format unknown"
+    elif data is not None and not data:
+        message = "0 bytes"
+    return f"{what}: {message}"
+
+
+def _measure(data: bytes | None, path: str | None) -> AudioInfo:
+    with _open(data, path) as f:
+        claimed, fmt = f.frames, f.format
+        frames, decoded, note = claimed, False, None
+        walked = _untagged_mp3_samples(data, path) if fmt == "MP3" else None
+        if walked:
+            frames, decoded = walked, True
+        elif claimed >= _UNKNOWN_FRAMES or (claimed and not _readable_at(f, claimed - 1)):
+            # the header promises frames the stream does not hold (truncated FLAC/MP3 ...)
+            frames, decoded = _decoded_frames(data, path, claimed), True
+            if claimed < _UNKNOWN_FRAMES:
+                note = f"truncated: the header says {claimed} frames, the stream decodes to {frames}"
+        else:
+            note = _truncation(f.extra_info)
+        info = dict(frames=frames, samplerate=f.samplerate, channels=f.channels, format=fmt, subtype=f.subtype)
+    flag = FLAG_EMPTY if frames == 0 else (FLAG_TRUNCATED if note else None)
+    return AudioInfo(**info, decoded=decoded, flag=flag, error=note)
+
+
+def _truncation(log: str) -> str | None:
+    """libsndfile's own words when a data chunk claims more than the file holds, else None."""
+    m = _SHORT_CHUNK.search(log)
+    if m is None or int(m.group(2)) in _PLACEHOLDER_SIZES:
+        return None
+    return f"truncated: header claims {m.group(2)} data bytes, the file holds {m.group(3)} (libsndfile: {m.group(0)!r})"
+
+
+def _decoded_frames(data: bytes | None, path: str | None, claimed: int) -> int:
+    """Frames counted by decoding everything (a fresh handle: no state left from seeks).
+
+    A decoder error mid-stream (a truncated FLAC: "lost sync") makes the file unreadable, as it
+    would make ``soundfile.read`` fail in training; the message says how far decoding got.
+    """
+    n = 0
+    with _open(data, path) as f:
+        try:
+            while True:
+                block = f.read(_DECODE_BLOCK, dtype="int16")
+                if not len(block):
+                    return n
+                n += len(block)
+        except Exception as exc:
+            message = getattr(exc, "error_string", None) or str(exc)
+            raise RuntimeError(f"decoding failed at or after frame {n} of the {claimed} the header claims: {message}") from exc
+
+
+# -- MP3 ------------------------------------------------------------------------------------
+# kbit/s by (MPEG-1?, layer); index 0 (free format) and 15 (bad) are not walkable.
+_MPEG_KBPS = {
+    (True, 1): (0, 32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448),
+    (True, 2): (0, 32, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384),
+    (True, 3): (0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320),
+    (False, 1): (0, 32, 48, 56, 64, 80, 96, 112, 128, 144, 160, 176, 192, 224, 256),
+    (False, 2): (0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160),
+}
+_MPEG_KBPS[(False, 3)] = _MPEG_KBPS[(False, 2)]
+_MPEG_RATES = {3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)}
+_VBR_TAGS = (b"Xing", b"Info", b"VBRI")
+
+
+def _mpeg_frame(header: int) -> tuple[int, int] | None:
+    """(bytes, samples) of the MPEG audio frame with this 4-byte header; None if not one."""
+    version, layer_bits = (header >> 19) & 3, (header >> 17) & 3
+    kbps_i, rate_i, pad = (header >> 12) & 15, (header >> 10) & 3, (header >> 9) & 1
+    if header >> 21 != 0x7FF or version == 1 or layer_bits == 0 or kbps_i in (0, 15) or rate_i == 3:
+        return None
+    layer, mpeg1 = 4 - layer_bits, version == 3
+    bitrate, rate = _MPEG_KBPS[(mpeg1, layer)][kbps_i] * 1000, _MPEG_RATES[version][rate_i]
+    if layer == 1:
+        return (12 * bitrate // rate + pad) * 4, 384
+    samples = 1152 if (layer == 2 or mpeg1) else 576
+    return samples // 8 * bitrate // rate + pad, samples
+
+
+def _mpeg_start(blob: bytes) -> int:
+    """Offset of the first MPEG frame: after an ID3v2 tag, if any."""
+    if blob[:3] == b"ID3" and len(blob) >= 10:
+        return 10 + ((blob[6] & 127) << 21 | (blob[7] & 127) << 14 | (blob[8] & 127) << 7 | (blob[9] & 127))
+    return 0
+
+
+def _mpeg_walk(blob: bytes, start: int) -> int:
+    """Samples in the complete MPEG frames from ``start`` until the first non-frame (ID3v1, APE, junk)."""
+    i, samples = start, 0
+    while i + 4 <= len(blob):
+        frame = _mpeg_frame(int.from_bytes(blob[i : i + 4], "big"))
+        if frame is None or i + frame[0] > len(blob):
+            break
+        i, samples = i + frame[0], samples + frame[1]
+    return samples
+
+
+def _untagged_mp3_samples(data: bytes | None, path: str | None) -> int | None:
+    """Samples in an MP3 without a Xing/Info/VBRI tag, by walking its frames; None when tagged.
+
+    Untagged, libsndfile only estimates the length (and stops decoding there): see the docstring.
+    """
+    blob = data if data is not None else _file_head(path)
+    start = _mpeg_start(blob)
+    first = _mpeg_frame(int.from_bytes(blob[start : start + 4], "big")) if len(blob) >= start + 4 else None
+    if first is None or any(t in blob[start : start + first[0]] for t in _VBR_TAGS):
+        return None
+    if data is None:
+        with open(path, "rb") as fh:
+            blob = fh.read()
+    return _mpeg_walk(blob, start) or None
+
+
+def _file_head(path: str) -> bytes:
+    """The file's bytes up to 4 KiB past any ID3v2 tag: enough to hold the first MPEG frame."""
+    with open(path, "rb") as fh:
+        start = _mpeg_start(fh.read(10))
+        fh.seek(0)
+        return fh.read(start + 4096)
+
+
+def _readable_at(f, position: int) -> bool:
+    try:
+        f.seek(position)
+        return len(f.read(1, dtype="int16")) == 1
+    except Exception:  # libsndfile refuses the seek: treat as not there
+        return False
+
+
+# -- samples and model frames: pure arithmetic -----------------------------------------------
+def resampled_length(frames: np.ndarray, orig_sr: np.ndarray | int, target_sr: int) -> np.ndarray:
+    """Samples ``librosa.resample(y, orig_sr=, target_sr=)`` returns for ``frames`` input samples (int64).
+
+    librosa computes ``int(np.ceil(n * (float(target_sr) / orig_sr)))`` in float64 and fixes the
+    output to that length (every res_type, soxr_hq included); equal rates return ``y`` itself.
+    The float ratio is not exact, so this is NOT ceil(n * target / orig) in integers: 147 samples
+    at 44100 Hz -> 48000 Hz give 161, not 160. We repeat librosa's float64 operations to match it.
+    """
+    n = np.asarray(frames, dtype=np.int64)
+    orig = np.asarray(orig_sr, dtype=np.int64)
+    ratio = float(target_sr) / orig.astype(np.float64)
+    out = np.ceil(n.astype(np.float64) * ratio).astype(np.int64)
+    return np.where(orig == target_sr, n, out).astype(np.int64)
+
+
+def conv_frames(samples: np.ndarray, kernels: Sequence[int], strides: Sequence[int]) -> np.ndarray:
+    """Output length of a stack of unpadded 1-d convolutions (Wav2Vec2/HuBERT feature encoder).
+
+    Each layer maps L to floor((L - k) / s) + 1, as ``_get_feat_extract_output_lengths`` does.
+    transformers lets lengths go negative for tiny inputs; we clip to 0 (once <= 0 a length stays
+    <= 0 through any further layer, so this is exactly max(transformers', 0)).
+    """
+    if len(kernels) != len(strides):
+        raise ValueError(f"{len(kernels)} kernels but {len(strides)} strides")
+    n = np.asarray(samples, dtype=np.int64)
+    for k, s in zip(kernels, strides):
+        n = np.maximum(np.floor_divide(n - int(k), int(s)) + 1, 0)
+    return n
+
+
+def mel_frames(samples: np.ndarray, hop_length: int) -> np.ndarray:
+    """Log-mel frames WhisperFeatureExtractor computes for an unpadded, untruncated clip.
+
+    A centred STFT gives 1 + L // hop frames and Whisper drops the last: L // hop. Very short clips
+    make the extractor itself fail (numpy path under one hop, torch path up to n_fft // 2 = 200
+    samples: reflect padding). By default it pads or cuts every clip to ``chunk_length`` seconds
+    first, so the model sees ``FrameRule.max_frames`` frames whatever the clip: unpadded is the
+    clip's own need, which is what a length audit wants.
+    """
+    return np.asarray(samples, dtype=np.int64) // int(hop_length)
+
+
+@dataclass(frozen=True)
+class FrameRule:
+    """How a model turns samples at ``sampling_rate`` into encoder frames."""
+
+    kind: str
+    sampling_rate: int
+    kernels: tuple[int, ...] = ()
+    strides: tuple[int, ...] = ()
+    hop_length: int | None = None
+    max_seconds: float | None = None
+    origin: str = ""
+
+    def frames(self, samples: np.ndarray) -> np.ndarray:
+        """Frames for clips of ``samples`` samples at ``sampling_rate`` (not capped by max_seconds)."""
+        if self.kind == "conv":
+            return conv_frames(samples, self.kernels, self.strides)
+        if self.kind == "mel":
+            return mel_frames(samples, self.hop_length)
+        raise ValueError(f"unknown frame rule kind {self.kind!r}")
+
+    @property
+    def max_frames(self) -> int | None:
+        """Frames the extractor keeps at most (Whisper: 30 s -> 3000); longer clips lose the rest."""
+        if self.max_seconds is None or self.kind != "mel":
+            return None
+        return int(round(self.max_seconds * self.sampling_rate)) // self.hop_length
+
+
+def frame_rule(*, feature_extractor=None, config=None) -> FrameRule | None:
+    """The frame rule of a transformers feature extractor and/or model config; None if none applies."""
+    from transformers import WhisperFeatureExtractor
+
+    fe = feature_extractor
+    if isinstance(fe, WhisperFeatureExtractor):
+        origin = f"{type(fe).__name__} hop_length/sampling_rate/chunk_length"
+        return FrameRule("mel", int(fe.sampling_rate), hop_length=int(fe.hop_length),
+                         max_seconds=float(fe.chunk_length), origin=origin)
+    kernels, strides = getattr(config, "conv_kernel", None), getattr(config, "conv_stride", None)
+    if _int_seq(kernels) and _int_seq(strides) and len(kernels) == len(strides):
+        rate = int(getattr(fe, "sampling_rate", None) or 16000)
+        kernels, strides = tuple(int(k) for k in kernels), tuple(int(s) for s in strides)
+        origin = f"{type(config).__name__} conv_kernel/conv_stride"
+        if getattr(config, "add_adapter", False):
+            # transformers counts each adapter layer as kernel 1, stride adapter_stride (its
+            # kernel-3, padding-1 convolution has exactly that output length).
+            layers, stride = int(config.num_adapter_layers), int(config.adapter_stride)
+            kernels, strides = kernels + (1,) * layers, strides + (stride,) * layers
+            origin += f" + {layers} adapter layers (stride {stride})"
+        return FrameRule("conv", rate, kernels, strides, origin=origin)
+    if getattr(config, "model_type", None) == "whisper":
+        origin = f"{type(config).__name__}: WhisperFeatureExtractor defaults (hop 160, 16 kHz, 30 s)"
+        return FrameRule("mel", 16000, hop_length=160, max_seconds=30.0, origin=origin)
+    return None
+
+
+def _int_seq(value) -> bool:
+    return isinstance(value, (list, tuple)) and len(value) > 0 and all(isinstance(v, int) for v in value)
