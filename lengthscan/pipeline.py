@@ -74,20 +74,20 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
 
     output = _Output.start(Path(out), fields, src) if out is not None else None
     try:
-        splits, hits = [], 0
+        splits, cached = [], []
         for split_src in src.splits:
             plan = plan_sample(split_src.num_rows, sample=sample, full=full, seed=seed)
             tally = _Tally(fields, limits)
-            hits += _measure_split(split_src, plan, fields, counter, settings, tally, cache=cache,
-                                   batch_rows=batch_rows, output=output, progress=progress,
-                                   with_split=src.has_splits)
+            cached += _measure_split(split_src, plan, fields, counter, settings, tally, cache=cache,
+                                     batch_rows=batch_rows, output=output, progress=progress,
+                                     with_split=src.has_splits)
             splits.append(tally.split_audit(split_src.name, plan, seed))
         result = AuditResult(
             source=src.spec, source_fingerprint=src.fingerprint, splits=tuple(splits),
-            tokenizer=counter.info() if counter else None,
+            tokenizer=counter.info(cached=set(cached)) if counter else None,
             fields=tuple(s for f in fields for s in f.specs), seed=seed, command=command, version=__version__,
             created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            out_dir=str(Path(out).resolve()) if out is not None else None, cache_hits=hits,
+            out_dir=str(Path(out).resolve()) if out is not None else None, cache_hits=len(cached),
             seconds=time.perf_counter() - started,
             model=model_limits.to_dict() if model_limits else None,
             audio={"sampling_rate": settings.sampling_rate,
@@ -167,8 +167,9 @@ def _rule_dict(rule) -> dict | None:
 # -- measuring one split ---------------------------------------------------------------------------
 
 def _measure_split(split_src: SplitSource, plan: SamplePlan, fields, counter, settings: AudioSettings,
-                   tally: "_Tally", *, cache: bool, batch_rows: int, output, progress, with_split: bool) -> int:
-    """Measure the plan's rows of one split into ``tally`` (and the outputs); returns cache hits."""
+                   tally: "_Tally", *, cache: bool, batch_rows: int, output, progress, with_split: bool) -> list[str]:
+    """Measure the plan's rows of one split into ``tally`` (and the outputs); returns the roles
+    whose lengths came from the cache."""
     text = [f for f in fields if f.kind == "text"]
     keys = {f.role: field_key(split_src.fingerprint, f.column, f.primary.name, counter.hash, counter.max_chars)
             for f in text} if cache and text else {}
@@ -204,7 +205,7 @@ def _measure_split(split_src: SplitSource, plan: SamplePlan, fields, counter, se
         raise
     for w in writers.values():
         w.commit()
-    return len(readers)
+    return list(readers)
 
 
 def _too_long_errors(flags: np.ndarray, counter) -> list | None:

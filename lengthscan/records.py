@@ -290,6 +290,15 @@ class SplitAudit:
     pair: PairStats | None
     limits: tuple[LimitCheck, ...] = ()
 
+    def _roles(self) -> dict:
+        """Per role (input, target): its column and why rows have no length (the flags it shares)."""
+        out = {}
+        for f in self.fields:
+            if f.spec.role not in out:
+                out[f.spec.role] = {"column": f.spec.column, "kind": f.spec.kind, "flags": dict(f.flags),
+                                    "decoded": f.decoded}
+        return out
+
     def field(self, name: str) -> FieldStats:
         for f in self.fields:
             if f.spec.name == name:
@@ -302,6 +311,7 @@ class SplitAudit:
             "split": self.split,
             "sample": self.sample.to_dict(),
             "fields": {f.spec.name: f.to_dict(sampled) for f in self.fields},
+            "roles": self._roles(),
             "pair": self.pair.to_dict(sampled) if self.pair else None,
             "limits": [c.to_dict() for c in self.limits],
         }

@@ -136,14 +136,17 @@ class TokenCounter:
             self._hash = hash_tokenizer(self.tokenizer, self.name)
         return self._hash
 
-    def info(self) -> TokenizerInfo:
+    def info(self, cached: set[str] = frozenset()) -> TokenizerInfo:
+        """What the report says of the tokenizer; ``cached`` roles had their lengths from the cache."""
         tok = self.tokenizer
+        methods = {role: "cached lengths" for role in sorted(cached)}
+        methods.update({role: m.method for role, m in self._methods.items()})
         return TokenizerInfo(
             name=self.name,
             cls=type(tok).__name__,
             is_fast=bool(getattr(tok, "is_fast", False)),
             hash=self.hash,
-            methods={role: m.method for role, m in self._methods.items()},
+            methods=methods,
             model_max_length=_model_max_length(tok),
         )
 

@@ -46,3 +46,13 @@ def test_html_report_is_self_contained_and_escaped(corpus_jsonl, bpe_dir):
     assert page.count('class="bar"') >= 10
     f = data["splits"][0]["fields"]["target_tokens"]
     assert f"{f['max']:,}" in page
+
+
+def test_html_lists_percentile_headers_and_rows_over_limits(corpus_jsonl, bpe_dir):
+    data = _report(corpus_jsonl, bpe_dir, full=True)
+    page = render_html(data)
+    assert "<th>p99.9</th>" in page
+    (check,) = data["splits"][0]["limits"]
+    assert check["over_in_measured"] > 0
+    top = check["worst_rows"][0]
+    assert f"<td>{top['row']}</td><td>{top['value']:,}</td>" in page
