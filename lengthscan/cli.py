@@ -92,10 +92,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _is_usage_error(exc: Exception) -> bool:
+    from .limits import ModelError
     from .measure import ColumnError
     from .sampling import SampleError
     from .sources import SourceError
-    from .limits import ModelError
     from .tokens import TokenizerError
     from .writer import OutputError
 
@@ -153,7 +153,13 @@ class _progress:
         if self.disabled:
             return None
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
 
         self._bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                              TextColumn("rows"), TimeRemainingColumn(), console=Console(stderr=True), transient=True)

@@ -57,7 +57,14 @@ def build_corpus(path: Path) -> Path:
 
 def train_bpe_tokenizer(texts, out_dir: Path, *, vocab_size: int = 8000, model_max_length: int = 512) -> Path:
     """Train a byte-level BPE with ``<s> $A </s>`` on ``texts``; save it as a transformers directory."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as _dt
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -16,30 +16,26 @@ import pyarrow as pa
 
 from . import __version__
 from .cache import CacheReader, CacheWriter, cached_path, field_key
-from .measure import AudioSettings, ColumnError, check_columns, measure_batch, role_fields
+from .measure import (
+    AudioSettings,
+    ColumnError,
+    check_columns,
+    measure_batch,
+    role_fields,
+)
 from .records import (
     AuditResult,
-    FieldStats,
     Limit,
-    LimitCheck,
     Measured,
-    PairStats,
-    SampleInfo,
-    SplitAudit,
-    pair_from_lengths,
-    stats_from_lengths,
 )
 from .sampling import DEFAULT_SEED, SamplePlan, plan_sample
 from .scan import BATCH_ROWS, Batch, iter_batches
 from .sources import SplitSource, open_source
-from .stats import proportion_interval
+from .tally import SplitTally
 from .tokens import DEFAULT_MAX_CHARS, TokenCounter
 
 Progress = Callable[[str, int, int], None]
 """Called as ``progress(split, rows_done, rows_total)`` while measuring."""
-
-#: Longest rows kept per limit for the report (all of them are in ``lengths.parquet``).
-WORST_ROWS = 100
 
 __all__ = ["audit", "ColumnError"]
 
@@ -77,7 +73,7 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
         splits, cached = [], []
         for split_src in src.splits:
             plan = plan_sample(split_src.num_rows, sample=sample, full=full, seed=seed)
-            tally = _Tally(fields, limits)
+            tally = SplitTally(fields, limits)
             cached += _measure_split(split_src, plan, fields, counter, settings, tally, cache=cache,
                                      batch_rows=batch_rows, output=output, progress=progress,
                                      with_split=src.has_splits)
@@ -167,7 +163,7 @@ def _rule_dict(rule) -> dict | None:
 # -- measuring one split ---------------------------------------------------------------------------
 
 def _measure_split(split_src: SplitSource, plan: SamplePlan, fields, counter, settings: AudioSettings,
-                   tally: "_Tally", *, cache: bool, batch_rows: int, output, progress, with_split: bool) -> list[str]:
+                   tally: SplitTally, *, cache: bool, batch_rows: int, output, progress, with_split: bool) -> list[str]:
     """Measure the plan's rows of one split into ``tally`` (and the outputs); returns the roles
     whose lengths came from the cache."""
     text = [f for f in fields if f.kind == "text"]
@@ -221,95 +217,6 @@ def _row_batches(plan: SamplePlan, batch_rows: int):
     rows = np.arange(plan.rows_total, dtype=np.int64) if plan.indices is None else plan.indices
     for k in range(0, rows.size, batch_rows):
         yield Batch(rows[k:k + batch_rows], pa.record_batch([], schema=pa.schema([])))
-
-
-# -- statistics ------------------------------------------------------------------------------------
-
-@dataclass
-class _LimitTally:
-    """Rows over one limit: their count and the ``WORST_ROWS`` longest (row, value)."""
-
-    limit: Limit
-    over: int = 0
-    rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    values: np.ndarray = field(default_factory=lambda: np.zeros(0))
-
-    def add(self, rows: np.ndarray, values: np.ndarray) -> None:
-        over = values > self.limit.value  # NaN and -1 (no length) are never over
-        if not over.any():
-            return
-        self.over += int(over.sum())
-        self.rows = np.concatenate([self.rows, rows[over]])
-        self.values = np.concatenate([self.values, values[over].astype(np.float64)])
-        if self.rows.size > 4 * WORST_ROWS:
-            self._prune()
-
-    def _prune(self) -> None:
-        order = np.lexsort((self.rows, -self.values))[:WORST_ROWS]
-        self.rows, self.values = self.rows[order], self.values[order]
-
-    def check(self, sample: SampleInfo) -> LimitCheck:
-        self._prune()
-        n, total = sample.rows_measured, sample.rows_total
-        lo, hi = proportion_interval(self.over, n, total)
-        estimate = self.over / n * total if n else 0.0
-        worst = tuple((int(r), _plain(v)) for r, v in zip(self.rows, self.values))
-        return LimitCheck(self.limit, self.over, n, estimate, (lo * total, hi * total), worst)
-
-
-def _plain(v: float):
-    return int(v) if float(v).is_integer() else float(v)
-
-
-@dataclass
-class _Tally:
-    """Mergeable statistics of one split, accumulated batch by batch (merged every few batches)."""
-
-    fields: tuple
-    limits: list[Limit]
-    parts: dict = field(default_factory=dict)
-    pairs: list[PairStats] = field(default_factory=list)
-    limit_tallies: list[_LimitTally] = field(default_factory=list)
-
-    def __post_init__(self):
-        self.limit_tallies = [_LimitTally(limit) for limit in self.limits]
-
-    def add(self, rows: np.ndarray, measured: dict[str, Measured]) -> None:
-        by_name = {}
-        for f in self.fields:
-            m = measured[f.role]
-            for spec in f.specs:
-                values = m.values[spec]
-                by_name[spec.name] = values
-                bucket = self.parts.setdefault(spec, [])
-                bucket.append(stats_from_lengths(spec, values, m.flags, m.decoded))
-                if len(bucket) >= 32:
-                    bucket[:] = [_merge_all(bucket)]
-        if len(self.fields) == 2:
-            x, y = self.fields
-            self.pairs.append(pair_from_lengths(x.primary, y.primary, by_name[x.primary.name], by_name[y.primary.name]))
-            if len(self.pairs) >= 32:
-                self.pairs[:] = [_merge_all(self.pairs)]
-        for lt in self.limit_tallies:
-            lt.add(rows, by_name[lt.limit.measure])
-
-    def split_audit(self, name: str, plan: SamplePlan, seed: int) -> SplitAudit:
-        sample = SampleInfo(plan.full, plan.rows_total, plan.size, seed, plan.requested, plan.reason)
-        stats = tuple(_merge_all(self.parts[s]) if self.parts.get(s) else FieldStats(s)
-                      for f in self.fields for s in f.specs)
-        pair = None
-        if len(self.fields) == 2:
-            x, y = self.fields
-            pair = _merge_all(self.pairs) if self.pairs else PairStats(
-                x.primary.name, y.primary.name, x_scale=x.primary.scale, y_scale=y.primary.scale)
-        return SplitAudit(name, sample, stats, pair, tuple(lt.check(sample) for lt in self.limit_tallies))
-
-
-def _merge_all(items):
-    out = items[0]
-    for item in items[1:]:
-        out = out.merge(item)
-    return out
 
 
 # -- outputs ---------------------------------------------------------------------------------------

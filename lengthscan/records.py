@@ -15,11 +15,9 @@ from .stats import (
     Histogram,
     JointHistogram,
     Summary,
-    binned,
-    log_bins,
+    display_bins,
     merge_histograms,
     merge_joint,
-    ratio_units,
     summarize,
 )
 
@@ -145,7 +143,7 @@ class FieldStats:
             **self.summary(sampled).to_dict(),
             "scale": self.spec.scale,
             "histogram": self.histogram.to_dict(),
-            "display_histogram": display_histogram(self.histogram, self.spec.scale),
+            "display_histogram": display_bins(self.histogram, self.spec.scale),
         }
 
 
@@ -364,45 +362,3 @@ class AuditResult:
             "seconds": round(self.seconds, 3),
             "splits": [s.to_dict() for s in self.splits],
         }
-
-
-def stats_from_lengths(spec: FieldSpec, values: np.ndarray, flags: np.ndarray,
-                       decoded: np.ndarray | None = None) -> FieldStats:
-    """Statistics of one batch of per-row values (negative or NaN where there is no length)."""
-    valid = values >= 0
-    units = values[valid] if spec.scale == 1 else np.rint(values[valid] * spec.scale)
-    codes, counts = np.unique(flags[flags != FLAG_OK], return_counts=True)
-    return FieldStats(
-        spec,
-        rows=int(values.size),
-        flags={FLAG_NAMES[int(c)]: int(n) for c, n in zip(codes, counts)},
-        histogram=Histogram.of(units.astype(np.int64)),
-        decoded=int(decoded.sum()) if decoded is not None else 0,
-    )
-
-
-def pair_from_lengths(x_spec: FieldSpec, y_spec: FieldSpec, x: np.ndarray, y: np.ndarray) -> PairStats:
-    """Pair statistics of one batch, over rows where both values exist and the input is > 0.
-
-    The joint histogram is on integer units (milliseconds for seconds); the ratio is y per x unit.
-    """
-    both = (x > 0) & (y >= 0)
-    xs, ys = x[both], y[both]
-    xi = xs if x_spec.scale == 1 else np.rint(xs * x_spec.scale)
-    yi = ys if y_spec.scale == 1 else np.rint(ys * y_spec.scale)
-    return PairStats(x_spec.name, y_spec.name, JointHistogram.of(xi.astype(np.int64), yi.astype(np.int64)),
-                     Histogram.of(ratio_units(ys, xs)), x_spec.scale, y_spec.scale)
-
-
-def display_histogram(hist: Histogram, scale: int = 1) -> dict:
-    """Counts on log-spaced integer bins ``[edges[i], edges[i+1])``, trimmed to the data.
-
-    Edges are in the measurement's unit (divided by ``scale``).
-    """
-    if hist.n == 0:
-        return {"edges": [], "counts": []}
-    edges = log_bins(int(hist.values[-1]))
-    counts = binned(hist, edges)
-    first = int(np.searchsorted(edges, hist.values[0], side="right") - 1)
-    shown = edges[first:] if scale == 1 else edges[first:] / scale
-    return {"edges": shown.tolist(), "counts": counts[first:].tolist()}

@@ -267,3 +267,17 @@ JOINT_EDGES = log_bins(2**40, per_octave=2)
 
 def bin_index(values: np.ndarray) -> np.ndarray:
     return np.searchsorted(JOINT_EDGES, np.asarray(values, np.int64), side="right") - 1
+
+
+def display_bins(hist: Histogram, scale: int = 1) -> dict:
+    """Counts on log-spaced integer bins ``[edges[i], edges[i+1])``, trimmed to the data.
+
+    Edges are in the measurement's unit (divided by ``scale``).
+    """
+    if hist.n == 0:
+        return {"edges": [], "counts": []}
+    edges = log_bins(int(hist.values[-1]))
+    counts = binned(hist, edges)
+    first = int(np.searchsorted(edges, hist.values[0], side="right") - 1)
+    shown = edges[first:] if scale == 1 else edges[first:] / scale
+    return {"edges": shown.tolist(), "counts": counts[first:].tolist()}

@@ -75,7 +75,14 @@ def _save_fast(tok, out: Path, config: dict) -> Path:
 @pytest.fixture(scope="session")
 def bpe_dir(tmp_path_factory, train_texts) -> Path:
     """Byte-level BPE with ``<s> $A </s>`` (RoBERTa/BART style)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
@@ -93,7 +100,15 @@ def bpe_dir(tmp_path_factory, train_texts) -> Path:
 @pytest.fixture(scope="session")
 def wordpiece_dir(tmp_path_factory, train_texts) -> Path:
     """BERT-style WordPiece: lowercasing, accent-stripping normalizer, ``[CLS] $A [SEP]``."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True)
@@ -112,7 +127,15 @@ def wordpiece_dir(tmp_path_factory, train_texts) -> Path:
 @pytest.fixture(scope="session")
 def unigram_dir(tmp_path_factory, train_texts) -> Path:
     """SentencePiece-style Unigram: NFKC normalizer, Metaspace, ``$A </s>`` (T5 style)."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     tok = Tokenizer(models.Unigram())
     tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Replace("  ", " ")])

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lengthscan.records import FieldSpec, pair_from_lengths, stats_from_lengths
+from lengthscan.records import FieldSpec
 from lengthscan.stats import (
     PERCENTILES,
     Histogram,
@@ -20,6 +20,7 @@ from lengthscan.stats import (
     proportion_interval,
     summarize,
 )
+from lengthscan.tally import pair_from_lengths, stats_from_lengths
 
 lengths = st.lists(st.integers(min_value=0, max_value=5000), min_size=1, max_size=400)
 

@@ -9,7 +9,6 @@ import pytest
 
 from lengthscan.records import FLAG_EMPTY, FLAG_MISSING, FLAG_OK, FLAG_TOO_LONG
 from lengthscan.tokens import METHOD_CALL, METHOD_FAST, TokenCounter
-
 from tests.helpers import direct_counts
 
 

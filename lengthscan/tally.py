@@ -1,0 +1,143 @@
+"""Accumulate one split's statistics batch by batch: field histograms, the input x target pair,
+and rows over each limit. Everything here merges exactly, so batches, processes or machines can
+each tally their rows and the merged result is the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .records import (
+    FLAG_NAMES,
+    FLAG_OK,
+    FieldSpec,
+    FieldStats,
+    Limit,
+    LimitCheck,
+    Measured,
+    PairStats,
+    SampleInfo,
+    SplitAudit,
+)
+from .sampling import SamplePlan
+from .stats import Histogram, JointHistogram, proportion_interval, ratio_units
+
+#: Longest rows kept per limit for the report (all of them are in ``lengths.parquet``).
+WORST_ROWS = 100
+
+
+def stats_from_lengths(spec: FieldSpec, values: np.ndarray, flags: np.ndarray,
+                       decoded: np.ndarray | None = None) -> FieldStats:
+    """Statistics of one batch of per-row values (negative or NaN where there is no length)."""
+    valid = values >= 0
+    units = values[valid] if spec.scale == 1 else np.rint(values[valid] * spec.scale)
+    codes, counts = np.unique(flags[flags != FLAG_OK], return_counts=True)
+    return FieldStats(
+        spec,
+        rows=int(values.size),
+        flags={FLAG_NAMES[int(c)]: int(n) for c, n in zip(codes, counts)},
+        histogram=Histogram.of(units.astype(np.int64)),
+        decoded=int(decoded.sum()) if decoded is not None else 0,
+    )
+
+
+def pair_from_lengths(x_spec: FieldSpec, y_spec: FieldSpec, x: np.ndarray, y: np.ndarray) -> PairStats:
+    """Pair statistics of one batch, over rows where both values exist and the input is > 0.
+
+    The joint histogram is on integer units (milliseconds for seconds); the ratio is y per x unit.
+    """
+    both = (x > 0) & (y >= 0)
+    xs, ys = x[both], y[both]
+    xi = xs if x_spec.scale == 1 else np.rint(xs * x_spec.scale)
+    yi = ys if y_spec.scale == 1 else np.rint(ys * y_spec.scale)
+    return PairStats(x_spec.name, y_spec.name, JointHistogram.of(xi.astype(np.int64), yi.astype(np.int64)),
+                     Histogram.of(ratio_units(ys, xs)), x_spec.scale, y_spec.scale)
+
+
+@dataclass
+class LimitTally:
+    """Rows over one limit: their count and the ``WORST_ROWS`` longest (row, value)."""
+
+    limit: Limit
+    over: int = 0
+    rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    values: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def add(self, rows: np.ndarray, values: np.ndarray) -> None:
+        over = values > self.limit.value  # NaN and -1 (no length) are never over
+        if not over.any():
+            return
+        self.over += int(over.sum())
+        self.rows = np.concatenate([self.rows, rows[over]])
+        self.values = np.concatenate([self.values, values[over].astype(np.float64)])
+        if self.rows.size > 4 * WORST_ROWS:
+            self._prune()
+
+    def _prune(self) -> None:
+        order = np.lexsort((self.rows, -self.values))[:WORST_ROWS]
+        self.rows, self.values = self.rows[order], self.values[order]
+
+    def check(self, sample: SampleInfo) -> LimitCheck:
+        self._prune()
+        n, total = sample.rows_measured, sample.rows_total
+        lo, hi = proportion_interval(self.over, n, total)
+        estimate = self.over / n * total if n else 0.0
+        worst = tuple((int(r), _plain(v)) for r, v in zip(self.rows, self.values))
+        return LimitCheck(self.limit, self.over, n, estimate, (lo * total, hi * total), worst)
+
+
+def _plain(v: float):
+    return int(v) if float(v).is_integer() else float(v)
+
+
+@dataclass
+class SplitTally:
+    """Mergeable statistics of one split, accumulated batch by batch (merged every few batches)."""
+
+    fields: tuple
+    limits: list[Limit]
+    parts: dict = field(default_factory=dict)
+    pairs: list[PairStats] = field(default_factory=list)
+    limit_tallies: list[LimitTally] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.limit_tallies = [LimitTally(limit) for limit in self.limits]
+
+    def add(self, rows: np.ndarray, measured: dict[str, Measured]) -> None:
+        by_name = {}
+        for f in self.fields:
+            m = measured[f.role]
+            for spec in f.specs:
+                values = m.values[spec]
+                by_name[spec.name] = values
+                bucket = self.parts.setdefault(spec, [])
+                bucket.append(stats_from_lengths(spec, values, m.flags, m.decoded))
+                if len(bucket) >= 32:
+                    bucket[:] = [_merge_all(bucket)]
+        if len(self.fields) == 2:
+            x, y = self.fields
+            self.pairs.append(pair_from_lengths(x.primary, y.primary, by_name[x.primary.name], by_name[y.primary.name]))
+            if len(self.pairs) >= 32:
+                self.pairs[:] = [_merge_all(self.pairs)]
+        for lt in self.limit_tallies:
+            lt.add(rows, by_name[lt.limit.measure])
+
+    def split_audit(self, name: str, plan: SamplePlan, seed: int) -> SplitAudit:
+        sample = SampleInfo(plan.full, plan.rows_total, plan.size, seed, plan.requested, plan.reason)
+        stats = tuple(_merge_all(self.parts[s]) if self.parts.get(s) else FieldStats(s)
+                      for f in self.fields for s in f.specs)
+        pair = None
+        if len(self.fields) == 2:
+            x, y = self.fields
+            pair = _merge_all(self.pairs) if self.pairs else PairStats(
+                x.primary.name, y.primary.name, x_scale=x.primary.scale, y_scale=y.primary.scale)
+        return SplitAudit(name, sample, stats, pair, tuple(lt.check(sample) for lt in self.limit_tallies))
+
+
+def _merge_all(items):
+    out = items[0]
+    for item in items[1:]:
+        out = out.merge(item)
+    return out
