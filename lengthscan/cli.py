@@ -40,6 +40,21 @@ def _add_field_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the per-row length cache")
 
 
+def _add_limit_flags(p: argparse.ArgumentParser) -> None:
+    """Flags shared by audit (what clean would do) and clean (what it does)."""
+    p.add_argument("--limit", action="append", default=[], metavar="RULE",
+                   help="METRIC OP VALUE[:ACTION], e.g. 'input_tokens<=1024', 'target_tokens<=p99:truncate', "
+                        "'target_tokens/input_seconds<=z4' (repeatable)")
+    p.add_argument("--action", choices=("drop", "truncate"), default="drop",
+                   help="what a row over an upper token limit gets (default drop)")
+    p.add_argument("--keep-empty-targets", action="store_true",
+                   help="keep rows whose target has no content tokens (dropped by default)")
+    p.add_argument("--crop-audio", action="store_true",
+                   help="crop audio over an input_seconds limit instead of dropping the row (classification)")
+    p.add_argument("--fail-over", metavar="SHARE|ROWS",
+                   help="exit 1 when more than this share (1%%) or number of rows would be dropped or truncated")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lengthscan",
@@ -52,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Measure token lengths exactly as the model receives them; write "
                                    "lengths.parquet, report.json and report.html.")
     _add_field_flags(p)
+    _add_limit_flags(p)
     p.add_argument("--out", default="lengthscan-report", metavar="DIR",
                    help="output directory (default ./lengthscan-report)")
     p.add_argument("--overwrite", action="store_true", help="replace --out even if it holds other files")
@@ -99,7 +115,8 @@ def _is_usage_error(exc: Exception) -> bool:
     from .tokens import TokenizerError
     from .writer import OutputError
 
-    return isinstance(exc, (ColumnError, SampleError, SourceError, TokenizerError, OutputError, ModelError))
+    return isinstance(exc, (ColumnError, SampleError, SourceError, TokenizerError, OutputError, ModelError,
+                            RuleError))
 
 
 def _audit(args, command: str) -> int:
@@ -109,12 +126,17 @@ def _audit(args, command: str) -> int:
     with _progress(disabled=args.quiet) as progress:
         result = audit(
             args.source, tokenizer=args.tokenizer, model=args.model, input=args.input, target=args.target,
-            audio=args.audio, sampling_rate=args.sampling_rate,
+            audio=args.audio, sampling_rate=args.sampling_rate, limits=args.limit, action=args.action,
+            keep_empty_targets=args.keep_empty_targets, crop_audio=args.crop_audio, fail_over=args.fail_over,
             split=args.split, sample=args.sample, full=args.full, seed=args.seed, out=args.out,
             overwrite=args.overwrite, cache=not args.no_cache,
             max_chars=args.max_chars or DEFAULT_MAX_CHARS, progress=progress, command=command,
         )
     _print_result(result, json_out=args.json, quiet=args.quiet)
+    failed = (result.decisions or {}).get("gate")
+    if failed:
+        print(f"lengthscan: {failed}", file=sys.stderr)
+        return EXIT_GATE
     return EXIT_OK
 
 

@@ -40,10 +40,42 @@ Progress = Callable[[str, int, int], None]
 __all__ = ["audit", "ColumnError"]
 
 
+@dataclass(frozen=True)
+class Setup:
+    """What measuring needs, resolved once from the user's options."""
+
+    fields: tuple
+    counter: TokenCounter | None
+    settings: AudioSettings
+    model_limits: object | None  # limits.ModelLimits
+    limits: list[Limit]
+
+    @property
+    def specs(self) -> tuple:
+        return tuple(s for f in self.fields for s in f.specs)
+
+    def audio_dict(self) -> dict | None:
+        if not any(f.kind == "audio" for f in self.fields):
+            return None
+        return {"sampling_rate": self.settings.sampling_rate, "frame_rule": _rule_dict(self.settings.frame_rule)}
+
+
+def prepare(*, tokenizer=None, input=None, target=None, audio=None, model=None, sampling_rate=None,
+            max_chars: int = DEFAULT_MAX_CHARS) -> Setup:
+    """Load the model's context, choose the fields and their measurements, the counter and limits."""
+    ctx = _model_context(model, tokenizer)
+    settings = _audio_settings(ctx, sampling_rate) if audio else AudioSettings()
+    fields = role_fields(input=input, target=target, audio=audio, audio_settings=settings)
+    counter = _counter(fields, tokenizer, model, ctx, max_chars)
+    model_limits = _model_limits(ctx)
+    return Setup(fields, counter, settings, model_limits, _limits(fields, counter, model_limits))
+
+
 def audit(source, *, tokenizer=None, input: str | None = None, target: str | None = None,
           audio: str | None = None, model: str | None = None, sampling_rate: int | None = None,
           split: str | None = None, sample=None, full: bool = False, seed: int = DEFAULT_SEED,
-          out: str | Path | None = None, overwrite: bool = False, cache: bool = True,
+          limits=(), action: str = "drop", keep_empty_targets: bool = False, crop_audio: bool = False,
+          fail_over=None, out: str | Path | None = None, overwrite: bool = False, cache: bool = True,
           max_chars: int = DEFAULT_MAX_CHARS, batch_rows: int = BATCH_ROWS,
           progress: Progress | None = None, command: str | None = None) -> AuditResult:
     """Measure the lengths of the ``input``/``audio`` and ``target`` columns of ``source``.
@@ -51,51 +83,81 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
     ``source`` is anything ``open_source`` opens (path, glob, directory, audio folder, hub id,
     Dataset or DatasetDict). ``tokenizer`` is a local directory, a hub name or a loaded tokenizer
     (default: ``model``). ``model`` also gives the model's limits, sampling rate and frame rule.
-    ``sample`` is a row count or a fraction; ``full`` measures every row. With ``out``, writes
+    ``sample`` is a row count or a fraction; ``full`` measures every row. ``limits`` are
+    ``clean``'s rules: the audit then reports what clean would do to each row (with ``action``,
+    ``keep_empty_targets``, ``crop_audio``), and ``fail_over`` ('1%' or a row count) marks the
+    result failed when more rows would be dropped or truncated. With ``out``, writes
     ``lengths.parquet``, ``report.json`` and ``report.html`` there atomically.
     """
+    from .decisions import check_rule_metrics, parse_fail_over, parse_rules
+
     started = time.perf_counter()
-    ctx = _model_context(model, tokenizer)
-    settings = _audio_settings(ctx, sampling_rate) if audio else AudioSettings()
-    fields = role_fields(input=input, target=target, audio=audio, audio_settings=settings)
-    counter = _counter(fields, tokenizer, model, ctx, max_chars)
-    model_limits = _model_limits(ctx)
-    limits = _limits(fields, counter, model_limits)
+    rules = parse_rules(limits)
+    gate_spec = parse_fail_over(fail_over)
+    setup = prepare(tokenizer=tokenizer, input=input, target=target, audio=audio, model=model,
+                    sampling_rate=sampling_rate, max_chars=max_chars)
+    check_rule_metrics(rules, setup.fields)
     if out is not None:
         from .writer import check_writable
 
         check_writable(Path(out), overwrite=overwrite)
     src = open_source(source, split=split)
-    check_columns(src, fields)
+    check_columns(src, setup.fields)
+    ratios = tuple(dict.fromkeys(r.metric for r in rules if r.is_ratio))
 
-    output = _Output.start(Path(out), fields, src) if out is not None else None
+    output = _Output.start(Path(out) if out is not None else None, setup.fields, src,
+                           measured_only=bool(rules))
     try:
-        splits, cached = [], []
+        splits, cached, tallies, plans = [], [], [], []
         for split_src in src.splits:
             plan = plan_sample(split_src.num_rows, sample=sample, full=full, seed=seed)
-            tally = SplitTally(fields, limits)
-            cached += _measure_split(split_src, plan, fields, counter, settings, tally, cache=cache,
-                                     batch_rows=batch_rows, output=output, progress=progress,
-                                     with_split=src.has_splits)
+            tally = SplitTally(setup.fields, setup.limits, ratios)
+            cached += measure_split(split_src, plan, setup, tally, cache=cache, batch_rows=batch_rows,
+                                    output=output, progress=progress, with_split=src.has_splits)
             splits.append(tally.split_audit(split_src.name, plan, seed))
+            tallies.append(tally)
+            plans.append(plan)
+        decisions = None
+        if rules:
+            from .decisions import gate
+
+            resolved, basis = resolve_for(rules, src, tallies, setup, action, crop_audio)
+            dtallies = output.decide(src, plans, setup, resolved, keep_empty_targets)
+            decisions = {"rules": [r.to_dict() for r in resolved], "basis": basis, "action": action,
+                         "splits": [t.to_dict() for t in dtallies], "fail_over": fail_over,
+                         "gate": gate(gate_spec, dtallies)}
         result = AuditResult(
             source=src.spec, source_fingerprint=src.fingerprint, splits=tuple(splits),
-            tokenizer=counter.info(cached=set(cached)) if counter else None,
-            fields=tuple(s for f in fields for s in f.specs), seed=seed, command=command, version=__version__,
+            tokenizer=setup.counter.info(cached=set(cached)) if setup.counter else None,
+            fields=setup.specs, seed=seed, command=command, version=__version__,
             created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             out_dir=str(Path(out).resolve()) if out is not None else None, cache_hits=len(cached),
             seconds=time.perf_counter() - started,
-            model=model_limits.to_dict() if model_limits else None,
-            audio={"sampling_rate": settings.sampling_rate,
-                   "frame_rule": _rule_dict(settings.frame_rule)} if audio else None,
+            model=setup.model_limits.to_dict() if setup.model_limits else None,
+            audio=setup.audio_dict(), decisions=decisions,
         )
-        if output is not None:
-            output.finish(result)
+        output.finish(result)
         return result
     except BaseException:
-        if output is not None:
-            output.abort()
+        output.abort()
         raise
+
+
+def resolve_for(rules, src, tallies, setup: Setup, action: str, crop_audio: bool):
+    """Resolve rules on the train split's distributions (all splits merged when there is none)."""
+    from .policy import resolve_rules
+
+    names = [s.name for s in src.splits]
+    if "train" in names:
+        basis, hists = "train", tallies[names.index("train")].histograms()
+    else:
+        basis = names[0] if len(names) == 1 else "all splits merged"
+        per = [t.histograms() for t in tallies]
+        from .stats import merge_histograms
+
+        hists = {k: (merge_histograms([p[k][0] for p in per]), per[0][k][1]) for k in per[0]}
+    return resolve_rules(rules, histograms=hists, default_action=action, model_limits=setup.model_limits,
+                         crop_audio=crop_audio, basis=basis), basis
 
 
 # -- set-up: model, tokenizer, limits --------------------------------------------------------------
@@ -162,10 +224,11 @@ def _rule_dict(rule) -> dict | None:
 
 # -- measuring one split ---------------------------------------------------------------------------
 
-def _measure_split(split_src: SplitSource, plan: SamplePlan, fields, counter, settings: AudioSettings,
-                   tally: SplitTally, *, cache: bool, batch_rows: int, output, progress, with_split: bool) -> list[str]:
-    """Measure the plan's rows of one split into ``tally`` (and the outputs); returns the roles
-    whose lengths came from the cache."""
+def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally: SplitTally, *, cache: bool,
+                  batch_rows: int, output, progress, with_split: bool) -> list[str]:
+    """Measure the plan's rows of one split into ``tally`` and ``output.lengths``; returns the
+    roles whose lengths came from the cache."""
+    fields, counter, settings = setup.fields, setup.counter, setup.settings
     text = [f for f in fields if f.kind == "text"]
     keys = {f.role: field_key(split_src.fingerprint, f.column, f.primary.name, counter.hash, counter.max_chars)
             for f in text} if cache and text else {}
@@ -186,7 +249,7 @@ def _measure_split(split_src: SplitSource, plan: SamplePlan, fields, counter, se
                 elif f.role in writers:
                     writers[f.role].write(measured[f.role].values[f.primary], measured[f.role].flags)
             tally.add(batch.rows, measured)
-            if output is not None:
+            if output.lengths is not None:
                 located = split_src.locate(batch.rows) if split_src.multi_file else None
                 output.lengths.write(batch.rows, split=split_src.name if with_split else None,
                                      located=located, measured=measured)
@@ -223,24 +286,77 @@ def _row_batches(plan: SamplePlan, batch_rows: int):
 
 @dataclass
 class _Output:
-    final: Path
-    tmp: Path
+    """Where measured lengths go: ``lengths.parquet`` in a staging directory beside ``final``.
+
+    With rules, the measured lengths are written first to ``.measured.parquet`` and the decide
+    pass writes ``lengths.parquet`` with the decision columns. Without ``final`` (a library call
+    with no ``out``), a temporary directory holds what the decide pass needs, or nothing is kept.
+    """
+
+    final: Path | None
+    tmp: Path | None
     lengths: object
+    measured_path: Path | None
 
     @classmethod
-    def start(cls, final: Path, fields, src) -> "_Output":
+    def start(cls, final: Path | None, fields, src, *, measured_only: bool = False) -> "_Output":
+        import tempfile
+
         from .writer import LengthsWriter, lengths_schema, staging_dir
 
-        tmp = staging_dir(final)
+        if final is None and not measured_only:
+            return cls(None, None, None, None)
+        tmp = staging_dir(final) if final is not None else Path(tempfile.mkdtemp(prefix="lengthscan-"))
         multi = any(s.multi_file for s in src.splits)
         schema = lengths_schema(fields, with_split=src.has_splits, multi_file=multi)
-        return cls(final, tmp, LengthsWriter(tmp / "lengths.parquet", schema))
+        path = tmp / (".measured.parquet" if measured_only else "lengths.parquet")
+        return cls(final, tmp, LengthsWriter(path, schema), path if measured_only else None)
+
+    def decide(self, src, plans, setup: Setup, resolved, keep_empty_targets: bool):
+        """The decide pass over the measured lengths; writes ``lengths.parquet`` with decisions."""
+        import pyarrow.parquet as pq
+
+        from .decisions import (
+            DecisionTally,
+            MeasuredCursor,
+            base_and_flags,
+            decide,
+            decision_columns,
+            special_lengths,
+        )
+
+        self.lengths.close()
+        self.lengths = None
+        special = special_lengths(setup.counter, setup.fields)
+        cursor = MeasuredCursor(self.measured_path)
+        writer, tallies = None, []
+        for split_src, plan in zip(src.splits, plans):
+            tally = DecisionTally(split_src.name, plan.rows_total)
+            for start in range(0, plan.size, 65536):
+                table = cursor.take(min(65536, plan.size - start))
+                base, flags = base_and_flags(table, setup.fields)
+                d = decide(base, flags, resolved, special=special, keep_empty_targets=keep_empty_targets)
+                tally.add(d)
+                for name, col in decision_columns(d).items():
+                    table = table.append_column(name, col)
+                if self.final is not None:
+                    writer = writer or pq.ParquetWriter(self.tmp / "lengths.parquet", table.schema)
+                    writer.write_table(table)
+            tallies.append(tally)
+        if writer is not None:
+            writer.close()
+        self.measured_path.unlink()
+        return tallies
 
     def finish(self, result: AuditResult) -> None:
+        if self.lengths is not None:
+            self.lengths.close()
+        if self.final is None:
+            self.abort()
+            return
         from .report.html import write_html
         from .writer import publish, write_json
 
-        self.lengths.close()
         data = result.to_dict()
         write_json(self.tmp / "report.json", data)
         write_html(self.tmp / "report.html", data)
@@ -250,7 +366,9 @@ class _Output:
         import shutil
 
         try:
-            self.lengths.close()
+            if self.lengths is not None:
+                self.lengths.close()
         except Exception:
             pass
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)

@@ -333,6 +333,7 @@ class AuditResult:
     seconds: float = 0.0
     model: dict | None = None
     audio: dict | None = None
+    decisions: dict | None = None
 
     def split(self, name: str) -> SplitAudit:
         for s in self.splits:
@@ -361,4 +362,5 @@ class AuditResult:
             "cache_hits": self.cache_hits,
             "seconds": round(self.seconds, 3),
             "splits": [s.to_dict() for s in self.splits],
+            "decisions": self.decisions,
         }

@@ -22,7 +22,14 @@ from .records import (
     SplitAudit,
 )
 from .sampling import SamplePlan
-from .stats import Histogram, JointHistogram, proportion_interval, ratio_units
+from .stats import (
+    RATIO_SCALE,
+    Histogram,
+    JointHistogram,
+    merge_histograms,
+    proportion_interval,
+    ratio_units,
+)
 
 #: Longest rows kept per limit for the report (all of them are in ``lengths.parquet``).
 WORST_ROWS = 100
@@ -98,9 +105,11 @@ class SplitTally:
 
     fields: tuple
     limits: list[Limit]
+    ratios: tuple[str, ...] = ()  # ratio metrics (``a/b``) whose distribution rules need
     parts: dict = field(default_factory=dict)
     pairs: list[PairStats] = field(default_factory=list)
     limit_tallies: list[LimitTally] = field(default_factory=list)
+    ratio_parts: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self.limit_tallies = [LimitTally(limit) for limit in self.limits]
@@ -123,6 +132,24 @@ class SplitTally:
                 self.pairs[:] = [_merge_all(self.pairs)]
         for lt in self.limit_tallies:
             lt.add(rows, by_name[lt.limit.measure])
+        for metric in self.ratios:
+            from .policy import metric_values, ratio_units_of
+
+            bucket = self.ratio_parts.setdefault(metric, [])
+            bucket.append(Histogram.of(ratio_units_of(metric_values(metric, by_name))))
+            if len(bucket) >= 32:
+                bucket[:] = [merge_histograms(bucket)]
+
+    def histograms(self) -> dict[str, tuple[Histogram, int]]:
+        """Metric -> (histogram in integer units, scale): every measurement and the tracked ratios."""
+        out = {}
+        for f in self.fields:
+            for spec in f.specs:
+                parts = self.parts.get(spec)
+                out[spec.name] = (_merge_all(parts).histogram if parts else Histogram(), spec.scale)
+        for metric in self.ratios:
+            out[metric] = (merge_histograms(self.ratio_parts.get(metric, [])), RATIO_SCALE)
+        return out
 
     def split_audit(self, name: str, plan: SamplePlan, seed: int) -> SplitAudit:
         sample = SampleInfo(plan.full, plan.rows_total, plan.size, seed, plan.requested, plan.reason)
