@@ -84,7 +84,7 @@ def read_info(source, *, base_dir: str | None = None) -> AudioInfo:
     back flagged, with the reason (libsndfile's own message where it gave one). A value of the
     wrong type raises TypeError.
     """
-    data, path = _resolve(source, base_dir)
+    data, path = resolve_source(source, base_dir)
     if data is None and path is None:
         return _failed(FLAG_MISSING, "no audio: neither bytes nor a path")
     if data is None:
@@ -110,18 +110,18 @@ def read_infos(sources: list, *, base_dir: str | None = None, threads: int = 8) 
     if threads <= 1 or len(sources) < 2:
         return [read_info(s, base_dir=base_dir) for s in sources]
     for s in sources:  # raise TypeError before any work starts, as the plain loop would
-        _resolve(s, base_dir)
+        resolve_source(s, base_dir)
     with ThreadPoolExecutor(max_workers=threads) as pool:
         return list(pool.map(lambda s: read_info(s, base_dir=base_dir), sources))
 
 
-def _resolve(source, base_dir: str | None) -> tuple[bytes | None, str | None]:
+def resolve_source(source, base_dir: str | None) -> tuple[bytes | None, str | None]:
     """(bytes, path) of a source; TypeError for a value that is neither."""
     if isinstance(source, dict) and set(source) <= {"bytes", "path"}:
         data, path = source.get("bytes"), source.get("path")
         if data is not None:
-            return _resolve(data, base_dir)
-        return (None, None) if path is None else _resolve(path, base_dir)
+            return resolve_source(data, base_dir)
+        return (None, None) if path is None else resolve_source(path, base_dir)
     if source is None:
         return None, None
     if isinstance(source, (bytes, bytearray, memoryview)):

@@ -74,6 +74,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print report.json to stdout and nothing else there")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
 
+    c = sub.add_parser("clean", help="decide every row by limits; write a dataset, its rejects and a report",
+                       description="Measure every row, decide keep/truncate/drop by --limit rules, and write "
+                                   "dataset/ (save_to_disk), rejects/, lengths.parquet, report.json and "
+                                   "report.html to --out, atomically.")
+    _add_field_flags(c)
+    _add_limit_flags(c)
+    c.add_argument("--out", required=True, metavar="DIR", help="output directory (must not exist unless --overwrite)")
+    c.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    c.add_argument("--length-column", default="length", metavar="NAME",
+                   help="name of the length column added for group_by_length (default length)")
+    c.add_argument("--length-from", metavar="METRIC",
+                   help="measurement that fills it, after truncation (default input_tokens, or input_samples "
+                        "for audio; 'none' adds no column)")
+    c.add_argument("--embed-audio", action="store_true",
+                   help="embed audio files' bytes in Audio columns of the output (default: keep paths)")
+    c.add_argument("--json", action="store_true", help="print report.json to stdout and nothing else there")
+    c.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
+
     d = sub.add_parser("demo", help="audit a corpus built offline from Python's own docstrings",
                        description="Build a docstring -> summary corpus from this Python's standard library, "
                                    "train a byte-level BPE tokenizer on it, and audit it.")
@@ -94,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "audit":
             return _audit(args, command)
+        if args.command == "clean":
+            return _clean(args, command)
         if args.command == "demo":
             return _demo(args, command)
     except KeyboardInterrupt:
@@ -110,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 def _is_usage_error(exc: Exception) -> bool:
     from .limits import ModelError
     from .measure import ColumnError
+    from .policy import RuleError
     from .sampling import SampleError
     from .sources import SourceError
     from .tokens import TokenizerError
@@ -136,6 +157,30 @@ def _audit(args, command: str) -> int:
     failed = (result.decisions or {}).get("gate")
     if failed:
         print(f"lengthscan: {failed}", file=sys.stderr)
+        return EXIT_GATE
+    return EXIT_OK
+
+
+def _clean(args, command: str) -> int:
+    from .clean import clean
+    from .tokens import DEFAULT_MAX_CHARS
+
+    if args.sample is not None or args.full:
+        print("lengthscan: error: clean always decides on every row: drop --sample/--full", file=sys.stderr)
+        return EXIT_USAGE
+    with _progress(disabled=args.quiet) as progress:
+        result = clean(
+            args.source, out=args.out, tokenizer=args.tokenizer, model=args.model, input=args.input,
+            target=args.target, audio=args.audio, sampling_rate=args.sampling_rate, split=args.split,
+            limits=args.limit, action=args.action, keep_empty_targets=args.keep_empty_targets,
+            crop_audio=args.crop_audio, fail_over=args.fail_over, length_column=args.length_column,
+            length_from=args.length_from, embed_audio=args.embed_audio, overwrite=args.overwrite,
+            cache=not args.no_cache, max_chars=args.max_chars or DEFAULT_MAX_CHARS, progress=progress,
+            command=command,
+        )
+    _print_result(result, json_out=args.json, quiet=args.quiet)
+    if result.gate_failed:
+        print(f"lengthscan: {result.gate_failed}; nothing was published", file=sys.stderr)
         return EXIT_GATE
     return EXIT_OK
 

@@ -124,3 +124,44 @@ def _is_stale(path: Path) -> bool:
     except PermissionError:
         return False
     return False
+
+
+class DatasetWriter:
+    """Writes one split as ``save_to_disk`` does (Arrow file, ``state.json``, ``dataset_info.json``),
+    a batch at a time, so ``datasets.load_from_disk`` opens it; an empty split is still loadable."""
+
+    def __init__(self, path: Path, features, *, embed_local_files: bool = False):
+        from datasets.arrow_writer import ArrowWriter
+
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.features = features
+        self.rows = 0
+        self._writer = ArrowWriter(features=features, path=str(self.path / "data-00000-of-00001.arrow"),
+                                   embed_local_files=embed_local_files)
+
+    def write(self, table: pa.Table) -> None:
+        if table.num_rows:
+            self._writer.write_table(table)
+            self.rows += table.num_rows
+
+    def close(self, fingerprint: str) -> None:
+        from dataclasses import asdict
+
+        from datasets import DatasetInfo
+
+        if self.rows == 0:  # ArrowWriter writes no file without a batch: write the schema alone
+            self._writer.write_table(self.features.arrow_schema.empty_table())
+        self._writer.finalize()
+        self._writer.close()
+        state = {"_data_files": [{"filename": "data-00000-of-00001.arrow"}], "_fingerprint": fingerprint,
+                 "_format_columns": None, "_format_kwargs": {}, "_format_type": None,
+                 "_output_all_columns": False, "_split": None}
+        (self.path / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True))
+        info = asdict(DatasetInfo(features=self.features))
+        (self.path / "dataset_info.json").write_text(json.dumps({k: info[k] for k in sorted(info)}, indent=2))
+
+
+def write_dataset_dict_index(path: Path, splits: list[str]) -> None:
+    """``dataset_dict.json``, which makes ``load_from_disk`` return a DatasetDict."""
+    (Path(path) / "dataset_dict.json").write_text(json.dumps({"splits": list(splits)}))

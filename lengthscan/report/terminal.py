@@ -49,8 +49,36 @@ def render_summary(data: dict, console: Console) -> None:
         console.print(Text("\nA sample can miss rare extremes: the longest rows may not be in it. "
                            "`lengthscan clean` always decides on every row; use --full to measure all.",
                            style="yellow"))
+    if data.get("decisions"):
+        _render_decisions(data["decisions"], data.get("clean"), console)
     if data.get("cache_hits"):
         console.print(Text(f"reused cached lengths for {data['cache_hits']} column(s)", style="dim"))
+
+
+def _render_decisions(decisions: dict, clean: dict | None, console: Console) -> None:
+    """The resolved rules, what happens to the rows (estimated when sampled), and the gate."""
+    console.print(Text.assemble(("\nlimits", "bold"), f" (percentiles resolved on the {decisions['basis']} split)"))
+    for r in decisions["rules"]:
+        console.print(f"  {r['rule']}: {r['metric']} {r['op']} {_num(r['threshold'])} -> {r['action']}  "
+                      f"[dim]({r['origin']})[/dim]")
+    verb = "would be" if clean is None else "were"
+    for s in decisions["splits"]:
+        line = (f"  split {s['split']}: {s['kept']:,} kept, {s['truncated']:,} truncated, {s['dropped']:,} dropped"
+                f" of {s['measured']:,} rows")
+        est = s.get("estimated")
+        if est:
+            line += (f"; in all {s['rows']:,} rows about {est['truncate']['rows']:,.0f} {verb} truncated and "
+                     f"{est['drop']['rows']:,.0f} dropped")
+        console.print(line)
+        for item in s["by_reason"][:5]:
+            console.print(f"    {item['rows']:,} {item['decision']}: {item['reason']}")
+    if decisions.get("gate"):
+        console.print(Text(f"  {decisions['gate']}", style="bold red"))
+    elif decisions.get("fail_over"):
+        console.print(Text(f"  gate passed (--fail-over {decisions['fail_over']})", style="green"))
+    if clean and clean.get("published"):
+        console.print(Text.assemble(("wrote ", "dim"), f"{clean['out_dir']}/dataset, rejects, lengths.parquet, "
+                                                        "report.json, report.html"))
 
 
 def _field_table(split: dict) -> Table:

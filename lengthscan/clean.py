@@ -1,0 +1,346 @@
+"""``lengthscan.clean``: decide every row, then write a training-ready dataset with nothing lost.
+
+Two passes over the source. The first measures every row (lengths cached by an earlier audit of
+the same source and tokenizer are reused) and resolves the rules on the train split. The second
+reads the source again, a batch at a time, decides each row, truncates the texts to truncate
+(verified by re-tokenizing), and writes kept and truncated rows to ``dataset/``, dropped rows with
+their reasons to ``rejects/``, and every row's lengths and decision to ``lengths.parquet``.
+Everything goes to a staging directory beside ``--out`` and is renamed into place only after
+kept + truncated + dropped = source rows has been checked for every split.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pyarrow as pa
+
+from . import __version__
+from .decisions import (
+    DecisionTally,
+    MeasuredCursor,
+    base_and_flags,
+    check_rule_metrics,
+    decision_columns,
+    gate,
+    parse_fail_over,
+    parse_rules,
+    special_lengths,
+)
+from .measure import ColumnError, check_columns
+from .pipeline import BATCH_ROWS, measure_split, prepare, resolve_for
+from .policy import DROP, TRUNCATE, decide
+from .records import AuditResult
+from .sampling import plan_sample
+from .scan import iter_batches
+from .sources import open_source
+from .tally import SplitTally
+from .tokens import DEFAULT_MAX_CHARS
+
+#: Files and folders ``clean`` writes into ``--out``.
+CLEAN_FILES = {"dataset", "rejects", "lengths.parquet", "report.json", "report.html"}
+
+
+@dataclass(frozen=True)
+class CleanResult:
+    """What ``lengthscan.clean`` returns and its ``report.json`` stores."""
+
+    audit: AuditResult                 # the source as measured (every row)
+    decisions: dict                    # rules, basis, per-split counts by decision and reason, gate
+    after: tuple                       # SplitAudit of the written dataset (lengths after truncation)
+    out_dir: str
+    published: bool
+
+    @property
+    def gate_failed(self) -> str | None:
+        return self.decisions.get("gate")
+
+    def to_dict(self) -> dict:
+        data = self.audit.to_dict()
+        data["decisions"] = self.decisions
+        data["clean"] = {"out_dir": self.out_dir, "published": self.published,
+                         "after": [s.to_dict() for s in self.after]}
+        return data
+
+
+def clean(source, *, out, tokenizer=None, input: str | None = None, target: str | None = None,
+          audio: str | None = None, model: str | None = None, sampling_rate: int | None = None,
+          split: str | None = None, limits=(), action: str = "drop", keep_empty_targets: bool = False,
+          crop_audio: bool = False, fail_over=None, length_column: str | None = "length",
+          length_from: str | None = None, embed_audio: bool = False, overwrite: bool = False,
+          cache: bool = True, max_chars: int = DEFAULT_MAX_CHARS, batch_rows: int = BATCH_ROWS,
+          progress=None, command: str | None = None) -> CleanResult:
+    """Decide every row of ``source`` by ``limits`` and write the result to ``out``.
+
+    Options as ``audit``; ``action`` is what rows over an upper token limit get (drop or
+    truncate). ``length_column`` (None: none) is filled from ``length_from`` (default
+    ``input_tokens``, or ``input_samples`` for audio) after truncation. With ``fail_over``, a
+    source where more rows would be dropped or truncated publishes nothing (``gate_failed``).
+    """
+    from .writer import OutputError, staging_dir
+
+    started = time.perf_counter()
+    rules = parse_rules(limits)
+    gate_spec = parse_fail_over(fail_over)
+    setup = prepare(tokenizer=tokenizer, input=input, target=target, audio=audio, model=model,
+                    sampling_rate=sampling_rate, max_chars=max_chars)
+    check_rule_metrics(rules, setup.fields)
+    final = Path(out)
+    if final.exists() and not overwrite:
+        raise OutputError(f"{final}: exists; clean never touches an existing directory without --overwrite")
+    src = open_source(source, split=split)
+    check_columns(src, setup.fields)
+    length_from = _length_source(setup, length_column, length_from, src)
+
+    tmp = staging_dir(final)
+    try:
+        audit, tallies, plans = _measure_all(src, setup, rules, tmp, cache=cache, batch_rows=batch_rows,
+                                             progress=progress, command=command)
+        resolved, basis = resolve_for(rules, src, tallies, setup, action, crop_audio)
+        writer = _SecondPass(src, setup, resolved, tmp, final, keep_empty_targets=keep_empty_targets,
+                             length_column=length_column, length_from=length_from, embed_audio=embed_audio,
+                             batch_rows=batch_rows, progress=progress)
+        dtallies, after = writer.run(plans)
+        decisions = {"rules": [r.to_dict() for r in resolved], "basis": basis, "action": action,
+                     "splits": [t.to_dict() for t in dtallies], "fail_over": fail_over,
+                     "gate": gate(gate_spec, dtallies), "length_column": length_column if length_from else None,
+                     "length_from": length_from, "audio_embedded": embed_audio}
+        audit = _with_time(audit, started)
+        result = CleanResult(audit, decisions, tuple(after), str(final.resolve()), published=False)
+        if result.gate_failed:
+            _remove(tmp)
+            return result
+        from .report.html import write_html
+        from .writer import publish, write_json
+
+        result = CleanResult(audit, decisions, tuple(after), str(final.resolve()), published=True)
+        data = result.to_dict()
+        write_json(tmp / "report.json", data)
+        write_html(tmp / "report.html", data)
+        publish(tmp, final)
+        return result
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+def _measure_all(src, setup, rules, tmp: Path, *, cache, batch_rows, progress, command):
+    """First pass: every row measured into ``.measured.parquet``; statistics per split."""
+    from .writer import LengthsWriter, lengths_schema
+
+    multi = any(s.multi_file for s in src.splits)
+    schema = lengths_schema(setup.fields, with_split=src.has_splits, multi_file=multi)
+    sink = SimpleNamespace(lengths=LengthsWriter(tmp / ".measured.parquet", schema))
+    ratios = tuple(dict.fromkeys(r.metric for r in rules if r.is_ratio))
+    splits, cached, tallies, plans = [], [], [], []
+    for split_src in src.splits:
+        plan = plan_sample(split_src.num_rows, full=True)
+        tally = SplitTally(setup.fields, setup.limits, ratios)
+        cached += measure_split(split_src, plan, setup, tally, cache=cache, batch_rows=batch_rows, output=sink,
+                                progress=progress, with_split=src.has_splits)
+        splits.append(tally.split_audit(split_src.name, plan, 0))
+        tallies.append(tally)
+        plans.append(plan)
+    sink.lengths.close()
+    audit = AuditResult(
+        source=src.spec, source_fingerprint=src.fingerprint, splits=tuple(splits),
+        tokenizer=setup.counter.info(cached=set(cached)) if setup.counter else None, fields=setup.specs,
+        seed=0, command=command, version=__version__,
+        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), cache_hits=len(cached),
+        model=setup.model_limits.to_dict() if setup.model_limits else None, audio=setup.audio_dict(),
+    )
+    return audit, tallies, plans
+
+
+def _with_time(audit: AuditResult, started: float) -> AuditResult:
+    from dataclasses import replace
+
+    return replace(audit, seconds=time.perf_counter() - started)
+
+
+def _length_source(setup, length_column, length_from, src) -> str | None:
+    """Which measurement fills the length column (None: no column); refuse to overwrite one."""
+    if not length_column or length_from == "none":
+        return None
+    measured = [s.name for s in setup.specs]
+    if length_from is None:
+        length_from = next((m for m in ("input_tokens", "input_samples", "input_frames") if m in measured), None)
+        if length_from is None:
+            return None
+    if length_from not in measured:
+        raise ColumnError(f"--length-from {length_from}: not measured here; measured: {', '.join(measured)}")
+    for split_src in src.splits:
+        if length_column in split_src.column_names:
+            raise ColumnError(f"{src.spec}: already has a {length_column!r} column; it is not overwritten: "
+                              f"choose --length-column NAME or --length-from none")
+    return length_from
+
+
+def _remove(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+class _SecondPass:
+    """Reads the source again beside the measured lengths; decides, truncates and writes."""
+
+    def __init__(self, src, setup, resolved, tmp: Path, final: Path, *, keep_empty_targets, length_column,
+                 length_from, embed_audio, batch_rows, progress):
+        self.src, self.setup, self.resolved, self.tmp, self.final = src, setup, resolved, tmp, final.resolve()
+        self.keep_empty_targets = keep_empty_targets
+        self.length_column, self.length_from = length_column, length_from
+        self.embed_audio, self.batch_rows, self.progress = embed_audio, batch_rows, progress
+        self.special = special_lengths(setup.counter, setup.fields)
+        self.truncated_specs = [f.primary for f in setup.fields if f.kind == "text"]
+
+    def run(self, plans):
+        import pyarrow.parquet as pq
+
+        from .writer import write_dataset_dict_index
+
+        cursor = MeasuredCursor(self.tmp / ".measured.parquet")
+        lengths_writer, tallies, afters = None, [], []
+        for split_src, plan in zip(self.src.splits, plans):
+            ds_w, rej_w = self._writers(split_src)
+            tally = DecisionTally(split_src.name, plan.rows_total)
+            after = SplitTally(self.setup.fields, [])
+            done = 0
+            for batch in iter_batches(split_src, split_src.column_names, batch_rows=self.batch_rows):
+                measured = cursor.take(batch.rows.size)
+                if not np.array_equal(measured.column("row").to_numpy(), batch.rows):
+                    raise RuntimeError(f"split {split_src.name}: second pass out of step with the measured rows")
+                table, kept_table, rejects = self._batch(split_src, batch, measured, tally, after)
+                ds_w.write(kept_table)
+                rej_w.write(rejects)
+                lengths_writer = lengths_writer or pq.ParquetWriter(self.tmp / "lengths.parquet", table.schema)
+                lengths_writer.write_table(table)
+                done += batch.rows.size
+                if self.progress is not None:
+                    self.progress(f"{split_src.name} (writing)", done, plan.size)
+            counts = tally.counts
+            if not (tally.measured == plan.size == done and ds_w.rows == counts["keep"] + counts["truncate"]
+                    and rej_w.rows == counts["drop"]):
+                raise RuntimeError(f"split {split_src.name}: {done} rows read, {ds_w.rows} kept, {rej_w.rows} "
+                                   f"rejected, {plan.size} in the source: refusing to publish")
+            fingerprint = hashlib.sha256(json.dumps([split_src.fingerprint, [r.to_dict() for r in self.resolved],
+                                                     __version__]).encode()).hexdigest()[:16]
+            ds_w.close(fingerprint)
+            rej_w.close(fingerprint[::-1])
+            tallies.append(tally)
+            afters.append(after.split_audit(split_src.name, plan_sample(ds_w.rows, full=True), 0))
+        if lengths_writer is not None:
+            lengths_writer.close()
+        (self.tmp / ".measured.parquet").unlink()
+        if self.src.has_splits:
+            names = [s.name for s in self.src.splits]
+            write_dataset_dict_index(self.tmp / "dataset", names)
+            write_dataset_dict_index(self.tmp / "rejects", names)
+        return tallies, afters
+
+    def _writers(self, split_src):
+        from datasets import Features, List, Value
+
+        from .writer import DatasetWriter
+
+        features = split_src.parts[0].dataset.features.copy()
+        if self.length_from:
+            features[self.length_column] = Value("float64" if self.length_from == "input_seconds" else "int64")
+        sub = split_src.name if self.src.has_splits else ""
+        ds_w = DatasetWriter(self.tmp / "dataset" / sub, features, embed_local_files=self.embed_audio)
+        rej = split_src.parts[0].dataset.features.copy()
+        extra = {"row": Value("int64")}
+        if split_src.multi_file:
+            extra.update({"source_file": Value("string"), "file_row": Value("int64")})
+        extra.update({"reason": Value("string"), "reasons": List(Value("string"))})
+        for name in extra:
+            if name in rej:
+                raise ColumnError(f"{self.src.spec}: has a column {name!r}, which rejects/ needs for its own")
+        rej_w = DatasetWriter(self.tmp / "rejects" / sub, Features({**rej, **extra}),
+                              embed_local_files=self.embed_audio)
+        return ds_w, rej_w
+
+    def _batch(self, split_src, batch, measured: pa.Table, tally: DecisionTally, after: SplitTally):
+        from .records import Measured
+
+        base, flags = base_and_flags(measured, self.setup.fields)
+        d = decide(base, flags, self.resolved, special=self.special, keep_empty_targets=self.keep_empty_targets)
+        tally.add(d)
+        source = pa.Table.from_batches([batch.table])
+        final = {name: values.copy() for name, values in base.items()}
+        source = self._truncate(source, d, final)
+        if d.crop_seconds is not None:
+            source = self._crop(source, d, final, split_src.base_dir(batch.rows))
+        keep = d.decision != DROP
+        kept = source.filter(pa.array(keep))
+        if self.length_from:
+            values = final[self.length_from][keep]
+            kept = kept.append_column(self.length_column, pa.array(values))
+        rejects = source.filter(pa.array(~keep))
+        drop_rows = batch.rows[~keep]
+        rejects = rejects.append_column("row", pa.array(drop_rows, pa.int64()))
+        if split_src.multi_file:
+            files, file_rows = split_src.locate(drop_rows)
+            rejects = rejects.append_column("source_file", pa.array(files, pa.string()))
+            rejects = rejects.append_column("file_row", pa.array(file_rows, pa.int64()))
+        cols = decision_columns(d)
+        rejects = rejects.append_column("reason", cols["reason"].filter(pa.array(~keep)))
+        rejects = rejects.append_column("reasons", cols["reasons"].filter(pa.array(~keep)))
+        table = measured
+        for name, col in cols.items():
+            table = table.append_column(name, col)
+        for spec in self.truncated_specs:
+            after_col = np.where(d.decision == TRUNCATE, final[spec.name], -1)
+            table = table.append_column(f"{spec.name}_after", pa.array(after_col, pa.int64(), mask=after_col < 0))
+        measured_after = {f.role: Measured({s: final[s.name][keep] for s in f.specs}, flags[f.role][keep])
+                          for f in self.setup.fields}
+        after.add(batch.rows[keep], measured_after)
+        return table, kept, rejects
+
+    def _truncate(self, source: pa.Table, d, final: dict) -> pa.Table:
+        """Replace texts to truncate by their verified prefixes; record their new lengths."""
+        from .truncate import truncate_texts
+
+        for f in self.setup.fields:
+            caps = d.truncate_to.get(f.role)
+            if f.kind != "text" or caps is None:
+                continue
+            idx = np.flatnonzero((caps >= 0) & (final[f.primary.name] > caps))
+            if idx.size == 0:
+                continue
+            texts = source.column(f.column).to_pylist()
+            done = truncate_texts(self.setup.counter, [texts[i] for i in idx], caps[idx], f.role)
+            for i, t in zip(idx, done):
+                texts[i] = t.text
+                final[f.primary.name][i] = t.tokens
+            position = source.schema.get_field_index(f.column)
+            source = source.set_column(position, f.column, pa.array(texts, source.schema.field(f.column).type))
+        return source
+
+    def _crop(self, source: pa.Table, d, final: dict, base_dir: str | None) -> pa.Table:
+        """Crop audio over an ``input_seconds`` limit; recompute its seconds, samples and frames."""
+        from .audio import resampled_length
+        from .crop import crop_column
+
+        f = next(f for f in self.setup.fields if f.kind == "audio")
+        column, frames, rates = crop_column(source.column(f.column), d.crop_seconds, self.tmp, self.final,
+                                            base_dir=base_dir)
+        source = source.set_column(source.schema.get_field_index(f.column), f.column, column)
+        done = frames >= 0
+        settings = self.setup.settings
+        for spec in f.specs:
+            if spec.unit == "seconds":
+                final[spec.name][done] = frames[done] / rates[done]
+            elif spec.unit == "samples":
+                final[spec.name][done] = resampled_length(frames[done], rates[done], settings.sampling_rate)
+            elif spec.unit == "frames":
+                samples = resampled_length(frames[done], rates[done], settings.sampling_rate)
+                final[spec.name][done] = settings.frame_rule.frames(samples)
+        return source
