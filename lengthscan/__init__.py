@@ -14,6 +14,14 @@ _EXPORTS = {
     "TokenCounter": ("lengthscan.tokens", "TokenCounter"),
     "token_lengths": ("lengthscan.mapping", "token_lengths"),
     "add_lengths": ("lengthscan.mapping", "add_lengths"),
+    "clean": ("lengthscan.cleaner", "clean"),
+    "CleanResult": ("lengthscan.cleaner", "CleanResult"),
+    "within_limits": ("lengthscan.mapping", "within_limits"),
+    "truncate_to_limits": ("lengthscan.mapping", "truncate_to_limits"),
+    "LengthCappedCollator": ("lengthscan.trainer", "LengthCappedCollator"),
+    "add_length_column": ("lengthscan.trainer", "add_length_column"),
+    "trainer_length_kwargs": ("lengthscan.trainer", "trainer_length_kwargs"),
+    "length_grouped_sampler": ("lengthscan.trainer", "length_grouped_sampler"),
 }
 
 __all__ = ["__version__", *_EXPORTS]

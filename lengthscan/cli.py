@@ -162,7 +162,7 @@ def _audit(args, command: str) -> int:
 
 
 def _clean(args, command: str) -> int:
-    from .clean import clean
+    from .cleaner import clean
     from .tokens import DEFAULT_MAX_CHARS
 
     if args.sample is not None or args.full:

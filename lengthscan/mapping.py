@@ -54,3 +54,70 @@ def _map(ds, kwargs: dict, batch_size: int, num_proc):
     fingerprint = hashlib.sha256(key.encode()).hexdigest()[:16]
     return ds.map(token_lengths, batched=True, batch_size=batch_size, fn_kwargs=kwargs,
                   new_fingerprint=fingerprint, num_proc=num_proc, desc="lengthscan: token lengths")
+
+
+def _absolute_rules(limits):
+    """Rules with numeric values only: a batch function sees one batch, not the corpus."""
+    from .policy import RuleError, parse_rule, resolve_rules
+
+    rules = [parse_rule(t) for t in limits]
+    for r in rules:
+        if r.kind != "number" or r.parts[0] not in ("input_tokens", "target_tokens") or r.is_ratio:
+            raise RuleError(f"limit rule {r.text!r}: batch functions take numeric limits on input_tokens or "
+                            "target_tokens; resolve percentiles, z-scores and model limits with lengthscan.clean")
+    return rules, resolve_rules
+
+
+def within_limits(batch: dict, *, tokenizer: str, limits, input: str | None = None, target: str | None = None,
+                  keep_empty_targets: bool = False, tokenizer_hash: str | None = None,
+                  max_chars: int = DEFAULT_MAX_CHARS) -> list[bool]:
+    """For ``Dataset.filter(batched=True)``: True for rows ``clean`` would keep as they are.
+
+    ``limits`` are numeric rules (``'input_tokens<=1024'``); rows that would be truncated or
+    dropped (None, empty targets, over a limit) are False.
+    """
+    from .policy import KEEP, decide
+
+    counter = _counter(tokenizer, max_chars)
+    rules, resolve = _absolute_rules(limits)
+    resolved = resolve(rules, histograms={}, default_action="drop")
+    base, flags, special = _measure(counter, batch, input, target)
+    d = decide(base, flags, resolved, special=special, keep_empty_targets=keep_empty_targets)
+    return (d.decision == KEEP).tolist()
+
+
+def truncate_to_limits(batch: dict, *, tokenizer: str, limits, input: str | None = None,
+                       target: str | None = None, tokenizer_hash: str | None = None,
+                       max_chars: int = DEFAULT_MAX_CHARS) -> dict:
+    """For ``Dataset.map(batched=True)``: texts over an upper token limit replaced by their longest
+    verified prefix that fits (special tokens included); other texts unchanged."""
+    from .truncate import truncate_texts
+
+    counter = _counter(tokenizer, max_chars)
+    rules, _ = _absolute_rules(limits)
+    out = {}
+    for f in role_fields(input=input, target=target):
+        caps = [float(r.value) if r.op == "<=" else float(r.value) - 1 for r in rules
+                if r.metric == f.primary.name and r.upper]
+        texts = list(batch[f.column])
+        if not caps:
+            continue
+        cap = int(min(caps)) if min(caps) == int(min(caps)) else int(min(caps))
+        lengths, _ = counter.count(texts, f.role)
+        idx = [i for i, n in enumerate(lengths) if n > cap]
+        if idx:
+            for i, t in zip(idx, truncate_texts(counter, [texts[i] for i in idx], [cap] * len(idx), f.role)):
+                texts[i] = t.text
+        out[f.column] = texts
+    return out
+
+
+def _measure(counter, batch: dict, input, target):
+    import numpy as np
+
+    base, flags, special = {}, {}, {}
+    for f in role_fields(input=input, target=target):
+        lengths, codes = counter.count(batch[f.column], f.role)
+        base[f.primary.name], flags[f.role] = np.asarray(lengths), np.asarray(codes)
+        special[f.role] = int(counter.count([""], f.role)[0][0])
+    return base, flags, special

@@ -55,3 +55,27 @@ def test_library_audit_on_a_dataset(corpus_rows, bpe_dir):
         pass
     else:
         raise AssertionError("AuditResult must be frozen")
+
+
+def test_within_limits_and_truncate_to_limits(corpus_rows, bpe_dir):
+    from transformers import AutoTokenizer
+
+    rows = [r for r in corpus_rows[:300] if r["text"] and r["summary"]]
+    ds = Dataset.from_list(rows)
+    kw = {"tokenizer": str(bpe_dir), "input": "text", "target": "summary",
+          "limits": ["input_tokens<=64", "target_tokens<=16"]}
+    kept = ds.filter(lengthscan.within_limits, batched=True, fn_kwargs=kw)
+    x = direct_counts(bpe_dir, ds["text"], "input")
+    y = direct_counts(bpe_dir, ds["summary"], "target")
+    assert kept["text"] == [r["text"] for r, a, b in zip(rows, x, y) if a <= 64 and 2 < b <= 16]
+    cut = ds.map(lengthscan.truncate_to_limits, batched=True, fn_kwargs=kw)
+    tok = AutoTokenizer.from_pretrained(str(bpe_dir))
+    for original, text, summary in zip(rows, cut["text"], cut["summary"]):
+        assert original["text"].startswith(text) and len(tok(text)["input_ids"]) <= 64
+        assert original["summary"].startswith(summary) and len(tok(text_target=summary)["input_ids"]) <= 16
+    import pytest
+
+    from lengthscan.policy import RuleError
+
+    with pytest.raises(RuleError, match="numeric limits"):
+        lengthscan.within_limits({"text": ["a"]}, tokenizer=str(bpe_dir), input="text", limits=["input_tokens<=p99"])

@@ -1,5 +1,7 @@
 """``lengthscan.clean``: decide every row, then write a training-ready dataset with nothing lost.
 
+(The module is named ``cleaner`` so that importing it never shadows the function ``lengthscan.clean``.)
+
 Two passes over the source. The first measures every row (lengths cached by an earlier audit of
 the same source and tokenizer are reused) and resolves the rules on the train split. The second
 reads the source again, a batch at a time, decides each row, truncates the texts to truncate
