@@ -76,7 +76,8 @@ def clean(source, *, out, tokenizer=None, input: str | None = None, target: str 
           audio: str | None = None, model: str | None = None, sampling_rate: int | None = None,
           split: str | None = None, limits=(), action: str = "drop", keep_empty_targets: bool = False,
           crop_audio: bool = False, fail_over=None, length_column: str | None = "length",
-          length_from: str | None = None, embed_audio: bool = False, overwrite: bool = False,
+          length_from: str | None = None, embed_audio: bool = False, tokenize: bool = False,
+          overwrite: bool = False,
           cache: bool = True, max_chars: int = DEFAULT_MAX_CHARS, batch_rows: int = BATCH_ROWS,
           progress=None, command: str | None = None) -> CleanResult:
     """Decide every row of ``source`` by ``limits`` and write the result to ``out``.
@@ -85,6 +86,8 @@ def clean(source, *, out, tokenizer=None, input: str | None = None, target: str 
     truncate). ``length_column`` (None: none) is filled from ``length_from`` (default
     ``input_tokens``, or ``input_samples`` for audio) after truncation. With ``fail_over``, a
     source where more rows would be dropped or truncated publishes nothing (``gate_failed``).
+    ``tokenize`` adds ``input_ids``/``attention_mask`` (and ``labels`` for a target) to the
+    dataset: the tokenizer's own ``__call__`` on the final texts, checked against their lengths.
     """
     from .writer import OutputError, staging_dir
 
@@ -100,6 +103,8 @@ def clean(source, *, out, tokenizer=None, input: str | None = None, target: str 
     src = open_source(source, split=split)
     check_columns(src, setup.fields)
     length_from = _length_source(setup, length_column, length_from, src)
+    if tokenize:
+        _check_tokenize(setup, src)
 
     tmp = staging_dir(final)
     try:
@@ -108,6 +113,7 @@ def clean(source, *, out, tokenizer=None, input: str | None = None, target: str 
         resolved, basis = resolve_for(rules, src, tallies, setup, action, crop_audio)
         writer = _SecondPass(src, setup, resolved, tmp, final, keep_empty_targets=keep_empty_targets,
                              length_column=length_column, length_from=length_from, embed_audio=embed_audio,
+                             tokenize=tokenize,
                              batch_rows=batch_rows, progress=progress)
         dtallies, after = writer.run(plans)
         decisions = {"rules": [r.to_dict() for r in resolved], "basis": basis, "action": action,
@@ -185,6 +191,18 @@ def _length_source(setup, length_column, length_from, src) -> str | None:
     return length_from
 
 
+TOKEN_COLUMNS = ("input_ids", "attention_mask", "labels")
+
+
+def _check_tokenize(setup, src) -> None:
+    if setup.counter is None:
+        raise ColumnError("--tokenize needs a text column (--input and/or --target) and a tokenizer")
+    for split_src in src.splits:
+        clash = [c for c in TOKEN_COLUMNS if c in split_src.column_names]
+        if clash:
+            raise ColumnError(f"{src.spec}: already has {', '.join(clash)}; --tokenize would overwrite them")
+
+
 def _remove(path: Path) -> None:
     import shutil
 
@@ -195,11 +213,12 @@ class _SecondPass:
     """Reads the source again beside the measured lengths; decides, truncates and writes."""
 
     def __init__(self, src, setup, resolved, tmp: Path, final: Path, *, keep_empty_targets, length_column,
-                 length_from, embed_audio, batch_rows, progress):
+                 length_from, embed_audio, batch_rows, progress, tokenize=False):
         self.src, self.setup, self.resolved, self.tmp, self.final = src, setup, resolved, tmp, final.resolve()
         self.keep_empty_targets = keep_empty_targets
         self.length_column, self.length_from = length_column, length_from
         self.embed_audio, self.batch_rows, self.progress = embed_audio, batch_rows, progress
+        self.tokenize = tokenize
         self.special = special_lengths(setup.counter, setup.fields)
         self.truncated_specs = [f.primary for f in setup.fields if f.kind == "text"]
 
@@ -255,6 +274,13 @@ class _SecondPass:
         features = split_src.parts[0].dataset.features.copy()
         if self.length_from:
             features[self.length_column] = Value("float64" if self.length_from == "input_seconds" else "int64")
+        if self.tokenize:
+            roles = {f.role for f in self.setup.fields if f.kind == "text"}
+            if "input" in roles:
+                features["input_ids"] = List(Value("int32"))
+                features["attention_mask"] = List(Value("int8"))
+            if "target" in roles:
+                features["labels"] = List(Value("int32"))
         sub = split_src.name if self.src.has_splits else ""
         ds_w = DatasetWriter(self.tmp / "dataset" / sub, features, embed_local_files=self.embed_audio)
         rej = split_src.parts[0].dataset.features.copy()
@@ -285,6 +311,8 @@ class _SecondPass:
         if self.length_from:
             values = final[self.length_from][keep]
             kept = kept.append_column(self.length_column, pa.array(values))
+        if self.tokenize:
+            kept = self._token_columns(kept, {name: v[keep] for name, v in final.items()})
         rejects = source.filter(pa.array(~keep))
         drop_rows = batch.rows[~keep]
         rejects = rejects.append_column("row", pa.array(drop_rows, pa.int64()))
@@ -305,6 +333,28 @@ class _SecondPass:
                           for f in self.setup.fields}
         after.add(batch.rows[keep], measured_after)
         return table, kept, rejects
+
+    def _token_columns(self, kept: pa.Table, lengths: dict) -> pa.Table:
+        """``input_ids``/``attention_mask``/``labels`` by ``__call__``, each checked against its length."""
+        tok = self.setup.counter.tokenizer
+        for f in self.setup.fields:
+            if f.kind != "text":
+                continue
+            texts = kept.column(f.column).to_pylist()
+            enc = tok(text_target=texts) if f.role == "target" else tok(texts)
+            ids = enc["input_ids"]
+            expected = lengths[f.primary.name]
+            bad = next((i for i, (a, n) in enumerate(zip(ids, expected)) if len(a) != n), None)
+            if bad is not None:
+                raise RuntimeError(f"--tokenize: {f.column} of a kept row gives {len(ids[bad])} ids, "
+                                   f"measured {expected[bad]}: refusing to write inconsistent data")
+            if f.role == "target":
+                kept = kept.append_column("labels", pa.array(ids, pa.list_(pa.int32())))
+            else:
+                kept = kept.append_column("input_ids", pa.array(ids, pa.list_(pa.int32())))
+                mask = [[1] * len(a) for a in ids]
+                kept = kept.append_column("attention_mask", pa.array(mask, pa.list_(pa.int8())))
+        return kept
 
     def _truncate(self, source: pa.Table, d, final: dict) -> pa.Table:
         """Replace texts to truncate by their verified prefixes; record their new lengths."""

@@ -87,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--length-from", metavar="METRIC",
                    help="measurement that fills it, after truncation (default input_tokens, or input_samples "
                         "for audio; 'none' adds no column)")
+    c.add_argument("--tokenize", action="store_true",
+                   help="also write input_ids, attention_mask and labels (the tokenizer's own call on the final texts)")
     c.add_argument("--embed-audio", action="store_true",
                    help="embed audio files' bytes in Audio columns of the output (default: keep paths)")
     c.add_argument("--json", action="store_true", help="print report.json to stdout and nothing else there")
@@ -174,7 +176,8 @@ def _clean(args, command: str) -> int:
             target=args.target, audio=args.audio, sampling_rate=args.sampling_rate, split=args.split,
             limits=args.limit, action=args.action, keep_empty_targets=args.keep_empty_targets,
             crop_audio=args.crop_audio, fail_over=args.fail_over, length_column=args.length_column,
-            length_from=args.length_from, embed_audio=args.embed_audio, overwrite=args.overwrite,
+            length_from=args.length_from, embed_audio=args.embed_audio, tokenize=args.tokenize,
+            overwrite=args.overwrite,
             cache=not args.no_cache, max_chars=args.max_chars or DEFAULT_MAX_CHARS, progress=progress,
             command=command,
         )

@@ -204,3 +204,48 @@ def test_sampling_rate_flag_without_a_model(tmp_path, clips):
     t = pq.read_table(out / "lengths.parquet").to_pydict()
     assert "input_frames" not in t and len(t["input_samples"]) == len(files)
     assert main(["audit", str(manifest), "--audio", "path", "--input", "path", "--out", str(out)]) == 2
+
+
+def test_clean_drops_long_audio_or_crops_it(tmp_path, clips):
+    from datasets import Audio, Dataset, load_from_disk
+
+    from lengthscan.cli import main as cli
+
+    d, files, _ = clips
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("".join(json.dumps({"path": str(f), "label": i}) + "\n" for i, f in enumerate(files)))
+    durations = [soundfile.info(str(f)).duration for f in files]
+    out = tmp_path / "drop"
+    assert cli(["clean", str(manifest), "--audio", "path", "--limit", "input_seconds<=2.5", "--out", str(out),
+                "--quiet"]) == 0
+    kept = load_from_disk(str(out / "dataset"))
+    assert kept["label"] == [i for i, s in enumerate(durations) if s <= 2.5]
+    rejects = load_from_disk(str(out / "rejects"))
+    assert set(rejects["reason"]) == {"input_seconds<=2.5"}
+
+    out = tmp_path / "crop"
+    assert cli(["clean", str(manifest), "--audio", "path", "--limit", "input_seconds<=2.5", "--crop-audio",
+                "--sampling-rate", "16000", "--out", str(out), "--quiet"]) == 0
+    kept = load_from_disk(str(out / "dataset"))
+    assert kept["label"] == list(range(len(files)))
+    for path, original in zip(kept["path"], durations):
+        info = soundfile.info(path)
+        if original > 2.5:
+            assert path.startswith(str(out / "dataset" / "audio")) and info.duration <= 2.5
+            assert info.duration > 2.5 - 1 / info.samplerate - 1e-9
+        else:
+            assert info.duration == original
+    lengths = pq.read_table(out / "lengths.parquet").to_pydict()
+    assert lengths["decision"].count("truncate") == sum(s > 2.5 for s in durations)
+
+    # audio embedded as bytes in an Audio(decode=False) column stays bytes, cropped
+    embedded = Dataset.from_dict({"audio": [{"bytes": f.read_bytes(), "path": f.name} for f in files[-3:]]})
+    embedded.cast_column("audio", Audio(decode=False)).save_to_disk(str(tmp_path / "emb"))
+    out = tmp_path / "crop-bytes"
+    assert cli(["clean", str(tmp_path / "emb"), "--audio", "audio", "--limit", "input_seconds<=2.5",
+                "--crop-audio", "--out", str(out), "--quiet"]) == 0
+    import io
+
+    kept = load_from_disk(str(out / "dataset")).cast_column("audio", Audio(decode=False))
+    for value in kept["audio"]:
+        assert soundfile.info(io.BytesIO(value["bytes"])).duration <= 2.5

@@ -183,3 +183,16 @@ def test_no_row_is_lost_or_duplicated(tmp_path_factory, bpe_dir, rows, lx, ly, a
     assert split["kept"] + split["truncated"] == len(kept) and split["dropped"] == len(rejects)
     for r, text, summary in zip(kept["id"], kept["text"], kept["summary"]):
         assert rows[r][0].startswith(text) and rows[r][1].startswith(summary)
+
+
+def test_tokenize_writes_training_ready_columns(tmp_path, corpus_jsonl, corpus_rows, bpe_dir, tok):
+    out = tmp_path / "out"
+    assert _clean(corpus_jsonl, "--tokenizer", bpe_dir, "--input", "text", "--target", "summary",
+                  "--limit", "input_tokens<=64:truncate", "--limit", "target_tokens<=16:truncate", "--tokenize",
+                  "--out", out) == 0
+    ds = load_from_disk(str(out / "dataset"))
+    for row in ds.select(range(0, len(ds), 7)):
+        assert row["input_ids"] == tok(row["text"])["input_ids"] and len(row["input_ids"]) <= 64
+        assert row["attention_mask"] == [1] * len(row["input_ids"])
+        assert row["labels"] == tok(text_target=row["summary"])["input_ids"] and len(row["labels"]) <= 16
+        assert row["length"] == len(row["input_ids"])
