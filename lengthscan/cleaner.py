@@ -271,7 +271,7 @@ class _SecondPass:
 
         from .writer import DatasetWriter
 
-        features = split_src.parts[0].dataset.features.copy()
+        features = split_src.parts[0].features().copy()
         if self.length_from:
             features[self.length_column] = Value("float64" if self.length_from == "input_seconds" else "int64")
         if self.tokenize:
@@ -283,7 +283,7 @@ class _SecondPass:
                 features["labels"] = List(Value("int32"))
         sub = split_src.name if self.src.has_splits else ""
         ds_w = DatasetWriter(self.tmp / "dataset" / sub, features, embed_local_files=self.embed_audio)
-        rej = split_src.parts[0].dataset.features.copy()
+        rej = split_src.parts[0].features().copy()
         extra = {"row": Value("int64")}
         if split_src.multi_file:
             extra.update({"source_file": Value("string"), "file_row": Value("int64")})

@@ -208,7 +208,7 @@ def _limits(fields, counter, model_limits) -> list[Limit]:
     if model_limits is not None:
         limits += [Limit(m.name, m.value, m.origin) for m in model_limits.limits if m.name in measured]
     elif counter is not None and "input_tokens" in measured:
-        max_len = counter.info().model_max_length
+        max_len = counter.model_max_length()
         if max_len is not None:
             limits.append(Limit("input_tokens", max_len, "tokenizer.model_max_length"))
     return limits

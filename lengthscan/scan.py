@@ -32,6 +32,9 @@ def iter_batches(split: SplitSource, columns: list[str], *, indices: np.ndarray 
                  batch_rows: int = BATCH_ROWS) -> Iterator[Batch]:
     """Yield ``Batch``es of ``columns`` for every row (``indices`` None) or the sorted ``indices``."""
     for part in split.parts:
+        if part.parquet:
+            yield from _parquet_batches(part, columns, indices, batch_rows)
+            continue
         if indices is None:
             offset = part.start
             for rb in _part_batches(part.dataset, columns, batch_rows):
@@ -46,6 +49,30 @@ def iter_batches(split: SplitSource, columns: list[str], *, indices: np.ndarray 
                 chunk = local[k:k + batch_rows]
                 table = part.dataset.select(chunk).with_format("arrow")[:].select(columns)
                 yield Batch(chunk + part.start, _one_batch(table))
+
+
+def _parquet_batches(part, columns: list[str], indices, batch_rows: int) -> Iterator[Batch]:
+    """A Parquet file read with pyarrow: every row group in turn, or only those holding sampled rows."""
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(part.path)
+    if indices is None:
+        offset = part.start
+        for rb in pf.iter_batches(batch_size=batch_rows, columns=columns):
+            yield Batch(np.arange(offset, offset + rb.num_rows, dtype=np.int64), rb)
+            offset += rb.num_rows
+        if offset != part.start + part.rows:
+            raise RuntimeError(f"read {offset - part.start} rows of {part.path}, expected {part.rows}")
+        return
+    local = indices[(indices >= part.start) & (indices < part.start + part.rows)] - part.start
+    sizes = [pf.metadata.row_group(i).num_rows for i in range(pf.metadata.num_row_groups)]
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    group_of = np.searchsorted(starts, local, side="right") - 1
+    for g in np.unique(group_of):
+        in_group = local[group_of == g]
+        table = pf.read_row_group(int(g), columns=columns).take(pa.array(in_group - starts[g]))
+        for k in range(0, in_group.size, batch_rows):
+            yield Batch(in_group[k:k + batch_rows] + part.start, _one_batch(table.slice(k, batch_rows)))
 
 
 def _part_batches(ds, columns: list[str], batch_rows: int) -> Iterator[pa.RecordBatch]:

@@ -42,17 +42,41 @@ class SourceError(ValueError):
     """A source that is missing, unreadable or of an unknown kind (exit code 2)."""
 
 
-@dataclass(frozen=True, eq=False)
 class Part:
-    """A contiguous run of rows of one split, from one file when the source has several."""
+    """A contiguous run of rows of one split, from one file when the source has several.
 
-    dataset: object  # datasets.Dataset
-    start: int
-    path: str | None = None
+    Its ``datasets.Dataset`` is opened lazily: a rerun whose lengths are all cached, or a Parquet
+    file read directly with pyarrow, never needs it (nor the seconds ``import datasets`` costs).
+    """
+
+    def __init__(self, start: int, path: str | None = None, *, dataset=None, loader=None,
+                 rows: int | None = None, columns: list[str] | None = None, parquet: bool = False):
+        self.start, self.path, self.parquet = start, path, parquet
+        self._dataset, self._loader = dataset, loader
+        self._rows, self._columns = rows, columns
+
+    @property
+    def dataset(self):
+        if self._dataset is None:
+            self._dataset = self._loader()
+        return self._dataset
 
     @property
     def rows(self) -> int:
-        return len(self.dataset)
+        return self._rows if self._rows is not None else len(self.dataset)
+
+    @property
+    def column_names(self) -> list[str]:
+        return list(self._columns) if self._columns is not None else list(self.dataset.column_names)
+
+    def features(self):
+        """The part's ``datasets.Features`` (from the Parquet schema without converting it)."""
+        if self.parquet and self._dataset is None:
+            import pyarrow.parquet as pq
+            from datasets import Features
+
+            return Features.from_arrow_schema(pq.read_schema(self.path))
+        return self.dataset.features
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,7 +97,7 @@ class SplitSource:
 
     @property
     def column_names(self) -> list[str]:
-        return list(self.parts[0].dataset.column_names) if self.parts else []
+        return self.parts[0].column_names if self.parts else []
 
     def dataset(self):
         """The split as one ``datasets.Dataset``."""
@@ -132,12 +156,13 @@ def load_source(source, *, split: str | None = None):
 
 def open_source(source, *, split: str | None = None) -> Source:
     """Open ``source`` with row identity; ``split`` selects one split of a multi-split source."""
-    _quiet_datasets()
-    from datasets import Dataset, DatasetDict
+    if _is_datasets_object(source):
+        from datasets import Dataset, DatasetDict
 
-    if isinstance(source, Dataset):
+        _quiet_datasets()
+    if _is_datasets_object(source) and isinstance(source, Dataset):
         return Source(_describe(source), "dataset", (_single(split or "train", source),), False)
-    if isinstance(source, DatasetDict):
+    if _is_datasets_object(source) and isinstance(source, DatasetDict):
         return _from_dict(_describe(source), "dataset", source, split)
     spec = os.fspath(source)
     path = Path(spec).expanduser()
@@ -180,8 +205,37 @@ def _open_files(spec: str, files: list[str], split: str | None) -> Source:
     for f in files:
         if not os.access(f, os.R_OK):
             raise SourceError(f"{f}: file is not readable")
+    stamp = [(os.path.abspath(f), os.path.getsize(f), os.stat(f).st_mtime_ns) for f in files]
+    fingerprint = _sha(json.dumps([builder, options, stamp], default=str))[:16]
+    if builder == "parquet":
+        parts = _parquet_parts(spec, files)
+    else:
+        parts = _cached_parts(fingerprint, files) or _load_parts(spec, files, builder, options, suffix, fingerprint)
+    return Source(spec, suffix[1:], (SplitSource("train", tuple(parts), fingerprint),), False)
+
+
+def _parquet_parts(spec: str, files: list[str]) -> list[Part]:
+    """Parquet is read directly with pyarrow (rows and columns from its footer, no conversion)."""
+    import pyarrow.parquet as pq
+
+    parts, start = [], 0
+    for f in files:
+        try:
+            meta = pq.ParquetFile(f).metadata
+        except Exception as exc:
+            raise SourceError(f"{f}: cannot read as parquet: {_first_line(exc)}") from exc
+        names = meta.schema.to_arrow_schema().names
+        parts.append(Part(start, f, rows=meta.num_rows, columns=names, parquet=True,
+                          loader=_single_file_loader("parquet", f, {})))
+        start += meta.num_rows
+    return parts
+
+
+def _load_parts(spec, files, builder, options, suffix, fingerprint) -> list[Part]:
+    """Convert the files with ``load_dataset`` (one call, one split per file) and remember their shape."""
     from datasets import load_dataset
 
+    _quiet_datasets()
     names = [f"file{i:06d}" for i in range(len(files))]
     try:
         loaded = load_dataset(builder, data_files={n: [f] for n, f in zip(names, files)}, **options)
@@ -190,13 +244,69 @@ def _open_files(spec: str, files: list[str], split: str | None) -> Source:
     parts, start = [], 0
     for name, f in zip(names, files):
         ds = loaded[name]
-        parts.append(Part(ds, start, f))
+        parts.append(Part(start, f, dataset=ds))
         start += len(ds)
-    if len(parts) == 1:
-        parts = [Part(parts[0].dataset, 0, files[0])]
-    stamp = [(os.path.abspath(f), os.path.getsize(f), os.stat(f).st_mtime_ns) for f in files]
-    fingerprint = _sha(json.dumps([builder, options, stamp], default=str))[:16]
-    return Source(spec, suffix[1:], (SplitSource("train", tuple(parts), fingerprint),), False)
+    _remember_parts(fingerprint, parts)
+    return parts
+
+
+def _manifest_path(fingerprint: str) -> Path:
+    from importlib.metadata import version
+
+    from .cache import cache_root
+
+    return cache_root() / "sources" / f"{fingerprint}-datasets{version('datasets')}.json"
+
+
+def _remember_parts(fingerprint: str, parts: list[Part]) -> None:
+    """Rows and columns of each file, so a rerun can skip ``load_dataset`` until it reads rows."""
+    path = _manifest_path(fingerprint)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps([{"path": p.path, "start": p.start, "rows": p.rows, "columns": p.column_names}
+                                   for p in parts]))
+        os.replace(tmp, path)
+    except OSError:  # a read-only cache costs speed, never correctness
+        pass
+
+
+def _cached_parts(fingerprint: str, files: list[str]) -> list[Part] | None:
+    path = _manifest_path(fingerprint)
+    if not path.exists():
+        return None
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if [e["path"] for e in entries] != files:
+        return None
+    builder_loader = _lazy_loader(files, fingerprint)
+    return [Part(e["start"], e["path"], rows=e["rows"], columns=e["columns"], loader=builder_loader(i))
+            for i, e in enumerate(entries)]
+
+
+def _lazy_loader(files: list[str], fingerprint: str):
+    """Loaders for each file's Dataset that share one ``load_dataset`` call, made on first use."""
+    memo: dict = {}
+
+    def for_part(i: int):
+        def load():
+            if "parts" not in memo:
+                builder, options = FORMATS[_format_of(files[0])]
+                memo["parts"] = _load_parts(files[0], files, builder, options, _format_of(files[0]), fingerprint)
+            return memo["parts"][i].dataset
+        return load
+    return for_part
+
+
+def _single_file_loader(builder: str, path: str, options: dict):
+    def load():
+        from datasets import load_dataset
+
+        _quiet_datasets()
+        return load_dataset(builder, data_files=[path], split="train", **options)
+    return load
 
 
 def _open_audio_folder(spec: str, files: list[str], split: str | None) -> Source:
@@ -206,6 +316,7 @@ def _open_audio_folder(spec: str, files: list[str], split: str | None) -> Source
     """
     from datasets import Dataset
 
+    _quiet_datasets()
     if split not in (None, "train"):
         raise SourceError(f"{spec}: an audio folder has one split, 'train'; --split {split} does not exist")
     paths = [os.path.abspath(f) for f in files]
@@ -225,12 +336,13 @@ def _open_audio_folder(spec: str, files: list[str], split: str | None) -> Source
             stamp.append((f, st.st_size, st.st_mtime_ns))
     ds = Dataset.from_dict({"audio": paths, "text": texts})
     fingerprint = _sha(json.dumps(["audiofolder", stamp]))[:16]
-    return Source(spec, "audiofolder", (SplitSource("train", (Part(ds, 0, None),), fingerprint),), False)
+    return Source(spec, "audiofolder", (SplitSource("train", (Part(0, None, dataset=ds),), fingerprint),), False)
 
 
 def _open_disk(spec: str, path: Path, split: str | None) -> Source:
     from datasets import DatasetDict, load_from_disk
 
+    _quiet_datasets()
     try:
         loaded = load_from_disk(str(path))
     except Exception as exc:
@@ -245,6 +357,7 @@ def _open_disk(spec: str, path: Path, split: str | None) -> Source:
 def _open_hub(spec: str, split: str | None) -> Source:
     from datasets import DatasetDict, load_dataset
 
+    _quiet_datasets()
     try:
         loaded = load_dataset(spec, split=split)
     except Exception as exc:
@@ -266,7 +379,7 @@ def _from_dict(spec: str, kind: str, dd, split: str | None) -> Source:
 
 
 def _single(name: str, ds) -> SplitSource:
-    return SplitSource(name, (Part(ds, 0, None),), _dataset_fingerprint(ds))
+    return SplitSource(name, (Part(0, None, dataset=ds),), _dataset_fingerprint(ds))
 
 
 def _dataset_fingerprint(ds) -> str:
@@ -279,6 +392,11 @@ def _dataset_fingerprint(ds) -> str:
 
 
 # -- helpers ---------------------------------------------------------------------------------------
+
+def _is_datasets_object(source) -> bool:
+    """True for a Dataset/DatasetDict, judged without importing datasets for a path."""
+    return type(source).__module__.startswith("datasets")
+
 
 def _format_of(path: str) -> str | None:
     name = path.lower()

@@ -22,6 +22,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -117,38 +118,74 @@ class TokenCounter:
 
     def __init__(self, tokenizer, *, revision: str | None = None, trust_remote_code: bool = False,
                  max_chars: int = DEFAULT_MAX_CHARS, name: str | None = None):
-        if isinstance(tokenizer, (str, os.PathLike)):
-            self.name = str(tokenizer)
-            self.tokenizer = load_tokenizer(self.name, revision=revision, trust_remote_code=trust_remote_code)
-        else:
-            self.name = name or getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
-            self.tokenizer = tokenizer
         self.revision = revision
         self.trust_remote_code = trust_remote_code
+        if isinstance(tokenizer, (str, os.PathLike)):
+            self.name = str(tokenizer)
+            self._tokenizer = None  # loaded on first use: a rerun on cached lengths never needs it
+            if not Path(self.name).is_dir():
+                self._load()  # a hub name: load now, so a bad name fails before any work
+        else:
+            self.name = name or getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+            self._tokenizer = tokenizer
         self.max_chars = max_chars
         self._methods: dict[str, _RoleMethod] = {}
         self._hash: str | None = None
+
+    @property
+    def tokenizer(self):
+        """The transformers tokenizer, loaded on first use."""
+        if self._tokenizer is None:
+            self._load()
+        return self._tokenizer
+
+    def _load(self) -> None:
+        self._tokenizer = load_tokenizer(self.name, revision=self.revision, trust_remote_code=self.trust_remote_code)
+
+    @property
+    def loaded(self) -> bool:
+        return self._tokenizer is not None
 
     # -- identity ---------------------------------------------------------------------------
     @property
     def hash(self) -> str:
         if self._hash is None:
-            self._hash = hash_tokenizer(self.tokenizer, self.name)
+            directory = Path(self.name).is_dir()
+            self._hash = hash_tokenizer(None if directory else self.tokenizer, self.name)
         return self._hash
 
     def info(self, cached: set[str] = frozenset()) -> TokenizerInfo:
-        """What the report says of the tokenizer; ``cached`` roles had their lengths from the cache."""
-        tok = self.tokenizer
+        """What the report says of the tokenizer; ``cached`` roles had their lengths from the cache.
+
+        When every length came from the cache the tokenizer was never loaded: its class and
+        ``model_max_length`` are then read from ``tokenizer_config.json``.
+        """
         methods = {role: "cached lengths" for role in sorted(cached)}
         methods.update({role: m.method for role, m in self._methods.items()})
-        return TokenizerInfo(
-            name=self.name,
-            cls=type(tok).__name__,
-            is_fast=bool(getattr(tok, "is_fast", False)),
-            hash=self.hash,
-            methods=methods,
-            model_max_length=_model_max_length(tok),
-        )
+        if self.loaded:
+            tok = self._tokenizer
+            cls, fast, max_len = type(tok).__name__, bool(getattr(tok, "is_fast", False)), _model_max_length(tok)
+        else:
+            config = self._config()
+            cls, fast = f"{config.get('tokenizer_class', '?')} (not loaded)", False
+            max_len = _model_max_length(SimpleNamespace(model_max_length=config.get("model_max_length")))
+        return TokenizerInfo(name=self.name, cls=cls, is_fast=fast, hash=self.hash, methods=methods,
+                             model_max_length=max_len)
+
+    def model_max_length(self) -> int | None:
+        """The tokenizer's real ``model_max_length`` (None for transformers' placeholder)."""
+        if self.loaded:
+            return _model_max_length(self._tokenizer)
+        return _model_max_length(SimpleNamespace(model_max_length=self._config().get("model_max_length")))
+
+    def _config(self) -> dict:
+        import json
+
+        path = Path(self.name) / "tokenizer_config.json"
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
 
     def method_reasons(self) -> dict[str, str]:
         return {role: m.reason for role, m in self._methods.items()}
@@ -259,13 +296,11 @@ class TokenCounter:
         state = dict(self.__dict__)
         state["_methods"] = {}
         if Path(self.name).is_dir():
-            state["tokenizer"] = None
+            state["_tokenizer"] = None  # workers load it from the directory, once each
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        if self.tokenizer is None:
-            self.tokenizer = load_tokenizer(self.name, revision=self.revision, trust_remote_code=self.trust_remote_code)
 
 
 def _chunks(texts: list[str], budget: int):

@@ -201,9 +201,10 @@ def any_tokenizer_dir(request) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path, monkeypatch):
-    """Every test gets its own length cache, so tests never see each other's lengths."""
-    monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "lengthscan-cache"))
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    """Every test gets its own length cache (outside its tmp_path, which may be a data directory),
+    so tests never see each other's lengths."""
+    monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path_factory.mktemp("lengthscan-cache")))
 
 
 def _wheel_file(package: str, relative: str) -> Path:
