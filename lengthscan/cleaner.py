@@ -37,7 +37,7 @@ from .decisions import (
     special_lengths,
 )
 from .measure import ColumnError, check_columns
-from .pipeline import BATCH_ROWS, measure_split, prepare, resolve_for
+from .pipeline import BATCH_ROWS, measure_split, prepare, resolve_for, simulate_batches
 from .policy import DROP, TRUNCATE, decide
 from .records import AuditResult
 from .sampling import plan_sample
@@ -59,6 +59,8 @@ class CleanResult:
     after: tuple                       # SplitAudit of the written dataset (lengths after truncation)
     out_dir: str
     published: bool
+    batches: dict | None = None        # padding and batches of the written dataset
+    worst_rows: tuple = ()             # the longest rows of the source, with their decisions
 
     @property
     def gate_failed(self) -> str | None:
@@ -68,7 +70,9 @@ class CleanResult:
         data = self.audit.to_dict()
         data["decisions"] = self.decisions
         data["clean"] = {"out_dir": self.out_dir, "published": self.published,
-                         "after": [s.to_dict() for s in self.after]}
+                         "after": [s.to_dict() for s in self.after], "worst_rows": list(self.worst_rows),
+                         "batches_before": data.get("batches")}
+        data["batches"] = self.batches
         return data
 
 
@@ -79,7 +83,7 @@ def clean(source, *, out, tokenizer=None, input: str | None = None, target: str 
           length_from: str | None = None, embed_audio: bool = False, tokenize: bool = False,
           overwrite: bool = False,
           cache: bool = True, max_chars: int = DEFAULT_MAX_CHARS, batch_rows: int = BATCH_ROWS,
-          progress=None, command: str | None = None) -> CleanResult:
+          redact: bool = False, progress=None, command: str | None = None) -> CleanResult:
     """Decide every row of ``source`` by ``limits`` and write the result to ``out``.
 
     Options as ``audit``; ``action`` is what rows over an upper token limit get (drop or
@@ -113,25 +117,27 @@ def clean(source, *, out, tokenizer=None, input: str | None = None, target: str 
         resolved, basis = resolve_for(rules, src, tallies, setup, action, crop_audio)
         writer = _SecondPass(src, setup, resolved, tmp, final, keep_empty_targets=keep_empty_targets,
                              length_column=length_column, length_from=length_from, embed_audio=embed_audio,
-                             tokenize=tokenize,
+                             tokenize=tokenize, redact=redact,
                              batch_rows=batch_rows, progress=progress)
-        dtallies, after = writer.run(plans)
+        dtallies, after, after_tallies = writer.run(plans)
+        extra = {"batches": simulate_batches(src, after_tallies, setup, 0, of="cleaned dataset"),
+                 "worst_rows": tuple(writer.worst.rows())}
         decisions = {"rules": [r.to_dict() for r in resolved], "basis": basis, "action": action,
                      "splits": [t.to_dict() for t in dtallies], "fail_over": fail_over,
                      "gate": gate(gate_spec, dtallies), "length_column": length_column if length_from else None,
                      "length_from": length_from, "audio_embedded": embed_audio}
         audit = _with_time(audit, started)
-        result = CleanResult(audit, decisions, tuple(after), str(final.resolve()), published=False)
+        result = CleanResult(audit, decisions, tuple(after), str(final.resolve()), published=False, **extra)
         if result.gate_failed:
             _remove(tmp)
             return result
         from .report.html import write_html
         from .writer import publish, write_json
 
-        result = CleanResult(audit, decisions, tuple(after), str(final.resolve()), published=True)
+        result = CleanResult(audit, decisions, tuple(after), str(final.resolve()), published=True, **extra)
         data = result.to_dict()
         write_json(tmp / "report.json", data)
-        write_html(tmp / "report.html", data)
+        write_html(tmp / "report.html", data, redact=redact)
         publish(tmp, final)
         return result
     except BaseException:
@@ -148,9 +154,11 @@ def _measure_all(src, setup, rules, tmp: Path, *, cache, batch_rows, progress, c
     sink = SimpleNamespace(lengths=LengthsWriter(tmp / ".measured.parquet", schema))
     ratios = tuple(dict.fromkeys(r.metric for r in rules if r.is_ratio))
     splits, cached, tallies, plans = [], [], [], []
+    from .pipeline import simulation_positions
+
     for split_src in src.splits:
         plan = plan_sample(split_src.num_rows, full=True)
-        tally = SplitTally(setup.fields, setup.limits, ratios)
+        tally = SplitTally(setup.fields, setup.limits, ratios, keep_positions=simulation_positions(plan, 0))
         cached += measure_split(split_src, plan, setup, tally, cache=cache, batch_rows=batch_rows, output=sink,
                                 progress=progress, with_split=src.has_splits)
         splits.append(tally.split_audit(split_src.name, plan, 0))
@@ -163,6 +171,7 @@ def _measure_all(src, setup, rules, tmp: Path, *, cache, batch_rows, progress, c
         seed=0, command=command, version=__version__,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), cache_hits=len(cached),
         model=setup.model_limits.to_dict() if setup.model_limits else None, audio=setup.audio_dict(),
+        batches=simulate_batches(src, tallies, setup, 0, of="source"),
     )
     return audit, tallies, plans
 
@@ -193,6 +202,50 @@ def _length_source(setup, length_column, length_from, src) -> str | None:
 
 TOKEN_COLUMNS = ("input_ids", "attention_mask", "labels")
 
+#: Longest rows of the source listed in the report, per primary measurement.
+WORST_ROWS = 20
+#: Characters of a text shown in the report's worst rows.
+PREVIEW_CHARS = 160
+
+
+class _WorstRows:
+    """The ``WORST_ROWS`` longest rows per field, with a short preview (or the audio path)."""
+
+    def __init__(self, fields, *, redact: bool):
+        self.fields, self.redact = fields, redact
+        self.best: dict[str, list] = {f.primary.name: [] for f in fields}
+
+    def add(self, split: str, rows, base: dict, d, source: pa.Table) -> None:
+        for f in self.fields:
+            values = base[f.primary.name].astype(np.float64)
+            values = np.where(values >= 0, values, -np.inf)
+            top = np.argsort(-values, kind="stable")[:WORST_ROWS]
+            top = [i for i in top if np.isfinite(values[i])]
+            if not top:
+                continue
+            column = source.column(f.column)
+            for i in top:
+                entry = {"split": split, "row": int(rows[i]), "decision": d.names()[i], "reason": d.reason[i],
+                         "field": f.primary.name,
+                         "lengths": {name: _plain(v[i]) for name, v in base.items()}}
+                value = column[int(i)].as_py()
+                if f.kind == "audio" and not self.redact:
+                    entry["audio"] = value.get("path") if isinstance(value, dict) else (
+                        value if isinstance(value, str) else "<bytes>")
+                elif not self.redact and isinstance(value, str):
+                    entry["preview"] = {f.column: value[:PREVIEW_CHARS]}
+                self.best[f.primary.name].append((float(values[i]), -entry["row"], entry))
+            self.best[f.primary.name] = sorted(self.best[f.primary.name], key=lambda t: (-t[0], -t[1]))[:WORST_ROWS]
+
+    def rows(self) -> list[dict]:
+        return [entry for items in self.best.values() for _, _, entry in items]
+
+
+def _plain(v):
+    if isinstance(v, (float, np.floating)):
+        return None if not np.isfinite(v) or v < 0 else float(v)
+    return None if v < 0 else int(v)
+
 
 def _check_tokenize(setup, src) -> None:
     if setup.counter is None:
@@ -213,13 +266,14 @@ class _SecondPass:
     """Reads the source again beside the measured lengths; decides, truncates and writes."""
 
     def __init__(self, src, setup, resolved, tmp: Path, final: Path, *, keep_empty_targets, length_column,
-                 length_from, embed_audio, batch_rows, progress, tokenize=False):
+                 length_from, embed_audio, batch_rows, progress, tokenize=False, redact=False):
         self.src, self.setup, self.resolved, self.tmp, self.final = src, setup, resolved, tmp, final.resolve()
         self.keep_empty_targets = keep_empty_targets
         self.length_column, self.length_from = length_column, length_from
         self.embed_audio, self.batch_rows, self.progress = embed_audio, batch_rows, progress
         self.tokenize = tokenize
         self.special = special_lengths(setup.counter, setup.fields)
+        self.worst = _WorstRows(setup.fields, redact=redact)
         self.truncated_specs = [f.primary for f in setup.fields if f.kind == "text"]
 
     def run(self, plans):
@@ -228,11 +282,12 @@ class _SecondPass:
         from .writer import write_dataset_dict_index
 
         cursor = MeasuredCursor(self.tmp / ".measured.parquet")
-        lengths_writer, tallies, afters = None, [], []
+        lengths_writer, tallies, afters, after_tallies = None, [], [], []
         for split_src, plan in zip(self.src.splits, plans):
             ds_w, rej_w = self._writers(split_src)
             tally = DecisionTally(split_src.name, plan.rows_total)
             after = SplitTally(self.setup.fields, [])
+            after_tallies.append(after)
             done = 0
             for batch in iter_batches(split_src, split_src.column_names, batch_rows=self.batch_rows):
                 measured = cursor.take(batch.rows.size)
@@ -264,7 +319,7 @@ class _SecondPass:
             names = [s.name for s in self.src.splits]
             write_dataset_dict_index(self.tmp / "dataset", names)
             write_dataset_dict_index(self.tmp / "rejects", names)
-        return tallies, afters
+        return tallies, afters, after_tallies
 
     def _writers(self, split_src):
         from datasets import Features, List, Value
@@ -302,6 +357,7 @@ class _SecondPass:
         d = decide(base, flags, self.resolved, special=self.special, keep_empty_targets=self.keep_empty_targets)
         tally.add(d)
         source = pa.Table.from_batches([batch.table])
+        self.worst.add(split_src.name, batch.rows, base, d, source)
         final = {name: values.copy() for name, values in base.items()}
         source = self._truncate(source, d, final)
         if d.crop_seconds is not None:

@@ -73,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace --out even if it holds other files")
     p.add_argument("--json", action="store_true", help="print report.json to stdout and nothing else there")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
+    p.add_argument("--redact", action="store_true",
+                   help="keep every text of the data out of the report (row ids and lengths only)")
 
     c = sub.add_parser("clean", help="decide every row by limits; write a dataset, its rejects and a report",
                        description="Measure every row, decide keep/truncate/drop by --limit rules, and write "
@@ -93,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="embed audio files' bytes in Audio columns of the output (default: keep paths)")
     c.add_argument("--json", action="store_true", help="print report.json to stdout and nothing else there")
     c.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
+    c.add_argument("--redact", action="store_true",
+                   help="keep every text of the data out of the report (row ids and lengths only)")
 
     d = sub.add_parser("demo", help="audit a corpus built offline from Python's own docstrings",
                        description="Build a docstring -> summary corpus from this Python's standard library, "
@@ -151,6 +155,7 @@ def _audit(args, command: str) -> int:
             args.source, tokenizer=args.tokenizer, model=args.model, input=args.input, target=args.target,
             audio=args.audio, sampling_rate=args.sampling_rate, limits=args.limit, action=args.action,
             keep_empty_targets=args.keep_empty_targets, crop_audio=args.crop_audio, fail_over=args.fail_over,
+            redact=args.redact,
             split=args.split, sample=args.sample, full=args.full, seed=args.seed, out=args.out,
             overwrite=args.overwrite, cache=not args.no_cache,
             max_chars=args.max_chars or DEFAULT_MAX_CHARS, progress=progress, command=command,
@@ -178,8 +183,8 @@ def _clean(args, command: str) -> int:
             crop_audio=args.crop_audio, fail_over=args.fail_over, length_column=args.length_column,
             length_from=args.length_from, embed_audio=args.embed_audio, tokenize=args.tokenize,
             overwrite=args.overwrite,
-            cache=not args.no_cache, max_chars=args.max_chars or DEFAULT_MAX_CHARS, progress=progress,
-            command=command,
+            cache=not args.no_cache, max_chars=args.max_chars or DEFAULT_MAX_CHARS, redact=args.redact,
+            progress=progress, command=command,
         )
     _print_result(result, json_out=args.json, quiet=args.quiet)
     if result.gate_failed:

@@ -76,7 +76,7 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
           split: str | None = None, sample=None, full: bool = False, seed: int = DEFAULT_SEED,
           limits=(), action: str = "drop", keep_empty_targets: bool = False, crop_audio: bool = False,
           fail_over=None, out: str | Path | None = None, overwrite: bool = False, cache: bool = True,
-          max_chars: int = DEFAULT_MAX_CHARS, batch_rows: int = BATCH_ROWS,
+          max_chars: int = DEFAULT_MAX_CHARS, batch_rows: int = BATCH_ROWS, redact: bool = False,
           progress: Progress | None = None, command: str | None = None) -> AuditResult:
     """Measure the lengths of the ``input``/``audio`` and ``target`` columns of ``source``.
 
@@ -87,7 +87,8 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
     ``clean``'s rules: the audit then reports what clean would do to each row (with ``action``,
     ``keep_empty_targets``, ``crop_audio``), and ``fail_over`` ('1%' or a row count) marks the
     result failed when more rows would be dropped or truncated. With ``out``, writes
-    ``lengths.parquet``, ``report.json`` and ``report.html`` there atomically.
+    ``lengths.parquet``, ``report.json`` and ``report.html`` there atomically; ``redact`` keeps
+    every text of the data out of the report (row ids and lengths only).
     """
     from .decisions import check_rule_metrics, parse_fail_over, parse_rules
 
@@ -106,12 +107,12 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
     ratios = tuple(dict.fromkeys(r.metric for r in rules if r.is_ratio))
 
     output = _Output.start(Path(out) if out is not None else None, setup.fields, src,
-                           measured_only=bool(rules))
+                           measured_only=bool(rules), redact=redact)
     try:
         splits, cached, tallies, plans = [], [], [], []
         for split_src in src.splits:
             plan = plan_sample(split_src.num_rows, sample=sample, full=full, seed=seed)
-            tally = SplitTally(setup.fields, setup.limits, ratios)
+            tally = SplitTally(setup.fields, setup.limits, ratios, keep_positions=simulation_positions(plan, seed))
             cached += measure_split(split_src, plan, setup, tally, cache=cache, batch_rows=batch_rows,
                                     output=output, progress=progress, with_split=src.has_splits)
             splits.append(tally.split_audit(split_src.name, plan, seed))
@@ -135,12 +136,41 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
             seconds=time.perf_counter() - started,
             model=setup.model_limits.to_dict() if setup.model_limits else None,
             audio=setup.audio_dict(), decisions=decisions,
+            batches=simulate_batches(src, tallies, setup, seed, of="source"),
         )
         output.finish(result)
         return result
     except BaseException:
         output.abort()
         raise
+
+
+#: Rows whose lengths the batch simulation keeps (a uniform sample beyond it: memory stays flat).
+SIMULATION_ROWS = 1_000_000
+
+
+def simulation_positions(plan: SamplePlan, seed: int):
+    """Positions (in measuring order) of the rows kept for the batch simulation; None: all."""
+    if plan.size <= SIMULATION_ROWS:
+        return None
+    from .sampling import sample_indices
+
+    return sample_indices(plan.size, SIMULATION_ROWS, seed)
+
+
+def simulate_batches(src, tallies, setup: Setup, seed: int, *, of: str) -> dict | None:
+    """Padding and batches of the train split (else the first) as the installed Trainer builds them."""
+    from .batches import simulate
+
+    names = [s.name for s in src.splits]
+    i = names.index("train") if "train" in names else 0
+    rows, x, y = tallies[i].kept_lengths()
+    if x is None or rows.size == 0:
+        return None
+    audio = any(f.kind == "audio" and f.role == "input" for f in setup.fields)
+    out = simulate(x, y, rows=rows, seed=seed, unit="seconds" if audio else "tokens")
+    out.update({"split": names[i], "of": of, "split_rows": src.splits[i].num_rows})
+    return out
 
 
 def resolve_for(rules, src, tallies, setup: Setup, action: str, crop_audio: bool):
@@ -297,9 +327,11 @@ class _Output:
     tmp: Path | None
     lengths: object
     measured_path: Path | None
+    redact: bool = False
 
     @classmethod
-    def start(cls, final: Path | None, fields, src, *, measured_only: bool = False) -> "_Output":
+    def start(cls, final: Path | None, fields, src, *, measured_only: bool = False,
+              redact: bool = False) -> "_Output":
         import tempfile
 
         from .writer import LengthsWriter, lengths_schema, staging_dir
@@ -310,7 +342,7 @@ class _Output:
         multi = any(s.multi_file for s in src.splits)
         schema = lengths_schema(fields, with_split=src.has_splits, multi_file=multi)
         path = tmp / (".measured.parquet" if measured_only else "lengths.parquet")
-        return cls(final, tmp, LengthsWriter(path, schema), path if measured_only else None)
+        return cls(final, tmp, LengthsWriter(path, schema), path if measured_only else None, redact)
 
     def decide(self, src, plans, setup: Setup, resolved, keep_empty_targets: bool):
         """The decide pass over the measured lengths; writes ``lengths.parquet`` with decisions."""
@@ -359,7 +391,7 @@ class _Output:
 
         data = result.to_dict()
         write_json(self.tmp / "report.json", data)
-        write_html(self.tmp / "report.html", data)
+        write_html(self.tmp / "report.html", data, redact=self.redact)
         publish(self.tmp, self.final)
 
     def abort(self) -> None:

@@ -334,6 +334,7 @@ class AuditResult:
     model: dict | None = None
     audio: dict | None = None
     decisions: dict | None = None
+    batches: dict | None = None
 
     def split(self, name: str) -> SplitAudit:
         for s in self.splits:
@@ -363,4 +364,5 @@ class AuditResult:
             "seconds": round(self.seconds, 3),
             "splits": [s.to_dict() for s in self.splits],
             "decisions": self.decisions,
+            "batches": self.batches,
         }

@@ -110,6 +110,9 @@ class SplitTally:
     pairs: list[PairStats] = field(default_factory=list)
     limit_tallies: list[LimitTally] = field(default_factory=list)
     ratio_parts: dict = field(default_factory=dict)
+    keep_positions: np.ndarray | None = None  # which measured rows to keep lengths of (None: all)
+    kept: list = field(default_factory=list)  # (rows, input values, target values) per batch
+    seen: int = 0
 
     def __post_init__(self):
         self.limit_tallies = [LimitTally(limit) for limit in self.limits]
@@ -132,6 +135,7 @@ class SplitTally:
                 self.pairs[:] = [_merge_all(self.pairs)]
         for lt in self.limit_tallies:
             lt.add(rows, by_name[lt.limit.measure])
+        self._keep_lengths(rows, by_name)
         for metric in self.ratios:
             from .policy import metric_values, ratio_units_of
 
@@ -139,6 +143,28 @@ class SplitTally:
             bucket.append(Histogram.of(ratio_units_of(metric_values(metric, by_name))))
             if len(bucket) >= 32:
                 bucket[:] = [merge_histograms(bucket)]
+
+    def _keep_lengths(self, rows: np.ndarray, by_name: dict) -> None:
+        """Keep the primary lengths of (a bounded, uniform subset of) the rows for the batch simulation."""
+        inputs = [f for f in self.fields if f.role == "input"]
+        targets = [f for f in self.fields if f.role == "target"]
+        x = by_name[inputs[0].primary.name] if inputs else None
+        y = by_name[targets[0].primary.name] if targets else None
+        take = np.arange(rows.size)
+        if self.keep_positions is not None:
+            lo, hi = np.searchsorted(self.keep_positions, [self.seen, self.seen + rows.size])
+            take = self.keep_positions[lo:hi] - self.seen
+        self.seen += rows.size
+        self.kept.append((rows[take], None if x is None else x[take], None if y is None else y[take]))
+
+    def kept_lengths(self):
+        """(rows, input lengths or None, target lengths or None) kept for the batch simulation."""
+        rows = np.concatenate([k[0] for k in self.kept]) if self.kept else np.zeros(0, np.int64)
+        def cat(i):
+            if not self.kept or self.kept[0][i] is None:
+                return None
+            return np.concatenate([k[i] for k in self.kept])
+        return rows, cat(1), cat(2)
 
     def histograms(self) -> dict[str, tuple[Histogram, int]]:
         """Metric -> (histogram in integer units, scale): every measurement and the tracked ratios."""

@@ -196,3 +196,20 @@ def test_tokenize_writes_training_ready_columns(tmp_path, corpus_jsonl, corpus_r
         assert row["attention_mask"] == [1] * len(row["input_ids"])
         assert row["labels"] == tok(text_target=row["summary"])["input_ids"] and len(row["labels"]) <= 16
         assert row["length"] == len(row["input_ids"])
+
+
+def test_report_carries_worst_rows_batches_and_redacts(tmp_path, corpus_jsonl, bpe_dir):
+    args = [corpus_jsonl, "--tokenizer", bpe_dir, "--input", "text", "--target", "summary",
+            "--limit", "input_tokens<=128:truncate"]
+    assert _clean(*args, "--out", tmp_path / "a") == 0
+    data = json.loads((tmp_path / "a" / "report.json").read_text())
+    worst = [w for w in data["clean"]["worst_rows"] if w["field"] == "input_tokens"]
+    assert worst[0]["lengths"]["input_tokens"] == data["splits"][0]["fields"]["input_tokens"]["max"]
+    assert worst[0]["preview"]["text"] and worst[0]["decision"] == "truncate"
+    assert data["batches"]["of"] == "cleaned dataset" and data["clean"]["batches_before"]["of"] == "source"
+    after = data["batches"]["by_batch_size"][0]["worst_case"]["input"]
+    assert after <= 8 * 128 < data["clean"]["batches_before"]["by_batch_size"][0]["worst_case"]["input"]
+    assert _clean(*args, "--out", tmp_path / "b", "--redact") == 0
+    redacted = (tmp_path / "b" / "report.json").read_text() + (tmp_path / "b" / "report.html").read_text()
+    assert all("preview" not in w for w in json.loads((tmp_path / "b" / "report.json").read_text())["clean"]["worst_rows"])
+    assert worst[0]["preview"]["text"][:40] not in redacted
