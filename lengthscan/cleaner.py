@@ -83,7 +83,7 @@ def clean(source, *, out, tokenizer=None, input: str | None = None, target: str 
           length_from: str | None = None, embed_audio: bool = False, tokenize: bool = False,
           overwrite: bool = False,
           cache: bool = True, max_chars: int = DEFAULT_MAX_CHARS, batch_rows: int = BATCH_ROWS,
-          redact: bool = False, progress=None, command: str | None = None) -> CleanResult:
+          redact: bool = False, num_proc: int = 1, progress=None, command: str | None = None) -> CleanResult:
     """Decide every row of ``source`` by ``limits`` and write the result to ``out``.
 
     Options as ``audit``; ``action`` is what rows over an upper token limit get (drop or
@@ -113,7 +113,7 @@ def clean(source, *, out, tokenizer=None, input: str | None = None, target: str 
     tmp = staging_dir(final)
     try:
         audit, tallies, plans = _measure_all(src, setup, rules, tmp, cache=cache, batch_rows=batch_rows,
-                                             progress=progress, command=command)
+                                             progress=progress, command=command, num_proc=num_proc)
         resolved, basis = resolve_for(rules, src, tallies, setup, action, crop_audio)
         writer = _SecondPass(src, setup, resolved, tmp, final, keep_empty_targets=keep_empty_targets,
                              length_column=length_column, length_from=length_from, embed_audio=embed_audio,
@@ -145,7 +145,7 @@ def clean(source, *, out, tokenizer=None, input: str | None = None, target: str 
         raise
 
 
-def _measure_all(src, setup, rules, tmp: Path, *, cache, batch_rows, progress, command):
+def _measure_all(src, setup, rules, tmp: Path, *, cache, batch_rows, progress, command, num_proc=1):
     """First pass: every row measured into ``.measured.parquet``; statistics per split."""
     from .writer import LengthsWriter, lengths_schema
 
@@ -160,7 +160,7 @@ def _measure_all(src, setup, rules, tmp: Path, *, cache, batch_rows, progress, c
         plan = plan_sample(split_src.num_rows, full=True)
         tally = SplitTally(setup.fields, setup.limits, ratios, keep_positions=simulation_positions(plan, 0))
         cached += measure_split(split_src, plan, setup, tally, cache=cache, batch_rows=batch_rows, output=sink,
-                                progress=progress, with_split=src.has_splits)
+                                progress=progress, with_split=src.has_splits, num_proc=num_proc)
         splits.append(tally.split_audit(split_src.name, plan, 0))
         tallies.append(tally)
         plans.append(plan)

@@ -38,6 +38,8 @@ def _add_field_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-chars", type=int, default=None, metavar="N",
                    help="texts longer than N characters are recorded as too long, not tokenized (default 10,000,000)")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the per-row length cache")
+    p.add_argument("--num-proc", type=int, default=1, metavar="N",
+                   help="measure in N worker processes (default 1: one process whose tokenizer uses every core)")
 
 
 def _add_limit_flags(p: argparse.ArgumentParser) -> None:
@@ -155,7 +157,7 @@ def _audit(args, command: str) -> int:
             args.source, tokenizer=args.tokenizer, model=args.model, input=args.input, target=args.target,
             audio=args.audio, sampling_rate=args.sampling_rate, limits=args.limit, action=args.action,
             keep_empty_targets=args.keep_empty_targets, crop_audio=args.crop_audio, fail_over=args.fail_over,
-            redact=args.redact,
+            redact=args.redact, num_proc=args.num_proc,
             split=args.split, sample=args.sample, full=args.full, seed=args.seed, out=args.out,
             overwrite=args.overwrite, cache=not args.no_cache,
             max_chars=args.max_chars or DEFAULT_MAX_CHARS, progress=progress, command=command,
@@ -184,7 +186,7 @@ def _clean(args, command: str) -> int:
             length_from=args.length_from, embed_audio=args.embed_audio, tokenize=args.tokenize,
             overwrite=args.overwrite,
             cache=not args.no_cache, max_chars=args.max_chars or DEFAULT_MAX_CHARS, redact=args.redact,
-            progress=progress, command=command,
+            num_proc=args.num_proc, progress=progress, command=command,
         )
     _print_result(result, json_out=args.json, quiet=args.quiet)
     if result.gate_failed:

@@ -71,9 +71,13 @@ def role_fields(*, input: str | None = None, target: str | None = None, audio: s
     return tuple(fields)
 
 
-def measure_batch(batch: Batch, fields, split_src: SplitSource, *, counter=None,
+def measure_batch(batch: Batch, fields, split_src, *, counter=None,
                   audio: AudioSettings = AudioSettings()) -> dict[str, Measured]:
-    """Measure every field of ``batch``: role -> ``Measured``."""
+    """Measure every field of ``batch``: role -> ``Measured``.
+
+    ``split_src`` is a ``SplitSource`` or its picklable ``SplitLayout`` (for error messages and
+    relative audio paths).
+    """
     out = {}
     for f in fields:
         if f.kind == "text":

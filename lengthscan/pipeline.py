@@ -77,7 +77,7 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
           limits=(), action: str = "drop", keep_empty_targets: bool = False, crop_audio: bool = False,
           fail_over=None, out: str | Path | None = None, overwrite: bool = False, cache: bool = True,
           max_chars: int = DEFAULT_MAX_CHARS, batch_rows: int = BATCH_ROWS, redact: bool = False,
-          progress: Progress | None = None, command: str | None = None) -> AuditResult:
+          num_proc: int = 1, progress: Progress | None = None, command: str | None = None) -> AuditResult:
     """Measure the lengths of the ``input``/``audio`` and ``target`` columns of ``source``.
 
     ``source`` is anything ``open_source`` opens (path, glob, directory, audio folder, hub id,
@@ -88,7 +88,8 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
     ``keep_empty_targets``, ``crop_audio``), and ``fail_over`` ('1%' or a row count) marks the
     result failed when more rows would be dropped or truncated. With ``out``, writes
     ``lengths.parquet``, ``report.json`` and ``report.html`` there atomically; ``redact`` keeps
-    every text of the data out of the report (row ids and lengths only).
+    every text of the data out of the report (row ids and lengths only). ``num_proc`` > 1 measures
+    in worker processes (same results, same order).
     """
     from .decisions import check_rule_metrics, parse_fail_over, parse_rules
 
@@ -114,7 +115,8 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
             plan = plan_sample(split_src.num_rows, sample=sample, full=full, seed=seed)
             tally = SplitTally(setup.fields, setup.limits, ratios, keep_positions=simulation_positions(plan, seed))
             cached += measure_split(split_src, plan, setup, tally, cache=cache, batch_rows=batch_rows,
-                                    output=output, progress=progress, with_split=src.has_splits)
+                                    output=output, progress=progress, with_split=src.has_splits,
+                                    num_proc=num_proc)
             splits.append(tally.split_audit(split_src.name, plan, seed))
             tallies.append(tally)
             plans.append(plan)
@@ -255,7 +257,7 @@ def _rule_dict(rule) -> dict | None:
 # -- measuring one split ---------------------------------------------------------------------------
 
 def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally: SplitTally, *, cache: bool,
-                  batch_rows: int, output, progress, with_split: bool) -> list[str]:
+                  batch_rows: int, output, progress, with_split: bool, num_proc: int = 1) -> list[str]:
     """Measure the plan's rows of one split into ``tally`` and ``output.lengths``; returns the
     roles whose lengths came from the cache."""
     fields, counter, settings = setup.fields, setup.counter, setup.settings
@@ -270,8 +272,7 @@ def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally:
                else _row_batches(plan, batch_rows))
     done = 0
     try:
-        for batch in batches:
-            measured = measure_batch(batch, to_measure, split_src, counter=counter, audio=settings)
+        for batch, measured in _measured(batches, to_measure, split_src.layout(), counter, settings, num_proc):
             for f in fields:
                 if f.role in readers:
                     lengths, flags = readers[f.role].take(batch.rows)
@@ -295,6 +296,46 @@ def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally:
     for w in writers.values():
         w.commit()
     return list(readers)
+
+
+def _measured(batches, fields, layout, counter, settings, num_proc: int):
+    """(batch, measurements) in row order: in this process, or in ``num_proc`` worker processes.
+
+    One process is the default and usually the fastest: the fast tokenizer threads over a batch
+    by itself. Workers (spawned, each loading the tokenizer once) run with those threads off, as
+    ``datasets.map(num_proc=...)`` does; results and their order are the same either way.
+    """
+    if num_proc <= 1 or not fields:
+        for batch in batches:
+            yield batch, measure_batch(batch, fields, layout, counter=counter, audio=settings)
+        return
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(num_proc, initializer=_worker_init, initargs=(counter, fields, layout, settings)) as pool:
+        pending = []
+        for batch in batches:
+            pending.append((batch, pool.apply_async(_worker_measure, (batch,))))
+            if len(pending) >= 2 * num_proc:
+                head, job = pending.pop(0)
+                yield head, job.get()
+        for head, job in pending:
+            yield head, job.get()
+
+
+_WORKER: dict = {}
+
+
+def _worker_init(counter, fields, layout, settings) -> None:
+    import os
+
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    _WORKER.update(counter=counter, fields=fields, layout=layout, settings=settings)
+
+
+def _worker_measure(batch):
+    w = _WORKER
+    return measure_batch(batch, w["fields"], w["layout"], counter=w["counter"], audio=w["settings"])
 
 
 def _too_long_errors(flags: np.ndarray, counter) -> list | None:

@@ -109,18 +109,42 @@ class SplitSource:
 
     def base_dir(self, rows: np.ndarray) -> str | None:
         """The folder relative paths of these rows resolve against: their file's, if any."""
-        if not self.parts or rows.size == 0:
-            return None
-        starts = np.asarray([p.start for p in self.parts], np.int64)
-        part = self.parts[int(np.searchsorted(starts, rows[0], side="right") - 1)]
-        return os.path.dirname(os.path.abspath(part.path)) if part.path else None
+        return self.layout().base_dir(rows)
+
+    def layout(self) -> "SplitLayout":
+        """What the measure step needs of the split, small and picklable (for worker processes)."""
+        return SplitLayout(self.name, tuple(p.start for p in self.parts), tuple(p.path for p in self.parts))
 
     def locate(self, rows: np.ndarray) -> tuple[list[str], np.ndarray]:
         """``source_file`` and ``file_row`` of global row positions."""
-        starts = np.asarray([p.start for p in self.parts], np.int64)
+        return self.layout().locate(rows)
+
+
+@dataclass(frozen=True)
+class SplitLayout:
+    """Where a split's rows come from: part starts and files (picklable; no datasets inside)."""
+
+    name: str
+    starts: tuple[int, ...]
+    paths: tuple[str | None, ...]
+
+    @property
+    def multi_file(self) -> bool:
+        return len(self.paths) > 1 and all(self.paths)
+
+    def _part(self, row: int) -> int:
+        return int(np.searchsorted(np.asarray(self.starts), row, side="right") - 1)
+
+    def base_dir(self, rows: np.ndarray) -> str | None:
+        if rows.size == 0:
+            return None
+        path = self.paths[self._part(int(rows[0]))]
+        return os.path.dirname(os.path.abspath(path)) if path else None
+
+    def locate(self, rows: np.ndarray) -> tuple[list[str], np.ndarray]:
+        starts = np.asarray(self.starts, np.int64)
         which = np.searchsorted(starts, rows, side="right") - 1
-        paths = [self.parts[i].path for i in range(len(self.parts))]
-        return [paths[i] for i in which], rows - starts[which]
+        return [self.paths[i] for i in which], rows - starts[which]
 
 
 @dataclass(frozen=True, eq=False)

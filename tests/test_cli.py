@@ -171,3 +171,15 @@ def test_too_long_rows_are_listed_not_skipped(tmp_path, bpe_dir):
     assert t["input_tokens"][1] is None
     report = json.loads((tmp_path / "o" / "report.json").read_text())
     assert report["splits"][0]["fields"]["input_tokens"]["unmeasured"] == 1
+
+
+def test_num_proc_gives_identical_results(tmp_path, corpus_jsonl, bpe_dir):
+    args = [corpus_jsonl, "--tokenizer", bpe_dir, "--input", "text", "--target", "summary", "--full", "--no-cache"]
+    assert _audit(*args, "--out", tmp_path / "one") == 0
+    assert _audit(*args, "--num-proc", 2, "--out", tmp_path / "two") == 0
+    a = pq.read_table(tmp_path / "one" / "lengths.parquet")
+    b = pq.read_table(tmp_path / "two" / "lengths.parquet")
+    assert a.equals(b)
+    ra = json.loads((tmp_path / "one" / "report.json").read_text())
+    rb = json.loads((tmp_path / "two" / "report.json").read_text())
+    assert ra["splits"] == rb["splits"]
