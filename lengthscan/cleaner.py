@@ -83,7 +83,8 @@ def clean(source, *, out, tokenizer=None, input: str | None = None, target: str 
           length_from: str | None = None, embed_audio: bool = False, tokenize: bool = False,
           overwrite: bool = False,
           cache: bool = True, max_chars: int = DEFAULT_MAX_CHARS, batch_rows: int = BATCH_ROWS,
-          redact: bool = False, num_proc: int = 1, progress=None, command: str | None = None) -> CleanResult:
+          redact: bool = False, num_proc: int = 1, decide_only: bool = True, progress=None,
+          command: str | None = None) -> CleanResult:
     """Decide every row of ``source`` by ``limits`` and write the result to ``out``.
 
     Options as ``audit``; ``action`` is what rows over an upper token limit get (drop or
@@ -92,6 +93,9 @@ def clean(source, *, out, tokenizer=None, input: str | None = None, target: str 
     source where more rows would be dropped or truncated publishes nothing (``gate_failed``).
     ``tokenize`` adds ``input_ids``/``attention_mask`` (and ``labels`` for a target) to the
     dataset: the tokenizer's own ``__call__`` on the final texts, checked against their lengths.
+    With only numeric upper limits on ``input_tokens`` (no percentile, z-score or ratio rule, no
+    ``tokenize``, no explicit ``length_from``), ``decide_only`` counts inputs only as far as each
+    decision needs (see ``bounds.py``): same decisions, no ``length`` column.
     """
     from .writer import OutputError, staging_dir
 
@@ -106,9 +110,17 @@ def clean(source, *, out, tokenizer=None, input: str | None = None, target: str 
         raise OutputError(f"{final}: exists; clean never touches an existing directory without --overwrite")
     src = open_source(source, split=split)
     check_columns(src, setup.fields)
+    explicit_length = length_from is not None or length_column != "length"  # a length column asked for
     length_from = _length_source(setup, length_column, length_from, src)
     if tokenize:
         _check_tokenize(setup, src)
+    decide_limits = _decide_only(rules, setup, action, tokenize, explicit_length, decide_only)
+    if decide_limits:
+        from dataclasses import replace
+
+        setup = replace(setup, decide_limits=decide_limits)
+        if length_from == "input_tokens":
+            length_from = None  # exact lengths of every row are what decide-only skips
 
     tmp = staging_dir(final)
     try:
@@ -125,7 +137,9 @@ def clean(source, *, out, tokenizer=None, input: str | None = None, target: str 
         decisions = {"rules": [r.to_dict() for r in resolved], "basis": basis, "action": action,
                      "splits": [t.to_dict() for t in dtallies], "fail_over": fail_over,
                      "gate": gate(gate_spec, dtallies), "length_column": length_column if length_from else None,
-                     "length_from": length_from, "audio_embedded": embed_audio}
+                     "length_from": length_from, "audio_embedded": embed_audio,
+                     "decide_only": {"on": bool(decide_limits), "limits": decide_limits,
+                                     "proof": _proofs(setup)} if decide_limits else {"on": False}}
         audit = _with_time(audit, started)
         result = CleanResult(audit, decisions, tuple(after), str(final.resolve()), published=False, **extra)
         if result.gate_failed:
@@ -150,7 +164,8 @@ def _measure_all(src, setup, rules, tmp: Path, *, cache, batch_rows, progress, c
     from .writer import LengthsWriter, lengths_schema
 
     multi = any(s.multi_file for s in src.splits)
-    schema = lengths_schema(setup.fields, with_split=src.has_splits, multi_file=multi)
+    schema = lengths_schema(setup.fields, with_split=src.has_splits, multi_file=multi,
+                            bounded=tuple(setup.decide_limits))
     sink = SimpleNamespace(lengths=LengthsWriter(tmp / ".measured.parquet", schema))
     ratios = tuple(dict.fromkeys(r.metric for r in rules if r.is_ratio))
     splits, cached, tallies, plans = [], [], [], []
@@ -245,6 +260,32 @@ def _plain(v):
     if isinstance(v, (float, np.floating)):
         return None if not np.isfinite(v) or v < 0 else float(v)
     return None if v < 0 else int(v)
+
+
+def _decide_only(rules, setup, action, tokenize, explicit_length, wanted) -> dict:
+    """role -> limit when decide-only counting applies: numeric upper input-token limits only."""
+    if not wanted or tokenize or explicit_length or not rules or action != "drop":
+        return {}
+    caps = []
+    for r in rules:
+        if r.metric != "input_tokens" or not r.upper or r.kind not in ("number", "model") or r.action == "truncate":
+            return {}
+        if r.kind == "number":
+            caps.append(float(r.value) if r.op == "<=" else float(r.value) - 1e-9)
+        else:
+            limit = setup.model_limits.get("input_tokens") if setup.model_limits else None
+            if limit is None:
+                return {}
+            caps.append(float(limit.value) if r.op == "<=" else float(limit.value) - 1e-9)
+    import math
+
+    return {"input": math.floor(min(caps))}
+
+
+def _proofs(setup) -> dict:
+    counter = setup.counter
+    return {role: (counter._bounds.get(role).to_dict() if counter._bounds.get(role) else None)
+            for role in setup.decide_limits}
 
 
 def _check_tokenize(setup, src) -> None:

@@ -91,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--length-from", metavar="METRIC",
                    help="measurement that fills it, after truncation (default input_tokens, or input_samples "
                         "for audio; 'none' adds no column)")
+    c.add_argument("--no-decide-only", action="store_true",
+                   help="count every row in full even when only numeric input_tokens upper limits are given")
     c.add_argument("--tokenize", action="store_true",
                    help="also write input_ids, attention_mask and labels (the tokenizer's own call on the final texts)")
     c.add_argument("--embed-audio", action="store_true",
@@ -186,7 +188,7 @@ def _clean(args, command: str) -> int:
             length_from=args.length_from, embed_audio=args.embed_audio, tokenize=args.tokenize,
             overwrite=args.overwrite,
             cache=not args.no_cache, max_chars=args.max_chars or DEFAULT_MAX_CHARS, redact=args.redact,
-            num_proc=args.num_proc, progress=progress, command=command,
+            num_proc=args.num_proc, decide_only=not args.no_decide_only, progress=progress, command=command,
         )
     _print_result(result, json_out=args.json, quiet=args.quiet)
     if result.gate_failed:

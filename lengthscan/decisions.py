@@ -46,7 +46,12 @@ def base_and_flags(table: pa.Table, fields) -> tuple[dict[str, np.ndarray], dict
             if spec.unit == "seconds":
                 base[spec.name] = col.to_numpy(zero_copy_only=False).astype(np.float64)
             else:
-                base[spec.name] = col.fill_null(-1).to_numpy().astype(np.int64)
+                values = col.fill_null(-1).to_numpy().astype(np.int64)
+                for bound in (f"{spec.name}_at_least", f"{spec.name}_at_most"):
+                    if bound in table.column_names:  # decide-only: a proven bound decides the row
+                        b = table.column(bound).fill_null(-1).to_numpy().astype(np.int64)
+                        values = np.where(values >= 0, values, b)
+                base[spec.name] = values
         names = table.column(f"{f.role}_flag").to_pylist()
         flags[f.role] = np.asarray([FLAG_CODES[x] if x else 0 for x in names], np.int8)
     return base, flags

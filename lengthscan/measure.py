@@ -72,25 +72,32 @@ def role_fields(*, input: str | None = None, target: str | None = None, audio: s
 
 
 def measure_batch(batch: Batch, fields, split_src, *, counter=None,
-                  audio: AudioSettings = AudioSettings()) -> dict[str, Measured]:
+                  audio: AudioSettings = AudioSettings(), decide_limits: dict | None = None) -> dict[str, Measured]:
     """Measure every field of ``batch``: role -> ``Measured``.
 
     ``split_src`` is a ``SplitSource`` or its picklable ``SplitLayout`` (for error messages and
-    relative audio paths).
+    relative audio paths). ``decide_limits`` (role -> upper token limit) turns on decide-only
+    counting for those roles: rows proven within or over the limit keep a bound, not a length.
     """
     out = {}
     for f in fields:
         if f.kind == "text":
             texts = column_texts(batch, f.column, split_src)
+            limit = (decide_limits or {}).get(f.role)
+            bounds = None
             try:
-                lengths, flags = counter.count(texts, f.role)
+                if limit is None:
+                    lengths, flags = counter.count(texts, f.role)
+                else:
+                    lengths, flags, at_least, at_most = counter.decide_count(texts, f.role, limit)
+                    bounds = {f.primary: (at_least, at_most)}
             except TypeError as exc:  # a non-string that slipped past the type check
                 raise ColumnError(f"column {f.column!r}: {exc}") from None
             errors = None
             if (flags == FLAG_TOO_LONG).any():
                 errors = [f"longer than --max-chars {counter.max_chars:,} characters" if k == FLAG_TOO_LONG
                           else None for k in flags]
-            out[f.role] = Measured({f.primary: lengths}, flags, errors)
+            out[f.role] = Measured({f.primary: lengths}, flags, errors, bounds=bounds)
         else:
             out[f.role] = _measure_audio(batch, f, split_src, audio)
     return out

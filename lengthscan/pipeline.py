@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as _dt
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +49,7 @@ class Setup:
     settings: AudioSettings
     model_limits: object | None  # limits.ModelLimits
     limits: list[Limit]
+    decide_limits: dict = field(default_factory=dict)  # role -> upper token limit (decide-only mode)
 
     @property
     def specs(self) -> tuple:
@@ -265,14 +266,16 @@ def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally:
     keys = {f.role: field_key(split_src.fingerprint, f.column, f.primary.name, counter.hash, counter.max_chars)
             for f in text} if cache and text else {}
     readers = {role: CacheReader(p) for role, k in keys.items() if (p := cached_path(k)) is not None}
-    writers = {role: CacheWriter(k) for role, k in keys.items() if plan.full and role not in readers}
+    writers = {role: CacheWriter(k) for role, k in keys.items()
+               if plan.full and role not in readers and role not in setup.decide_limits}
     to_measure = [f for f in fields if f.role not in readers]
     columns = list(dict.fromkeys(f.column for f in to_measure))
     batches = (iter_batches(split_src, columns, indices=plan.indices, batch_rows=batch_rows) if columns
                else _row_batches(plan, batch_rows))
     done = 0
     try:
-        for batch, measured in _measured(batches, to_measure, split_src.layout(), counter, settings, num_proc):
+        for batch, measured in _measured(batches, to_measure, split_src.layout(), counter, settings, num_proc,
+                                         setup.decide_limits):
             for f in fields:
                 if f.role in readers:
                     lengths, flags = readers[f.role].take(batch.rows)
@@ -298,7 +301,7 @@ def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally:
     return list(readers)
 
 
-def _measured(batches, fields, layout, counter, settings, num_proc: int):
+def _measured(batches, fields, layout, counter, settings, num_proc: int, decide_limits=None):
     """(batch, measurements) in row order: in this process, or in ``num_proc`` worker processes.
 
     One process is the default and usually the fastest: the fast tokenizer threads over a batch
@@ -307,12 +310,14 @@ def _measured(batches, fields, layout, counter, settings, num_proc: int):
     """
     if num_proc <= 1 or not fields:
         for batch in batches:
-            yield batch, measure_batch(batch, fields, layout, counter=counter, audio=settings)
+            yield batch, measure_batch(batch, fields, layout, counter=counter, audio=settings,
+                                       decide_limits=decide_limits)
         return
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
-    with ctx.Pool(num_proc, initializer=_worker_init, initargs=(counter, fields, layout, settings)) as pool:
+    with ctx.Pool(num_proc, initializer=_worker_init,
+                  initargs=(counter, fields, layout, settings, decide_limits)) as pool:
         pending = []
         for batch in batches:
             pending.append((batch, pool.apply_async(_worker_measure, (batch,))))
@@ -326,16 +331,17 @@ def _measured(batches, fields, layout, counter, settings, num_proc: int):
 _WORKER: dict = {}
 
 
-def _worker_init(counter, fields, layout, settings) -> None:
+def _worker_init(counter, fields, layout, settings, decide_limits) -> None:
     import os
 
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    _WORKER.update(counter=counter, fields=fields, layout=layout, settings=settings)
+    _WORKER.update(counter=counter, fields=fields, layout=layout, settings=settings, decide_limits=decide_limits)
 
 
 def _worker_measure(batch):
     w = _WORKER
-    return measure_batch(batch, w["fields"], w["layout"], counter=w["counter"], audio=w["settings"])
+    return measure_batch(batch, w["fields"], w["layout"], counter=w["counter"], audio=w["settings"],
+                         decide_limits=w["decide_limits"])
 
 
 def _too_long_errors(flags: np.ndarray, counter) -> list | None:

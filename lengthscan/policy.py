@@ -228,10 +228,17 @@ def decide(base: dict[str, np.ndarray], flags: dict[str, np.ndarray], rules, *, 
            keep_empty_targets: bool = False) -> Decisions:
     """The decision table (see the module docstring) over one batch of rows.
 
-    ``base``: measurement -> values (-1/NaN where none); ``flags``: role -> flag codes;
+    ``base``: measurement -> values (-1/NaN where none; in decide-only mode a proven bound stands
+    in for the exact length of rows decided without a full count); ``flags``: role -> flag codes;
     ``special``: role -> length of the empty string for that role (its special tokens).
     """
-    from .records import FLAG_MISSING, FLAG_NAMES, FLAG_OK, MEASURED_FLAGS
+    from .records import (
+        BOUNDED_FLAGS,
+        FLAG_MISSING,
+        FLAG_NAMES,
+        FLAG_OK,
+        MEASURED_FLAGS,
+    )
 
     n = next(iter(flags.values())).size
     failed: list[list[tuple[str, str]]] = [[] for _ in range(n)]
@@ -243,7 +250,7 @@ def decide(base: dict[str, np.ndarray], flags: dict[str, np.ndarray], rules, *, 
     for role, codes in flags.items():
         fail(codes == FLAG_MISSING, f"{role}_missing", "drop")
         for code in np.unique(codes):
-            if int(code) not in MEASURED_FLAGS and int(code) not in (FLAG_MISSING, FLAG_OK):
+            if int(code) not in MEASURED_FLAGS + BOUNDED_FLAGS and int(code) not in (FLAG_MISSING, FLAG_OK):
                 fail(codes == code, f"{role}_{FLAG_NAMES[int(code)]}", "drop")
     if "target_tokens" in base and not keep_empty_targets and "target" in special:
         t = base["target_tokens"]

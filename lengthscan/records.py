@@ -28,9 +28,13 @@ ROLES = ("input", "target")
 
 #: Per-row flag codes, as stored in ``lengths.parquet`` (``{role}_flag``). A row is measured
 #: (has a length) when its flag is OK or EMPTY; every other flag means no length, with a reason.
-FLAG_OK, FLAG_MISSING, FLAG_EMPTY, FLAG_TOO_LONG, FLAG_MISSING_FILE, FLAG_UNREADABLE, FLAG_TRUNCATED = range(7)
+(FLAG_OK, FLAG_MISSING, FLAG_EMPTY, FLAG_TOO_LONG, FLAG_MISSING_FILE, FLAG_UNREADABLE, FLAG_TRUNCATED,
+ FLAG_WITHIN_BOUND, FLAG_OVER_BOUND) = range(9)
 FLAG_NAMES = {FLAG_OK: None, FLAG_MISSING: "missing", FLAG_EMPTY: "empty", FLAG_TOO_LONG: "too_long",
-              FLAG_MISSING_FILE: "missing_file", FLAG_UNREADABLE: "unreadable", FLAG_TRUNCATED: "truncated"}
+              FLAG_MISSING_FILE: "missing_file", FLAG_UNREADABLE: "unreadable", FLAG_TRUNCATED: "truncated",
+              FLAG_WITHIN_BOUND: "within_by_bound", FLAG_OVER_BOUND: "over_by_prefix"}
+#: Flags of rows decided without a full count (decide-only mode): a bound, no exact length.
+BOUNDED_FLAGS = (FLAG_WITHIN_BOUND, FLAG_OVER_BOUND)
 #: Flags of rows that have a length (a truncated audio file is measured by the frames it holds).
 MEASURED_FLAGS = (FLAG_OK, FLAG_EMPTY, FLAG_TRUNCATED)
 FLAG_CODES = {name: code for code, name in FLAG_NAMES.items() if name}
@@ -76,6 +80,7 @@ class Measured:
     flags: np.ndarray
     errors: list | None = None
     decoded: np.ndarray | None = None
+    bounds: dict | None = None  # FieldSpec -> (at_least, at_most) arrays (-1: none), decide-only mode
 
     @property
     def rows(self) -> int:
@@ -109,7 +114,13 @@ class FieldStats:
     @property
     def unmeasured(self) -> int:
         """Rows with a value but no length (too long, missing or unreadable file)."""
-        return sum(n for name, n in self.flags.items() if FLAG_CODES[name] not in MEASURED_FLAGS + (FLAG_MISSING,))
+        skip = MEASURED_FLAGS + BOUNDED_FLAGS + (FLAG_MISSING,)
+        return sum(n for name, n in self.flags.items() if FLAG_CODES[name] not in skip)
+
+    @property
+    def bounded(self) -> int:
+        """Rows decided by a bound in decide-only mode (no exact length)."""
+        return sum(n for name, n in self.flags.items() if FLAG_CODES[name] in BOUNDED_FLAGS)
 
     def merge(self, other: "FieldStats") -> "FieldStats":
         if other.spec != self.spec:
@@ -138,6 +149,7 @@ class FieldStats:
             "missing": self.missing,
             "empty": self.empty,
             "unmeasured": self.unmeasured,
+            "bounded": self.bounded,
             "flags": dict(self.flags),
             "decoded": self.decoded,
             **self.summary(sampled).to_dict(),

@@ -26,7 +26,14 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .records import FLAG_EMPTY, FLAG_MISSING, FLAG_TOO_LONG, TokenizerInfo
+from .records import (
+    FLAG_EMPTY,
+    FLAG_MISSING,
+    FLAG_OVER_BOUND,
+    FLAG_TOO_LONG,
+    FLAG_WITHIN_BOUND,
+    TokenizerInfo,
+)
 
 #: Texts longer than this many characters are recorded as too long instead of tokenized, so one
 #: pathological row cannot hang the audit or exhaust memory (``--max-chars`` raises it).
@@ -130,6 +137,7 @@ class TokenCounter:
             self._tokenizer = tokenizer
         self.max_chars = max_chars
         self._methods: dict[str, _RoleMethod] = {}
+        self._bounds: dict = {}
         self._hash: str | None = None
 
     @property
@@ -219,6 +227,88 @@ class TokenCounter:
             lengths[np.asarray(todo)] = self._count_strings([texts[i] for i in todo], role)
         return lengths, flags
 
+    def decide_count(self, texts: list, role: str, limit: int):
+        """Decide-only counting against an upper ``limit``: (lengths, flags, at_least, at_most).
+
+        Rows whose proven upper bound is <= ``limit`` get flag ``within_by_bound`` and their bound
+        in ``at_most``; rows whose prefix already has more than ``limit`` tokens get
+        ``over_by_prefix`` and that count in ``at_least``; every other row is counted in full.
+        Without a proof for this tokenizer and role (see ``bounds.py``), every row is counted.
+        """
+        from .bounds import PREFIX_CHARS_PER_TOKEN, safe_cut
+
+        n = len(texts)
+        at_least, at_most = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+        strings = [i for i, t in enumerate(texts) if isinstance(t, str) and t and len(t) <= self.max_chars]
+        proof = self.bounds(role, [texts[i] for i in strings[:64]])
+        if proof is None:
+            lengths, flags = self.count(texts, role)
+            return lengths, flags, at_least, at_most
+        # None, "", non-strings and texts over max_chars: exactly as count() treats them
+        chosen = set(strings)
+        others = [i for i in range(n) if i not in chosen]
+        lengths, flags = np.full(n, -1, np.int64), np.zeros(n, np.int8)
+        if others:
+            lengths[others], flags[others] = self.count([texts[i] for i in others], role)
+        backend = self._methods[role].backend
+        normalize = backend.normalizer.normalize_str if backend.normalizer is not None else None
+        upper = proof.upper([texts[i] for i in strings], normalize)
+        rest = []
+        for i, ub in zip(strings, upper):
+            if 0 <= ub <= limit:
+                flags[i], at_most[i] = FLAG_WITHIN_BOUND, ub
+            else:
+                rest.append(i)
+        budget = PREFIX_CHARS_PER_TOKEN * (limit + 1)
+        cuts = {i: safe_cut(texts[i], budget) for i in rest if proof.prefix_ok and len(texts[i]) > budget}
+        cuts = {i: c for i, c in cuts.items() if c}
+        if cuts:
+            counted = self._count_strings([texts[i][:c] for i, c in cuts.items()], role)
+            for i, k in zip(cuts, counted):
+                if k > limit:
+                    flags[i], at_least[i] = FLAG_OVER_BOUND, k
+        full = [i for i in rest if flags[i] != FLAG_OVER_BOUND]
+        if full:
+            lengths[np.asarray(full)] = self._count_strings([texts[i] for i in full], role)
+        return lengths, flags, at_least, at_most
+
+    def bounds(self, role: str, probe: list[str]):
+        """The proven decide-only shortcuts for ``role`` (None: none; count everything)."""
+        if role in self._bounds:
+            return self._bounds[role]
+        method = self._methods.get(role) or self._decide(role, probe or ["probe text"])
+        proof = None
+        if method.method == METHOD_FAST:
+            from .bounds import prove
+
+            specials = int(self._count_strings([""], role)[0])
+            proof = prove(method.backend, specials)
+            if not self._bounds_hold(proof, method.backend, role, probe):
+                proof = None
+            elif proof.unit is None and not proof.prefix_ok:
+                proof = None
+        self._bounds[role] = proof
+        return proof
+
+    def _bounds_hold(self, proof, backend, role: str, probe: list[str]) -> bool:
+        """The proven bounds also hold on real and probe texts (a check, not the proof)."""
+        from .bounds import safe_cut
+
+        texts = [t for t in list(PROBES) + list(probe) if t]
+        counts = self._count_strings(texts, role)
+        normalize = backend.normalizer.normalize_str if backend.normalizer is not None else None
+        upper = proof.upper(texts, normalize)
+        if any(0 <= u < n for u, n in zip(upper, counts)):
+            return False
+        if proof.prefix_ok:
+            cuts = [(t, safe_cut(t, len(t) // 2)) for t in texts]
+            cuts = [(t, c) for t, c in cuts if c]
+            prefix_counts = self._count_strings([t[:c] for t, c in cuts], role) if cuts else []
+            whole = dict(zip(texts, counts))
+            if any(p > whole[t] for (t, _), p in zip(cuts, prefix_counts)):
+                return False
+        return True
+
     def _count_strings(self, texts: list[str], role: str) -> np.ndarray:
         method = self._methods.get(role) or self._decide(role, texts)
         out = np.empty(len(texts), np.int64)
@@ -295,6 +385,7 @@ class TokenCounter:
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_methods"] = {}
+        state["_bounds"] = {}
         if Path(self.name).is_dir():
             state["_tokenizer"] = None  # workers load it from the directory, once each
         return state

@@ -27,8 +27,9 @@ class OutputError(ValueError):
     """The output directory cannot be written (exit code 2)."""
 
 
-def lengths_schema(fields, *, with_split: bool, multi_file: bool) -> pa.Schema:
-    """Columns of ``lengths.parquet`` for these role fields (``measure.RoleField``)."""
+def lengths_schema(fields, *, with_split: bool, multi_file: bool, bounded=()) -> pa.Schema:
+    """Columns of ``lengths.parquet`` for these role fields (``measure.RoleField``); ``bounded``
+    roles (decide-only mode) also get ``{name}_at_least`` and ``{name}_at_most``."""
     cols = [("row", pa.int64())]
     if with_split:
         cols.append(("split", pa.string()))
@@ -37,6 +38,8 @@ def lengths_schema(fields, *, with_split: bool, multi_file: bool) -> pa.Schema:
     for f in fields:
         for spec in f.specs:
             cols.append((spec.name, pa.float64() if spec.unit == "seconds" else pa.int64()))
+            if f.role in bounded and spec.unit == "tokens":
+                cols += [(f"{spec.name}_at_least", pa.int64()), (f"{spec.name}_at_most", pa.int64())]
         cols += [(f"{f.role}_flag", pa.string()), (f"{f.role}_error", pa.string())]
     return pa.schema(cols)
 
@@ -63,6 +66,10 @@ class LengthsWriter:
             for spec, values in m.values.items():
                 kind = self.schema.field(spec.name).type
                 cols[spec.name] = pa.array(values, kind, mask=~(values >= 0))
+                if f"{spec.name}_at_least" in self.schema.names:
+                    lo, hi = (m.bounds or {}).get(spec, (np.full(rows.size, -1), np.full(rows.size, -1)))
+                    cols[f"{spec.name}_at_least"] = pa.array(lo, pa.int64(), mask=lo < 0)
+                    cols[f"{spec.name}_at_most"] = pa.array(hi, pa.int64(), mask=hi < 0)
             cols[f"{role}_flag"] = pa.array(_FLAG_LOOKUP[m.flags], pa.string())
             cols[f"{role}_error"] = pa.array(m.errors if m.errors is not None else [None] * rows.size, pa.string())
         self._writer.write_batch(pa.record_batch([cols[n] for n in self.schema.names], schema=self.schema))

@@ -213,3 +213,20 @@ def test_report_carries_worst_rows_batches_and_redacts(tmp_path, corpus_jsonl, b
     redacted = (tmp_path / "b" / "report.json").read_text() + (tmp_path / "b" / "report.html").read_text()
     assert all("preview" not in w for w in json.loads((tmp_path / "b" / "report.json").read_text())["clean"]["worst_rows"])
     assert worst[0]["preview"]["text"][:40] not in redacted
+
+
+def test_decide_only_mode_gives_the_same_dataset(tmp_path, corpus_jsonl, bpe_dir):
+    args = [corpus_jsonl, "--tokenizer", bpe_dir, "--input", "text", "--target", "summary",
+            "--limit", "input_tokens<=64", "--no-cache"]
+    assert _clean(*args, "--out", tmp_path / "fast") == 0
+    assert _clean(*args, "--no-decide-only", "--out", tmp_path / "full") == 0
+    fast, full = load_from_disk(str(tmp_path / "fast" / "dataset")), load_from_disk(str(tmp_path / "full" / "dataset"))
+    assert fast["text"] == full["text"] and "length" not in fast.column_names
+    report = json.loads((tmp_path / "fast" / "report.json").read_text())
+    assert report["decisions"]["decide_only"]["on"] and report["splits"][0]["fields"]["input_tokens"]["bounded"] > 0
+    lengths = pq.read_table(tmp_path / "fast" / "lengths.parquet").to_pydict()
+    full_lengths = pq.read_table(tmp_path / "full" / "lengths.parquet").to_pydict()
+    assert lengths["decision"] == full_lengths["decision"]
+    for exact, lo, flag in zip(full_lengths["input_tokens"], lengths["input_tokens_at_least"], lengths["input_flag"]):
+        if flag == "over_by_prefix":
+            assert 64 < lo <= exact

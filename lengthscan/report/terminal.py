@@ -72,6 +72,12 @@ def _render_decisions(decisions: dict, clean: dict | None, console: Console) -> 
         console.print(line)
         for item in s["by_reason"][:5]:
             console.print(f"    {item['rows']:,} {item['decision']}: {item['reason']}")
+    decide_only = decisions.get("decide_only") or {}
+    if decide_only.get("on"):
+        console.print(Text(f"  decide-only mode is on: input tokens are counted only as far as each decision "
+                           f"needs (limit {decide_only['limits']}); rows decided by a proven bound have "
+                           "input_tokens_at_least/_at_most instead of an exact length (--no-decide-only counts all)",
+                           style="cyan"))
     if decisions.get("gate"):
         console.print(Text(f"  {decisions['gate']}", style="bold red"))
     elif decisions.get("fail_over"):
