@@ -1,39 +1,195 @@
-"""``report.html``: one self-contained page rendered from ``report.json``'s dict (formatting only)."""
+"""``report.html``: one self-contained page rendered from ``report.json``'s dict (formatting only).
+
+The page inlines the vendored Vega runtime once (``assets/``, about 0.84 MB), the chart specs
+built by ``charts.py`` from binned data only (display histograms, joint histogram cells,
+percentiles: never raw rows), and tables rendered here. Every string from the data goes through
+Jinja2's autoescape; the chart JSON sits in a ``<script type="application/json">`` with ``<``,
+``>`` and ``&`` written as ``\\u003c``/``\\u003e``/``\\u0026``, so a text holding ``</script>`` or
+``<!--`` cannot end the block. The page loads nothing: no CDN, no remote font, no source map.
+"""
 
 from __future__ import annotations
 
 import json
+import math
+from functools import cache
+from importlib import resources
 from pathlib import Path
 
+from . import charts
+from .findings import findings
+from .fmt import count, mean, num, share, unit
 
-def render_html(data: dict) -> str:
+__all__ = ["findings", "render_html", "script_json", "write_html"]
+
+#: The runtime, in load order (each file is a UMD bundle that sets a global).
+RUNTIME = ("vega.min.js", "vega-lite.min.js", "vega-embed.min.js")
+#: Bytes of chart JSON a page may hold: with the runtime (0.84 MB) and the tables, the page stays
+#: under 5,000,000 bytes however many splits and cells the report has.
+CHART_BUDGET = 3_000_000
+#: Rows of the clean's worst-rows table and characters of a preview shown.
+WORST_SHOWN, PREVIEW_CHARS = 100, 240
+
+
+def render_html(data: dict, *, redact: bool = False) -> str:
+    """The page for one ``report.json`` dict. ``redact=True`` leaves data text out: no previews
+    or audio paths of rows, only row ids, decisions and lengths."""
     from jinja2 import Environment, PackageLoader, select_autoescape
 
     env = Environment(loader=PackageLoader("lengthscan.report", "templates"),
                       autoescape=select_autoescape(["html", "j2"]), trim_blocks=True, lstrip_blocks=True)
-    env.filters["num"] = _num
-    return env.get_template("report.html.j2").render(data=data, bars=_bars, raw_json=json.dumps(data["source"]))
+    env.filters.update(num=num, count=count, unit=unit, mean=mean)
+    env.globals.update(share=share)
+    specs: dict[str, dict] = {}
+    view = _view(data, specs, redact=redact)
+    return env.get_template("report.html.j2").render(
+        data=data, view=view, findings=findings(data), redact=redact,
+        charts_json=script_json({"config": charts.CONFIG, "charts": specs}),
+        runtime=_runtime(), style=_asset("report.css"), script=_asset("report.js"))
 
 
-def write_html(path: Path, data: dict) -> None:
-    path.write_text(render_html(data), encoding="utf-8")
+def write_html(path: Path, data: dict, *, redact: bool = False) -> None:
+    """Write ``render_html(data)`` to ``path`` (UTF-8)."""
+    Path(path).write_text(render_html(data, redact=redact), encoding="utf-8")
 
 
-def _bars(display: dict) -> list[dict]:
-    """Rows of the CSS bar chart: bin label, count, width in percent of the tallest bin."""
-    counts = display["counts"]
-    top = max(counts, default=0) or 1
-    edges = display["edges"]
-    out = []
-    for i, c in enumerate(counts):
-        lo, hi = edges[i], edges[i + 1] - 1
-        out.append({"label": f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}", "count": c, "width": 100 * c / top})
+def script_json(obj) -> str:
+    """JSON safe inside ``<script type="application/json">``: no ``<``, ``>`` or ``&`` left raw,
+    so neither ``</script>`` nor ``<!--`` can appear; non-finite numbers become null."""
+    text = json.dumps(_finite(obj), separators=(",", ":"), allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _finite(obj):
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+@cache
+def _asset(name: str) -> str:
+    return (resources.files("lengthscan.report") / "assets" / name).read_text(encoding="utf-8")
+
+
+@cache
+def _runtime() -> str:
+    """The vendored bundles, without their ``sourceMappingURL`` comments (nothing to fetch)."""
+    parts = []
+    for name in RUNTIME:
+        lines = _asset(name).splitlines()
+        parts.append("\n".join(ln for ln in lines if not ln.startswith("//# sourceMappingURL=")))
+    text = ";\n".join(parts)
+    if "</script" in text.lower() or "<!--" in text:
+        raise ValueError("a vendored runtime file would end its <script> block")
+    return text
+
+
+def _view(data: dict, specs: dict, *, redact: bool) -> dict:
+    """What the template shows, with chart ids registered in ``specs``."""
+
+    used = [0]
+
+    def add(spec: dict) -> str | None:
+        """Register a chart; None (a note instead) once the charts' data would pass the budget."""
+        size = len(script_json(spec))
+        if used[0] + size > CHART_BUDGET:
+            return None
+        used[0] += size
+        key = f"chart-{len(specs)}"
+        specs[key] = spec
+        return key
+
+    decisions = data.get("decisions") or {}
+    clean = data.get("clean") or {}
+    after = {s["split"]: s for s in clean.get("after") or []}
+    by_split = {s["split"]: s for s in decisions.get("splits") or []}
+    splits = []
+    for split in data["splits"]:
+        a = after.get(split["split"])
+        fields = []
+        for name, f in split["fields"].items():
+            af = (a or {}).get("fields", {}).get(name)
+            spec = charts.histogram_spec(f, limits=_limits(split, name), rules=_rules(decisions, name), after=af)
+            fields.append({"name": name, "f": f, "after": af, "chart": add(spec)})
+        pair = split.get("pair")
+        joint = None
+        if pair and pair["joint"]["cells"]:
+            joint = add(charts.joint_spec(pair, x_limits=_axis_limits(split, decisions, pair["x"]),
+                                          y_limits=_axis_limits(split, decisions, pair["y"])))
+        splits.append({"s": split, "fields": fields, "joint": joint, "after": a,
+                       "decisions": by_split.get(split["split"]), "pcts": _pct_keys(split)})
+    batches = data.get("batches")
+    return {
+        "splits": splits,
+        "kind": "clean" if data.get("clean") else ("audit with limits" if decisions else "audit"),
+        "rows": sum(s["sample"]["rows_total"] for s in data["splits"]),
+        "measured": sum(s["sample"]["rows_measured"] for s in data["splits"]),
+        "sampled": [s for s in data["splits"] if s["sample"]["mode"] == "sample"],
+        "decisions": bool(decisions.get("splits")),
+        "decisions_chart": add(charts.decisions_spec(decisions)) if decisions.get("splits") else None,
+        "batches_charts": [add(spec) for spec in _padding_charts(batches, clean.get("batches_before"))],
+        "worst_groups": _worst_groups(clean.get("worst_rows"), redact=redact),
+    }
+
+
+def _padding_charts(batches: dict | None, before: dict | None) -> list[dict]:
+    if not batches or not batches.get("by_batch_size"):
+        return []
+    specs = (charts.batches_spec(batches, part, before=before) for part in ("input", "target"))
+    return [spec for spec in specs if spec is not None]
+
+
+def _pct_keys(split: dict) -> list[str]:
+    first = next(iter(split["fields"].values()), None)
+    return list(first["percentiles"]) if first else []
+
+
+def _limits(split: dict, name: str) -> list[tuple]:
+    """(value, detail) of the model and tokenizer limits on one measurement, once each."""
+    seen, out = set(), []
+    for check in split.get("limits", []):
+        if check["measure"] == name and check["limit"] not in seen:
+            seen.add(check["limit"])
+            out.append((check["limit"], f"{check['name']} ({check['origin']}): {check['over_in_measured']:,} rows over"))
     return out
 
 
-def _num(value, digits: int = 1) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float) and not value.is_integer():
-        return f"{value:,.{digits}f}"
-    return f"{int(value):,}"
+def _rules(decisions: dict, name: str) -> list[tuple]:
+    """(threshold, op, detail) of the ``--limit`` rules on one measurement (not on ratios)."""
+    return [(r["threshold"], r["op"], f"{r['rule']} -> {r['action']} ({r['origin']})")
+            for r in decisions.get("rules") or [] if r["metric"] == name and r.get("threshold") is not None]
+
+
+def _axis_limits(split: dict, decisions: dict, name: str) -> list[tuple]:
+    return ([(v, d, "limit") for v, d in _limits(split, name)]
+            + [(v, d, "rule") for v, _, d in _rules(decisions, name)])
+
+
+def _worst_groups(rows, *, redact: bool) -> list[dict]:
+    """The clean's worst rows grouped by the measurement they are longest in, in their order."""
+    groups: dict = {}
+    for r in _worst_rows(rows, redact=redact):
+        groups.setdefault(r["field"] or "rows", []).append(r)
+    return [{"field": name, "rows": items} for name, items in groups.items()]
+
+
+def _worst_rows(rows, *, redact: bool) -> list[dict]:
+    """The clean's worst rows as shown: previews cut to ``PREVIEW_CHARS``; none when redacted."""
+    out = []
+    for r in (rows or [])[:WORST_SHOWN]:
+        item = {k: r.get(k) for k in ("split", "row", "decision", "reason", "field")}
+        item["lengths"] = r.get("lengths") or {}
+        item["preview"] = {} if redact else {str(k): _cut(v) for k, v in (r.get("preview") or {}).items()}
+        item["audio"] = None if redact else r.get("audio")
+        out.append(item)
+    return out
+
+
+def _cut(text) -> str:
+    """A preview on a few lines: whitespace runs collapsed, newlines shown as ⏎, cut short."""
+    text = " ⏎ ".join(" ".join(line.split()) for line in ("" if text is None else str(text)).splitlines())
+    return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS] + "…"

@@ -1,0 +1,261 @@
+"""``clean``'s second pass: read the source again beside the measured lengths; decide, truncate,
+crop, and write the dataset, the rejects and the lengths with their decisions."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from . import __version__
+from .decisions import (
+    DecisionTally,
+    MeasuredCursor,
+    base_and_flags,
+    decision_columns,
+    special_lengths,
+)
+from .measure import ColumnError
+from .policy import DROP, TRUNCATE, decide
+from .sampling import plan_sample
+from .scan import iter_batches
+from .tally import SplitTally
+
+#: Longest rows of the source listed in the report, per primary measurement.
+WORST_ROWS = 20
+#: Characters of a text shown in the report's worst rows.
+PREVIEW_CHARS = 160
+
+
+class WorstRows:
+    """The ``WORST_ROWS`` longest rows per field, with a short preview (or the audio path)."""
+
+    def __init__(self, fields, *, redact: bool):
+        self.fields, self.redact = fields, redact
+        self.best: dict[str, list] = {f.primary.name: [] for f in fields}
+
+    def add(self, split: str, rows, base: dict, d, source: pa.Table) -> None:
+        for f in self.fields:
+            values = base[f.primary.name].astype(np.float64)
+            values = np.where(values >= 0, values, -np.inf)
+            top = np.argsort(-values, kind="stable")[:WORST_ROWS]
+            top = [i for i in top if np.isfinite(values[i])]
+            if not top:
+                continue
+            column = source.column(f.column)
+            for i in top:
+                entry = {"split": split, "row": int(rows[i]), "decision": d.names()[i], "reason": d.reason[i],
+                         "field": f.primary.name,
+                         "lengths": {name: _plain(v[i]) for name, v in base.items()}}
+                value = column[int(i)].as_py()
+                if f.kind == "audio" and not self.redact:
+                    entry["audio"] = value.get("path") if isinstance(value, dict) else (
+                        value if isinstance(value, str) else "<bytes>")
+                elif not self.redact and isinstance(value, str):
+                    entry["preview"] = {f.column: value[:PREVIEW_CHARS]}
+                self.best[f.primary.name].append((float(values[i]), -entry["row"], entry))
+            self.best[f.primary.name] = sorted(self.best[f.primary.name], key=lambda t: (-t[0], -t[1]))[:WORST_ROWS]
+
+    def rows(self) -> list[dict]:
+        return [entry for items in self.best.values() for _, _, entry in items]
+
+
+def _plain(v):
+    if isinstance(v, (float, np.floating)):
+        return None if not np.isfinite(v) or v < 0 else float(v)
+    return None if v < 0 else int(v)
+
+
+class SecondPass:
+    """Reads the source again beside the measured lengths; decides, truncates and writes."""
+
+    def __init__(self, src, setup, resolved, tmp: Path, final: Path, *, keep_empty_targets, length_column,
+                 length_from, embed_audio, batch_rows, progress, tokenize=False, redact=False):
+        self.src, self.setup, self.resolved, self.tmp, self.final = src, setup, resolved, tmp, final.resolve()
+        self.keep_empty_targets = keep_empty_targets
+        self.length_column, self.length_from = length_column, length_from
+        self.embed_audio, self.batch_rows, self.progress = embed_audio, batch_rows, progress
+        self.tokenize = tokenize
+        self.special = special_lengths(setup.counter, setup.fields)
+        self.worst = WorstRows(setup.fields, redact=redact)
+        self.truncated_specs = [f.primary for f in setup.fields if f.kind == "text"]
+
+    def run(self, plans):
+        import pyarrow.parquet as pq
+
+        from .writer import write_dataset_dict_index
+
+        cursor = MeasuredCursor(self.tmp / ".measured.parquet")
+        lengths_writer, tallies, afters, after_tallies = None, [], [], []
+        for split_src, plan in zip(self.src.splits, plans):
+            ds_w, rej_w = self._writers(split_src)
+            tally = DecisionTally(split_src.name, plan.rows_total)
+            after = SplitTally(self.setup.fields, [])
+            after_tallies.append(after)
+            done = 0
+            for batch in iter_batches(split_src, split_src.column_names, batch_rows=self.batch_rows):
+                measured = cursor.take(batch.rows.size)
+                if not np.array_equal(measured.column("row").to_numpy(), batch.rows):
+                    raise RuntimeError(f"split {split_src.name}: second pass out of step with the measured rows")
+                table, kept_table, rejects = self._batch(split_src, batch, measured, tally, after)
+                ds_w.write(kept_table)
+                rej_w.write(rejects)
+                lengths_writer = lengths_writer or pq.ParquetWriter(self.tmp / "lengths.parquet", table.schema)
+                lengths_writer.write_table(table)
+                done += batch.rows.size
+                if self.progress is not None:
+                    self.progress(f"{split_src.name} (writing)", done, plan.size)
+            counts = tally.counts
+            if not (tally.measured == plan.size == done and ds_w.rows == counts["keep"] + counts["truncate"]
+                    and rej_w.rows == counts["drop"]):
+                raise RuntimeError(f"split {split_src.name}: {done} rows read, {ds_w.rows} kept, {rej_w.rows} "
+                                   f"rejected, {plan.size} in the source: refusing to publish")
+            fingerprint = hashlib.sha256(json.dumps([split_src.fingerprint, [r.to_dict() for r in self.resolved],
+                                                     __version__]).encode()).hexdigest()[:16]
+            ds_w.close(fingerprint)
+            rej_w.close(fingerprint[::-1])
+            tallies.append(tally)
+            afters.append(after.split_audit(split_src.name, plan_sample(ds_w.rows, full=True), 0))
+        if lengths_writer is not None:
+            lengths_writer.close()
+        (self.tmp / ".measured.parquet").unlink()
+        if self.src.has_splits:
+            names = [s.name for s in self.src.splits]
+            write_dataset_dict_index(self.tmp / "dataset", names)
+            write_dataset_dict_index(self.tmp / "rejects", names)
+        return tallies, afters, after_tallies
+
+    def _writers(self, split_src):
+        from datasets import Features, List, Value
+
+        from .writer import DatasetWriter
+
+        features = split_src.parts[0].features().copy()
+        if self.length_from:
+            features[self.length_column] = Value("float64" if self.length_from == "input_seconds" else "int64")
+        if self.tokenize:
+            roles = {f.role for f in self.setup.fields if f.kind == "text"}
+            if "input" in roles:
+                features["input_ids"] = List(Value("int32"))
+                features["attention_mask"] = List(Value("int8"))
+            if "target" in roles:
+                features["labels"] = List(Value("int32"))
+        sub = split_src.name if self.src.has_splits else ""
+        ds_w = DatasetWriter(self.tmp / "dataset" / sub, features, embed_local_files=self.embed_audio)
+        rej = split_src.parts[0].features().copy()
+        extra = {"row": Value("int64")}
+        if split_src.multi_file:
+            extra.update({"source_file": Value("string"), "file_row": Value("int64")})
+        extra.update({"reason": Value("string"), "reasons": List(Value("string"))})
+        for name in extra:
+            if name in rej:
+                raise ColumnError(f"{self.src.spec}: has a column {name!r}, which rejects/ needs for its own")
+        rej_w = DatasetWriter(self.tmp / "rejects" / sub, Features({**rej, **extra}),
+                              embed_local_files=self.embed_audio)
+        return ds_w, rej_w
+
+    def _batch(self, split_src, batch, measured: pa.Table, tally: DecisionTally, after: SplitTally):
+        from .records import Measured
+
+        base, flags = base_and_flags(measured, self.setup.fields)
+        d = decide(base, flags, self.resolved, special=self.special, keep_empty_targets=self.keep_empty_targets)
+        tally.add(d)
+        source = pa.Table.from_batches([batch.table])
+        self.worst.add(split_src.name, batch.rows, base, d, source)
+        final = {name: values.copy() for name, values in base.items()}
+        source = self._truncate(source, d, final)
+        if d.crop_seconds is not None:
+            source = self._crop(source, d, final, split_src.base_dir(batch.rows))
+        keep = d.decision != DROP
+        kept = source.filter(pa.array(keep))
+        if self.length_from:
+            values = final[self.length_from][keep]
+            kept = kept.append_column(self.length_column, pa.array(values))
+        if self.tokenize:
+            kept = self._token_columns(kept, {name: v[keep] for name, v in final.items()})
+        rejects = source.filter(pa.array(~keep))
+        drop_rows = batch.rows[~keep]
+        rejects = rejects.append_column("row", pa.array(drop_rows, pa.int64()))
+        if split_src.multi_file:
+            files, file_rows = split_src.locate(drop_rows)
+            rejects = rejects.append_column("source_file", pa.array(files, pa.string()))
+            rejects = rejects.append_column("file_row", pa.array(file_rows, pa.int64()))
+        cols = decision_columns(d)
+        rejects = rejects.append_column("reason", cols["reason"].filter(pa.array(~keep)))
+        rejects = rejects.append_column("reasons", cols["reasons"].filter(pa.array(~keep)))
+        table = measured
+        for name, col in cols.items():
+            table = table.append_column(name, col)
+        for spec in self.truncated_specs:
+            after_col = np.where(d.decision == TRUNCATE, final[spec.name], -1)
+            table = table.append_column(f"{spec.name}_after", pa.array(after_col, pa.int64(), mask=after_col < 0))
+        measured_after = {f.role: Measured({s: final[s.name][keep] for s in f.specs}, flags[f.role][keep])
+                          for f in self.setup.fields}
+        after.add(batch.rows[keep], measured_after)
+        return table, kept, rejects
+
+    def _token_columns(self, kept: pa.Table, lengths: dict) -> pa.Table:
+        """``input_ids``/``attention_mask``/``labels`` by ``__call__``, each checked against its length."""
+        tok = self.setup.counter.tokenizer
+        for f in self.setup.fields:
+            if f.kind != "text":
+                continue
+            texts = kept.column(f.column).to_pylist()
+            enc = tok(text_target=texts) if f.role == "target" else tok(texts)
+            ids = enc["input_ids"]
+            expected = lengths[f.primary.name]
+            bad = next((i for i, (a, n) in enumerate(zip(ids, expected)) if len(a) != n), None)
+            if bad is not None:
+                raise RuntimeError(f"--tokenize: {f.column} of a kept row gives {len(ids[bad])} ids, "
+                                   f"measured {expected[bad]}: refusing to write inconsistent data")
+            if f.role == "target":
+                kept = kept.append_column("labels", pa.array(ids, pa.list_(pa.int32())))
+            else:
+                kept = kept.append_column("input_ids", pa.array(ids, pa.list_(pa.int32())))
+                mask = [[1] * len(a) for a in ids]
+                kept = kept.append_column("attention_mask", pa.array(mask, pa.list_(pa.int8())))
+        return kept
+
+    def _truncate(self, source: pa.Table, d, final: dict) -> pa.Table:
+        """Replace texts to truncate by their verified prefixes; record their new lengths."""
+        from .truncate import truncate_texts
+
+        for f in self.setup.fields:
+            caps = d.truncate_to.get(f.role)
+            if f.kind != "text" or caps is None:
+                continue
+            idx = np.flatnonzero((caps >= 0) & (final[f.primary.name] > caps))
+            if idx.size == 0:
+                continue
+            texts = source.column(f.column).to_pylist()
+            done = truncate_texts(self.setup.counter, [texts[i] for i in idx], caps[idx], f.role)
+            for i, t in zip(idx, done):
+                texts[i] = t.text
+                final[f.primary.name][i] = t.tokens
+            position = source.schema.get_field_index(f.column)
+            source = source.set_column(position, f.column, pa.array(texts, source.schema.field(f.column).type))
+        return source
+
+    def _crop(self, source: pa.Table, d, final: dict, base_dir: str | None) -> pa.Table:
+        """Crop audio over an ``input_seconds`` limit; recompute its seconds, samples and frames."""
+        from .audio import resampled_length
+        from .crop import crop_column
+
+        f = next(f for f in self.setup.fields if f.kind == "audio")
+        column, frames, rates = crop_column(source.column(f.column), d.crop_seconds, self.tmp, self.final,
+                                            base_dir=base_dir)
+        source = source.set_column(source.schema.get_field_index(f.column), f.column, column)
+        done = frames >= 0
+        settings = self.setup.settings
+        for spec in f.specs:
+            if spec.unit == "seconds":
+                final[spec.name][done] = frames[done] / rates[done]
+            elif spec.unit == "samples":
+                final[spec.name][done] = resampled_length(frames[done], rates[done], settings.sampling_rate)
+            elif spec.unit == "frames":
+                samples = resampled_length(frames[done], rates[done], settings.sampling_rate)
+                final[spec.name][done] = settings.frame_rule.frames(samples)
+        return source

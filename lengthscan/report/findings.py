@@ -1,0 +1,272 @@
+"""Plain-language findings computed from ``report.json``'s dict: what a reader should know first.
+
+``findings(data)`` returns short sentences (plain text, no markup) in order of importance: rows
+over the model's limits (with what they cost in padding), what the ``--limit`` rules do, what
+cleaning changed, rows without a length, suspicious ratios, long tails, padding, and the caveat of
+a sample. The HTML page shows them at the top; the terminal summary can reuse them.
+"""
+
+from __future__ import annotations
+
+from .fmt import count, num, share, times, unit, with_unit
+
+#: A field whose longest row is this many times its p99 has a tail worth a sentence.
+LONG_TAIL = 2.5
+#: Tokens per second this many times the median (or below median / this) suggest a bad transcript.
+RATIO_OUTLIER = 3.0
+
+
+def findings(data: dict) -> list[str]:
+    """Sentences about the report, most important first; ``[]`` for a report with nothing to say."""
+    out: list[str] = []
+    splits = data.get("splits", [])
+    multi = len(splits) > 1
+    sampled = [s for s in splits if s["sample"]["mode"] == "sample"]
+    clean = data.get("clean")
+    # after a clean, data["splits"] and clean["batches_before"] describe the source, clean["after"]
+    # and data["batches"] the cleaned dataset
+    before = "Before cleaning: " if clean else ""
+    source_batches = clean.get("batches_before") if clean else data.get("batches")
+    now = (clean or {}).get("after") or splits
+    for split in splits:
+        own = source_batches if _batches_of(source_batches, split["split"], splits) else None
+        out += [before + t for t in _limit_findings(split, own, multi=multi)]
+    out += _decision_findings(data.get("decisions"), cleaned=clean is not None)
+    out += _clean_findings(data)
+    for split in splits:
+        out += [before + t for t in _flag_findings(split, multi=multi)]
+    for split in now:
+        out += _ratio_findings(split, multi=multi)
+        out += _tail_findings(split, multi=multi)
+    out += _padding_findings(data.get("batches"), (clean or {}).get("batches_before"))
+    model = data.get("model") or {}
+    out += [f"Model note: {note}" + ("" if note.endswith((".", "!", "?")) else ".") for note in model.get("notes") or []]
+    if splits and not model and not any(s.get("limits") for s in splits):
+        out.append("No model or tokenizer limit was checked: pass --model to compare the lengths with the model's "
+                   "own limits.")
+    if sampled:
+        s = sampled[0]["sample"]
+        out.append(f"Measured on a sample of {s['rows_measured']:,} of {s['rows_total']:,} rows (seed {s['seed']}): "
+                   "counts over limits are estimates with 95% intervals, and a sample can miss the rarest, "
+                   "longest rows. `lengthscan clean` decides on every row.")
+    return out
+
+
+def _noun(measure: str, n: float) -> str:
+    """What a row of this measurement is called: inputs, targets, clips."""
+    role = measure.split("_", 1)[0]
+    word = "clip" if role == "input" and unit(measure) in ("s", "samples", "frames") else role
+    return word if round(n) == 1 else word + "s"
+
+
+def _short(origin: str) -> str:
+    """The head of a limit's origin: ``config.max_source_positions 1500 x 2`` without the reasoning."""
+    for stop in (" (", ": "):
+        origin = origin.split(stop, 1)[0]
+    return origin
+
+
+def _limit_findings(split: dict, batches: dict | None, *, multi: bool) -> list[str]:
+    out, within = [], []
+    is_sample = split["sample"]["mode"] == "sample"
+    where = f" in split {split['split']}" if multi else ""
+    for check in split.get("limits", []):
+        m, n, limit = check["measure"], check["over_in_measured"], check["limit"]
+        if not n:
+            within.append(f"{m} <= {num(limit)}")
+            continue
+        worst = (check.get("worst_rows") or [None])[0]
+        longest = f"; the longest is {with_unit(worst['value'], m)} (row {worst['row']})" if worst else ""
+        if is_sample:
+            lo, hi = check["interval"]
+            est = check["estimated_over"]
+            text = (f"About {count(est)} {_noun(m, est)}{where} exceed {with_unit(limit, m)} ({_short(check['origin'])}; "
+                    f"95% interval {count(lo)}-{count(hi)}, from {n:,} of {check['measured']:,} sampled rows)"
+                    f"{longest.replace('the longest is', 'the longest seen is')}")
+        else:
+            verb = "exceeds" if n == 1 else "exceed"
+            text = f"{n:,} {_noun(m, n)}{where} {verb} {with_unit(limit, m)} ({_short(check['origin'])}){longest}"
+        out.append(text + _padding_clause(m, batches) + ".")
+    if within and not out:
+        scope = "No sampled row exceeds" if is_sample else "Every row is within"
+        out.append(f"{scope} the known limits{where}: {', '.join(within)}.")
+    return out
+
+
+def _batches_of(batches: dict | None, name: str, splits: list[dict]) -> bool:
+    """Whether ``batches`` were simulated on this split (they name it; else train or the first)."""
+    if not batches:
+        return False
+    if batches.get("split") is not None:
+        return batches["split"] == name
+    names = [s["split"] for s in splits]
+    return name == ("train" if "train" in names else names[0])
+
+
+def _batch_entry(batches: dict | None) -> dict | None:
+    """The batch-size entry findings talk about: batch size 8 when simulated, else the first."""
+    entries = (batches or {}).get("by_batch_size") or []
+    return next((e for e in entries if e.get("batch_size") == 8), entries[0] if entries else None)
+
+
+def _padding_clause(measure: str, batches: dict | None) -> str:
+    """``; a batch of 8 containing it pads labels to 2,145 tokens (17x the median batch)``."""
+    entry = _batch_entry(batches)
+    role = measure.split("_", 1)[0]
+    if entry is None or role not in ("input", "target") or unit(measure) != _batch_unit(batches):
+        return ""
+    worst = (entry.get("worst_case") or {}).get(role)
+    median = ((entry.get("strategies") or {}).get("random", {}).get("median_batch") or {}).get(role)
+    if not worst or not median:
+        return ""
+    what = "labels" if role == "target" else "inputs"
+    bs = entry["batch_size"]
+    return (f"; a batch of {bs} containing it pads {what} to {with_unit(worst / bs, measure)} "
+            f"({times(worst, median)} the median batch)")
+
+
+def _batch_unit(batches: dict | None) -> str:
+    return unit("x_" + (batches or {}).get("unit", "tokens"))
+
+
+def _decision_findings(decisions: dict | None, *, cleaned: bool) -> list[str]:
+    if not decisions:
+        return []
+    out = []
+    multi = len(decisions["splits"]) > 1
+    for s in decisions["splits"]:
+        where = f" of split {s['split']}" if multi else ""
+        est = s.get("estimated")
+        top = next((r for r in s.get("by_reason", []) if r["decision"] == "drop"), None)
+        reason = f"; most drops: {top['reason']} ({top['rows']:,}{' sampled' if est else ''})" if top else ""
+        if est:
+            d, t = est["drop"], est["truncate"]
+            out.append(f"The --limit rules would drop about {count(d['rows'])} rows (95%: {count(d['interval'][0])}-"
+                       f"{count(d['interval'][1])}) and truncate about {count(t['rows'])} ({count(t['interval'][0])}-"
+                       f"{count(t['interval'][1])}) of the {s['rows']:,}{where} ({s['dropped']:,} and "
+                       f"{s['truncated']:,} of {s['measured']:,} sampled){reason}.")
+        else:
+            verbs = ("dropped", "truncated") if cleaned else ("drop", "truncate")
+            parts = [f"{verb} {s[key]:,} ({share(s[key], s['measured'])})"
+                     for verb, key in zip(verbs, ("dropped", "truncated")) if s[key]]
+            if not parts:
+                head = "Cleaning kept every row" if cleaned else "The --limit rules change no row"
+                out.append(f"{head}: {s['measured']:,}{where}.")
+                continue
+            head = "Cleaning" if cleaned else "The --limit rules would"
+            out.append(f"{head} {' and '.join(parts)} of {s['measured']:,} rows{where}{reason}.")
+    if decisions.get("gate"):
+        out.append(f"The --fail-over gate failed: {decisions['gate']}")
+    return out
+
+
+def _clean_findings(data: dict) -> list[str]:
+    clean = data.get("clean")
+    if not clean or not clean.get("after"):
+        return []
+    before = {s["split"]: s for s in data["splits"]}
+    out = []
+    for after in clean["after"]:
+        old = before.get(after["split"])
+        if old is None:
+            continue
+        changes = [f"{name} max {num(old['fields'][name]['max'])} -> {num(f['max'])}"
+                   for name, f in after["fields"].items()
+                   if name in old["fields"] and f["max"] != old["fields"][name]["max"]]
+        rows = after["sample"]["rows_total"]
+        where = f" of {after['split']}" if len(clean["after"]) > 1 else ""
+        text = f"After cleaning, {rows:,} rows{where} remain"
+        out.append(text + (": " + ", ".join(changes) if changes else "") + ".")
+    return out
+
+
+def _flag_findings(split: dict, *, multi: bool) -> list[str]:
+    out = []
+    where = f" in split {split['split']}" if multi else ""
+    for role, r in split.get("roles", {}).items():
+        flags = {k: v for k, v in (r.get("flags") or {}).items() if v}
+        empty = flags.pop("empty", 0)
+        if flags:
+            n = sum(flags.values())
+            detail = ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in flags.items())
+            rows = "row has" if n == 1 else "rows have"
+            out.append(f"{n:,} {role} {rows} no length{where} ({detail}): see {role}_flag and {role}_error "
+                       "in lengths.parquet.")
+        if empty:
+            what = "target is" if role == "target" and empty == 1 else f"{role}s are" if empty > 1 else f"{role} is"
+            tail = " (nothing to learn from; clean drops them by default)" if role == "target" else ""
+            out.append(f"{empty:,} {what} empty{where}{tail}.")
+        if r.get("decoded"):
+            out.append(f"{r['decoded']:,} clips{where} were measured by decoding (their header has no reliable length).")
+    return out
+
+
+def _ratio_findings(split: dict, *, multi: bool) -> list[str]:
+    pair = split.get("pair")
+    if not pair or unit(pair["x"]) != "s" or not pair["ratio"].get("count"):
+        return []
+    ratio = pair["ratio"]
+    median, top, low = ratio["percentiles"].get("p50"), ratio["max"], ratio["min"]
+    if not median:
+        return []
+    where = f" in split {split['split']}" if multi else ""
+    parts = []
+    if top >= RATIO_OUTLIER * median:
+        parts.append(f"the highest is {num(top)} ({times(top, median)} the median)")
+    if low * RATIO_OUTLIER <= median:
+        parts.append(f"the lowest is {num(low)}")
+    if not parts:
+        return []
+    text = (f"{ratio['name']}{where}: median {num(median)}, but {' and '.join(parts)}: check those rows for transcripts "
+            f"that do not match their audio (a rule such as {ratio['name']}<=z4 drops them).")
+    return [text]
+
+
+def _tail_findings(split: dict, *, multi: bool) -> list[str]:
+    over = {c["measure"] for c in split.get("limits", []) if c["over_in_measured"]}
+    where = f" in split {split['split']}" if multi else ""
+    out = []
+    for name, f in split["fields"].items():
+        p99, top = f["percentiles"].get("p99"), f["max"]
+        if name in over or not p99 or top is None or f["count"] < 100 or top < LONG_TAIL * p99:
+            continue
+        median = f["percentiles"].get("p50")
+        vs_median = f", {times(top, median)} the median" if median else ""
+        out.append(f"{name}{where} has a long tail: 99% of rows are at most {with_unit(p99, name)}, the longest is "
+                   f"{with_unit(top, name)} ({times(top, p99)} p99{vs_median}): a batch holding it pads every row "
+                   f"to {with_unit(top, name)}.")
+    return out
+
+
+def _padding_findings(batches: dict | None, before: dict | None = None) -> list[str]:
+    entry = _batch_entry(batches)
+    if entry is None:
+        return []
+    rnd, grouped = _strategy(entry, "random"), _strategy(entry, "group_by_length")
+    was = _strategy(_batch_entry(before), "random")
+    bs, eff = entry["batch_size"], entry.get("effective_batch_size")
+    size = f"{bs}" + (f" (effective {eff})" if eff and eff != bs else "")
+    parts = [(what, k) for what, k in (("input", "input_padding_share"), ("label", "target_padding_share"))
+             if rnd.get(k) is not None]
+    if rnd.get("padding_share") is not None:
+        key, what = "padding_share", "that"
+        details = [f"{w}s {share(rnd[k], 1)}" for w, k in parts]
+        if was.get(key) is not None:
+            details.append(f"{share(was[key], 1)} before cleaning")
+        text = f"Random batches of {size} are {share(rnd[key], 1)} padding"
+        text += f" ({'; '.join([', '.join(details[:len(parts)]), *details[len(parts):]])})" if details else ""
+    elif parts:  # inputs in seconds and labels in tokens: no single share
+        key, what = parts[0][1], f"{parts[0][0]} padding"
+        text = f"In random batches of {size}, " + " and ".join(f"{share(rnd[k], 1)} of {w} positions"
+                                                             for w, k in parts) + " are padding"
+        if was.get(key) is not None:
+            text += f" ({what} {share(was[key], 1)} before cleaning)"
+    else:
+        return []
+    if grouped.get(key) is not None:
+        text += f"; group_by_length brings {what} to {share(grouped[key], 1)}"
+    return [text + "."]
+
+
+def _strategy(entry: dict | None, name: str) -> dict:
+    return ((entry or {}).get("strategies") or {}).get(name) or {}

@@ -1,0 +1,65 @@
+"""Number formatting shared by the HTML page and its findings (pure, no I/O)."""
+
+from __future__ import annotations
+
+import math
+
+#: Unit words by the last part of a measurement's name.
+UNITS = {"tokens": "tokens", "seconds": "s", "samples": "samples", "frames": "frames"}
+
+
+def num(value, digits: int = 2) -> str:
+    """``1,432``; ``4.27``; ``0.0042``; ``-`` for None. Integral floats print as integers."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return str(value)
+        if not value.is_integer():
+            if abs(value) < 1:
+                return f"{value:.{digits}g}"
+            return f"{value:,.{digits}f}".rstrip("0").rstrip(".")
+    return f"{int(value):,}"
+
+
+def mean(value) -> str:
+    """A mean with the digits that matter: ``97,236``, ``607.2``, ``4.27``."""
+    if value is None:
+        return "-"
+    digits = 0 if abs(value) >= 1000 else 1 if abs(value) >= 100 else 2
+    return num(round(float(value), digits), digits)
+
+
+def count(value) -> str:
+    """An estimated row count: a whole number with thousands separators."""
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def share(part, whole) -> str:
+    """``4.9%``, ``6%``, ``43%``; ``<0.1%`` for a small non-zero share; ``-`` when ``whole`` is 0."""
+    if not whole:
+        return "-"
+    pct = 100 * part / whole
+    if 0 < pct < 0.1:
+        return "<0.1%"
+    text = f"{pct:.1f}" if pct < 10 else f"{pct:.0f}"
+    return text.removesuffix(".0") + "%"
+
+
+def unit(measure: str) -> str:
+    """The unit word of a measurement (``input_tokens`` -> ``tokens``); ratios keep their name."""
+    return UNITS.get(measure.rsplit("_", 1)[-1], "") if "/" not in measure else ""
+
+
+def with_unit(value, measure: str) -> str:
+    """``1,432 tokens``, ``30 s``."""
+    u = unit(measure)
+    return f"{num(value)} {u}" if u else num(value)
+
+
+def times(a, b) -> str:
+    """``a`` as a multiple of ``b``: ``17x``, ``2.8x``."""
+    if not b:
+        return "-"
+    r = a / b
+    return f"{r:.0f}x" if r >= 10 else f"{r:.1f}x"
