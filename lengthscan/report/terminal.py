@@ -24,6 +24,13 @@ def render_summary(data: dict, console: Console) -> None:
                                     f"{model.get('family')})"))
         for note in model.get("notes", []):
             console.print(Text(f"  note: {note}", style="dim"))
+    found = _findings(data)
+    if found:
+        console.print(Text("\nfindings", style="bold"))
+        from rich.padding import Padding
+
+        for line in found:
+            console.print(Padding(Text(f"- {line}"), (0, 0, 0, 2)))
     audio = data.get("audio")
     if audio and audio.get("sampling_rate"):
         rule = audio.get("frame_rule") or {}
@@ -53,6 +60,16 @@ def render_summary(data: dict, console: Console) -> None:
         _render_decisions(data["decisions"], data.get("clean"), console)
     if data.get("cache_hits"):
         console.print(Text(f"reused cached lengths for {data['cache_hits']} column(s)", style="dim"))
+
+
+def _findings(data: dict) -> list[str]:
+    """The report's plain-language findings (the same sentences as report.html's)."""
+    from .findings import findings
+
+    try:
+        return findings(data)
+    except Exception:  # findings are a summary: never let one hide the numbers below
+        return []
 
 
 def _render_decisions(decisions: dict, clean: dict | None, console: Console) -> None:
