@@ -143,7 +143,7 @@ def _is_usage_error(exc: Exception) -> bool:
     from .policy import RuleError
     from .sampling import SampleError
     from .sources import SourceError
-    from .tokens import TokenizerError
+    from .tokenizer_io import TokenizerError
     from .writer import OutputError
 
     return isinstance(exc, (ColumnError, SampleError, SourceError, TokenizerError, OutputError, ModelError,

@@ -103,7 +103,7 @@ def load_model_context(name_or_path: str, *, revision: str | None = None, trust_
     kwargs = {"revision": revision, "trust_remote_code": trust_remote_code}
     feature_extractor = _optional("AutoFeatureExtractor", source, kwargs) if source else None
     if isinstance(tokenizer, (str, os.PathLike)):
-        from .tokens import load_tokenizer
+        from .tokenizer_io import load_tokenizer
 
         tokenizer = load_tokenizer(str(tokenizer), revision=revision, trust_remote_code=trust_remote_code)
     elif tokenizer is None and source:

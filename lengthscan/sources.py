@@ -180,6 +180,8 @@ def load_source(source, *, split: str | None = None):
 
 def open_source(source, *, split: str | None = None) -> Source:
     """Open ``source`` with row identity; ``split`` selects one split of a multi-split source."""
+    from .filesources import open_audio_folder, open_files
+
     if _is_datasets_object(source):
         from datasets import Dataset, DatasetDict
 
@@ -195,173 +197,25 @@ def open_source(source, *, split: str | None = None) -> Source:
             return _open_disk(spec, path, split)
         files = sorted(str(p) for p in path.rglob("*") if p.is_file() and _format_of(str(p)))
         if files:
-            return _open_files(spec, files, split)
+            return open_files(spec, files, split)
         audio = sorted(str(p) for p in path.rglob("*") if p.is_file() and p.suffix.lower() in AUDIO_SUFFIXES)
         if audio:
-            return _open_audio_folder(spec, audio, split)
+            return open_audio_folder(spec, audio, split)
         raise SourceError(f"{spec}: directory holds no save_to_disk dataset, no data files "
                           f"({', '.join(FORMATS)}) and no audio files")
     if any(ch in spec for ch in "*?["):
         files = sorted(f for f in _glob.glob(os.path.expanduser(spec), recursive=True) if os.path.isfile(f))
         if not files:
             raise SourceError(f"{spec}: the glob matches no file")
-        return _open_files(spec, files, split)
+        return open_files(spec, files, split)
     if path.is_file():
-        return _open_files(spec, [str(path)], split)
+        return open_files(spec, [str(path)], split)
     if _format_of(spec) or path.parent != Path(".") and path.parent.exists() or spec.startswith((".", "/", "~")):
         raise SourceError(f"{spec}: no such file or directory")
     return _open_hub(spec, split)
 
 
 # -- kinds of source -----------------------------------------------------------------------------
-
-def _open_files(spec: str, files: list[str], split: str | None) -> Source:
-    formats = {_format_of(f) for f in files}
-    if None in formats:
-        bad = next(f for f in files if _format_of(f) is None)
-        raise SourceError(f"{bad}: unknown file type (supported: {', '.join(FORMATS)}, optionally compressed)")
-    if len(formats) > 1:
-        raise SourceError(f"{spec}: files of several formats ({', '.join(sorted(formats))}); give one format")
-    if split not in (None, "train"):
-        raise SourceError(f"{spec}: data files have one split, 'train'; --split {split} does not exist")
-    suffix = formats.pop()
-    builder, options = FORMATS[suffix]
-    for f in files:
-        if not os.access(f, os.R_OK):
-            raise SourceError(f"{f}: file is not readable")
-    stamp = [(os.path.abspath(f), os.path.getsize(f), os.stat(f).st_mtime_ns) for f in files]
-    fingerprint = _sha(json.dumps([builder, options, stamp], default=str))[:16]
-    if builder == "parquet":
-        parts = _parquet_parts(spec, files)
-    else:
-        parts = _cached_parts(fingerprint, files) or _load_parts(spec, files, builder, options, suffix, fingerprint)
-    return Source(spec, suffix[1:], (SplitSource("train", tuple(parts), fingerprint),), False)
-
-
-def _parquet_parts(spec: str, files: list[str]) -> list[Part]:
-    """Parquet is read directly with pyarrow (rows and columns from its footer, no conversion)."""
-    import pyarrow.parquet as pq
-
-    parts, start = [], 0
-    for f in files:
-        try:
-            meta = pq.ParquetFile(f).metadata
-        except Exception as exc:
-            raise SourceError(f"{f}: cannot read as parquet: {_first_line(exc)}") from exc
-        names = meta.schema.to_arrow_schema().names
-        parts.append(Part(start, f, rows=meta.num_rows, columns=names, parquet=True,
-                          loader=_single_file_loader("parquet", f, {})))
-        start += meta.num_rows
-    return parts
-
-
-def _load_parts(spec, files, builder, options, suffix, fingerprint) -> list[Part]:
-    """Convert the files with ``load_dataset`` (one call, one split per file) and remember their shape."""
-    from datasets import load_dataset
-
-    _quiet_datasets()
-    names = [f"file{i:06d}" for i in range(len(files))]
-    try:
-        loaded = load_dataset(builder, data_files={n: [f] for n, f in zip(names, files)}, **options)
-    except Exception as exc:
-        raise SourceError(f"{spec}: cannot read as {suffix[1:]}: {_first_line(exc)}") from exc
-    parts, start = [], 0
-    for name, f in zip(names, files):
-        ds = loaded[name]
-        parts.append(Part(start, f, dataset=ds))
-        start += len(ds)
-    _remember_parts(fingerprint, parts)
-    return parts
-
-
-def _manifest_path(fingerprint: str) -> Path:
-    from importlib.metadata import version
-
-    from .cache import cache_root
-
-    return cache_root() / "sources" / f"{fingerprint}-datasets{version('datasets')}.json"
-
-
-def _remember_parts(fingerprint: str, parts: list[Part]) -> None:
-    """Rows and columns of each file, so a rerun can skip ``load_dataset`` until it reads rows."""
-    path = _manifest_path(fingerprint)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps([{"path": p.path, "start": p.start, "rows": p.rows, "columns": p.column_names}
-                                   for p in parts]))
-        os.replace(tmp, path)
-    except OSError:  # a read-only cache costs speed, never correctness
-        pass
-
-
-def _cached_parts(fingerprint: str, files: list[str]) -> list[Part] | None:
-    path = _manifest_path(fingerprint)
-    if not path.exists():
-        return None
-    try:
-        entries = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if [e["path"] for e in entries] != files:
-        return None
-    builder_loader = _lazy_loader(files, fingerprint)
-    return [Part(e["start"], e["path"], rows=e["rows"], columns=e["columns"], loader=builder_loader(i))
-            for i, e in enumerate(entries)]
-
-
-def _lazy_loader(files: list[str], fingerprint: str):
-    """Loaders for each file's Dataset that share one ``load_dataset`` call, made on first use."""
-    memo: dict = {}
-
-    def for_part(i: int):
-        def load():
-            if "parts" not in memo:
-                builder, options = FORMATS[_format_of(files[0])]
-                memo["parts"] = _load_parts(files[0], files, builder, options, _format_of(files[0]), fingerprint)
-            return memo["parts"][i].dataset
-        return load
-    return for_part
-
-
-def _single_file_loader(builder: str, path: str, options: dict):
-    def load():
-        from datasets import load_dataset
-
-        _quiet_datasets()
-        return load_dataset(builder, data_files=[path], split="train", **options)
-    return load
-
-
-def _open_audio_folder(spec: str, files: list[str], split: str | None) -> Source:
-    """One row per audio file in sorted path order: ``audio`` (absolute path) and ``text``.
-
-    ``text`` is the content of a sidecar ``.txt``/``.lab`` with the same stem, None without one.
-    """
-    from datasets import Dataset
-
-    _quiet_datasets()
-    if split not in (None, "train"):
-        raise SourceError(f"{spec}: an audio folder has one split, 'train'; --split {split} does not exist")
-    paths = [os.path.abspath(f) for f in files]
-    texts, stamp = [], []
-    for path in paths:
-        stem = os.path.splitext(path)[0]
-        sidecar = next((stem + s for s in TRANSCRIPT_SUFFIXES if os.path.isfile(stem + s)), None)
-        text = None
-        if sidecar is not None:
-            try:
-                text = Path(sidecar).read_text(encoding="utf-8").strip()
-            except (OSError, UnicodeDecodeError) as exc:
-                raise SourceError(f"{sidecar}: cannot read the transcript: {_first_line(exc)}") from exc
-        texts.append(text)
-        for f in (path, sidecar) if sidecar else (path,):
-            st = os.stat(f)
-            stamp.append((f, st.st_size, st.st_mtime_ns))
-    ds = Dataset.from_dict({"audio": paths, "text": texts})
-    fingerprint = _sha(json.dumps(["audiofolder", stamp]))[:16]
-    return Source(spec, "audiofolder", (SplitSource("train", (Part(0, None, dataset=ds),), fingerprint),), False)
-
 
 def _open_disk(spec: str, path: Path, split: str | None) -> Source:
     from datasets import DatasetDict, load_from_disk
