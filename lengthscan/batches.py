@@ -72,29 +72,29 @@ class Batches:
 
 
 def permutation(n: int, seed: int, *, draws_before: int = 0) -> np.ndarray:
-    """A random order of ``n`` rows, exactly as transformers draws it when torch is installed.
+    """``torch.randperm(n, generator=torch.Generator().manual_seed(seed))``, exactly, without torch.
 
-    With torch: ``torch.randperm(n, generator=torch.Generator().manual_seed(seed))`` after
-    ``draws_before`` int64 draws from that generator (see ``TRAINER_DRAWS_BEFORE_GROUPING``). Without
-    torch: ``numpy.random.default_rng(seed).permutation(n)``, so the batches are then equivalent in
-    distribution to the Trainer's, not identical (``exact_permutation()`` says which one is used).
+    torch's CPU generator is a 32-bit Mersenne Twister seeded like numpy's legacy ``MT19937``, and
+    its ``randperm`` is a Fisher-Yates shuffle taking one 32-bit output modulo ``n - i`` per step;
+    an int64 ``random_()`` draw (``draws_before``, see ``TRAINER_DRAWS_BEFORE_GROUPING``) consumes two
+    outputs. Tests compare this with torch itself when it is installed. Doing it in numpy keeps a
+    cached rerun from importing torch (seconds) just to order an epoch.
     """
-    try:
-        import torch
-    except ImportError:
-        return np.random.default_rng(seed).permutation(n).astype(np.int64)
-    generator = torch.Generator().manual_seed(int(seed))
-    for _ in range(draws_before):
-        torch.empty((), dtype=torch.int64).random_(generator=generator)
-    return torch.randperm(int(n), generator=generator).numpy().astype(np.int64)
+    bits = np.random.MT19937()
+    bits._legacy_seeding(int(seed))
+    if draws_before:
+        bits.random_raw(2 * int(draws_before))
+    raw = bits.random_raw(max(int(n) - 1, 0)).astype(np.uint64)
+    steps = (raw % np.arange(int(n), 1, -1, dtype=np.uint64)).astype(np.int64)
+    order = np.arange(int(n), dtype=np.int64)
+    for i, z in enumerate(steps.tolist()):
+        j = i + z
+        order[i], order[j] = order[j], order[i]
+    return order
 
 
 def exact_permutation() -> bool:
-    """Whether ``permutation`` draws torch's permutation (True) or numpy's stand-in (False)."""
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        return False
+    """The permutation is torch's own (reproduced in numpy), whether or not torch is installed."""
     return True
 
 

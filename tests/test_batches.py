@@ -171,12 +171,26 @@ def test_simulate_reproduces_trainer_train_epoch_zero(tmp_path):
 
 # -- without torch: numpy's permutation, the same invariants ------------------------------------------------
 
-def test_without_torch_the_permutation_is_numpy_and_flagged(no_torch):
-    assert not exact_permutation()
-    assert np.array_equal(permutation(50, 3), np.random.default_rng(3).permutation(50))
+def test_without_torch_the_permutation_is_still_torchs(no_torch):
+    """torch's randperm reproduced in numpy: the same orders with torch hidden (and never imported)."""
+    assert exact_permutation()
+    expected = [36, 4, 27]  # torch.randperm(50, generator=torch.Generator().manual_seed(3))[:3]
+    assert permutation(50, 3)[:3].tolist() == expected
+    assert sorted(permutation(50, 3).tolist()) == list(range(50))
     report = simulate(_long_tailed(100), batch_sizes=(8,))
-    assert report["exact_permutation"] is False
+    assert report["exact_permutation"] is True
     json.dumps(report)  # plain Python values only: it goes into report.json as is
+
+
+def test_numpy_permutation_equals_torch_randperm():
+    torch = pytest.importorskip("torch", reason="torch not installed: compared with its randperm when it is")
+    for n in (1, 2, 7, 1000, 250_000):
+        for seed in (0, 3, 11):
+            for draws in (0, 1):
+                g = torch.Generator().manual_seed(seed)
+                for _ in range(draws):
+                    torch.empty((), dtype=torch.int64).random_(generator=g)
+                assert np.array_equal(permutation(n, seed, draws_before=draws), torch.randperm(n, generator=g).numpy())
 
 
 def test_batches_cover_every_row_once_and_longest_goes_first(no_torch):
