@@ -47,6 +47,9 @@ _UNKNOWN_FRAMES = 2**62  # libsndfile's "unknown length" is SF_COUNT_MAX: not a 
 _DECODE_BLOCK = 1 << 16  # frames per read when a length has to come from decoding
 #: libsndfile's log line for a data chunk that claims more bytes than the file holds ...
 _SHORT_CHUNK = re.compile(r"^(data|SSND)\s*:\s*(\d+)\s*\(should be (\d+)\)", re.MULTILINE)
+#: Uncompressed subtypes: libsndfile derives their frame count from the data chunk and the file
+#: size (a short file is caught by ``_truncation``), so reading the last frame proves nothing more.
+_PCM_SUBTYPES = {"PCM_S8", "PCM_U8", "PCM_16", "PCM_24", "PCM_32", "FLOAT", "DOUBLE", "ULAW", "ALAW"}
 #: ... except these sizes, which mean "unknown, read to the end" (streamed WAV), not truncation.
 _PLACEHOLDER_SIZES = (0xFFFFFFFF, 0xFFFFFFFE)
 
@@ -161,7 +164,8 @@ def _measure(data: bytes | None, path: str | None) -> AudioInfo:
         walked = _untagged_mp3_samples(data, path) if fmt == "MP3" else None
         if walked:
             frames, decoded = walked, True
-        elif claimed >= _UNKNOWN_FRAMES or (claimed and not _readable_at(f, claimed - 1)):
+        elif claimed >= _UNKNOWN_FRAMES or (claimed and f.subtype not in _PCM_SUBTYPES
+                                            and not _readable_at(f, claimed - 1)):
             # the header promises frames the stream does not hold (truncated FLAC/MP3 ...)
             frames, decoded = _decoded_frames(data, path, claimed), True
             if claimed < _UNKNOWN_FRAMES:
