@@ -50,6 +50,8 @@ _SHORT_CHUNK = re.compile(r"^(data|SSND)\s*:\s*(\d+)\s*\(should be (\d+)\)", re.
 #: Uncompressed subtypes: libsndfile derives their frame count from the data chunk and the file
 #: size (a short file is caught by ``_truncation``), so reading the last frame proves nothing more.
 _PCM_SUBTYPES = {"PCM_S8", "PCM_U8", "PCM_16", "PCM_24", "PCM_32", "FLOAT", "DOUBLE", "ULAW", "ALAW"}
+#: Containers of uncompressed audio (FLAC reports PCM subtypes too, but it is compressed).
+_PCM_CONTAINERS = {"WAV", "WAVEX", "AIFF", "RF64", "W64", "CAF", "AU", "IRCAM", "NIST", "RAW"}
 #: ... except these sizes, which mean "unknown, read to the end" (streamed WAV), not truncation.
 _PLACEHOLDER_SIZES = (0xFFFFFFFF, 0xFFFFFFFE)
 
@@ -164,7 +166,7 @@ def _measure(data: bytes | None, path: str | None) -> AudioInfo:
         walked = _untagged_mp3_samples(data, path) if fmt == "MP3" else None
         if walked:
             frames, decoded = walked, True
-        elif claimed >= _UNKNOWN_FRAMES or (claimed and f.subtype not in _PCM_SUBTYPES
+        elif claimed >= _UNKNOWN_FRAMES or (claimed and not _uncompressed(f)
                                             and not _readable_at(f, claimed - 1)):
             # the header promises frames the stream does not hold (truncated FLAC/MP3 ...)
             frames, decoded = _decoded_frames(data, path, claimed), True
@@ -175,6 +177,10 @@ def _measure(data: bytes | None, path: str | None) -> AudioInfo:
         info = dict(frames=frames, samplerate=f.samplerate, channels=f.channels, format=fmt, subtype=f.subtype)
     flag = FLAG_EMPTY if frames == 0 else (FLAG_TRUNCATED if note else None)
     return AudioInfo(**info, decoded=decoded, flag=flag, error=note)
+
+
+def _uncompressed(f) -> bool:
+    return f.format in _PCM_CONTAINERS and f.subtype in _PCM_SUBTYPES
 
 
 def _truncation(log: str) -> str | None:
