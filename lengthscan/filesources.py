@@ -40,6 +40,8 @@ def open_files(spec: str, files: list[str], split: str | None) -> Source:
     fingerprint = _sha(json.dumps([builder, options, stamp], default=str))[:16]
     if builder == "parquet":
         parts = _parquet_parts(spec, files)
+    elif builder == "json" and (parts := _jsonl_parts(files)) is not None:
+        pass
     else:
         parts = _cached_parts(fingerprint, files) or _load_parts(spec, files, builder, options, suffix, fingerprint)
     return Source(spec, suffix[1:], (SplitSource("train", tuple(parts), fingerprint),), False)
@@ -60,6 +62,44 @@ def _parquet_parts(spec: str, files: list[str]) -> list[Part]:
                           loader=_single_file_loader("parquet", f, {})))
         start += meta.num_rows
     return parts
+
+
+def _jsonl_parts(files: list[str]) -> list[Part] | None:
+    """JSON Lines read directly with pyarrow's streaming reader: one pass counts the rows and checks
+    that every line parses with one schema. None (use ``load_dataset``, which handles more) for a
+    JSON array file, a column whose type changes, or a line longer than the reader's block."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    parts, start = [], 0
+    for f in files:
+        if not _looks_like_lines(f):
+            return None
+        try:
+            reader = pj.open_json(pa.input_stream(f, compression="detect"), read_options=json_read_options())
+            rows = sum(batch.num_rows for batch in reader)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
+            return None
+        parts.append(Part(start, f, rows=rows, columns=reader.schema.names, jsonl_schema=reader.schema,
+                          loader=_single_file_loader("json", f, {})))
+        start += rows
+    return parts
+
+
+def json_read_options():
+    """Blocks of 16 MiB: lines up to that long stream directly; longer ones go through datasets."""
+    import pyarrow.json as pj
+
+    return pj.ReadOptions(block_size=16 << 20)
+
+
+def _looks_like_lines(path: str) -> bool:
+    """A JSON Lines file starts with an object, a JSON array file with '['."""
+    import pyarrow as pa
+
+    with pa.input_stream(path, compression="detect") as fh:
+        head = fh.read(4096).lstrip()
+    return head[:1] == b"{"
 
 
 def _load_parts(spec, files, builder, options, suffix, fingerprint) -> list[Part]:

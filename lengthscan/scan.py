@@ -35,6 +35,9 @@ def iter_batches(split: SplitSource, columns: list[str], *, indices: np.ndarray 
         if part.parquet:
             yield from _parquet_batches(part, columns, indices, batch_rows)
             continue
+        if part.jsonl_schema is not None:
+            yield from _jsonl_batches(part, columns, indices, batch_rows)
+            continue
         if indices is None:
             offset = part.start
             for rb in _part_batches(part.dataset, columns, batch_rows):
@@ -73,6 +76,32 @@ def _parquet_batches(part, columns: list[str], indices, batch_rows: int) -> Iter
         table = pf.read_row_group(int(g), columns=columns).take(pa.array(in_group - starts[g]))
         for k in range(0, in_group.size, batch_rows):
             yield Batch(in_group[k:k + batch_rows] + part.start, _one_batch(table.slice(k, batch_rows)))
+
+
+def _jsonl_batches(part, columns: list[str], indices, batch_rows: int) -> Iterator[Batch]:
+    """A JSON Lines file streamed with pyarrow, block by block (a sample takes its rows on the way)."""
+    import pyarrow.json as pj
+
+    from .filesources import json_read_options
+
+    reader = pj.open_json(pa.input_stream(part.path, compression="detect"), read_options=json_read_options())
+    offset = part.start
+    wanted = None if indices is None else indices[(indices >= part.start) & (indices < part.start + part.rows)]
+    for rb in reader:
+        rb = rb.select(columns)
+        if wanted is None:
+            for k in range(0, rb.num_rows, batch_rows):
+                piece = rb.slice(k, batch_rows)
+                yield Batch(np.arange(offset + k, offset + k + piece.num_rows, dtype=np.int64), piece)
+        else:
+            lo, hi = np.searchsorted(wanted, [offset, offset + rb.num_rows])
+            take = wanted[lo:hi]
+            for k in range(0, take.size, batch_rows):
+                chunk = take[k:k + batch_rows]
+                yield Batch(chunk, rb.take(pa.array(chunk - offset)))
+        offset += rb.num_rows
+    if offset != part.start + part.rows:
+        raise RuntimeError(f"read {offset - part.start} rows of {part.path}, expected {part.rows}")
 
 
 def _part_batches(ds, columns: list[str], batch_rows: int) -> Iterator[pa.RecordBatch]:

@@ -46,12 +46,15 @@ class Part:
     """A contiguous run of rows of one split, from one file when the source has several.
 
     Its ``datasets.Dataset`` is opened lazily: a rerun whose lengths are all cached, or a Parquet
-    file read directly with pyarrow, never needs it (nor the seconds ``import datasets`` costs).
+    or JSON Lines file read directly with pyarrow, never needs it (nor the seconds
+    ``import datasets`` and its conversion cost).
     """
 
     def __init__(self, start: int, path: str | None = None, *, dataset=None, loader=None,
-                 rows: int | None = None, columns: list[str] | None = None, parquet: bool = False):
+                 rows: int | None = None, columns: list[str] | None = None, parquet: bool = False,
+                 jsonl_schema=None):
         self.start, self.path, self.parquet = start, path, parquet
+        self.jsonl_schema = jsonl_schema  # set when the file is JSON Lines read directly with pyarrow
         self._dataset, self._loader = dataset, loader
         self._rows, self._columns = rows, columns
 
@@ -76,6 +79,10 @@ class Part:
             from datasets import Features
 
             return Features.from_arrow_schema(pq.read_schema(self.path))
+        if self.jsonl_schema is not None and self._dataset is None:
+            from datasets import Features
+
+            return Features.from_arrow_schema(self.jsonl_schema)
         return self.dataset.features
 
 
