@@ -152,3 +152,23 @@ def test_hub_id_is_tried_and_fails_clearly_offline(monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     with pytest.raises(SourceError, match="hub dataset"):
         open_source("lengthscan-test/surely-not-a-dataset")
+
+
+def test_jsonl_and_parquet_are_read_without_datasets(tmp_path):
+    """Streaming readers: auditing JSON Lines or Parquet never imports datasets (nor converts)."""
+    import subprocess
+    import sys
+
+    _write_jsonl(tmp_path / "a.jsonl", ROWS)
+    pq.write_table(pa.Table.from_pylist(ROWS), tmp_path / "a.parquet")
+    (tmp_path / "arr.json").write_text(json.dumps(ROWS))  # a JSON array: datasets reads it
+    code = ("import sys; from lengthscan.sources import open_source; from lengthscan.scan import iter_batches\n"
+            "for name in ('a.jsonl', 'a.parquet'):\n"
+            "    s = open_source(sys.argv[1] + '/' + name).splits[0]\n"
+            "    n = sum(b.rows.size for b in iter_batches(s, ['text']))\n"
+            "    assert n == 50, n\n"
+            "print('datasets' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    arr = open_source(tmp_path / "arr.json").splits[0]
+    assert arr.parts[0].jsonl_schema is None and _texts(arr) == [r["text"] for r in ROWS]
