@@ -130,7 +130,7 @@ def special_lengths(counter, fields) -> dict[str, int]:
     """Per text role, the length of the empty string: the special tokens every row carries."""
     if counter is None:
         return {}
-    return {f.role: int(counter.count([""], f.role)[0][0]) for f in fields if f.kind == "text"}
+    return {f.role: counter.empty_length(f.role) for f in fields if f.kind == "text"}
 
 
 def parse_fail_over(value) -> tuple[str, float] | None:

@@ -185,6 +185,29 @@ class TokenCounter:
             lengths[np.asarray(todo)] = self._count_strings([texts[i] for i in todo], role)
         return lengths, flags
 
+    def empty_length(self, role: str) -> int:
+        """The length of "" for ``role`` (its special tokens), remembered per tokenizer file hash so a
+        run on cached lengths does not load the tokenizer just for it."""
+        import json
+
+        from .cache import cache_root
+
+        path = cache_root() / "tokenizers" / f"{self.hash}.json"
+        try:
+            known = json.loads(path.read_text())
+        except (OSError, ValueError):
+            known = {}
+        if role not in known:
+            known[role] = int(self.count([""], role)[0][0])
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".tmp{os.getpid()}")
+                tmp.write_text(json.dumps(known))
+                os.replace(tmp, path)
+            except OSError:  # a read-only cache costs time, never correctness
+                pass
+        return int(known[role])
+
     def decide_count(self, texts: list, role: str, limit: int):
         """Decide-only counting against an upper ``limit``: (lengths, flags, at_least, at_most).
 
