@@ -91,20 +91,20 @@ def truncate_to_limits(batch: dict, *, tokenizer: str, limits, input: str | None
                        max_chars: int = DEFAULT_MAX_CHARS) -> dict:
     """For ``Dataset.map(batched=True)``: texts over an upper token limit replaced by their longest
     verified prefix that fits (special tokens included); other texts unchanged."""
+    from .policy import int_cap
     from .truncate import truncate_texts
 
     counter = _counter(tokenizer, max_chars)
     rules, _ = _absolute_rules(limits)
     out = {}
     for f in role_fields(input=input, target=target):
-        caps = [float(r.value) if r.op == "<=" else float(r.value) - 1 for r in rules
-                if r.metric == f.primary.name and r.upper]
+        caps = [int_cap(float(r.value), r.op) for r in rules if r.metric == f.primary.name and r.upper]
         texts = list(batch[f.column])
         if not caps:
             continue
-        cap = int(min(caps)) if min(caps) == int(min(caps)) else int(min(caps))
+        cap = min(caps)
         lengths, _ = counter.count(texts, f.role)
-        idx = [i for i, n in enumerate(lengths) if n > cap]
+        idx = [i for i, n in enumerate(lengths) if n > cap]  # None (-1) and short texts stay as they are
         if idx:
             for i, t in zip(idx, truncate_texts(counter, [texts[i] for i in idx], [cap] * len(idx), f.role)):
                 texts[i] = t.text

@@ -265,7 +265,7 @@ def decide(base: dict[str, np.ndarray], flags: dict[str, np.ndarray], rules, *, 
             continue
         if r.action == "truncate":
             role = r.rule.metric.split("_")[0]
-            cap = _int_cap(r.threshold, r.rule.op)
+            cap = int_cap(r.threshold, r.rule.op)
             if cap < special.get(role, 0):
                 fail(bad, f"{r.rule.text} (below the {special[role]} special tokens)", "drop")
                 continue
@@ -293,7 +293,7 @@ def decide(base: dict[str, np.ndarray], flags: dict[str, np.ndarray], rules, *, 
                      crop if np.isfinite(crop).any() else None)
 
 
-def _int_cap(threshold: float, op: str) -> int:
+def int_cap(threshold: float, op: str) -> int:
     """The largest integer count that satisfies ``count OP threshold`` for an upper limit."""
     if op == "<=":
         return math.floor(threshold)
