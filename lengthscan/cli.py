@@ -57,6 +57,14 @@ def _add_limit_flags(p: argparse.ArgumentParser) -> None:
                    help="exit 1 when more than this share (1%%) or number of rows would be dropped or truncated")
 
 
+def _add_report_flags(p: argparse.ArgumentParser) -> None:
+    """How the report is printed and what it may hold: shared by audit and clean."""
+    p.add_argument("--json", action="store_true", help="print report.json to stdout and nothing else there")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
+    p.add_argument("--redact", action="store_true",
+                   help="keep every text of the data out of the report (row ids and lengths only)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lengthscan",
@@ -73,10 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="lengthscan-report", metavar="DIR",
                    help="output directory (default ./lengthscan-report)")
     p.add_argument("--overwrite", action="store_true", help="replace --out even if it holds other files")
-    p.add_argument("--json", action="store_true", help="print report.json to stdout and nothing else there")
-    p.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
-    p.add_argument("--redact", action="store_true",
-                   help="keep every text of the data out of the report (row ids and lengths only)")
+    _add_report_flags(p)
 
     c = sub.add_parser("clean", help="decide every row by limits; write a dataset, its rejects and a report",
                        description="Measure every row, decide keep/truncate/drop by --limit rules, and write "
@@ -97,10 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write input_ids, attention_mask and labels (the tokenizer's own call on the final texts)")
     c.add_argument("--embed-audio", action="store_true",
                    help="embed audio files' bytes in Audio columns of the output (default: keep paths)")
-    c.add_argument("--json", action="store_true", help="print report.json to stdout and nothing else there")
-    c.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
-    c.add_argument("--redact", action="store_true",
-                   help="keep every text of the data out of the report (row ids and lengths only)")
+    _add_report_flags(c)
 
     d = sub.add_parser("demo", help="audit a corpus built offline from Python's own docstrings",
                        description="Build a docstring -> summary corpus from this Python's standard library, "
