@@ -38,6 +38,10 @@ def _add_field_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-chars", type=int, default=None, metavar="N",
                    help="texts longer than N characters are recorded as too long, not tokenized (default 10,000,000)")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the per-row length cache")
+    p.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="local (default) or ray: the same measurement on Ray Data (pip install \"lengthscan[ray]\")")
+    p.add_argument("--ray-address", metavar="ADDR",
+                   help="with --engine ray: a cluster to join ('auto' for a running one; default: start a local Ray)")
     p.add_argument("--num-proc", type=int, default=1, metavar="N",
                    help="measure in N worker processes (default 1: one process whose tokenizer uses every core)")
 
@@ -156,6 +160,13 @@ def _audit(args, command: str) -> int:
     from .pipeline import audit
     from .tokens import DEFAULT_MAX_CHARS
 
+    if args.engine == "ray":
+        from functools import partial
+
+        from .engine_ray import audit_ray
+
+        audit = partial(audit_ray, ray_address=args.ray_address)
+
     with _progress(disabled=args.quiet) as progress:
         result = audit(
             args.source, tokenizer=args.tokenizer, model=args.model, input=args.input, target=args.target,
@@ -180,6 +191,10 @@ def _clean(args, command: str) -> int:
 
     if args.sample is not None or args.full:
         print("lengthscan: error: clean always decides on every row: drop --sample/--full", file=sys.stderr)
+        return EXIT_USAGE
+    if args.engine == "ray":
+        print("lengthscan: error: clean does not run on Ray yet (audit does); use --engine local",
+              file=sys.stderr)
         return EXIT_USAGE
     with _progress(disabled=args.quiet) as progress:
         result = clean(
