@@ -1,0 +1,280 @@
+"""Validate lengthscan.memory against the measured CPU peak of one training step.
+
+    pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu   # optional extra
+    python bench/memory_validation.py                  # the whole grid, writes bench/memory_results.md
+    python bench/memory_validation.py --quick          # one shape per configuration
+    python bench/memory_validation.py --only whisper   # one family (by model_type or family name)
+    python bench/memory_validation.py --config my/config.json --batch 4 --input-len 512 --target-len 64 \
+        --precision bf16 --gradient-checkpointing      # any config, one shape
+
+Each case builds a random-initialised model from a config (no download), runs one unmeasured
+training step (so the optimizer state exists), then measures the next one: the bytes live before
+it plus the highest running sum of the allocation events of ``torch.profiler.profile(
+profile_memory=True)``, with the CPU kernels aligned with CUDA's (lengthscan/memory/measure.py and
+docs/memory.md). Cases run in worker processes, one thread each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from lengthscan.memory import MemoryOptions, Shape, estimate, load_config  # noqa: E402
+
+MiB = 2**20
+#: The issue's targets: |error| within 10% in fp32, 15% with mixed precision or checkpointing.
+TARGET_FP32, TARGET_OTHER = 10.0, 15.0
+
+
+def configs() -> list[tuple[str, str, object, list[Shape]]]:
+    """(family, size label, config, shapes) of the validation grid."""
+    import transformers as tr
+
+    enc_dec = dict(pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
+    whisper = dict(pad_token_id=1, bos_token_id=3, eos_token_id=3, decoder_start_token_id=2, suppress_tokens=None,
+                   begin_suppress_tokens=None)
+    return [
+        ("encoder-decoder", "bart 4+4x384", tr.BartConfig(
+            vocab_size=16000, d_model=384, encoder_layers=4, decoder_layers=4, encoder_attention_heads=6,
+            decoder_attention_heads=6, encoder_ffn_dim=1536, decoder_ffn_dim=1536, max_position_embeddings=1024,
+            **enc_dec), [Shape(4, 512, 128), Shape(8, 256, 64)]),
+        ("encoder-decoder", "pegasus 3+3x256", tr.PegasusConfig(
+            vocab_size=12000, d_model=256, encoder_layers=3, decoder_layers=3, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=1024, decoder_ffn_dim=1024, max_position_embeddings=1024,
+            **enc_dec), [Shape(4, 512, 96)]),
+        ("encoder-decoder", "marian 3+3x256", tr.MarianConfig(
+            vocab_size=12000, d_model=256, encoder_layers=3, decoder_layers=3, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=1024, decoder_ffn_dim=1024, max_position_embeddings=512,
+            **enc_dec), [Shape(6, 256, 128)]),
+        ("encoder-decoder", "t5 3+3x256", tr.T5Config(
+            vocab_size=12000, d_model=256, d_kv=32, d_ff=1024, num_layers=3, num_decoder_layers=3, num_heads=8,
+            decoder_start_token_id=0), [Shape(4, 384, 96)]),
+        ("encoder-decoder", "t5-v1.1 2+2x256", tr.T5Config(
+            vocab_size=12000, d_model=256, d_kv=32, d_ff=640, num_layers=2, num_decoder_layers=2, num_heads=8,
+            feed_forward_proj="gated-gelu", tie_word_embeddings=False, decoder_start_token_id=0),
+         [Shape(4, 256, 128)]),
+        ("decoder-only", "llama 4x384 gqa", tr.LlamaConfig(
+            vocab_size=16000, hidden_size=384, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=6,
+            num_key_value_heads=2), [Shape(4, 512), Shape(2, 1024)]),
+        ("decoder-only", "qwen2 3x256 gqa", tr.Qwen2Config(
+            vocab_size=12000, hidden_size=256, intermediate_size=768, num_hidden_layers=3, num_attention_heads=8,
+            num_key_value_heads=2, max_window_layers=3), [Shape(4, 384)]),
+        ("decoder-only", "gpt2 4x256", tr.GPT2Config(
+            vocab_size=12000, n_embd=256, n_layer=4, n_head=4, n_positions=1024), [Shape(4, 512), Shape(8, 256)]),
+        ("encoder-only", "bert 4x384 cls", tr.BertConfig(
+            vocab_size=16000, hidden_size=384, intermediate_size=1536, num_hidden_layers=4, num_attention_heads=6),
+         [Shape(16, 512), Shape(32, 128)]),
+        ("encoder-only", "roberta 3x256 mlm", tr.RobertaConfig(
+            vocab_size=12000, hidden_size=256, intermediate_size=1024, num_hidden_layers=3, num_attention_heads=4,
+            max_position_embeddings=514, architectures=["RobertaForMaskedLM"]), [Shape(8, 512)]),
+        ("speech-encoder", "wav2vec2 3x256 group", tr.Wav2Vec2Config(
+            vocab_size=32, hidden_size=256, intermediate_size=1024, num_hidden_layers=3, num_attention_heads=4,
+            conv_dim=(256,) * 7), [Shape(2, 64000, 48), Shape(4, 32000, 24)]),
+        ("speech-encoder", "wav2vec2 3x256 layer", tr.Wav2Vec2Config(
+            vocab_size=32, hidden_size=256, intermediate_size=1024, num_hidden_layers=3, num_attention_heads=4,
+            conv_dim=(192,) * 7, feat_extract_norm="layer", do_stable_layer_norm=True), [Shape(2, 48000, 40)]),
+        ("speech-seq2seq", "whisper 2+2x256", tr.WhisperConfig(
+            vocab_size=12000, d_model=256, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=1024, decoder_ffn_dim=1024, num_mel_bins=80,
+            max_source_positions=1500, max_target_positions=448, **whisper),
+         [Shape(2, None, 96), Shape(4, None, 32)]),
+    ]
+
+
+MODES = [MemoryOptions(), MemoryOptions(precision="bf16"), MemoryOptions(gradient_checkpointing=True),
+         MemoryOptions(precision="bf16", gradient_checkpointing=True)]
+
+
+def cases(quick: bool, only: str | None) -> list[tuple]:
+    out = []
+    for family, label, config, shapes in configs():
+        if only and only not in (family, config.model_type):
+            continue
+        for shape in shapes[:1] if quick else shapes:
+            for options in MODES:
+                out.append((family, label, config, shape, options))
+        if config.model_type == "wav2vec2" and config.feat_extract_norm == "group":
+            out.append((family, label, config, shapes[0], MemoryOptions(freeze_feature_encoder=True)))
+    if not only or only in ("encoder-only", "bert"):  # eager attention and padded batches
+        family, label, config, shapes = configs()[8]
+        out.append((family, label, config, Shape(8, 256, padding=True), MemoryOptions()))
+        out.append((family, label, config, Shape(8, 256), MemoryOptions(attention="eager")))
+    if not only or only in ("encoder-decoder", "bart"):
+        family, label, config, shapes = configs()[0]
+        out.append((family, label, config, Shape(4, 384, 96, padding=True), MemoryOptions(precision="bf16")))
+        out.append((family, label, config, Shape(4, 256, 64), MemoryOptions(attention="eager")))
+    if not only or only in ("decoder-only", "llama"):
+        family, label, config, shapes = configs()[5]
+        out.append((family, label, config, Shape(4, 384, padding=True), MemoryOptions()))
+        out.append((family, label, config, Shape(4, 384), MemoryOptions(optimizer="adamw_foreach")))
+    return out
+
+
+def run_case(case: tuple) -> dict:
+    """Predict and measure one case."""
+    import gc
+
+    import torch
+
+    from lengthscan.memory.measure import build_model, make_batch, measure_step, measure_step_cuda
+
+    family, label, config, shape, options = case
+    est = estimate(config, shape, options)
+    model = build_model(config, options)
+    batch = make_batch(config, shape, options)
+    params = sum(p.numel() for p in model.parameters())
+    start = time.perf_counter()
+    on_gpu = os.environ.get("LENGTHSCAN_MEMORY_DEVICE") == "cuda"
+    measured = (measure_step_cuda if on_gpu else measure_step)(model, batch, options)
+    seconds = time.perf_counter() - start
+    del model, batch
+    gc.collect()
+    return {"family": family, "label": label, "model_type": config.model_type, "shape": shape, "options": options,
+            "predicted": est.peak_bytes, "measured": measured.peak_bytes, "phase": est.phase,
+            "measured_phase": measured.phase, "params": est.params, "params_measured": params, "seconds": seconds}
+
+
+def _lengths(row) -> str:
+    s = row["shape"]
+    if row["model_type"] == "whisper":
+        return f"{s.input_len or 3000} frames / {s.target_len}"
+    if row["model_type"] in ("wav2vec2", "hubert"):
+        return f"{s.input_len} samples / {s.target_len}"
+    return f"{s.input_len}" + (f" / {s.target_len}" if s.target_len else "")
+
+
+def _mode(o: MemoryOptions) -> tuple[str, str]:
+    extra = [x for x, on in (("eager", o.attention == "eager"), ("frozen FE", o.freeze_feature_encoder),
+                             (o.optimizer, o.optimizer != "adamw")) if on]
+    return o.precision + (f" ({', '.join(extra)})" if extra else ""), "yes" if o.gradient_checkpointing else "no"
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| family | config | params | batch | lengths | precision | checkpointing | predicted MiB | "
+             "measured MiB | error % | phase (pred / meas) |",
+             "|---|---|---:|---:|---|---|---|---:|---:|---:|---|"]
+    for r in rows:
+        err = 100 * (r["predicted"] / r["measured"] - 1)
+        precision, ckpt = _mode(r["options"])
+        pad = " padded" if r["shape"].padding else ""
+        lines.append(f"| {r['family']} | {r['label']} | {r['params'] / 1e6:.1f}M | {r['shape'].batch_size} | "
+                     f"{_lengths(r)}{pad} | {precision} | {ckpt} | {r['predicted'] / MiB:,.1f} | "
+                     f"{r['measured'] / MiB:,.1f} | {err:+.1f} | {r['phase']} / {r['measured_phase']} |")
+    return "\n".join(lines)
+
+
+def summary(rows: list[dict]) -> str:
+    """Largest |error| per family and mode, against the issue's targets."""
+    groups: dict = {}
+    for r in rows:
+        o = r["options"]
+        mode = "fp32" if o.precision == "fp32" and not o.gradient_checkpointing else (
+            "mixed precision / checkpointing")
+        key = (r["family"], mode)
+        err = 100 * (r["predicted"] / r["measured"] - 1)
+        groups.setdefault(key, []).append(err)
+    lines = ["| family | mode | cases | max abs error % | target % | within |", "|---|---|---:|---:|---:|---|"]
+    for (family, mode), errs in sorted(groups.items()):
+        worst = max(abs(e) for e in errs)
+        target = TARGET_FP32 if mode == "fp32" else TARGET_OTHER
+        lines.append(f"| {family} | {mode} | {len(errs)} | {worst:.1f} | {target:.0f} | "
+                     f"{'yes' if worst <= target else '**no**'} |")
+    return "\n".join(lines)
+
+
+def _run_workers(todo: list, args) -> list[dict]:
+    """Cases in fresh processes (a few each), ``args.workers`` at a time; rows in case order."""
+    chunks = [list(range(i, min(i + 3, len(todo)))) for i in range(0, len(todo), 3)]
+    base = [sys.executable, __file__] + (["--quick"] if args.quick else []) + (["--only", args.only] if args.only else [])
+
+    def run(chunk):
+        out = subprocess.run([*base, "--worker", ",".join(map(str, chunk))], capture_output=True, text=True)
+        rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+        if len(rows) != len(chunk):
+            print(f"cases {chunk} failed:\n{out.stderr[-2000:]}", file=sys.stderr, flush=True)
+        for r in rows:
+            r["shape"], r["options"] = Shape(**r["shape"]), MemoryOptions(**r["options"])
+            err = 100 * (r["predicted"] / r["measured"] - 1)
+            print(f"  [{r['index'] + 1}/{len(todo)}] {r['label']} {r['shape']} {r['options'].precision} "
+                  f"ckpt={r['options'].gradient_checkpointing}: {err:+.1f}%", file=sys.stderr, flush=True)
+        return rows
+
+    with ThreadPoolExecutor(args.workers) as pool:
+        rows = [r for chunk_rows in pool.map(run, chunks) for r in chunk_rows]
+    return sorted(rows, key=lambda r: r["index"])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="one shape per configuration")
+    parser.add_argument("--only", help="a family or model_type")
+    parser.add_argument("--config", help="a config.json (or model directory) to validate instead of the grid")
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--input-len", type=int)
+    parser.add_argument("--target-len", type=int)
+    parser.add_argument("--padding", action="store_true")
+    parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--attention", default="sdpa")
+    parser.add_argument("--optimizer", default="adamw")
+    parser.add_argument("--freeze-feature-encoder", action="store_true")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: compare with torch.cuda.max_memory_allocated instead of the CPU measurement")
+    parser.add_argument("--workers", type=int, default=max(1, min(2, os.cpu_count() or 1)))
+    parser.add_argument("--out", default=str(ROOT / "bench" / "memory_results.md"),
+                        help="where the grid's table is written (not for --config)")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)  # internal: run these case numbers, print JSON
+    args = parser.parse_args(argv)
+    os.environ["LENGTHSCAN_MEMORY_DEVICE"] = args.device  # read by run_case, in the workers too
+    if args.worker:
+        todo = cases(args.quick, args.only)
+        for i in map(int, args.worker.split(",")):
+            row = run_case(todo[i])
+            row["index"] = i
+            row["shape"], row["options"] = row["shape"].to_dict(), row["options"].to_dict()
+            print(json.dumps(row), flush=True)
+        return 0
+    if args.config:
+        config = load_config(args.config)
+        options = MemoryOptions(precision=args.precision, gradient_checkpointing=args.gradient_checkpointing,
+                                attention=args.attention, optimizer=args.optimizer,
+                                freeze_feature_encoder=args.freeze_feature_encoder)
+        todo = [("custom", Path(args.config).name, config,
+                 Shape(args.batch, args.input_len, args.target_len, args.padding), options)]
+    else:
+        todo = cases(args.quick, args.only)
+    start = time.perf_counter()
+    if args.config:
+        rows = [run_case(todo[0])]
+    else:
+        rows = _run_workers(todo, args)
+    text = f"{table(rows)}\n\n{summary(rows)}\n"
+    print(text)
+    wrong = [r for r in rows if r["params"] != r["params_measured"]]
+    for r in wrong:
+        print(f"PARAMETER COUNT MISMATCH {r['label']}: predicted {r['params']}, model {r['params_measured']}")
+    if not args.config and not args.only and not args.quick and args.device == "cpu":
+        import torch
+        import transformers
+
+        header = (f"# lengthscan memory: validation\n\nGenerated by `python bench/memory_validation.py` "
+                  f"(torch {torch.__version__}, transformers {transformers.__version__}, "
+                  f"{len(rows)} cases, {time.perf_counter() - start:.0f} s). Measured: the CPU peak of one "
+                  f"steady-state training step, aligned with CUDA kernels (docs/memory.md). "
+                  f"Error = predicted / measured - 1.\n\n")
+        Path(args.out).write_text(header + text)
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
