@@ -87,10 +87,11 @@ def _jsonl_parts(files: list[str]) -> list[Part] | None:
 
 
 def json_read_options():
-    """Blocks of 16 MiB: lines up to that long stream directly; longer ones go through datasets."""
+    """Blocks of 1 MiB: lines up to that long stream directly (longer ones go through datasets); the
+    reader reads a bounded number of blocks ahead, so its memory stays a few tens of MiB at most."""
     import pyarrow.json as pj
 
-    return pj.ReadOptions(block_size=16 << 20)
+    return pj.ReadOptions(block_size=1 << 20)
 
 
 def _looks_like_lines(path: str) -> bool:
