@@ -108,6 +108,28 @@ def build_parser() -> argparse.ArgumentParser:
                    help="embed audio files' bytes in Audio columns of the output (default: keep paths)")
     _add_report_flags(c)
 
+    m = sub.add_parser("memory", help="predict the peak training memory of one step for a batch shape",
+                       description="Shape mode: the predicted peak memory of one training step of --model for "
+                                   "one padded batch (weights, gradients, optimizer state, activations, logits), "
+                                   "from its config alone: no weights, no GPU. See docs/memory.md.")
+    m.add_argument("--model", required=True, metavar="CFG", help="model directory, hub name or config .json")
+    m.add_argument("--batch-size", type=int, required=True, metavar="B", help="rows in the batch")
+    m.add_argument("--input-len", type=int, metavar="S",
+                   help="padded input length: tokens, audio samples (Wav2Vec2-like) or mel frames (Whisper)")
+    m.add_argument("--target-len", type=int, metavar="T", help="padded label length of an encoder-decoder")
+    m.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
+                   help="fp32, or bf16/fp16 mixed precision (default fp32)")
+    m.add_argument("--optimizer", choices=("adamw", "adamw_foreach", "adamw_loop", "sgd"), default="adamw",
+                   help="the Trainer's optimizer (default adamw: adamw_torch_fused)")
+    m.add_argument("--attention", choices=("eager", "sdpa", "flash"), default="sdpa",
+                   help="attention implementation (default sdpa)")
+    m.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in backward")
+    m.add_argument("--freeze-feature-encoder", action="store_true", help="a frozen conv feature encoder (speech)")
+    m.add_argument("--grad-accum", type=int, default=1, metavar="K", help="gradient accumulation steps")
+    m.add_argument("--budget", metavar="SIZE", help="device memory, e.g. 24GiB: exit 1 when the peak does not fit "
+                                                    "with a 10%% margin")
+    m.add_argument("--json", action="store_true", help="print the prediction as JSON to stdout")
+
     d = sub.add_parser("demo", help="audit a corpus built offline from Python's own docstrings",
                        description="Build a docstring -> summary corpus from this Python's standard library, "
                                    "train a byte-level BPE tokenizer on it, and audit it.")
@@ -130,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
             return _audit(args, command)
         if args.command == "clean":
             return _clean(args, command)
+        if args.command == "memory":
+            return _memory(args)
         if args.command == "demo":
             return _demo(args, command)
     except KeyboardInterrupt:
@@ -212,6 +236,52 @@ def _clean(args, command: str) -> int:
         print(f"lengthscan: {result.gate_failed}; nothing was published", file=sys.stderr)
         return EXIT_GATE
     return EXIT_OK
+
+
+def parse_size(text: str) -> int:
+    """``24GiB``, ``80GB``, ``512MiB`` or plain bytes -> bytes."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]?)(i?)B?\s*", text or "", re.IGNORECASE)
+    if not m:
+        raise ValueError(f"cannot read the size {text!r}: write e.g. 24GiB, 80GB or 512MiB")
+    power = " KMGT".index(m.group(2).upper() or " ")
+    return int(float(m.group(1)) * (1024 if m.group(3) else 1000) ** power)
+
+
+def _memory(args) -> int:
+    import json
+
+    from .memory import MemoryOptions, Shape, estimate, load_config, usable_bytes
+
+    try:
+        options = MemoryOptions(precision=args.precision, optimizer=args.optimizer, attention=args.attention,
+                                gradient_checkpointing=args.gradient_checkpointing,
+                                freeze_feature_encoder=args.freeze_feature_encoder,
+                                gradient_accumulation_steps=args.grad_accum)
+        budget = parse_size(args.budget) if args.budget else None
+        config = load_config(args.model)
+        est = estimate(config, Shape(args.batch_size, args.input_len, args.target_len), options)
+    except ValueError as exc:
+        print(f"lengthscan: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    data = {"memory": est.to_dict()}
+    fits = None
+    if budget is not None:
+        fits = est.peak_bytes <= usable_bytes(budget)
+        data["memory"]["budget_bytes"], data["memory"]["fits"] = budget, fits
+    if args.json:
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    else:
+        gib = 1024 ** 3
+        print(f"{est.model_type} ({est.family}): predicted peak {est.peak_bytes / gib:.2f} GiB at {est.phase} "
+              f"for batch {args.batch_size} x input {args.input_len} x target {args.target_len}")
+        for name, value in sorted(est.terms.items(), key=lambda kv: -kv[1]):
+            if value:
+                print(f"  {name:26} {value / gib:8.3f} GiB")
+        if budget is not None:
+            print(f"  {'fits' if fits else 'does NOT fit'} in {args.budget} with a 10% margin")
+    return EXIT_GATE if fits is False else EXIT_OK
 
 
 def _demo(args, command: str) -> int:

@@ -1,0 +1,15 @@
+"""Peak training memory of one step from a model config and a batch shape (no weights, no torch).
+
+>>> from lengthscan.memory import MemoryOptions, Shape, estimate, load_config
+>>> est = estimate(load_config("facebook/bart-base"), Shape(8, 1024, 128), MemoryOptions(precision="bf16"))
+>>> est.peak_bytes, est.phase, est.terms
+
+See docs/memory.md for the model, term by term, and its validation.
+"""
+
+from .api import MemoryEstimate, estimate, estimate_many, families, load_config
+from .budget import largest_fitting, usable_bytes
+from .options import MemoryOptions, Shape
+
+__all__ = ["MemoryEstimate", "MemoryOptions", "Shape", "estimate", "estimate_many", "families", "largest_fitting",
+           "load_config", "usable_bytes"]

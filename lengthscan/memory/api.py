@@ -1,0 +1,110 @@
+"""Public functions: load a config, estimate one batch shape's peak, list the families."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .families import family_of, resolve_head, supported_model_types
+from .model import phases
+from .options import MemoryOptions, Shape
+
+__all__ = ["MemoryEstimate", "MemoryOptions", "Shape", "estimate", "estimate_many", "families", "load_config"]
+
+PHASES = ("forward_end", "backward", "optimizer_step")
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """The predicted peak of one training step and what it is made of.
+
+    ``terms`` are the bytes live at the peak, by term: ``weights``, ``gradients``,
+    ``optimizer_state``, ``optimizer_temporaries``, ``batch``, ``buffers``, ``weight_copies``
+    (autocast's low-precision weight casts), ``activations_<kind>`` (attention, mlp, norms,
+    embeddings, masks, feature_encoder, other), ``logits_loss``, ``activation_gradients`` and
+    ``workspace`` (kernel scratch); they sum to ``peak_bytes``. ``phase_peaks`` holds the highest
+    point of each phase.
+    """
+
+    peak_bytes: int
+    phase: str
+    terms: dict
+    params: int
+    trainable_params: int
+    phase_peaks: dict = field(default_factory=dict)
+    model_type: str = ""
+    family: str = ""
+    head: str = ""
+    shape: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """JSON-ready: the peak, its phase, terms and phase peaks, counts, the shape and options."""
+        return {
+            "peak_bytes": self.peak_bytes,
+            "phase": self.phase,
+            "terms": dict(self.terms),
+            "phase_peaks": dict(self.phase_peaks),
+            "params": self.params,
+            "trainable_params": self.trainable_params,
+            "model_type": self.model_type,
+            "family": self.family,
+            "head": self.head,
+            "shape": dict(self.shape),
+            "options": dict(self.options),
+        }
+
+
+def load_config(model: str):
+    """``AutoConfig`` of a model directory, a ``config.json`` file, or a hub name (no weights)."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from transformers import AutoConfig, PretrainedConfig
+
+    path = Path(str(model)).expanduser()
+    if path.is_file():
+        config_dict, _ = PretrainedConfig.get_config_dict(str(path))
+        model_type = config_dict.get("model_type")
+        if not model_type:
+            raise ValueError(f"{model}: the config has no model_type")
+        return AutoConfig.for_model(**config_dict)
+    return AutoConfig.from_pretrained(str(path) if path.exists() else str(model))
+
+
+def estimate(config, shape: Shape, options: MemoryOptions = MemoryOptions()) -> MemoryEstimate:
+    """The peak bytes of one training step on a batch of ``shape`` (see docs/memory.md)."""
+    if isinstance(config, (str, os.PathLike)):
+        config = load_config(str(config))
+    trace, _, result = phases(config, shape, options)
+    best = max(result, key=lambda p: p.peak)
+    return MemoryEstimate(
+        peak_bytes=int(best.peak),
+        phase=best.name,
+        terms={k: int(v) for k, v in sorted(best.terms.items(), key=lambda kv: -kv[1]) if v},
+        params=trace.params,
+        trainable_params=trace.trainable,
+        phase_peaks={p.name: int(p.peak) for p in result},
+        model_type=getattr(config, "model_type", ""),
+        family=family_of(config),
+        head=resolve_head(config, options.head),
+        shape=shape.to_dict(),
+        options=options.to_dict(),
+    )
+
+
+def estimate_many(config, shapes, options: MemoryOptions = MemoryOptions()) -> list[MemoryEstimate]:
+    """:func:`estimate` for each shape, computing each distinct shape once.
+
+    The peak never decreases when the batch size or a length grows, so the worst of many batches
+    is among the shapes no other shape dominates; callers with thousands of distinct shapes can
+    round lengths up (to a multiple of 8, say) for an upper bound at a fraction of the cost.
+    """
+    if isinstance(config, (str, os.PathLike)):
+        config = load_config(str(config))
+    memo: dict[Shape, MemoryEstimate] = {}
+    return [memo[s] if s in memo else memo.setdefault(s, estimate(config, s, options)) for s in shapes]
+
+
+def families() -> list[str]:
+    """The model types modeled (``config.model_type``)."""
+    return supported_model_types()

@@ -1,0 +1,180 @@
+"""Speech models: Wav2Vec2-like encoders with a CTC head, and Whisper."""
+
+from __future__ import annotations
+
+from . import ops
+from .blocks import Attn, attention, lm_loss, mask, mlp
+from .ops import _kind
+from .tape import Tape, Tensor
+
+WAV2VEC2_TYPES = ("wav2vec2", "hubert")
+
+
+def feature_lengths(c, samples: int) -> list[int]:
+    """Frames after each convolution of the feature encoder (``_get_feat_extract_output_lengths``)."""
+    lengths, n = [], samples
+    for k, s in zip(c.conv_kernel, c.conv_stride):
+        n = (n - k) // s + 1
+        lengths.append(n)
+    return lengths
+
+
+def trace_wav2vec2(t: Tape, c, batch: int, samples: int, tgt: int, opts, padding: bool) -> None:
+    """``Wav2Vec2ForCTC`` (HuBERT, Data2VecAudio alike): conv feature encoder, transformer, CTC loss."""
+    mt = c.model_type
+    prefix = "hubert" if mt == "hubert" else "wav2vec2"
+    frozen = opts.freeze_feature_encoder
+    values = t.input(batch * samples, "f32")
+    with_mask = c.feat_extract_norm == "layer" or padding
+    amask = t.input(batch * samples) if with_mask else None
+    lengths = feature_lengths(c, samples)
+    frames = lengths[-1]
+    x = Tensor(values.numel, "f32", not frozen, values.storage)  # input_values[:, None].requires_grad = True
+    ckpt = opts.gradient_checkpointing and not frozen  # the conv layers are checkpointed layers too
+    x = _features(t, c, x, batch, lengths, prefix, frozen, ckpt)
+    d = c.hidden_size
+    if getattr(c, "feat_proj_layer_norm", True):
+        x = ops.layer_norm(t, x, c.conv_dim[-1], f"{prefix}.feature_projection.layer_norm")
+    h = ops.linear(t, x, c.conv_dim[-1], d, f"{prefix}.feature_projection.projection")
+    return _rest(t, c, h, batch, frames, d, prefix, opts, padding, with_mask, tgt, amask)
+
+
+@_kind("activations_feature_encoder")
+def _features(t: Tape, c, x, batch: int, lengths: list, prefix: str, frozen: bool, ckpt: bool):
+    """The convolutional feature encoder (checkpointed layer by layer with gradient checkpointing)."""
+    channels = 1
+    for i, (dim, k, n) in enumerate(zip(c.conv_dim, c.conv_kernel, lengths)):
+        name = f"{prefix}.feature_extractor.conv_layers.{i}"
+        t.begin_layer(-1 - i, ckpt, [x])
+        layer_norm = c.feat_extract_norm == "layer"
+        x = ops.conv1d(t, x, channels, dim, k, batch, n, f"{name}.conv", bias=c.conv_bias, trainable=not frozen,
+                       strided_grad=layer_norm, strided_input=layer_norm and i > 0)
+        if layer_norm:  # over channels: the conv output transposed
+            x = ops.layer_norm(t, x, dim, f"{name}.layer_norm", trainable=not frozen, strided=True)
+        elif i == 0:
+            x = ops.group_norm(t, x, dim, batch * dim, f"{name}.layer_norm", trainable=not frozen)
+        x = ops.activation(t, x, c.feat_extract_activation)
+        t.end_layer(x)
+        channels = dim
+    return x
+
+
+def _rest(t: Tape, c, h, batch, frames, d, prefix, opts, padding, with_mask, tgt, amask) -> None:
+    h = ops.dropout(t, h, c.feat_proj_dropout)
+    if c.mask_time_prob > 0 or c.mask_feature_prob > 0:
+        spec = t.param(f"{prefix}.masked_spec_embed", d)
+        if getattr(c, "apply_spec_augment", True) and c.mask_time_prob > 0:
+            # hidden_states[mask] = masked_spec_embed: in place; keeps the (batch x frames) mask
+            out = Tensor(h.numel, h.dtype, True, h.storage)
+            t._node([h, spec], [out], [t.new(batch * frames, "bool", False)])
+            h = out
+    if with_mask:
+        t.new(batch * frames * d, "bool", False)  # attention_mask.unsqueeze(-1).repeat(...): a transient
+    m = mask(t, batch, frames, frames, opts.attention) if padding else None
+    h = _encoder(t, c, h, batch, frames, d, f"{prefix}.encoder", opts, m)
+    h = ops.dropout(t, h, c.final_dropout)
+    with t.scope("logits_loss"):
+        logits = ops.linear(t, h, d, c.vocab_size, "lm_head")
+        logp = ops.softmax(t, logits, log=True)  # log_softmax(logits, dtype=float32)
+        labels = t.input(batch * tgt)
+        alpha = t.new(batch * frames * (2 * tgt + 1), "f32", False)  # ctc_loss keeps log_alpha
+        loss = t.new(1, "f32", True)
+        t._node([logp], [loss], [logp, alpha, labels], workspace=batch * frames * (2 * tgt + 1) * 4)
+    t.finish(loss, keep=[logits, amask])
+
+
+def _encoder(t: Tape, c, h, batch: int, frames: int, d: int, name: str, opts, m):
+    stable = c.do_stable_layer_norm
+    k, groups = c.num_conv_pos_embeddings, c.num_conv_pos_embedding_groups
+    pos = f"{name}.pos_conv_embed.conv"
+    g = t.param(f"{pos}.parametrizations.weight.original0", k)
+    v = t.param(f"{pos}.parametrizations.weight.original1", d * d // groups * k)
+    w = t.new(v.numel, "f32", True)  # torch._weight_norm(v, g, dim=2): keeps v, g and the norms
+    t._node([v, g], [w], [v, g, t.new(k, "f32", False)])
+    out_len = frames + (1 if k % 2 == 0 else 0)
+    p = ops.conv1d(t, h, d, d, k, batch, out_len, pos, groups=groups, weight=w)
+    p = ops.copy(t, ops.activation(t, p, c.feat_extract_activation), batch * frames * d)
+    h = ops.binary(t, h, p)
+    if not stable:
+        h = ops.layer_norm(t, h, d, f"{name}.layer_norm")
+    h = ops.dropout(t, h, c.hidden_dropout)
+    a = Attn(d, c.num_attention_heads, d // c.num_attention_heads, dropout=c.attention_dropout,
+             names=("q_proj", "k_proj", "v_proj", "out_proj"))
+    for i in range(c.num_hidden_layers):
+        layer = f"{name}.layers.{i}"
+        t.begin_layer(i, opts.gradient_checkpointing, [h, m])
+        x = ops.layer_norm(t, h, d, f"{layer}.layer_norm") if stable else h
+        x = attention(t, x, None, a, f"{layer}.attention", batch, frames, frames, attention=opts.attention,
+                      mask4d=m, causal=False)
+        attn_residual = h  # a local variable until the layer returns
+        h = ops.binary(t, h, ops.dropout(t, x, c.hidden_dropout))
+        if not stable:
+            h = ops.layer_norm(t, h, d, f"{layer}.layer_norm")
+        x = ops.layer_norm(t, h, d, f"{layer}.final_layer_norm") if stable else h
+        x = mlp(t, x, d, c.intermediate_size, f"{layer}.feed_forward", c.hidden_act, act_dropout=c.activation_dropout,
+                names=("intermediate_dense", "output_dense"))
+        h = ops.binary(t, h, ops.dropout(t, x, c.hidden_dropout))
+        if not stable:
+            h = ops.layer_norm(t, h, d, f"{layer}.final_layer_norm")
+        t.use(attn_residual)
+        t.end_layer(h)
+    if stable:
+        h = ops.layer_norm(t, h, d, f"{name}.layer_norm")
+    return h
+
+
+def trace_whisper(t: Tape, c, batch: int, frames: int, tgt: int, opts, padding: bool) -> None:
+    """``WhisperForConditionalGeneration``: two convolutions, pre-LN encoder and decoder, tied projection."""
+    d = c.d_model
+    feats = t.input(batch * c.num_mel_bins * frames, "f32")
+    labels = t.input(batch * tgt)
+    dec_ids = t.new(batch * tgt, "i64", False)  # shift_tokens_right(labels)
+    ckpt = opts.gradient_checkpointing
+    src = (frames + 1) // 2
+    with t.scope("activations_feature_encoder"):
+        x = ops.activation(t, ops.conv1d(t, feats, c.num_mel_bins, d, 3, batch, frames, "model.encoder.conv1"),
+                           "gelu")
+        x = ops.activation(t, ops.conv1d(t, x, d, d, 3, batch, src, "model.encoder.conv2"), "gelu")
+    pos_ids = t.new(c.max_source_positions, "i64", False)
+    pos = ops.embedding(t, pos_ids, c.max_source_positions, c.max_source_positions, d,
+                        "model.encoder.embed_positions", trainable=False)
+    h = ops.dropout(t, ops.binary(t, x, pos), c.dropout)
+    for i in range(c.encoder_layers):
+        t.begin_layer(i, ckpt, [h])
+        h = _whisper_layer(t, c, h, None, batch, src, src, f"model.encoder.layers.{i}", opts, c.encoder_attention_heads,
+                           c.encoder_ffn_dim, None)
+        t.end_layer(h)
+    enc = ops.layer_norm(t, h, d, "model.encoder.layer_norm")
+    tie = "model.decoder.embed_tokens.weight" if getattr(c, "tie_word_embeddings", True) else None
+    x = ops.embedding(t, dec_ids, batch * tgt, c.vocab_size, d, "model.decoder.embed_tokens")
+    pos_ids = t.new(batch * tgt, "i64", False)
+    pos = ops.embedding(t, pos_ids, batch * tgt, c.max_target_positions, d, "model.decoder.embed_positions")
+    h = ops.dropout(t, ops.binary(t, x, pos), c.dropout)
+    self_mask = mask(t, batch, tgt, tgt, opts.attention) if opts.attention == "eager" else None
+    for i in range(c.decoder_layers):
+        layer = c.encoder_layers + i
+        t.begin_layer(layer, ckpt, [h, enc, self_mask])
+        h = _whisper_layer(t, c, h, enc, batch, tgt, src, f"model.decoder.layers.{i}", opts,
+                           c.decoder_attention_heads, c.decoder_ffn_dim, self_mask)
+        t.end_layer(h)
+    h = ops.layer_norm(t, h, d, "model.decoder.layer_norm")
+    t.use(enc)
+    loss, logits = lm_loss(t, h, d, c.vocab_size, batch * tgt, labels, name="proj_out", tie=tie, upcast=False)
+    t.finish(loss, keep=[logits, enc])
+
+
+def _whisper_layer(t: Tape, c, h, enc, batch, q_len, src, name, opts, heads, ffn, self_mask):
+    d = c.d_model
+    a = Attn(d, heads, d // heads, dropout=c.attention_dropout, k_bias=False, head_major=True)
+    parts = [("self_attn", None, self_mask, enc is not None)]
+    if enc is not None:
+        parts.append(("encoder_attn", enc, None, False))
+    for part, kv, m, causal in parts:
+        x = ops.layer_norm(t, h, d, f"{name}.{part}_layer_norm")
+        k_len = src if kv is not None else q_len
+        x = attention(t, x, kv, a, f"{name}.{part}", batch, q_len, k_len, attention=opts.attention, mask4d=m,
+                      causal=causal)
+        h = ops.binary(t, h, ops.dropout(t, x, c.dropout))
+    x = ops.layer_norm(t, h, d, f"{name}.final_layer_norm")
+    x = mlp(t, x, d, ffn, name, c.activation_function, act_dropout=c.activation_dropout)
+    return ops.binary(t, h, ops.dropout(t, x, c.dropout))

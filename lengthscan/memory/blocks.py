@@ -1,0 +1,155 @@
+"""Blocks shared by the families: attention (eager or SDPA, grouped KV heads), masks, the LM loss."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import ops
+from .ops import _kind
+from .tape import Tape, Tensor
+
+
+@dataclass(frozen=True)
+class Attn:
+    """One attention module's shape: ``heads`` query heads, ``kv_heads`` key/value heads."""
+
+    d_in: int
+    heads: int
+    head_dim: int
+    kv_heads: int | None = None
+    bias: bool = True
+    out_bias: bool | None = None
+    dropout: float = 0.0
+    kv_dim: int | None = None  # width of the key/value input (cross-attention)
+    names: tuple = ("q_proj", "k_proj", "v_proj", "out_proj")
+    k_bias: bool | None = None
+    head_major: bool = False  # q/k/v made contiguous as (batch, heads, seq, dim) before attention (Whisper)
+    q_scale: bool = False  # q_proj(x) * scaling before the attention (OPT): a new tensor
+
+
+def mask(t: Tape, batch: int, q_len: int, k_len: int, attention: str) -> Tensor:
+    """The 4-D mask transformers builds for a padded batch: bool for SDPA, an additive float for eager."""
+    return t.new(batch * q_len * k_len, "bool" if attention != "eager" else "f32", False, "activations_masks")
+
+
+@_kind("activations_attention")
+def attention(t: Tape, x: Tensor, kv: Tensor | None, a: Attn, name: str, batch: int, q_len: int, k_len: int, *,
+              attention: str, mask4d: Tensor | None, causal: bool, rotary: tuple | None = None,
+              fused_qkv: bool = False, eager_softmax_fp32: bool = False, qk_norm: tuple | None = None) -> Tensor:
+    """q/k/v projections, attention, the output projection; returns the projection's output."""
+    kv = x if kv is None else kv
+    kv_heads = a.kv_heads or a.heads
+    q_dim, kv_out = a.heads * a.head_dim, kv_heads * a.head_dim
+    qn, kn, vn, on = a.names
+    k_bias = a.bias if a.k_bias is None else a.k_bias
+    if fused_qkv:  # GPT-2's c_attn: one projection, split into views
+        qkv = ops.linear(t, x, a.d_in, q_dim + 2 * kv_out, f"{name}.{qn}", a.bias)
+        q, k, v = ops.split(t, qkv, (q_dim, kv_out, kv_out))
+    else:
+        q = ops.linear(t, x, a.d_in, q_dim, f"{name}.{qn}", a.bias)
+        if a.q_scale:
+            q = ops.scale(t, q)
+        k = ops.linear(t, kv, a.kv_dim or a.d_in, kv_out, f"{name}.{kn}", k_bias)
+        v = ops.linear(t, kv, a.kv_dim or a.d_in, kv_out, f"{name}.{vn}", a.bias)
+    if qk_norm is not None:  # Qwen3: RMSNorm over each head
+        q = ops.rms_norm(t, q, qk_norm[0], f"{name}.q_norm")
+        k = ops.rms_norm(t, k, qk_norm[0], f"{name}.k_norm")
+    if rotary is not None:
+        q, k = _rotate(t, q, rotary), _rotate(t, k, rotary)
+    n_rep = a.heads // kv_heads
+    q_n, k_n = batch * q_len * q_dim, batch * k_len * kv_out
+    if attention == "eager":
+        if n_rep > 1:  # repeat_kv: expand then reshape, a copy
+            k, v = ops.copy(t, k, k_n * n_rep), ops.copy(t, v, k_n * n_rep)
+        out = _eager(t, q, k, v, batch * a.heads * q_len * k_len, mask4d, a.dropout, causal, eager_softmax_fp32,
+                     batch * q_len * a.heads * a.head_dim)
+    else:
+        if n_rep > 1 and mask4d is not None:  # transformers enables SDPA's GQA only without a mask
+            k, v = ops.copy(t, k, k_n * n_rep), ops.copy(t, v, k_n * n_rep)
+        # SDPA's kernels write their output as (batch, seq, heads, dim): transpose(1, 2).contiguous() is
+        # free, unless the CPU kernel follows a head-major query's layout (CUDA's always write seq-major)
+        out = _sdpa(t, q, k, v, q_n, batch * a.heads * q_len, mask4d)
+        if a.head_major:
+            out = ops.copy(t, out)
+    return ops.linear(t, out, q_dim, a.d_in, f"{name}.{on}", a.bias if a.out_bias is None else a.out_bias)
+
+
+def _rotate(t: Tape, x: Tensor, rotary: tuple) -> Tensor:
+    """``x * cos + rotate_half(x) * sin``: keeps cos and sin (shared by every layer)."""
+    cos, sin = rotary
+    a = ops.binary(t, x, cos, saves=True)
+    half = ops.copy(t, ops.unary(t, x))  # cat(-x2, x1): a negation, then the concatenation
+    b = ops.binary(t, half, sin, saves=True)
+    return ops.binary(t, a, b)
+
+
+def _sdpa(t: Tape, q: Tensor, k: Tensor, v: Tensor, out_numel: int, rows: int, mask4d: Tensor | None) -> Tensor:
+    dtype = t.compute(q, k, v)
+    q, k, v = t.cast(q, dtype), t.cast(k, dtype), t.cast(v, dtype)
+    bias = None
+    if mask4d is not None:  # SDPA turns a bool mask into an additive one of the query's dtype, per call
+        t.use(mask4d)
+        bias = t.new(mask4d.numel, dtype, False)
+    out = t.new(out_numel, dtype, True)
+    lse = t.new(rows, "f32", False)
+    t._node([q, k, v], [out], [q, k, v, out, lse, bias])
+    return out
+
+
+def _eager(t: Tape, q, k, v, scores_numel: int, mask4d, p: float, causal: bool, softmax_fp32: bool,
+           out_numel: int) -> Tensor:
+    dtype = t.compute(q, k)
+    qc, kc = t.cast(q, dtype), t.cast(k, dtype)
+    scores = t.new(scores_numel, dtype, True)
+    t._node([qc, kc], [scores], [qc, kc])
+    scores = ops.scale(t, scores)
+    if mask4d is not None:
+        scores = ops.binary(t, scores, mask4d)
+    probs = ops.softmax(t, scores)
+    if softmax_fp32 and t.low:  # softmax(..., dtype=float32).to(query.dtype)
+        probs = t.cast(probs, q.dtype)
+    probs = ops.dropout(t, probs, p)
+    dtype = t.compute(probs, v)
+    pc, vc = t.cast(probs, dtype), t.cast(v, dtype)
+    out = t.new(out_numel, dtype, True)
+    t._node([pc, vc], [out], [pc, vc])
+    return ops.copy(t, out)  # transpose(1, 2).contiguous()
+
+
+@_kind("activations_mlp")
+def mlp(t: Tape, x: Tensor, d: int, ffn: int, name: str, act: str, *, bias: bool = True, act_dropout: float = 0.0,
+        names: tuple = ("fc1", "fc2")) -> Tensor:
+    """``fc2(dropout(act(fc1(x))))``."""
+    h = ops.activation(t, ops.linear(t, x, d, ffn, f"{name}.{names[0]}", bias), act)
+    h = ops.dropout(t, h, act_dropout)
+    return ops.linear(t, h, ffn, d, f"{name}.{names[1]}", bias)
+
+
+@_kind("activations_mlp")
+def gated_mlp(t: Tape, x: Tensor, d: int, ffn: int, name: str, act: str, *, bias: bool = False,
+              names: tuple = ("gate_proj", "up_proj", "down_proj"), act_dropout: float = 0.0) -> Tensor:
+    """``down(act(gate(x)) * up(x))`` (Llama's SwiGLU, T5 v1.1's gated GELU)."""
+    g = ops.activation(t, ops.linear(t, x, d, ffn, f"{name}.{names[0]}", bias), act)
+    u = ops.linear(t, x, d, ffn, f"{name}.{names[1]}", bias)
+    h = ops.dropout(t, ops.binary(t, g, u, saves=True), act_dropout)
+    return ops.linear(t, h, ffn, d, f"{name}.{names[2]}", bias)
+
+
+@_kind("logits_loss")
+def lm_loss(t: Tape, h: Tensor, d: int, vocab: int, rows: int, labels: Tensor, *, name: str = "lm_head",
+            tie: str | None = None, bias_buffer: bool = False, upcast: bool = True, bias: bool = False,
+            vocab_bias: str | None = None) -> tuple:
+    """Logits over the vocabulary and the cross-entropy loss; returns (loss, logits).
+
+    ``bias_buffer``: BART-like ``final_logits_bias`` (an fp32 buffer: the sum is fp32 under
+    autocast). ``upcast``: transformers' ``ForCausalLMLoss`` calls ``logits.float()`` first.
+    """
+    logits = ops.linear(t, h, d, vocab, name, bias, tie=tie, bias_tie=vocab_bias)
+    if bias_buffer:
+        bias_t = t.new(vocab, "f32", False, "buffers", held=True)
+        logits = ops.binary(t, logits, bias_t)
+    out = logits
+    if upcast:
+        logits = t.cast(logits, "f32")
+    loss = ops.cross_entropy(t, logits, labels)
+    return loss, out

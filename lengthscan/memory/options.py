@@ -1,0 +1,72 @@
+"""The inputs of the memory model: training options and one batch's shape (frozen dataclasses)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+OPTIMIZERS = ("adamw", "adamw_foreach", "adamw_loop", "sgd")
+ATTENTIONS = ("eager", "sdpa", "flash")
+HEADS = ("auto", "seq2seq", "causal_lm", "masked_lm", "classification", "ctc", "whisper")
+
+
+@dataclass(frozen=True)
+class MemoryOptions:
+    """How the model is trained: what the Trainer's arguments decide about memory.
+
+    ``precision``: ``fp32``, or ``bf16``/``fp16`` mixed precision (autocast over fp32 master
+    weights, as ``TrainingArguments(bf16=True)``). ``optimizer``: ``adamw`` (the Trainer's default
+    ``adamw_torch_fused``), ``adamw_foreach`` (``adamw_torch``: the same state, whole-model
+    temporaries in the step), ``adamw_loop`` (``foreach=False``), ``sgd`` (no state).
+    ``attention``: ``eager`` saves the quadratic attention matrices, ``sdpa`` and ``flash`` keep a
+    linear amount. ``head``: the model class trained (``auto``: from ``config.architectures``, else
+    the family's usual one: see :func:`lengthscan.memory.families.resolve_head`).
+    ``gradient_accumulation_steps`` > 1 keeps the gradients alive through the forward pass.
+    """
+
+    precision: str = "fp32"
+    optimizer: str = "adamw"
+    gradient_checkpointing: bool = False
+    attention: str = "sdpa"
+    freeze_feature_encoder: bool = False
+    head: str = "auto"
+    gradient_accumulation_steps: int = 1
+
+    def __post_init__(self):
+        for name, allowed in (("precision", PRECISIONS), ("optimizer", OPTIMIZERS), ("attention", ATTENTIONS),
+                              ("head", HEADS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
+        if self.gradient_accumulation_steps < 1:
+            raise ValueError("gradient_accumulation_steps must be at least 1")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One padded batch: rows and padded lengths.
+
+    ``input_len``: tokens; audio samples for speech encoders (Wav2Vec2-like, ``input_samples``);
+    mel frames for Whisper (None: the ``2 * max_source_positions`` frames Whisper requires).
+    ``target_len``: label tokens of encoder-decoders and CTC heads (decoder-only models use the
+    inputs as labels). ``padding``: some row is shorter than the padded length, so the model builds
+    attention masks (a batch of equal rows builds none with SDPA).
+    """
+
+    batch_size: int
+    input_len: int | None = None
+    target_len: int | None = None
+    padding: bool = False
+
+    def __post_init__(self):
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        for name in ("input_len", "target_len"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1")
+
+    def to_dict(self) -> dict:
+        return asdict(self)

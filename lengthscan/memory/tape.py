@@ -1,0 +1,210 @@
+"""A symbolic autograd tape: tensors as sizes and dtypes, ops that record what backward keeps.
+
+A family's forward pass is written once against :class:`Tape` (``linear``, ``layer_norm``,
+``sdpa`` ...), mirroring its transformers modeling code. Each op allocates its output, and
+records an autograd node with the tensors PyTorch saves for backward (its derivatives.yaml
+formulas), so :mod:`lengthscan.memory.timeline` can replay the step's allocations. Mixed precision
+follows CUDA autocast's policy: matmul-like ops compute in the low dtype (inputs cast, weight
+casts cached until the forward ends), layer/group norm, softmax and the losses in fp32, every
+other op in the promoted dtype of its inputs.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+BYTES = {"f32": 4, "bf16": 2, "f16": 2, "i64": 8, "bool": 1}
+
+
+class Storage:
+    """One allocation."""
+
+    __slots__ = ("nbytes", "kind", "held", "layer", "saved_by", "last_use", "created")
+
+    def __init__(self, nbytes: int, kind: str, held: bool, layer: int | None, created: int):
+        self.nbytes, self.kind, self.held, self.layer, self.created = nbytes, kind, held, layer, created
+        self.saved_by: list[int] = []
+        self.last_use = created
+
+
+class Tensor:
+    """A symbolic tensor: element count, dtype, whether it needs a gradient, its storage."""
+
+    __slots__ = ("numel", "dtype", "requires_grad", "storage", "param")
+
+    def __init__(self, numel: int, dtype: str, requires_grad: bool, storage: Storage | None, param=None):
+        self.numel, self.dtype, self.requires_grad, self.storage, self.param = numel, dtype, requires_grad, storage, param
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * BYTES[self.dtype]
+
+
+@dataclass
+class Param:
+    """A model parameter (several names may share one, as tied embeddings do)."""
+
+    numel: int
+    trainable: bool = True
+    tensor: Tensor | None = None
+    cast: dict = field(default_factory=dict)  # autocast's per-forward cache: dtype -> Tensor
+    used: bool = False
+
+
+@dataclass
+class Node:
+    """An autograd node: the tensors whose gradients it produces, what it keeps, its scratch."""
+
+    inputs: list
+    outputs: list
+    saved: list
+    layer: int | None
+    alias: bool = False  # a view: the input's gradient is a view of the output's
+    workspace: int = 0  # bytes allocated and freed inside its backward
+    forward_workspace: int = 0
+
+
+class Tape:
+    """The forward pass of one training step, op by op."""
+
+    def __init__(self, precision: str = "fp32", weights: str = "f32"):
+        self.low = {"bf16": "bf16", "fp16": "f16"}.get(precision)
+        self.weights = weights
+        self.params: dict[str, Param] = {}
+        self.nodes: list[Node] = []
+        self.storages: list[Storage] = []
+        self.events: list[tuple] = []  # ("alloc", storage) | ("node", index) | ("ws", bytes), in time order
+        self.layer: int | None = None
+        self.checkpointed: set[int] = set()
+        self.layer_inputs: dict[int, list[Tensor]] = {}
+        self.layer_ws: dict[int, list[int]] = {}
+        self.kind = "activations_other"
+        self.loss: Tensor | None = None
+
+    # -- tensors -------------------------------------------------------------------------------
+
+    def new(self, numel: int, dtype: str, requires_grad: bool, kind: str | None = None, held: bool = False) -> Tensor:
+        """A tensor in fresh storage, allocated now."""
+        storage = Storage(int(numel) * BYTES[dtype], kind or self.kind, held, self.layer, len(self.events))
+        self.storages.append(storage)
+        self.events.append(("alloc", storage))
+        return Tensor(int(numel), dtype, requires_grad, storage)
+
+    def input(self, numel: int, dtype: str = "i64") -> Tensor:
+        """A tensor of the batch (live before the step)."""
+        t = self.new(numel, dtype, False, "batch", held=True)
+        return t
+
+    def param(self, name: str, numel: int, trainable: bool = True, tie: str | None = None) -> Tensor:
+        """The parameter ``name`` (``tie``: the name of the parameter it shares storage with)."""
+        key = tie or name
+        p = self.params.get(key)
+        if p is None:
+            p = self.params[key] = Param(int(numel), trainable)
+            storage = Storage(int(numel) * BYTES[self.weights], "weights", True, None, -1)
+            p.tensor = Tensor(int(numel), self.weights, trainable, storage, p)
+        elif tie and name != key:
+            self.params.setdefault(name, p)
+        return p.tensor
+
+    def declare(self, name: str, numel: int, trainable: bool = True) -> None:
+        """A parameter the forward pass never uses (counted, no gradient, no optimizer state)."""
+        self.param(name, numel, trainable)
+
+    def use(self, t: Tensor) -> Tensor:
+        if t.storage is not None:
+            t.storage.last_use = len(self.events)
+        if t.param is not None:
+            t.param.used = True
+        return t
+
+    def _node(self, inputs, outputs, saved, alias=False, workspace=0, forward_workspace=0) -> None:
+        for x in inputs:  # every input lives until the op is done, scratch included
+            if x is not None:
+                self.use(x)
+        inputs = [x for x in inputs if x is not None and x.requires_grad]
+        if forward_workspace:
+            self.events.append(("ws", forward_workspace))
+            if self.layer is not None:
+                self.layer_ws.setdefault(self.layer, []).append(len(self.events) - 1)
+        if not inputs:
+            self.events.append(("op", None))  # the inputs' last use: freed once the op is done
+            return
+        saved = [s for s in saved if s is not None]
+        node = Node(inputs, outputs, saved, self.layer, alias, workspace)
+        index = len(self.nodes)
+        self.nodes.append(node)
+        for s in saved:
+            self.use(s)
+            if s.storage is not None:
+                s.storage.saved_by.append(index)
+        self.events.append(("node", index))
+
+    # -- dtype rules (CUDA autocast) -------------------------------------------------------------
+
+    def cast(self, x: Tensor, dtype: str) -> Tensor:
+        """``x.to(dtype)``: a copy unless already ``dtype``; weights' casts are cached per forward."""
+        if x.dtype == dtype or dtype in ("i64", "bool"):
+            return self.use(x)
+        if x.param is not None:
+            cached = x.param.cast.get(dtype)
+            if cached is None:
+                cached = x.param.cast[dtype] = self.new(x.numel, dtype, x.requires_grad, "weight_copies")
+                self._node([x], [cached], [])
+            x.param.used = True
+            return cached
+        out = self.new(x.numel, dtype, x.requires_grad)
+        self._node([self.use(x)], [out], [])
+        return out
+
+    def compute(self, *xs: Tensor) -> str:
+        """The dtype a matmul-like op computes in: autocast's low dtype, else its inputs'."""
+        return self.low or self.promote(*xs)
+
+    @staticmethod
+    def promote(*xs: Tensor) -> str:
+        floats = [x.dtype for x in xs if x is not None and x.dtype in ("f32", "bf16", "f16")]
+        if "f32" in floats or not floats:
+            return "f32"
+        return floats[0]
+
+    def fp32(self, x: Tensor) -> Tensor:
+        """Autocast's fp32 policy: a low-precision input is cast up first."""
+        return self.cast(x, "f32") if self.low and x.dtype != "f32" else self.use(x)
+
+    # -- layers ----------------------------------------------------------------------------------
+
+    @contextmanager
+    def scope(self, kind: str):
+        """Activations allocated inside are reported as ``kind`` (attention, mlp, logits_loss ...)."""
+        outer, self.kind = self.kind, kind
+        try:
+            yield
+        finally:
+            self.kind = outer
+
+    def begin_layer(self, index: int, checkpoint: bool, inputs: list[Tensor]) -> None:
+        """Ops from here belong to layer ``index``; with ``checkpoint`` only ``inputs`` are kept."""
+        self.layer = index
+        if checkpoint:
+            self.checkpointed.add(index)
+            self.layer_inputs[index] = [x for x in inputs if x is not None]
+            for x in self.layer_inputs[index]:
+                self.use(x)
+
+    def end_layer(self, output: Tensor) -> None:
+        self.layer = None
+        self.use(output)
+
+    def finish(self, loss: Tensor, keep: list[Tensor] = ()) -> None:
+        """The loss closes the forward pass; ``keep`` are the outputs alive until it returns."""
+        self.loss = loss
+        end = len(self.events)
+        for t in keep:
+            if t is not None and t.storage is not None:
+                t.storage.last_use = max(t.storage.last_use, end)
+        for s in self.storages:  # autocast caches weight casts until the forward pass returns
+            if s.kind == "weight_copies":
+                s.last_use = end
+        self.events.append(("end", None))

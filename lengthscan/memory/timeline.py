@@ -1,0 +1,181 @@
+"""Replay a traced step's allocations: the forward pass, backward node by node, the optimizer step.
+
+Bytes live at every moment are the base (weights, optimizer state, batch, buffers) plus what the
+replay holds: activations from their creation to their last use, or, when backward needs them,
+until the last node keeping them has run; gradients from the node producing them to the node
+consuming them; parameter gradients from then on. Gradient checkpointing keeps only each layer's
+inputs in the forward pass and recomputes the layer just before its backward.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from .tape import Tape
+
+
+@dataclass(frozen=True)
+class Phase:
+    """The highest point of one phase and what was live then, by term."""
+
+    name: str
+    peak: int
+    terms: dict
+
+
+class _Live:
+    """Bytes live now, by term, and the highest point seen."""
+
+    def __init__(self, base: dict):
+        self.terms = defaultdict(int, base)
+        self.total = sum(base.values())
+        self.best = Phase("", -1, {})
+        self.phase = ""
+
+    def add(self, kind: str, nbytes: int) -> None:
+        self.terms[kind] += nbytes
+        self.total += nbytes
+        if nbytes > 0 and self.total > self.best.peak:
+            self.best = Phase(self.phase, self.total, {k: v for k, v in self.terms.items() if v})
+
+    def spike(self, kind: str, nbytes: int) -> None:
+        """Allocated and freed at once (an op's scratch): counts for the peak only."""
+        self.add(kind, nbytes)
+        self.add(kind, -nbytes)
+
+    def start(self, phase: str) -> None:
+        self.phase = phase
+        self.best = Phase(phase, -1, {})
+
+
+def replay(tape: Tape, base: dict, optimizer_temp: int) -> list[Phase]:
+    """The peak of each phase (forward_end, backward, optimizer_step) of the traced step."""
+    nodes, ckpt = tape.nodes, tape.checkpointed
+    fwd_saved = {id(s) for s in tape.storages if any(nodes[i].layer not in ckpt for i in s.saved_by)}
+    for layer, inputs in tape.layer_inputs.items():
+        fwd_saved.update(id(x.storage) for x in inputs if x.storage is not None)
+    live = _Live(base)
+    alive: set[int] = set()
+    frees: dict[int, list] = defaultdict(list)
+    for s in tape.storages:
+        if not s.held:
+            frees[s.last_use].append(s)
+
+    # forward
+    live.start("forward_end")
+    for index, (what, item) in enumerate(tape.events):
+        if what == "alloc":
+            if not item.held:
+                alive.add(id(item))
+                live.add(item.kind, item.nbytes)
+        elif what == "ws":
+            live.spike("workspace", item)
+        for s in frees.get(index, ()):
+            if id(s) in alive and id(s) not in fwd_saved:
+                alive.discard(id(s))
+                live.add(s.kind, -s.nbytes)
+    # the outputs die, the autocast weight cache is cleared: only what backward keeps stays
+    for s in tape.storages:
+        if id(s) in alive and id(s) not in fwd_saved:
+            alive.discard(id(s))
+            live.add(s.kind, -s.nbytes)
+    phases = [live.best]
+
+    # backward
+    live.start("backward")
+    live.best = Phase("backward", live.total, dict(live.terms))
+    refs = {id(s): len(s.saved_by) for s in tape.storages}
+    for layer, inputs in tape.layer_inputs.items():  # the checkpoint keeps its inputs until its backward
+        for x in inputs:
+            if x.storage is not None:
+                refs[id(x.storage)] = refs.get(id(x.storage), 0) + 1
+    current = None
+    grads: dict[int, int] = {id(tape.loss): 4}
+    param_grads = {id(p) for p in tape.params.values() if base.get("gradients")}
+    recomputed: set[int] = set()
+    for index in range(len(nodes) - 1, -1, -1):
+        node = nodes[index]
+        if node.layer != current:
+            if current in ckpt:
+                _release(tape.layer_inputs[current], live, alive, refs)
+            current = node.layer
+        if node.layer in ckpt and node.layer not in recomputed:
+            recomputed.add(node.layer)
+            _recompute(tape, node.layer, live, alive, refs)
+        if not any(id(o) in grads for o in node.outputs):
+            _release(node.saved, live, alive, refs)  # unreachable from the loss: freed with the graph
+            continue
+        transferred = False
+        for x in node.inputs:
+            size = 0 if node.alias else x.nbytes
+            if x.param is not None and x.storage is not None and x.storage.held:
+                size = 0 if node.alias else x.nbytes
+                if id(x.param) in param_grads:  # a second gradient (tied weights): summed out of place
+                    live.spike("gradients", 2 * size)
+                else:
+                    param_grads.add(id(x.param))
+                    live.add("gradients", size)
+            elif id(x) in grads:
+                live.spike("activation_gradients", size)
+            elif node.alias:
+                grads[id(x)] = sum(grads.get(id(o), 0) for o in node.outputs)
+                transferred = True
+            else:
+                grads[id(x)] = size
+                live.add("activation_gradients", size)
+        if node.workspace:
+            live.spike("workspace", node.workspace)
+        for o in node.outputs:
+            size = grads.pop(id(o), 0)
+            if not transferred:
+                live.add("activation_gradients", -size)
+        _release(node.saved, live, alive, refs)
+    phases.append(live.best)
+
+    # optimizer step: weights, gradients, state, and the implementation's temporaries
+    live.start("optimizer_step")
+    live.terms = defaultdict(int, {k: v for k, v in live.terms.items() if k in base or k == "gradients"})
+    live.total = sum(live.terms.values())
+    live.best = Phase("optimizer_step", live.total, {k: v for k, v in live.terms.items() if v})
+    live.spike("optimizer_temporaries", optimizer_temp)
+    phases.append(live.best)
+    return phases
+
+
+def _release(tensors, live: _Live, alive: set, refs: dict) -> None:
+    """Drop one reference to each tensor's storage; free those nobody keeps any more."""
+    for x in tensors:
+        s = x.storage
+        if s is None or s.held:
+            continue
+        refs[id(s)] -= 1
+        if refs[id(s)] <= 0 and id(s) in alive and not s.held:
+            alive.discard(id(s))
+            live.add(s.kind, -s.nbytes)
+
+
+def _recompute(tape: Tape, layer: int, live: _Live, alive: set, refs: dict) -> None:
+    """Run layer ``layer``'s forward again: what its backward needs stays, the rest is transient."""
+    mine = [s for s in tape.storages if s.layer == layer]
+    ends = defaultdict(list)
+    for s in mine:
+        ends[s.last_use].append(s)
+    last = max((s.created for s in mine), default=0)
+    scratch = set(tape.layer_ws.get(layer, ()))
+    for index, (what, item) in enumerate(tape.events):
+        if what == "alloc" and item.layer == layer and id(item) not in alive:
+            alive.add(id(item))
+            live.add(item.kind, item.nbytes)
+        elif what == "ws" and index in scratch:
+            live.spike("workspace", item)
+        for s in ends.get(index, ()):
+            if id(s) in alive and refs[id(s)] == 0:
+                alive.discard(id(s))
+                live.add(s.kind, -s.nbytes)
+        if index > last:
+            break
+    for s in mine:  # the recomputed layer output and other leftovers nobody keeps
+        if id(s) in alive and refs[id(s)] == 0:
+            alive.discard(id(s))
+            live.add(s.kind, -s.nbytes)
