@@ -56,19 +56,26 @@ def _optimizer(model, options: MemoryOptions):
     return torch.optim.AdamW(params, lr=1e-5, fused=True)
 
 
-def _live_bytes(torch) -> int:
-    """Bytes of every distinct tensor storage reachable from Python."""
+def _live_bytes(torch, model) -> int:
+    """Bytes of every distinct tensor storage reachable from Python, and of the model's gradients.
+
+    (Gradients made by autograd have no Python object until ``.grad`` is read, so the garbage
+    collector does not list them.)
+    """
     gc.collect()
+    tensors = [obj for obj in gc.get_objects() if issubclass(type(obj), torch.Tensor)]
+    tensors += [p.grad for p in model.parameters() if p.grad is not None]
     seen, total = set(), 0
-    for obj in gc.get_objects():
-        if issubclass(type(obj), torch.Tensor) and obj.device.type == "cpu" and not obj.is_meta:
-            try:
-                storage = obj.untyped_storage()
-            except (RuntimeError, NotImplementedError):  # sparse, nested: not used by the models here
-                continue
-            if storage.data_ptr() and storage.data_ptr() not in seen:
-                seen.add(storage.data_ptr())
-                total += storage.nbytes()
+    for obj in tensors:
+        if obj.device.type != "cpu" or obj.is_meta:
+            continue
+        try:
+            storage = obj.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # sparse, nested: not used by the models here
+            continue
+        if storage.data_ptr() and storage.data_ptr() not in seen:
+            seen.add(storage.data_ptr())
+            total += storage.nbytes()
     return total
 
 
@@ -82,13 +89,15 @@ def measure_step(model, batch: dict, options: MemoryOptions = MemoryOptions(), *
     scaler = torch.amp.GradScaler("cpu") if options.precision == "fp16" else None
     model.train()
 
-    def step():
+    def step(update: bool = True):
         with record_function("ls::forward"):
             with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
                 loss = model(**batch).loss  # the outputs die here, as in Trainer.compute_loss
         with record_function("ls::backward"):
             (scaler.scale(loss) if scaler else loss).backward()
         del loss
+        if not update:  # an earlier micro-batch of gradient accumulation
+            return
         with record_function("ls::optimizer_step"):
             if scaler:
                 scaler.unscale_(optimizer)
@@ -103,7 +112,9 @@ def measure_step(model, batch: dict, options: MemoryOptions = MemoryOptions(), *
     try:
         with cuda_like() if align else contextlib.nullcontext():
             step()
-            live_before = _live_bytes(torch)
+            if options.gradient_accumulation_steps > 1:  # measure the cycle's last micro-batch: gradients exist
+                step(update=False)
+            live_before = _live_bytes(torch, model)
             with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
                 step()
     finally:

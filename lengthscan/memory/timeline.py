@@ -92,7 +92,8 @@ def replay(tape: Tape, base: dict, optimizer_temp: int) -> list[Phase]:
                 refs[id(x.storage)] = refs.get(id(x.storage), 0) + 1
     current = None
     grads: dict[int, int] = {id(tape.loss): 4}
-    param_grads = {id(p) for p in tape.params.values() if base.get("gradients")}
+    accumulating = bool(base.get("gradients"))  # .grad exists from the start: new gradients are added in place
+    param_grads: set[int] = set()
     recomputed: set[int] = set()
     for index in range(len(nodes) - 1, -1, -1):
         node = nodes[index]
@@ -115,7 +116,10 @@ def replay(tape: Tape, base: dict, optimizer_temp: int) -> list[Phase]:
                     live.spike("gradients", 2 * size)
                 else:
                     param_grads.add(id(x.param))
-                    live.add("gradients", size)
+                    if accumulating:
+                        live.spike("gradients", size)
+                    else:
+                        live.add("gradients", size)
             elif id(x) in grads:
                 live.spike("activation_gradients", size)
             elif node.alias:
