@@ -168,12 +168,13 @@ def render(bench, rows: list[Row], elapsed: float) -> str:
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row.cells()) + " |")
     counts = {r: sum(row.result() == r for row in rows) for r in ("PASS", "FAIL", "info", "n/a")}
     lines += ["", "Targets: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v)]
-    # the load before the first run is other work's (or a previous benchmark's)
+    # before the first run the load is other work's; at the end, over 5 minutes, ours is at most ~cores
     before = float(bench.load_start.split("/")[0]) if bench.load_start != "?" else 0.0
-    if before > bench.cores / 2:
-        bench.notes.insert(0, f"the machine was busy with other work (load average {before:.1f} on {bench.cores} "
-                              "cores before the first run): wall-time ratios are noisy (see the ranges); the CPU "
-                              "ratio column is steadier")
+    after = float(load_average().split("/")[1]) if load_average() != "?" else 0.0
+    if before > bench.cores / 2 or after > bench.cores:
+        bench.notes.insert(0, f"the machine was busy with other work (load average {before:.1f} before the first "
+                              f"run, {after:.1f} over the last 5 minutes, on {bench.cores} cores): wall-time ratios "
+                              "are noisy (see the ranges); the CPU ratio column is steadier")
     if bench.notes:
         lines += ["", *[f"- {n}" for n in bench.notes]]
     return "\n".join(lines) + "\n"

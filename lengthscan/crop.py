@@ -35,7 +35,10 @@ def crop_column(column, seconds: np.ndarray, staging: Path, final: Path, *, base
         fmt_out = fmt if fmt in WRITABLE else "FLAC"
         sub_out = subtype if fmt_out == fmt else "PCM_16"
         buf = io.BytesIO()
-        soundfile.write(buf, audio, rate, format=fmt_out, subtype=sub_out)
+        # a second at a time: libsndfile 1.2.2 crashes writing millions of OGG Vorbis frames in one call
+        with soundfile.SoundFile(buf, "w", rate, audio.shape[1], sub_out, format=fmt_out) as out:
+            for k in range(0, audio.shape[0], rate):
+                out.write(audio[k:k + rate])
         blob = buf.getvalue()
         frames[i], rates[i] = audio.shape[0], rate
         values[i] = _store(values[i], blob, WRITABLE[fmt_out], staging, final)
