@@ -135,9 +135,55 @@ def cases(quick: bool, only: str | None) -> list[tuple]:
         for label, shape, options in extra:
             family, label, config, _ = by_label[label]
             out.append((family, label, config, shape, options))
+        out += spot_checks()
     if only:
         out = [c for c in out if only in (c[0], c[2].model_type)]
     return out
+
+
+def spot_checks() -> list[tuple]:
+    """Other model types, sizes and option mixes, one case each."""
+    import transformers as tr
+
+    enc_dec = dict(pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
+    whisper = dict(pad_token_id=1, bos_token_id=3, eos_token_id=3, decoder_start_token_id=2, suppress_tokens=None,
+                   begin_suppress_tokens=None)
+    bf16 = MemoryOptions(precision="bf16")
+    both = MemoryOptions(precision="bf16", gradient_checkpointing=True)
+    return [
+        ("encoder-decoder", "mbart 3+2x512", tr.MBartConfig(
+            vocab_size=20000, d_model=512, encoder_layers=3, decoder_layers=2, encoder_attention_heads=8,
+            decoder_attention_heads=8, encoder_ffn_dim=1024, decoder_ffn_dim=2048, max_position_embeddings=1024,
+            **enc_dec), Shape(2, 512, 200), both),
+        ("encoder-decoder", "mt5 3+2x320", tr.MT5Config(
+            vocab_size=20000, d_model=320, d_kv=40, d_ff=800, num_layers=3, num_decoder_layers=2, num_heads=8,
+            decoder_start_token_id=0), Shape(3, 300, 150), both),
+        ("decoder-only", "mistral 3x320 mqa window", tr.MistralConfig(
+            vocab_size=10000, hidden_size=320, intermediate_size=960, num_hidden_layers=3, num_attention_heads=10,
+            num_key_value_heads=1, sliding_window=256), Shape(3, 512), MemoryOptions()),
+        ("decoder-only", "qwen3 3x256 qk-norm", tr.Qwen3Config(
+            vocab_size=10000, hidden_size=256, intermediate_size=700, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=96), Shape(4, 300, padding=True), bf16),
+        ("decoder-only", "opt 3x384 proj", tr.OPTConfig(
+            vocab_size=10000, hidden_size=384, ffn_dim=1536, num_hidden_layers=3, num_attention_heads=6,
+            word_embed_proj_dim=256), Shape(4, 400), bf16),
+        ("decoder-only", "gpt2 3x320", tr.GPT2Config(vocab_size=10000, n_embd=320, n_layer=3, n_head=5),
+         Shape(2, 600), MemoryOptions(attention="eager", gradient_checkpointing=True)),
+        ("encoder-only", "bert 6x512 mlm", tr.BertConfig(
+            vocab_size=20000, hidden_size=512, intermediate_size=2048, num_hidden_layers=6, num_attention_heads=8,
+            architectures=["BertForMaskedLM"]), Shape(12, 384, padding=True), bf16),
+        ("encoder-only", "xlm-roberta 4x384 cls", tr.XLMRobertaConfig(
+            vocab_size=30000, hidden_size=384, intermediate_size=1536, num_hidden_layers=4, num_attention_heads=6,
+            num_labels=3), Shape(24, 256), both),
+        ("speech-encoder", "wav2vec2 3x320 layer", tr.Wav2Vec2Config(
+            vocab_size=40, hidden_size=320, intermediate_size=1280, num_hidden_layers=3, num_attention_heads=5,
+            conv_dim=(256,) * 7, feat_extract_norm="layer", do_stable_layer_norm=True),
+         Shape(3, 40000, 60, padding=True), MemoryOptions(freeze_feature_encoder=True)),
+        ("speech-seq2seq", "whisper 2+3x320 128 mels", tr.WhisperConfig(
+            vocab_size=20000, d_model=320, encoder_layers=2, decoder_layers=3, encoder_attention_heads=5,
+            decoder_attention_heads=5, encoder_ffn_dim=1280, decoder_ffn_dim=1280, num_mel_bins=128,
+            max_source_positions=1500, max_target_positions=448, **whisper), Shape(2, None, 120), bf16),
+    ]
 
 
 def run_case(case: tuple) -> dict:

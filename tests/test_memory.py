@@ -189,6 +189,10 @@ def test_bad_inputs_are_rejected():
         estimate(tr.BertConfig(**_text()), Shape(2))
     with pytest.raises(ValueError, match="not modelled"):
         estimate(tr.ViTConfig(), Shape(1, 10))
+    with pytest.raises(ValueError, match="mel frames"):
+        estimate(tr.WhisperConfig(**WHISPER), Shape(1, 2999, 8))
+    with pytest.raises(ValueError, match="head"):
+        estimate(tr.BertConfig(**_text()), Shape(1, 10), MemoryOptions(head="ctc"))
 
 
 def test_load_config_from_a_file_and_a_directory(tmp_path):
@@ -219,7 +223,8 @@ def test_parameter_counts_are_exact(name, config, extra):
 
     with torch.device("meta"):
         model = build_model(config, extra)
-    est = estimate(config, Shape(1, 16000 if "wav2vec2" in name or name == "hubert" else 8, 4), extra)
+    length = {"wav2vec2": 16000, "hubert": 16000, "whisper": None}.get(config.model_type, 8)
+    est = estimate(config, Shape(1, length, 4), extra)
     assert est.params == sum(p.numel() for p in model.parameters())
     assert est.trainable_params == sum(p.numel() for p in model.parameters() if p.requires_grad)
 

@@ -58,13 +58,17 @@ def attention(t: Tape, x: Tensor, kv: Tensor | None, a: Attn, name: str, batch: 
         q, k = _rotate(t, q, rotary), _rotate(t, k, rotary)
     n_rep = a.heads // kv_heads
     q_n, k_n = batch * q_len * q_dim, batch * k_len * kv_out
+    # repeat_kv: expand then reshape, a copy (a view with a single KV head: the expanded dim folds in)
+    repeat = n_rep > 1 and kv_heads > 1
     if attention == "eager":
-        if n_rep > 1:  # repeat_kv: expand then reshape, a copy
+        if repeat:
             k, v = ops.copy(t, k, k_n * n_rep), ops.copy(t, v, k_n * n_rep)
+        elif n_rep > 1:
+            k, v = ops.view(t, k, k_n * n_rep), ops.view(t, v, k_n * n_rep)
         out = _eager(t, q, k, v, batch * a.heads * q_len * k_len, mask4d, a.dropout, causal, eager_softmax_fp32,
                      batch * q_len * a.heads * a.head_dim)
     else:
-        if n_rep > 1 and mask4d is not None:  # transformers enables SDPA's GQA only without a mask
+        if repeat and mask4d is not None:  # transformers enables SDPA's GQA only without a mask
             k, v = ops.copy(t, k, k_n * n_rep), ops.copy(t, v, k_n * n_rep)
         # SDPA's kernels write their output as (batch, seq, heads, dim): transpose(1, 2).contiguous() is
         # free, unless the CPU kernel follows a head-major query's layout (CUDA's always write seq-major)

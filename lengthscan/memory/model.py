@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import audio, decoder, encoder, seq2seq
 from .families import family_of, resolve_head
 from .options import MemoryOptions, Shape
 from .tape import BYTES, Tape
@@ -23,8 +24,6 @@ class Trace:
 
 def trace(config, shape: Shape, options: MemoryOptions = MemoryOptions()) -> Trace:
     """Run the family's forward pass for ``shape`` on a tape."""
-    from . import audio, decoder, encoder, seq2seq
-
     head = resolve_head(config, options.head)
     family = family_of(config)
     t = Tape(options.precision)
@@ -40,8 +39,11 @@ def trace(config, shape: Shape, options: MemoryOptions = MemoryOptions()) -> Tra
     elif family == "speech-encoder":
         audio.trace_wav2vec2(t, config, b, _need(s, "input_len"), tg or 1, options, shape.padding)
     else:
-        audio.trace_whisper(t, config, b, s or 2 * config.max_source_positions, _need(tg, "target_len"), options,
-                            shape.padding)
+        frames = 2 * config.max_source_positions
+        if s not in (None, frames):
+            raise ValueError(f"Whisper takes exactly {frames} mel frames (2 x max_source_positions): its feature "
+                             "extractor pads or cuts every clip to that; leave input_len None")
+        audio.trace_whisper(t, config, b, frames, _need(tg, "target_len"), options, shape.padding)
     params = list({id(p): p for p in t.params.values()}.values())
     trained = [p for p in params if p.trainable and p.used]
     return Trace(t, sum(p.numel for p in params), sum(p.numel for p in params if p.trainable),

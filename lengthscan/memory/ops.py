@@ -118,7 +118,9 @@ def linear(t: Tape, x: Tensor, n_in: int, n_out: int, name: str, bias: bool = Tr
     xc, wc = t.cast(x, dtype), t.cast(w, dtype)
     bc = t.cast(b, dtype) if b is not None else None
     out = t.new(x.numel // n_in * n_out, dtype, _rg(x, w, b))
-    t._node([xc, wc, bc], [out], [xc if w.requires_grad else None, wc if x.requires_grad else None])
+    t.use(x)  # autocast cast a copy; the caller still holds the original until the op returns
+    t._node([xc, wc, bc], [out], [xc if w.requires_grad else None, wc if x.requires_grad else None],
+            transposed=True)
     return out
 
 
@@ -138,6 +140,7 @@ def conv1d(t: Tape, x: Tensor, c_in: int, c_out: int, kernel: int, batch: int, o
     xc, wc = t.cast(x, dtype), t.cast(w, dtype)
     bc = t.cast(b, dtype) if b is not None else None
     out = t.new(batch * out_len * c_out, dtype, _rg(x, w, b))
+    t.use(x)
     xb, yb, wb = xc.nbytes, out.nbytes, wc.nbytes
     if groups > 1:
         scratch = 4 * wb + 8 * xb // batch
@@ -169,6 +172,7 @@ def layer_norm(t: Tape, x: Tensor, dim: int, name: str, bias: bool = True, train
     out = t.new(x.numel, dtype, _rg(x, w, b))
     rows = x.numel // dim
     mean, rstd = t.new(rows, "f32", False), t.new(rows, "f32", False)
+    t.use(x)
     t._node([xf, w, b], [out], [xf if w is not None or x.requires_grad else None, w, b, mean, rstd], workspace=2 * xf.nbytes if strided else 0,
             forward_workspace=xf.nbytes if strided else 0)
     return out
@@ -182,6 +186,7 @@ def group_norm(t: Tape, x: Tensor, channels: int, groups_numel: int, name: str, 
     xf = t.fp32(x)
     out = t.new(x.numel, "f32" if t.low else x.dtype, _rg(x, w, b))
     mean, rstd = t.new(groups_numel, "f32", False), t.new(groups_numel, "f32", False)
+    t.use(x)
     t._node([xf, w, b], [out], [xf, w, b, mean, rstd])
     return out
 
@@ -215,9 +220,10 @@ def embedding(t: Tape, ids: Tensor, n_ids: int, vocab: int, dim: int, name: str,
 
 def softmax(t: Tape, x: Tensor, log: bool = False) -> Tensor:
     """``softmax``/``log_softmax``: fp32 under autocast (its dtype set to float32); keeps its output."""
-    x = t.fp32(x)
-    out = t.new(x.numel, x.dtype, x.requires_grad)
-    t._node([x], [out], [out])
+    xf = t.fp32(x)
+    out = t.new(xf.numel, xf.dtype, xf.requires_grad)
+    t.use(x)
+    t._node([xf], [out], [out])
     return out
 
 

@@ -62,6 +62,7 @@ class Node:
     layer: int | None
     alias: bool = False  # a view: the input's gradient is a view of the output's
     workspace: int = 0  # bytes allocated and freed inside its backward
+    transposed: bool = False  # a matmul with the weight transposed: its weight gradient is a transposed view
     forward_workspace: int = 0
 
 
@@ -119,7 +120,7 @@ class Tape:
             t.param.used = True
         return t
 
-    def _node(self, inputs, outputs, saved, alias=False, workspace=0, forward_workspace=0) -> None:
+    def _node(self, inputs, outputs, saved, alias=False, workspace=0, forward_workspace=0, transposed=False) -> None:
         for x in inputs:  # every input lives until the op is done, scratch included
             if x is not None:
                 self.use(x)
@@ -132,7 +133,7 @@ class Tape:
             self.events.append(("op", None))  # the inputs' last use: freed once the op is done
             return
         saved = [s for s in saved if s is not None]
-        node = Node(inputs, outputs, saved, self.layer, alias, workspace)
+        node = Node(inputs, outputs, saved, self.layer, alias, workspace, transposed)
         index = len(self.nodes)
         self.nodes.append(node)
         for s in saved:

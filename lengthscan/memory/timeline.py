@@ -94,6 +94,7 @@ def replay(tape: Tape, base: dict, optimizer_temp: int) -> list[Phase]:
     grads: dict[int, int] = {id(tape.loss): 4}
     accumulating = bool(base.get("gradients"))  # .grad exists from the start: new gradients are added in place
     param_grads: set[int] = set()
+    viewed: set[int] = set()
     recomputed: set[int] = set()
     for index in range(len(nodes) - 1, -1, -1):
         node = nodes[index]
@@ -112,10 +113,14 @@ def replay(tape: Tape, base: dict, optimizer_temp: int) -> list[Phase]:
             size = 0 if node.alias else x.nbytes
             if x.param is not None and x.storage is not None and x.storage.held:
                 size = 0 if node.alias else x.nbytes
-                if id(x.param) in param_grads:  # a second gradient (tied weights): summed out of place
-                    live.spike("gradients", 2 * size)
+                if id(x.param) in param_grads:  # tied weights: a second gradient is added to the first, out of
+                    # place when the first is a linear's transposed view, in place otherwise (and ever after)
+                    live.spike("gradients", 2 * size if id(x.param) in viewed else size)
+                    viewed.discard(id(x.param))
                 else:
                     param_grads.add(id(x.param))
+                    if node.transposed:
+                        viewed.add(id(x.param))
                     if accumulating:
                         live.spike("gradients", size)
                     else:
