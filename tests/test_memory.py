@@ -10,9 +10,16 @@ import pytest
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-import transformers as tr  # noqa: E402
+import transformers as tr
 
-from lengthscan.memory import MemoryEstimate, MemoryOptions, Shape, estimate, families, load_config  # noqa: E402
+from lengthscan.memory import (
+    MemoryEstimate,
+    MemoryOptions,
+    Shape,
+    estimate,
+    families,
+    load_config,
+)
 
 ENC_DEC = dict(pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
 WHISPER = dict(pad_token_id=1, bos_token_id=3, eos_token_id=3, decoder_start_token_id=2, suppress_tokens=None,

@@ -90,9 +90,9 @@ def measure_step(model, batch: dict, options: MemoryOptions = MemoryOptions(), *
     model.train()
 
     def step(update: bool = True):
-        with record_function("ls::forward"):
-            with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-                loss = model(**batch).loss  # the outputs die here, as in Trainer.compute_loss
+        autocast = torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None)
+        with record_function("ls::forward"), autocast:
+            loss = model(**batch).loss  # the outputs die here, as in Trainer.compute_loss
         with record_function("ls::backward"):
             (scaler.scale(loss) if scaler else loss).backward()
         del loss
@@ -119,7 +119,6 @@ def measure_step(model, batch: dict, options: MemoryOptions = MemoryOptions(), *
                 step()
     finally:
         torch.set_num_threads(threads)
-    del optimizer
     return _peak(prof, live_before)
 
 
@@ -189,8 +188,8 @@ def measure_step_cuda(model, batch: dict, options: MemoryOptions = MemoryOptions
         peaks.clear()
         live_before = torch.cuda.memory_allocated()
         loss = phase("forward_end", forward)
-        phase("backward", lambda: (scaler.scale(loss) if scaler else loss).backward())
-        del loss
+        phase("backward", (scaler.scale(loss) if scaler else loss).backward)
+        loss = None  # as Trainer.training_step: only the detached value survives
         phase("optimizer_step", update)
     best = max(peaks, key=peaks.get)
     return Measurement(peaks[best], live_before, best, dict(peaks))

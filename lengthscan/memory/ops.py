@@ -38,10 +38,16 @@ def unary(t: Tape, x: Tensor, save: str = "", dtype: str | None = None) -> Tenso
 
 
 def binary(t: Tape, a: Tensor, b: Tensor, saves: bool = False) -> Tensor:
-    """``a + b`` (``saves=False``) or ``a * b`` (each operand kept for the other's gradient)."""
-    out = t.new(max(a.numel, b.numel), t.promote(a, b), _rg(a, b))
+    """``a + b`` (``saves=False``) or ``a * b`` (each operand kept for the other's gradient).
+
+    With a bf16/fp16 operand and an fp32 one, CPU's TensorIterator first copies the low-precision
+    operand to fp32 (CUDA casts inside the kernel): a transient the size of that copy.
+    """
+    dtype = t.promote(a, b)
+    out = t.new(max(a.numel, b.numel), dtype, _rg(a, b))
     saved = [b if a.requires_grad else None, a if b.requires_grad else None] if saves else []
-    t._node([a, b], [out], saved)
+    upcast = sum(x.numel * 4 for x in (a, b) if dtype == "f32" and x.dtype in ("bf16", "f16"))
+    t._node([a, b], [out], saved, forward_workspace=upcast)
     return out
 
 

@@ -113,7 +113,7 @@ def trace_t5(t: Tape, c, batch: int, src: int, tgt: int, opts, padding: bool) ->
     kernels on CPU cannot produce one, so SDPA runs its math path (the attention matrix is kept),
     as measured; CUDA's memory-efficient kernel would keep less.
     """
-    d, inner = c.d_model, c.num_heads * c.d_kv
+    d = c.d_model
     ids, amask, labels = t.input(batch * src), t.input(batch * src), t.input(batch * tgt)
     dec_ids = t.new(batch * tgt, "i64", False)  # _shift_right(labels)
     t.param("shared.weight", c.vocab_size * d)

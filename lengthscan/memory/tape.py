@@ -20,7 +20,7 @@ BYTES = {"f32": 4, "bf16": 2, "f16": 2, "i64": 8, "bool": 1}
 class Storage:
     """One allocation."""
 
-    __slots__ = ("nbytes", "kind", "held", "layer", "saved_by", "last_use", "created")
+    __slots__ = ("created", "held", "kind", "last_use", "layer", "nbytes", "saved_by")
 
     def __init__(self, nbytes: int, kind: str, held: bool, layer: int | None, created: int):
         self.nbytes, self.kind, self.held, self.layer, self.created = nbytes, kind, held, layer, created
@@ -31,7 +31,7 @@ class Storage:
 class Tensor:
     """A symbolic tensor: element count, dtype, whether it needs a gradient, its storage."""
 
-    __slots__ = ("numel", "dtype", "requires_grad", "storage", "param")
+    __slots__ = ("dtype", "numel", "param", "requires_grad", "storage")
 
     def __init__(self, numel: int, dtype: str, requires_grad: bool, storage: Storage | None, param=None):
         self.numel, self.dtype, self.requires_grad, self.storage, self.param = numel, dtype, requires_grad, storage, param
@@ -80,6 +80,7 @@ class Tape:
         self.checkpointed: set[int] = set()
         self.layer_inputs: dict[int, list[Tensor]] = {}
         self.layer_ws: dict[int, list[int]] = {}
+        self._inputs: list[Tensor] = []
         self.kind = "activations_other"
         self.loss: Tensor | None = None
 
@@ -188,13 +189,17 @@ class Tape:
     def begin_layer(self, index: int, checkpoint: bool, inputs: list[Tensor]) -> None:
         """Ops from here belong to layer ``index``; with ``checkpoint`` only ``inputs`` are kept."""
         self.layer = index
+        self._inputs = [x for x in inputs if x is not None]
         if checkpoint:
             self.checkpointed.add(index)
-            self.layer_inputs[index] = [x for x in inputs if x is not None]
-            for x in self.layer_inputs[index]:
+            self.layer_inputs[index] = self._inputs
+            for x in self._inputs:
                 self.use(x)
 
     def end_layer(self, output: Tensor) -> None:
+        """The layer returns: its inputs, held by the caller's loop variable, may die from here."""
+        for x in self._inputs:
+            self.use(x)
         self.layer = None
         self.use(output)
 

@@ -53,7 +53,7 @@ def replay(tape: Tape, base: dict, optimizer_temp: int) -> list[Phase]:
     """The peak of each phase (forward_end, backward, optimizer_step) of the traced step."""
     nodes, ckpt = tape.nodes, tape.checkpointed
     fwd_saved = {id(s) for s in tape.storages if any(nodes[i].layer not in ckpt for i in s.saved_by)}
-    for layer, inputs in tape.layer_inputs.items():
+    for inputs in tape.layer_inputs.values():
         fwd_saved.update(id(x.storage) for x in inputs if x.storage is not None)
     live = _Live(base)
     alive: set[int] = set()
@@ -86,7 +86,7 @@ def replay(tape: Tape, base: dict, optimizer_temp: int) -> list[Phase]:
     live.start("backward")
     live.best = Phase("backward", live.total, dict(live.terms))
     refs = {id(s): len(s.saved_by) for s in tape.storages}
-    for layer, inputs in tape.layer_inputs.items():  # the checkpoint keeps its inputs until its backward
+    for inputs in tape.layer_inputs.values():  # the checkpoint keeps its inputs until its backward
         for x in inputs:
             if x.storage is not None:
                 refs[id(x.storage)] = refs.get(id(x.storage), 0) + 1
