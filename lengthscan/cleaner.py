@@ -22,15 +22,12 @@ from types import SimpleNamespace
 from . import __version__
 from .clean_pass import SecondPass
 from .decisions import (
-    check_rule_metrics,
     gate,
-    parse_fail_over,
-    parse_rules,
 )
 from .measure import ColumnError, check_columns
 from .measure_pass import measure_split
 from .pipeline import BATCH_ROWS, resolve_for, simulate_batches
-from .prepare import prepare
+from .prepare import prepare_with_rules
 from .records import AuditResult
 from .sampling import plan_sample
 from .sources import open_source
@@ -91,11 +88,9 @@ def clean(source, *, out, tokenizer=None, input: str | None = None, target: str 
     from .writer import OutputError, staging_dir
 
     started = time.perf_counter()
-    rules = parse_rules(limits)
-    gate_spec = parse_fail_over(fail_over)
-    setup = prepare(tokenizer=tokenizer, input=input, target=target, audio=audio, model=model,
-                    sampling_rate=sampling_rate, max_chars=max_chars)
-    check_rule_metrics(rules, setup.fields)
+    rules, gate_spec, setup = prepare_with_rules(limits, fail_over, tokenizer=tokenizer, input=input,
+                                                 target=target, audio=audio, model=model,
+                                                 sampling_rate=sampling_rate, max_chars=max_chars)
     final = Path(out)
     if final.exists() and not overwrite:
         raise OutputError(f"{final}: exists; clean never touches an existing directory without --overwrite")

@@ -57,21 +57,18 @@ def audit_ray(source, *, ray_address: str | None = None, num_blocks: int | None 
     actor pool uses the cluster's CPUs). ``--limit`` decisions run on the driver over the merged
     ``lengths`` file, as in the local engine.
     """
-    from .decisions import check_rule_metrics, parse_fail_over, parse_rules
     from .measure import check_columns
     from .outputs import _Output
     from .pipeline import simulate_batches, simulation_positions
-    from .prepare import prepare
+    from .prepare import prepare_with_rules
     from .records import AuditResult
     from .tally import SplitTally
 
     ray = _import_ray()
     started = time.perf_counter()
-    rules = parse_rules(limits)
-    gate_spec = parse_fail_over(fail_over)
-    setup = prepare(tokenizer=tokenizer, input=input, target=target, audio=audio, model=model,
-                    sampling_rate=sampling_rate, max_chars=max_chars)
-    check_rule_metrics(rules, setup.fields)
+    rules, gate_spec, setup = prepare_with_rules(limits, fail_over, tokenizer=tokenizer, input=input,
+                                                 target=target, audio=audio, model=model,
+                                                 sampling_rate=sampling_rate, max_chars=max_chars)
     if out is not None:
         from .writer import check_writable
 

@@ -17,7 +17,7 @@ from .measure import (
 )
 from .measure_pass import measure_split
 from .outputs import _Output
-from .prepare import Setup, prepare
+from .prepare import Setup, prepare_with_rules
 from .records import (
     AuditResult,
 )
@@ -53,14 +53,11 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
     every text of the data out of the report (row ids and lengths only). ``num_proc`` > 1 measures
     in worker processes (same results, same order).
     """
-    from .decisions import check_rule_metrics, parse_fail_over, parse_rules
 
     started = time.perf_counter()
-    rules = parse_rules(limits)
-    gate_spec = parse_fail_over(fail_over)
-    setup = prepare(tokenizer=tokenizer, input=input, target=target, audio=audio, model=model,
-                    sampling_rate=sampling_rate, max_chars=max_chars)
-    check_rule_metrics(rules, setup.fields)
+    rules, gate_spec, setup = prepare_with_rules(limits, fail_over, tokenizer=tokenizer, input=input,
+                                                 target=target, audio=audio, model=model,
+                                                 sampling_rate=sampling_rate, max_chars=max_chars)
     if out is not None:
         from .writer import check_writable
 

@@ -101,3 +101,15 @@ def _rule_dict(rule) -> dict | None:
     from dataclasses import asdict
 
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(rule).items()}
+
+
+def prepare_with_rules(limits, fail_over, **options):
+    """(rules, gate, setup): ``--limit`` and ``--fail-over`` parsed, the set-up prepared, and every
+    rule's metric checked to be measured, as audit and clean (on either engine) all begin."""
+    from .decisions import check_rule_metrics, parse_fail_over, parse_rules
+
+    rules = parse_rules(limits)
+    gate_spec = parse_fail_over(fail_over)
+    setup = prepare(**options)
+    check_rule_metrics(rules, setup.fields)
+    return rules, gate_spec, setup
