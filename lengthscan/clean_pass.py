@@ -45,9 +45,9 @@ class WorstRows:
             top = [i for i in top if np.isfinite(values[i])]
             if not top:
                 continue
-            column = source.column(f.column)
+            column, names = source.column(f.column), d.names()
             for i in top:
-                entry = {"split": split, "row": int(rows[i]), "decision": d.names()[i], "reason": d.reason[i],
+                entry = {"split": split, "row": int(rows[i]), "decision": names[i], "reason": d.reason[i],
                          "field": f.primary.name,
                          "lengths": {name: _plain(v[i]) for name, v in base.items()}}
                 value = column[int(i)].as_py()
@@ -129,31 +129,30 @@ class SecondPass:
         return tallies, afters, after_tallies
 
     def _writers(self, split_src):
-        from datasets import Features, List, Value
-
+        from .features import list_of, value
         from .writer import DatasetWriter
 
-        features = split_src.parts[0].features().copy()
+        features = split_src.parts[0].features()
+        source_features = dict(features)
         if self.length_from:
-            features[self.length_column] = Value("float64" if self.length_from == "input_seconds" else "int64")
+            features[self.length_column] = value("float64" if self.length_from == "input_seconds" else "int64")
         if self.tokenize:
             roles = {f.role for f in self.setup.fields if f.kind == "text"}
             if "input" in roles:
-                features["input_ids"] = List(Value("int32"))
-                features["attention_mask"] = List(Value("int8"))
+                features["input_ids"] = list_of(value("int32"))
+                features["attention_mask"] = list_of(value("int8"))
             if "target" in roles:
-                features["labels"] = List(Value("int32"))
+                features["labels"] = list_of(value("int32"))
         sub = split_src.name if self.src.has_splits else ""
         ds_w = DatasetWriter(self.tmp / "dataset" / sub, features, embed_local_files=self.embed_audio)
-        rej = split_src.parts[0].features().copy()
-        extra = {"row": Value("int64")}
+        extra = {"row": value("int64")}
         if split_src.multi_file:
-            extra.update({"source_file": Value("string"), "file_row": Value("int64")})
-        extra.update({"reason": Value("string"), "reasons": List(Value("string"))})
+            extra.update({"source_file": value("string"), "file_row": value("int64")})
+        extra.update({"reason": value("string"), "reasons": list_of(value("string"))})
         for name in extra:
-            if name in rej:
+            if name in source_features:
                 raise ColumnError(f"{self.src.spec}: has a column {name!r}, which rejects/ needs for its own")
-        rej_w = DatasetWriter(self.tmp / "rejects" / sub, Features({**rej, **extra}),
+        rej_w = DatasetWriter(self.tmp / "rejects" / sub, {**source_features, **extra},
                               embed_local_files=self.embed_audio)
         return ds_w, rej_w
 

@@ -36,6 +36,7 @@ from .stats import RATIO_SCALE, Histogram, nearest_rank_index, value_at_rank
 
 KEEP, TRUNCATE, DROP = 0, 1, 2
 DECISIONS = {KEEP: "keep", TRUNCATE: "truncate", DROP: "drop"}
+_DECISION_NAMES = np.array([DECISIONS.get(i, "") for i in range(max(DECISIONS) + 1)], dtype=object)
 ACTIONS = ("drop", "truncate")
 TOKEN_METRICS = ("input_tokens", "target_tokens")
 AUDIO_METRICS = ("input_seconds", "input_samples", "input_frames")
@@ -221,7 +222,7 @@ class Decisions:
     crop_seconds: np.ndarray | None = None           # seconds per row (NaN: none)
 
     def names(self) -> list[str]:
-        return [DECISIONS[int(d)] for d in self.decision]
+        return _DECISION_NAMES[self.decision].tolist()
 
 
 def decide(base: dict[str, np.ndarray], flags: dict[str, np.ndarray], rules, *, special: dict[str, int],

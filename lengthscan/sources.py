@@ -72,18 +72,26 @@ class Part:
     def column_names(self) -> list[str]:
         return list(self._columns) if self._columns is not None else list(self.dataset.column_names)
 
-    def features(self):
-        """The part's ``datasets.Features`` (from the Parquet schema without converting it)."""
+    def features(self) -> dict:
+        """The part's features as ``datasets.Features.to_dict()`` gives them: read from the Parquet
+        or JSON Lines schema without importing ``datasets`` where every column is plain."""
+        from . import features as feats
+
+        schema = None
         if self.parquet and self._dataset is None:
             import pyarrow.parquet as pq
-            from datasets import Features
 
-            return Features.from_arrow_schema(pq.read_schema(self.path))
-        if self.jsonl_schema is not None and self._dataset is None:
-            from datasets import Features
+            schema = pq.read_schema(self.path)
+        elif self.jsonl_schema is not None and self._dataset is None:
+            schema = self.jsonl_schema
+        if schema is not None:
+            try:
+                return feats.from_schema(schema)
+            except feats.NotPlain:
+                from datasets import Features
 
-            return Features.from_arrow_schema(self.jsonl_schema)
-        return self.dataset.features
+                return Features.from_arrow_schema(schema).to_dict()
+        return self.dataset.features.to_dict()
 
 
 @dataclass(frozen=True, eq=False)
