@@ -1,5 +1,5 @@
 """``python -m lengthscan``."""
 
-from .cli import main
+from .cli import run
 
-raise SystemExit(main())
+raise SystemExit(run())

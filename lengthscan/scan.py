@@ -8,7 +8,9 @@ renamed columns) go through ``datasets``' own iterator. A sample reads only its 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,11 +73,64 @@ def _parquet_batches(part, columns: list[str], indices, batch_rows: int) -> Iter
     sizes = [pf.metadata.row_group(i).num_rows for i in range(pf.metadata.num_row_groups)]
     starts = np.concatenate([[0], np.cumsum(sizes)])
     group_of = np.searchsorted(starts, local, side="right") - 1
-    for g in np.unique(group_of):
-        in_group = local[group_of == g]
-        table = pf.read_row_group(int(g), columns=columns).take(pa.array(in_group - starts[g]))
-        for k in range(0, in_group.size, batch_rows):
-            yield Batch(in_group[k:k + batch_rows] + part.start, _one_batch(table.slice(k, batch_rows)))
+    # sampled rows of consecutive row groups gather into full batches: a 1% sample of small row
+    # groups would otherwise make batches of a few rows, each paying the per-batch costs
+    pending, pending_rows = [], []
+    bounds = np.searchsorted(group_of, np.unique(group_of), side="left").tolist() + [local.size]
+
+    def read(span):
+        g, in_group = int(group_of[span[0]]), local[span[0]:span[1]]
+        return in_group, pf.read_row_group(g, columns=columns, use_threads=False).take(pa.array(in_group - starts[g]))
+
+    done = 0
+    for in_group, table in read_ahead(read, zip(bounds[:-1], bounds[1:]), depth=1024):  # items are small
+        pending.append(table)
+        pending_rows.append(in_group)
+        done += in_group.size
+        if sum(r.size for r in pending_rows) >= batch_rows or done == local.size:
+            table, rows = pa.concat_tables(pending), np.concatenate(pending_rows) + part.start
+            pending, pending_rows = [], []
+            for k in range(0, rows.size, batch_rows):
+                yield Batch(rows[k:k + batch_rows], _one_batch(table.slice(k, batch_rows)))
+
+
+def read_ahead(work: Callable, items: Iterable, depth: int = 4) -> Iterator:
+    """``map(work, items)`` computed by a thread up to ``depth`` items ahead, so reading (which
+    releases the GIL) overlaps with the consumer's tokenizing; results come in order."""
+    results: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce():
+        try:
+            for item in items:
+                if stop.is_set():
+                    return
+                results.put((True, work(item)))
+        except BaseException as exc:  # handed to the consumer, raised there
+            results.put((False, exc))
+            return
+        results.put((True, _DONE))
+
+    thread = threading.Thread(target=produce, name="lengthscan-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            ok, value = results.get()
+            if not ok:
+                raise value
+            if value is _DONE:
+                return
+            yield value
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a producer waiting on a full queue
+            try:
+                results.get_nowait()
+            except queue.Empty:
+                thread.join(0.01)
+
+
+_DONE = object()
 
 
 def _jsonl_batches(part, columns: list[str], indices, batch_rows: int) -> Iterator[Batch]:

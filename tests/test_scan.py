@@ -1,0 +1,79 @@
+"""Reading rows: sampled Parquet reads across many row groups, the read-ahead thread, and the
+console script's process, which leaves torch unimported for audit and clean."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lengthscan.scan import iter_batches, read_ahead
+from lengthscan.sources import open_source
+
+
+@pytest.fixture()
+def small_groups(tmp_path, corpus_rows):
+    rows = corpus_rows[:1500]
+    path = tmp_path / "c.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=7)
+    return path, rows
+
+
+@pytest.mark.parametrize("batch_rows", [1, 50, 4096])
+def test_sampled_parquet_rows_equal_the_full_read(small_groups, batch_rows):
+    path, rows = small_groups
+    split = open_source(str(path)).splits[0]
+    rng = np.random.default_rng(3)
+    for size in (0, 1, 37, 400, len(rows)):
+        indices = np.sort(rng.choice(len(rows), size, replace=False)).astype(np.int64)
+        got_rows, got_text = [], []
+        for batch in iter_batches(split, ["text"], indices=indices, batch_rows=batch_rows):
+            assert batch.rows.size == batch.table.num_rows <= batch_rows
+            got_rows += batch.rows.tolist()
+            got_text += batch.table.column("text").to_pylist()
+        assert got_rows == indices.tolist()
+        assert got_text == [rows[i]["text"] for i in indices]
+
+
+def test_read_ahead_keeps_order_raises_and_stops():
+    assert list(read_ahead(lambda x: x * x, range(100), depth=3)) == [x * x for x in range(100)]
+
+    def bad(x):
+        if x == 5:
+            raise ValueError("row 5 is bad")
+        return x
+
+    seen = []
+    with pytest.raises(ValueError, match="row 5 is bad"):
+        for v in read_ahead(bad, range(10)):
+            seen.append(v)
+    assert seen == [0, 1, 2, 3, 4]
+    before = threading.active_count()
+    gen = read_ahead(lambda x: x, range(10_000), depth=2)
+    assert next(gen) == 0
+    gen.close()  # the consumer stops early: the producer thread ends too
+    assert threading.active_count() <= before
+
+
+def test_console_script_audits_without_importing_torch(tmp_path, corpus_jsonl, bpe_dir):
+    pytest.importorskip("torch", reason="torch is not installed: nothing to hide")
+    code = ("import sys; from lengthscan.cli import run; rc = run(); "
+            "print(json.dumps({'rc': rc, 'torch': sys.modules.get('torch') is not None}))")
+    argv = ["audit", str(corpus_jsonl), "--tokenizer", str(bpe_dir), "--input", "text", "--target", "summary",
+            "--sample", "200", "--out", str(tmp_path / "a"), "--quiet"]
+    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error"}
+    proc = subprocess.run([sys.executable, "-c", "import json; " + code, *argv],
+                          capture_output=True, text=True, env=env, timeout=300)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"rc": 0, "torch": False}, proc.stderr[-2000:]
+    proc = subprocess.run([sys.executable, "-c", "import json; " + code, *argv, "--overwrite"], capture_output=True,
+                          text=True, env={**env, "LENGTHSCAN_IMPORT_TORCH": "1"}, timeout=300)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"rc": 0, "torch": True}, proc.stderr[-2000:]
