@@ -20,6 +20,8 @@ from .sources import SplitSource
 
 #: Rows per batch handed to the measure step (the tokenizer threads over a batch).
 BATCH_ROWS = 2048
+#: Row groups with more rows are streamed when sampled, not read whole (flat memory).
+LARGE_ROW_GROUP = 65_536
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,7 +82,17 @@ def _parquet_batches(part, columns: list[str], indices, batch_rows: int) -> Iter
 
     def read(span):
         g, in_group = int(group_of[span[0]]), local[span[0]:span[1]]
-        return in_group, pf.read_row_group(g, columns=columns, use_threads=False).take(pa.array(in_group - starts[g]))
+        at = in_group - starts[g]
+        if sizes[g] <= LARGE_ROW_GROUP:
+            return in_group, pf.read_row_group(g, columns=columns, use_threads=False).take(pa.array(at))
+        # a huge row group (a whole file in one, say) is streamed, keeping only the sampled rows
+        pieces, offset = [], 0
+        for rb in pf.iter_batches(batch_size=LARGE_ROW_GROUP, row_groups=[g], columns=columns, use_threads=False):
+            lo, hi = np.searchsorted(at, [offset, offset + rb.num_rows])
+            if hi > lo:
+                pieces.append(pa.Table.from_batches([rb.take(pa.array(at[lo:hi] - offset))]))
+            offset += rb.num_rows
+        return in_group, pa.concat_tables(pieces)
 
     done = 0
     for in_group, table in read_ahead(read, zip(bounds[:-1], bounds[1:]), depth=1024):  # items are small

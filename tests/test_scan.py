@@ -77,3 +77,17 @@ def test_console_script_audits_without_importing_torch(tmp_path, corpus_jsonl, b
                           text=True, env={**env, "LENGTHSCAN_IMPORT_TORCH": "1"}, timeout=300)
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"rc": 0, "torch": True}, proc.stderr[-2000:]
+
+
+def test_sampled_rows_of_a_huge_row_group_are_streamed(tmp_path, corpus_rows, monkeypatch):
+    import lengthscan.scan as scan
+
+    rows = corpus_rows[:900]
+    path = tmp_path / "one_group.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=len(rows))
+    monkeypatch.setattr(scan, "LARGE_ROW_GROUP", 64)  # 900 rows in one group: 15 streamed pieces
+    split = open_source(str(path)).splits[0]
+    indices = np.array([0, 5, 63, 64, 65, 300, 301, 899], dtype=np.int64)
+    batches = list(iter_batches(split, ["text", "summary"], indices=indices, batch_rows=3))
+    assert np.concatenate([b.rows for b in batches]).tolist() == indices.tolist()
+    assert [t for b in batches for t in b.table.column("summary").to_pylist()] == [rows[i]["summary"] for i in indices]
