@@ -106,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write input_ids, attention_mask and labels (the tokenizer's own call on the final texts)")
     c.add_argument("--embed-audio", action="store_true",
                    help="embed audio files' bytes in Audio columns of the output (default: keep paths)")
+    c.add_argument("--format", choices=("arrow", "parquet"), default="arrow",
+                   help="dataset/ and rejects/ as Arrow (save_to_disk, default) or Parquet shards")
     _add_report_flags(c)
 
     m = sub.add_parser("memory", help="predict the peak training memory of a dataset's worst batch, or of one shape",
@@ -221,9 +223,11 @@ def _clean(args, command: str) -> int:
         print("lengthscan: error: clean always decides on every row: drop --sample/--full", file=sys.stderr)
         return EXIT_USAGE
     if args.engine == "ray":
-        print("lengthscan: error: clean does not run on Ray yet (audit does); use --engine local",
-              file=sys.stderr)
-        return EXIT_USAGE
+        from functools import partial
+
+        from .engine_ray_clean import clean_ray
+
+        clean = partial(clean_ray, ray_address=args.ray_address)
     with _progress(disabled=args.quiet) as progress:
         result = clean(
             args.source, out=args.out, tokenizer=args.tokenizer, model=args.model, input=args.input,
@@ -231,7 +235,7 @@ def _clean(args, command: str) -> int:
             limits=args.limit, action=args.action, keep_empty_targets=args.keep_empty_targets,
             crop_audio=args.crop_audio, fail_over=args.fail_over, length_column=args.length_column,
             length_from=args.length_from, embed_audio=args.embed_audio, tokenize=args.tokenize,
-            overwrite=args.overwrite,
+            overwrite=args.overwrite, format=args.format,
             cache=not args.no_cache, max_chars=args.max_chars or DEFAULT_MAX_CHARS, redact=args.redact,
             num_proc=args.num_proc, decide_only=not args.no_decide_only, progress=progress, command=command,
         )
@@ -423,5 +427,27 @@ def run() -> int:
     argv = sys.argv[1:]
     if (argv and argv[0] in TORCH_FREE_COMMANDS and "torch" not in sys.modules
             and os.environ.get("LENGTHSCAN_IMPORT_TORCH") != "1"):
-        sys.modules["torch"] = None  # importlib.util.find_spec("torch") is None: libraries skip it
+        _hide_torch()
     return main(argv)
+
+
+def _hide_torch() -> None:
+    """Make torch look uninstalled to this process: ``importlib.util.find_spec`` (how transformers
+    and datasets probe for it) answers None and ``import torch`` raises ModuleNotFoundError, which
+    every optional use of it catches. ``sys.modules["torch"] = None`` is not enough: some code tests
+    ``"torch" in sys.modules`` and then imports it."""
+    import importlib.abc
+    import importlib.util
+
+    def hidden(name: str) -> bool:
+        return name == "torch" or name.startswith("torch.")
+
+    class HideTorch(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if hidden(name):
+                raise ModuleNotFoundError(f"No module named {name!r} (hidden by lengthscan)", name=name)
+            return None
+
+    find_spec = importlib.util.find_spec
+    importlib.util.find_spec = lambda name, package=None: None if hidden(name) else find_spec(name, package)
+    sys.meta_path.insert(0, HideTorch())

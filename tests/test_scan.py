@@ -62,11 +62,18 @@ def test_read_ahead_keeps_order_raises_and_stops():
     assert threading.active_count() <= before
 
 
-def test_console_script_audits_without_importing_torch(tmp_path, corpus_jsonl, bpe_dir):
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_console_script_audits_without_importing_torch(tmp_path, corpus_jsonl, corpus_rows, bpe_dir, fmt):
     pytest.importorskip("torch", reason="torch is not installed: nothing to hide")
+    src = corpus_jsonl
+    if fmt == "csv":  # read through datasets' csv builder, whose pickling probes for torch
+        import pandas as pd
+
+        src = tmp_path / "c.csv"
+        pd.DataFrame(corpus_rows[:300]).to_csv(src, index=False)
     code = ("import sys; from lengthscan.cli import run; rc = run(); "
             "print(json.dumps({'rc': rc, 'torch': sys.modules.get('torch') is not None}))")
-    argv = ["audit", str(corpus_jsonl), "--tokenizer", str(bpe_dir), "--input", "text", "--target", "summary",
+    argv = ["audit", str(src), "--tokenizer", str(bpe_dir), "--input", "text", "--target", "summary",
             "--sample", "200", "--out", str(tmp_path / "a"), "--quiet"]
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error"}
     proc = subprocess.run([sys.executable, "-c", "import json; " + code, *argv],
