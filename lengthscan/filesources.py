@@ -4,6 +4,7 @@ directly with pyarrow), with a manifest of each file's rows and columns so a rer
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from pathlib import Path
@@ -40,7 +41,7 @@ def open_files(spec: str, files: list[str], split: str | None) -> Source:
     fingerprint = _sha(json.dumps([builder, options, stamp], default=str))[:16]
     if builder == "parquet":
         parts = _parquet_parts(spec, files)
-    elif builder == "json" and (parts := _jsonl_parts(files)) is not None:
+    elif builder == "json" and (parts := _jsonl_parts(files, fingerprint)) is not None:
         pass
     else:
         parts = _cached_parts(fingerprint, files) or _load_parts(spec, files, builder, options, suffix, fingerprint)
@@ -64,26 +65,56 @@ def _parquet_parts(spec: str, files: list[str]) -> list[Part]:
     return parts
 
 
-def _jsonl_parts(files: list[str]) -> list[Part] | None:
+def _jsonl_parts(files: list[str], fingerprint: str) -> list[Part] | None:
     """JSON Lines read directly with pyarrow's streaming reader: one pass counts the rows and checks
-    that every line parses with one schema. None (use ``load_dataset``, which handles more) for a
-    JSON array file, a column whose type changes, or a line longer than the reader's block."""
+    that every line parses with one schema (remembered in the cache for the same files, unchanged).
+    None (use ``load_dataset``, which handles more) for a JSON array file, a column whose type
+    changes, or a line longer than the reader's block."""
     import pyarrow as pa
     import pyarrow.json as pj
 
-    parts, start = [], 0
+    known = _jsonl_manifest(fingerprint)
+    if known is not None and [e["path"] for e in known] == files:
+        return _jsonl_part_list(files, [e["rows"] for e in known],
+                                [pa.ipc.read_schema(pa.py_buffer(base64.b64decode(e["schema"]))) for e in known])
+    rows_of, schemas = [], []
     for f in files:
         if not _looks_like_lines(f):
             return None
         try:
             reader = pj.open_json(pa.input_stream(f, compression="detect"), read_options=json_read_options())
-            rows = sum(batch.num_rows for batch in reader)
+            rows_of.append(sum(batch.num_rows for batch in reader))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
             return None
-        parts.append(Part(start, f, rows=rows, columns=reader.schema.names, jsonl_schema=reader.schema,
+        schemas.append(reader.schema)
+    _write_manifest(_jsonl_manifest_path(fingerprint),
+                    [{"path": f, "rows": n, "schema": base64.b64encode(s.serialize().to_pybytes()).decode()}
+                     for f, n, s in zip(files, rows_of, schemas)])
+    return _jsonl_part_list(files, rows_of, schemas)
+
+
+def _jsonl_part_list(files, rows_of, schemas) -> list[Part]:
+    parts, start = [], 0
+    for f, rows, schema in zip(files, rows_of, schemas):
+        parts.append(Part(start, f, rows=rows, columns=schema.names, jsonl_schema=schema,
                           loader=_single_file_loader("json", f, {})))
         start += rows
     return parts
+
+
+def _jsonl_manifest_path(fingerprint: str) -> Path:
+    import pyarrow as pa
+
+    from .cache import cache_root
+
+    return cache_root() / "sources" / f"{fingerprint}-jsonl-pyarrow{pa.__version__}.json"
+
+
+def _jsonl_manifest(fingerprint: str) -> list | None:
+    try:
+        return json.loads(_jsonl_manifest_path(fingerprint).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def json_read_options():
@@ -132,12 +163,15 @@ def _manifest_path(fingerprint: str) -> Path:
 
 def _remember_parts(fingerprint: str, parts: list[Part]) -> None:
     """Rows and columns of each file, so a rerun can skip ``load_dataset`` until it reads rows."""
-    path = _manifest_path(fingerprint)
+    _write_manifest(_manifest_path(fingerprint), [{"path": p.path, "start": p.start, "rows": p.rows,
+                                                   "columns": p.column_names} for p in parts])
+
+
+def _write_manifest(path: Path, entries: list) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps([{"path": p.path, "start": p.start, "rows": p.rows, "columns": p.column_names}
-                                   for p in parts]))
+        tmp.write_text(json.dumps(entries))
         os.replace(tmp, path)
     except OSError:  # a read-only cache costs speed, never correctness
         pass

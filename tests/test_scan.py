@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from lengthscan.cache import cache_root
 from lengthscan.scan import iter_batches, read_ahead
 from lengthscan.sources import open_source
 
@@ -98,3 +99,18 @@ def test_sampled_rows_of_a_huge_row_group_are_streamed(tmp_path, corpus_rows, mo
     batches = list(iter_batches(split, ["text", "summary"], indices=indices, batch_rows=3))
     assert np.concatenate([b.rows for b in batches]).tolist() == indices.tolist()
     assert [t for b in batches for t in b.table.column("summary").to_pylist()] == [rows[i]["summary"] for i in indices]
+
+
+def test_jsonl_row_counts_are_remembered_until_the_file_changes(tmp_path, corpus_rows):
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in corpus_rows[:50]))
+    first = open_source(str(path)).splits[0]
+    assert first.num_rows == 50
+    assert list(cache_root().rglob("*-jsonl-pyarrow*.json")), "no row-count manifest written"
+    again = open_source(str(path)).splits[0]
+    assert again.num_rows == 50 and again.parts[0].jsonl_schema == first.parts[0].jsonl_schema
+    with open(path, "a") as fh:
+        fh.write("".join(json.dumps(r) + "\n" for r in corpus_rows[50:80]))
+    changed = open_source(str(path)).splits[0]
+    assert changed.num_rows == 80
+    assert [b.rows.size for b in iter_batches(changed, ["text"])] == [80]
