@@ -256,3 +256,26 @@ def _whisper_dir(tmp_path):
                   decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64).save_pretrained(out)
     WhisperFeatureExtractor().save_pretrained(out)
     return out
+
+
+def test_memory_page(browser, tmp_path, corpus_jsonl, bpe_dir):
+    from transformers import BartConfig
+
+    from lengthscan.memory.data import predict_dataset
+
+    BartConfig(d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+               encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=3000).save_pretrained(tmp_path / "bart")
+    first = predict_dataset(str(corpus_jsonl), model=str(tmp_path / "bart"), tokenizer=str(bpe_dir), input="text",
+                            target="summary", batch_size=8)
+    predict_dataset(str(corpus_jsonl), model=str(tmp_path / "bart"), tokenizer=str(bpe_dir), input="text",
+                    target="summary", batch_size=8, budget_bytes=first.memory["peak_bytes"],
+                    out=str(tmp_path / "memory"))
+    result = check_page(browser, tmp_path / "memory" / "report.html", tmp_path / "memory.png")
+    assert any(c["id"] for c in result["charts"])
+    assert "Worst batch #" in browser.evaluate("document.getElementById('memory').innerText")
+    browser.events.clear()
+    assert browser.evaluate(CLICK_ALL_JS) >= 2
+    time.sleep(0.5)
+    browser.evaluate("1")
+    assert problems(browser.events) == []
+    assert all(c["width"] > 50 and c["height"] > 30 for c in browser.evaluate(CHARTS_JS))

@@ -63,3 +63,11 @@ def times(a, b) -> str:
         return "-"
     r = a / b
     return f"{r:.0f}x" if r >= 10 else f"{r:.1f}x"
+
+
+def size(nbytes) -> str:
+    """Bytes in binary units: ``23.41 GiB``, ``512.0 MiB``; ``-`` for None."""
+    if nbytes is None:
+        return "-"
+    gib = nbytes / 1024 ** 3
+    return f"{gib:,.2f} GiB" if abs(gib) >= 1 else f"{nbytes / 1024 ** 2:,.1f} MiB"

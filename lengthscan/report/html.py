@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import charts
 from .findings import findings
-from .fmt import count, mean, num, share, unit
+from .fmt import count, mean, num, share, size, unit
 
 __all__ = ["findings", "render_html", "script_json", "write_html"]
 
@@ -38,8 +38,8 @@ def render_html(data: dict, *, redact: bool = False) -> str:
 
     env = Environment(loader=PackageLoader("lengthscan.report", "templates"),
                       autoescape=select_autoescape(["html", "j2"]), trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(num=num, count=count, unit=unit, mean=mean)
-    env.globals.update(share=share)
+    env.filters.update(num=num, count=count, unit=unit, mean=mean, gib=size)
+    env.globals.update(share=share, shape_text=shape_text)
     specs: dict[str, dict] = {}
     view = _view(data, specs, redact=redact)
     return env.get_template("report.html.j2").render(
@@ -133,7 +133,28 @@ def _view(data: dict, specs: dict, *, redact: bool) -> dict:
         "decisions_chart": add(charts.decisions_spec(decisions)) if decisions.get("splits") else None,
         "batches_charts": [add(spec) for spec in _padding_charts(batches, clean.get("batches_before"))],
         "worst_groups": _worst_groups(clean.get("worst_rows"), redact=redact),
+        "memory": _memory_view(data.get("memory"), add),
     }
+
+
+def _memory_view(memory: dict | None, add) -> dict | None:
+    """The memory panel: its chart, the worst batch's terms (largest first) and rows with lengths."""
+    if not memory or memory.get("mode") != "data":
+        return None
+    worst = memory["worst_batch"]
+    total = worst["peak_bytes"] or 1
+    terms = [{"name": k, "bytes": v, "share": v / total} for k, v in sorted(worst["terms"].items(), key=lambda kv: -kv[1])]
+    names = list(worst.get("lengths") or {})
+    rows = [{"row": r, "lengths": [worst["lengths"][n][i] for n in names]} for i, r in enumerate(worst["rows"])]
+    spec = charts.memory_spec(memory)
+    return {"m": memory, "chart": add(spec) if spec else None, "terms": terms, "length_names": names, "rows": rows}
+
+
+def shape_text(shape: dict, sides: dict) -> str:
+    """``8 rows × 1,024 input_tokens × 128 target_tokens``."""
+    parts = [f"{shape['batch_size']:,} rows"]
+    parts += [f"{shape[k]:,} {sides[k]}" for k in ("input_len", "target_len") if k in sides and shape.get(k) is not None]
+    return " × ".join(parts)
 
 
 def _padding_charts(batches: dict | None, before: dict | None) -> list[dict]:

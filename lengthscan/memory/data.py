@@ -1,0 +1,303 @@
+"""``lengthscan memory SRC``: the audit's full pass for every row's lengths, then an epoch priced by
+the memory model: the worst batch, the per-batch peaks, the bound for any shuffle, and limits for
+a budget. With ``out`` it writes the audit's files with a ``memory`` section in ``report.json``
+and a memory panel in ``report.html``; ``export_worst_batch`` saves the worst batch's rows.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..tokens import DEFAULT_MAX_CHARS
+from .api import load_config
+from .budget import usable_bytes
+from .epoch import SAMPLERS, Epoch, LayoutError, layout_for, price_epoch
+from .families import family_of
+from .options import MemoryOptions
+
+#: Per-batch peaks listed one by one in ``report.json`` up to this many batches; beyond it, the
+#: highest peak of every ``every`` consecutive batches.
+PER_BATCH_LISTED = 10_000
+#: Trainer's default ``args.seed``.
+TRAINER_SEED = 42
+
+
+@dataclass(frozen=True)
+class MemoryPrediction:
+    """What :func:`predict_dataset` returns: the audit, the priced epoch and ``report.json["memory"]``."""
+
+    audit: object  # records.AuditResult
+    epoch: Epoch
+    memory: dict
+
+    @property
+    def fits(self) -> bool | None:
+        return self.memory["fits"]
+
+    def to_dict(self) -> dict:
+        """``report.json``: the audit's dict with the ``memory`` section."""
+        data = self.audit.to_dict()
+        data["memory"] = self.memory
+        return data
+
+
+def predict_dataset(source, *, model, batch_size: int, input: str | None = None, target: str | None = None,
+                    audio: str | None = None, tokenizer=None, sampling_rate: int | None = None,
+                    split: str | None = None, options: MemoryOptions = MemoryOptions(), sampler: str = "random",
+                    seed: int = TRAINER_SEED, pad_to_multiple_of: int | None = None, budget_bytes: int | None = None,
+                    margin: float = 0.1, out=None, overwrite: bool = False, export_worst_batch=None,
+                    cache: bool = True, max_chars: int = DEFAULT_MAX_CHARS, num_proc: int = 1, progress=None,
+                    command: str | None = None) -> MemoryPrediction:
+    """Predict the peak memory of every batch of one training epoch of ``model`` on ``source``.
+
+    Every row of the train split (else the first; ``split`` to choose) is measured by the audit
+    (cached lengths reused); rows without a length are left out, as ``clean`` drops them. The
+    epoch is ``Trainer.train()``'s epoch 0 with ``args.seed = seed`` and
+    ``train_sampling_strategy = sampler``, in per-device batches of ``batch_size`` (gradient
+    accumulation from ``options``). ``budget_bytes`` adds the verdict and limits that fit with
+    ``margin``; ``out`` writes the audit's files with the memory section; ``export_worst_batch``
+    saves the worst batch's source rows with ``save_to_disk``.
+    """
+    from ..pipeline import audit
+    from ..sources import open_source
+    from ..writer import OutputError, check_writable, publish, staging_dir
+
+    if sampler not in SAMPLERS:
+        raise LayoutError(f"sampler must be one of {', '.join(SAMPLERS)}, not {sampler!r}")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise LayoutError("--batch-size must be at least 1")
+    usable_bytes(budget_bytes or 0, margin)  # checks the margin
+    config = load_config(model)
+    family_of(config)  # an unsupported model type fails before anything is measured
+    export = Path(export_worst_batch) if export_worst_batch else None
+    if export is not None and export.exists() and not (overwrite and _is_saved_dataset(export)):
+        raise OutputError(f"{export}: exists; choose another --export-worst-batch, or pass --overwrite to replace "
+                          "a dataset saved there")
+    final = Path(out) if out is not None else None
+    if final is not None:
+        check_writable(final, overwrite=overwrite)
+    if split is None:
+        names = [s.name for s in open_source(source).splits]
+        split = "train" if "train" in names else names[0]
+    work = staging_dir(final) if final is not None else Path(tempfile.mkdtemp(prefix="lengthscan-memory-"))
+    try:
+        result = audit(source, tokenizer=tokenizer, input=input, target=target, audio=audio, model=model,
+                       sampling_rate=sampling_rate, split=split, full=True, seed=seed, out=work, overwrite=True,
+                       cache=cache, max_chars=max_chars, num_proc=num_proc, progress=progress, command=command)
+        rows, lengths, total = _read_lengths(work / "lengths.parquet", split)
+        layout = layout_for(config, pad_to_multiple_of=pad_to_multiple_of, **lengths)
+        rows = rows[layout.known]
+        epoch = price_epoch(config, layout, batch_size, options=options, sampler=sampler, seed=seed)
+        measured = {n: a[layout.known] if n == "input_seconds" else a[layout.known].astype(np.int64)
+                    for n, a in lengths.items()}
+        memory = _memory_dict(epoch, rows, measured, model=str(model), options=options, sampler=sampler, seed=seed,
+                              split=split, total=total, pad_to_multiple_of=pad_to_multiple_of)
+        memory["over_model_limits"] = _over_limits(result)
+        memory["budget_bytes"], memory["margin"], memory["fits"], memory["limits"] = budget_bytes, margin, None, None
+        if budget_bytes is not None:
+            memory.update(_verdict(config, epoch, lengths, budget_bytes, margin, options, result))
+            memory["limits"]["clean_command"] = clean_command(
+                source, memory["limits"]["rules"], input=input, target=target, audio=audio, tokenizer=tokenizer,
+                model=model, sampling_rate=sampling_rate)
+        if export is not None:
+            memory["export"] = export_rows(source, split, memory["worst_batch"]["rows"], export, overwrite=overwrite)
+        prediction = MemoryPrediction(result, epoch, memory)
+        if final is not None:
+            from ..report.html import write_html
+            from ..writer import write_json
+
+            data = prediction.to_dict()
+            write_json(work / "report.json", data)
+            write_html(work / "report.html", data)
+            publish(work, final)
+        return prediction
+    finally:
+        if work.exists():
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _read_lengths(path: Path, split: str) -> tuple[np.ndarray, dict, int]:
+    """Source row ids and every length column of the split, in row order (-1 or NaN: none)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    if "split" in table.column_names:
+        table = table.filter(pc.equal(table["split"], split))
+    table = table.sort_by("row")
+    names = [n for n in ("input_tokens", "target_tokens", "input_samples", "input_seconds") if n in table.column_names]
+    if "input_samples" in names:
+        names.remove("input_seconds")  # seconds only where samples are unknown (no sampling rate)
+    arrays = {n: np.asarray(table[n].to_numpy(zero_copy_only=False), np.float64) for n in names}
+    return np.asarray(table["row"]), {n: np.nan_to_num(a, nan=-1.0) if n != "input_seconds" else a
+                                      for n, a in arrays.items()}, table.num_rows
+
+
+def _memory_dict(epoch: Epoch, rows: np.ndarray, measured: dict, *, model: str, options: MemoryOptions,
+                 sampler: str, seed: int, split: str, total: int, pad_to_multiple_of) -> dict:
+    lay, worst, bound = epoch.layout, epoch.worst_estimate, epoch.any_shuffle_estimate
+    members = epoch.batches[epoch.worst]
+    sides = {k: v for k, v in (("input_len", lay.a_name), ("target_len", lay.b_name)) if v}
+    arrays = ((lay.a_name, lay.a), (lay.b_name, lay.b))
+    lengths = {name: arr[members].tolist() for name, arr in (*measured.items(), *arrays) if name and arr is not None}
+    longest = {name: int(rows[int(np.argmax(arr))]) for name, arr in arrays if name}
+    peaks = epoch.peaks
+    return {
+        "mode": "data", "model": model, "model_type": worst.model_type, "family": worst.family, "head": worst.head,
+        "params": worst.params, "trainable_params": worst.trainable_params, "options": options.to_dict(),
+        "split": split, "rows": total, "simulated_rows": lay.rows, "left_out": total - lay.rows,
+        "sampler": sampler, "seed": seed, "batch_size": epoch.batches.batch_size,
+        "grad_accum": options.gradient_accumulation_steps, "pad_to_multiple_of": pad_to_multiple_of,
+        "batches": len(epoch.batches), "sides": sides, "transformers": _version("transformers"),
+        "peak_bytes": worst.peak_bytes, "phase": worst.phase, "terms": dict(worst.terms),
+        "phase_peaks": dict(worst.phase_peaks),
+        "worst_batch": {"index": epoch.worst, "rows": rows[members].tolist(), "shape": worst.shape,
+                        "peak_bytes": worst.peak_bytes, "phase": worst.phase, "terms": dict(worst.terms),
+                        "lengths": lengths},
+        "any_shuffle": {"shape": epoch.any_shuffle.to_dict(), "peak_bytes": bound.peak_bytes, "phase": bound.phase,
+                        "terms": dict(bound.terms), "rows": longest},
+        "per_batch": {"batches": int(peaks.size), "exact": int(epoch.exact.sum()), "grid_bits": epoch.grid_bits,
+                      **epoch.percentiles()},
+        "per_batch_peak_bytes": _per_batch(peaks),
+    }
+
+
+def _over_limits(result) -> list[dict]:
+    """Rows over the model's (or tokenizer's) own limits: it fails on them before memory does."""
+    return [{"name": c["name"], "measure": c["measure"], "limit": c["limit"], "rows": c["over_in_measured"]}
+            for s in result.to_dict()["splits"] for c in s.get("limits") or [] if c["over_in_measured"]]
+
+
+def _per_batch(peaks: np.ndarray):
+    """Every batch's peak, or past ``PER_BATCH_LISTED`` batches the highest of each run of ``every``."""
+    if peaks.size <= PER_BATCH_LISTED:
+        return peaks.tolist()
+    every = -(-peaks.size // PER_BATCH_LISTED)
+    padded = np.concatenate([peaks, np.full(-peaks.size % every, peaks.min())])
+    return {"batches": int(peaks.size), "every": every, "max": padded.reshape(-1, every).max(axis=1).tolist()}
+
+
+def _verdict(config, epoch: Epoch, lengths: dict, budget_bytes: int, margin: float, options, result) -> dict:
+    """Whether the worst batch and the any-shuffle batch fit, and the limits that do."""
+    from .advice import recommend_limits
+
+    usable = usable_bytes(budget_bytes, margin)
+    lay = epoch.layout
+    caps = {}
+    for lim in (result.model or {}).get("limits") or []:  # the model's own, else the tokenizer's
+        side = {"input_tokens": "a" if lay.a_name in ("input_tokens", "input_tokens+target_tokens") else None,
+                "target_tokens": "b" if lay.b_name == "target_tokens" else None}.get(lim["name"])
+        if side:
+            caps[side] = min(caps.get(side, lim["value"]), int(lim["value"]))
+    parts = None
+    if lay.a_name == "input_tokens+target_tokens":
+        parts = tuple(int(lengths[n][lay.known].max()) for n in ("input_tokens", "target_tokens"))
+    rate = (result.audio or {}).get("sampling_rate")
+    limits = recommend_limits(config, lay, epoch.batches.batch_size, budget_bytes, options=options, margin=margin,
+                              caps=caps, sampling_rate=rate, parts=parts)
+    return {"usable_bytes": usable, "fits": epoch.worst_estimate.peak_bytes <= usable,
+            "any_shuffle_fits": epoch.any_shuffle_estimate.peak_bytes <= usable, "limits": limits}
+
+
+def clean_command(source, rules: list[str], **flags) -> str | None:
+    """A ``lengthscan clean`` command line applying ``rules`` to ``source`` with the same fields."""
+    import os
+    import shlex
+
+    if not rules:
+        return None
+    spec = os.fspath(source) if isinstance(source, (str, os.PathLike)) else "SRC"
+    args = ["lengthscan", "clean", spec]
+    for name, value in flags.items():
+        if isinstance(value, (str, os.PathLike, int)) and value is not None:
+            args += [f"--{name.replace('_', '-')}", str(value)]
+    for rule in rules:
+        args += ["--limit", rule]
+    return shlex.join([*args, "--out", "cleaned"])
+
+
+def export_rows(source, split: str, rows: list[int], out: Path, *, overwrite: bool = False) -> str:
+    """Save ``rows`` of ``split`` of ``source`` (in this order, every column) with ``save_to_disk``."""
+    from ..sources import open_source
+
+    src = open_source(source, split=split)
+    ds = src.splits[0].dataset().select(rows)
+    ds.info.description = f"lengthscan memory: rows {rows} of split {split!r} of {src.spec} (the worst batch)"
+    out = Path(out)
+    if overwrite and _is_saved_dataset(out):
+        shutil.rmtree(out)
+    ds.save_to_disk(str(out))
+    return str(out.resolve())
+
+
+def _is_saved_dataset(path: Path) -> bool:
+    return path.is_dir() and (path / "state.json").exists() and (path / "dataset_info.json").exists()
+
+
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def summary_lines(memory: dict) -> list[str]:
+    """The prediction in a few plain lines for the terminal."""
+    from ..report.fmt import size
+
+    w, a = memory["worst_batch"], memory["any_shuffle"]
+    left = f" ({memory['left_out']:,} without a length left out)" if memory["left_out"] else ""
+    lines = [(f"{memory['model_type']} ({memory['family']}): {memory['batches']:,} batches of {memory['batch_size']} "
+              f"({memory['sampler']}, seed {memory['seed']}) over {memory['simulated_rows']:,} rows of split "
+              f"{memory['split']}{left}"),
+             (f"worst batch #{w['index']}: {_shape_text(w['shape'], memory)}, predicted peak {size(w['peak_bytes'])} "
+              f"at {w['phase']}"),
+             f"  rows {_rows_text(w['rows'])}"]
+    for name, value in sorted(w["terms"].items(), key=lambda kv: -kv[1])[:6]:
+        lines.append(f"  {name:26} {size(value):>12}")
+    p = memory["per_batch"]
+    lines.append("per-batch peaks: " + " · ".join(f"{k} {size(p[k])}" for k in ("p50", "p90", "p99", "max"))
+                 + ("" if p["grid_bits"] is None else f" ({p['exact']:,} exact, the rest upper bounds)"))
+    lines.append(f"any shuffle: {_shape_text(a['shape'], memory)}, peak {size(a['peak_bytes'])}")
+    for over in memory.get("over_model_limits") or []:
+        lines.append(f"note: {over['rows']:,} rows over the model limit {over['name']}: training fails on them "
+                     "whatever the memory")
+    if memory.get("budget_bytes") is not None:
+        usable = memory["usable_bytes"]
+        lines.append(f"budget {size(memory['budget_bytes'])} ({size(usable)} usable with a "
+                     f"{memory['margin']:.0%} margin): the worst batch {'fits' if memory['fits'] else 'does NOT fit'}; "
+                     f"any shuffle {'fits' if memory['any_shuffle_fits'] else 'does NOT fit'}")
+        lim = memory["limits"]
+        if lim["rules"]:
+            lines.append("limits that fit: " + " ".join(f"--limit '{r}'" for r in lim["rules"]))
+            lines.append(f"  {lim['clean_command']}")
+        else:
+            lines.append(f"no length limit fits at batch size {memory['batch_size']}: a batch of one shortest row "
+                         f"alone needs {size(lim['smallest_batch_bytes'])} (weights, gradients, optimizer state)")
+        top = lim["largest_batch_size"]
+        lines.append(f"largest batch size at the longest rows: {top['value'] if top['value'] else 'none'}"
+                     + (" (search limit)" if top["capped_by"] else ""))
+    return lines
+
+
+def _shape_text(shape: dict, memory: dict) -> str:
+    sides = memory["sides"]
+    parts = [f"{shape['batch_size']} rows"]
+    for key in ("input_len", "target_len"):
+        if key in sides and shape.get(key) is not None:
+            parts.append(f"{shape[key]:,} {sides[key]}")
+    if memory["family"] == "speech-seq2seq":
+        parts.insert(1, "30 s of mel frames")
+    return " x ".join(parts)
+
+
+def _rows_text(rows: list[int], most: int = 16) -> str:
+    text = ", ".join(str(r) for r in rows[:most])
+    return text + (f", ... ({len(rows)} rows)" if len(rows) > most else "")
