@@ -418,12 +418,12 @@ class _progress:
 
 #: Subcommands that never use torch. transformers imports it whenever it is installed (1-2 s of a
 #: tokenizer's loading); in the command's own process it is hidden instead.
-TORCH_FREE_COMMANDS = {"audit", "clean", "demo"}
+TORCH_FREE_COMMANDS = {"audit", "clean", "demo", "memory"}
 
 
 def run() -> int:
     """The ``lengthscan`` console script: :func:`main` in a process of its own, where torch is hidden
-    from audit, clean and demo (``LENGTHSCAN_IMPORT_TORCH=1`` keeps it visible)."""
+    from audit, clean, demo and memory (``LENGTHSCAN_IMPORT_TORCH=1`` keeps it visible)."""
     argv = sys.argv[1:]
     if (argv and argv[0] in TORCH_FREE_COMMANDS and "torch" not in sys.modules
             and os.environ.get("LENGTHSCAN_IMPORT_TORCH") != "1"):
