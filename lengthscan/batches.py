@@ -12,7 +12,8 @@ The installed transformers (5.x) orders a training epoch by ``train_sampling_str
 Either order is cut into DataLoader batches of ``per_device_train_batch_size``, and each batch is
 padded to its longest member rounded up to ``pad_to_multiple_of`` (inputs by ``tokenizer.pad``,
 labels by ``DataCollatorForSeq2Seq`` with -100), so a batch holds rows x padded length positions.
-``"batch_rebalance"`` (variable batch sizes across data-parallel ranks) is not simulated.
+``"batch_rebalance"`` (variable batch sizes) is :func:`lengthscan.rebalance.rebalance_batches`; the
+report's :func:`simulate` compares the first two.
 """
 
 from __future__ import annotations
@@ -37,21 +38,35 @@ class Batches:
     ``order`` holds row positions (0..n-1) in the order the sampler yields them, without the rows
     ``drop_last`` dropped. ``batch_size`` is the DataLoader batch (per device); ``group_size`` is
     the batch the grouping used (per device x gradient accumulation, as the Trainer passes it).
+    ``offsets`` (variable batch sizes, ``batch_rebalance``): batch ``i`` is
+    ``order[offsets[i]:offsets[i + 1]]``, ``batch_size`` then being the nominal per-device batch.
     """
 
     strategy: str
     batch_size: int
     group_size: int
     order: np.ndarray
+    offsets: np.ndarray | None = None
+
+    @property
+    def starts(self) -> np.ndarray:
+        """Where each batch starts in ``order``."""
+        if self.offsets is not None:
+            return self.offsets[:-1]
+        return np.arange(0, self.order.size, self.batch_size)
 
     @property
     def indices(self) -> list[np.ndarray]:
         """Row positions of each batch, in order (views into ``order``)."""
+        if self.offsets is not None:
+            return np.split(self.order, self.offsets[1:-1]) if len(self) else []
         return [self.order[i:i + self.batch_size] for i in range(0, self.order.size, self.batch_size)]
 
     @property
     def sizes(self) -> np.ndarray:
         """Rows in each batch (the last one may be short)."""
+        if self.offsets is not None:
+            return np.diff(self.offsets).astype(np.int64)
         full, rest = divmod(self.order.size, self.batch_size)
         return np.asarray([self.batch_size] * full + ([rest] if rest else []), np.int64)
 
@@ -60,16 +75,20 @@ class Batches:
         if not -len(self) <= i < len(self):
             raise IndexError(f"batch {i} of {len(self)}")
         i %= len(self)
+        if self.offsets is not None:
+            return self.order[self.offsets[i]:self.offsets[i + 1]]
         return self.order[i * self.batch_size:(i + 1) * self.batch_size]
 
     def __len__(self) -> int:
+        if self.offsets is not None:
+            return self.offsets.size - 1
         return (self.order.size + self.batch_size - 1) // self.batch_size
 
     def padded_lengths(self, lengths, pad_to_multiple_of: int | None = None) -> np.ndarray:
         """The padded length of every batch: its longest row, rounded up to ``pad_to_multiple_of``."""
         if not self.order.size:
             return np.zeros(0, np.asarray(lengths).dtype)
-        longest = np.maximum.reduceat(np.asarray(lengths)[self.order], np.arange(0, self.order.size, self.batch_size))
+        longest = np.maximum.reduceat(np.asarray(lengths)[self.order], self.starts)
         return _round_up(longest, pad_to_multiple_of)
 
 

@@ -312,7 +312,7 @@ def _add_memory_data_flags(m: argparse.ArgumentParser) -> None:
     m.add_argument("--max-chars", type=int, default=None, metavar="N", help="data mode: as audit's --max-chars")
     m.add_argument("--no-cache", action="store_true", help="data mode: neither read nor write the length cache")
     m.add_argument("--num-proc", type=int, default=1, metavar="N", help="data mode: measure in N worker processes")
-    m.add_argument("--sampler", choices=("random", "group_by_length"), default="random",
+    m.add_argument("--sampler", choices=("random", "group_by_length", "batch_rebalance"), default="random",
                    help="data mode: the Trainer's train_sampling_strategy (default random)")
     m.add_argument("--seed", type=int, default=42, help="data mode: the Trainer's args.seed (default 42)")
     m.add_argument("--pad-to-multiple-of", type=int, metavar="N", help="data mode: the collator's pad_to_multiple_of")

@@ -16,7 +16,7 @@ import numpy as np
 from ..tokens import DEFAULT_MAX_CHARS
 from .api import load_config
 from .budget import usable_bytes
-from .epoch import SAMPLERS, Epoch, LayoutError, layout_for, price_epoch
+from .epoch import Epoch, LayoutError, check_sampler, layout_for, price_epoch
 from .families import family_of
 from .options import MemoryOptions
 
@@ -48,7 +48,7 @@ class MemoryPrediction:
 
 def predict_dataset(source, *, model, batch_size: int, input: str | None = None, target: str | None = None,
                     audio: str | None = None, tokenizer=None, sampling_rate: int | None = None,
-                    split: str | None = None, options: MemoryOptions = MemoryOptions(), sampler: str = "random",
+                    split: str | None = None, options: MemoryOptions | None = None, sampler: str = "random",
                     seed: int = TRAINER_SEED, pad_to_multiple_of: int | None = None, budget_bytes: int | None = None,
                     margin: float = 0.1, out=None, overwrite: bool = False, export_worst_batch=None,
                     cache: bool = True, max_chars: int = DEFAULT_MAX_CHARS, num_proc: int = 1, progress=None,
@@ -67,8 +67,8 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
     from ..sources import open_source
     from ..writer import OutputError, check_writable, publish, staging_dir
 
-    if sampler not in SAMPLERS:
-        raise LayoutError(f"sampler must be one of {', '.join(SAMPLERS)}, not {sampler!r}")
+    check_sampler(sampler)  # before the audit pass, not after it
+    options = options if options is not None else MemoryOptions()
     if not isinstance(batch_size, int) or batch_size < 1:
         raise LayoutError("--batch-size must be at least 1")
     usable_bytes(budget_bytes or 0, margin)  # checks the margin

@@ -1,7 +1,8 @@
 """One epoch's batches priced by the memory model (pure: per-row lengths in, peaks out).
 
 The batches are those ``lengthscan.batches`` simulates for the installed Trainer (its random or
-length-grouped order, cut into per-device batches); each batch is padded as the collators pad
+length-grouped order, cut into per-device batches, or ``lengthscan.rebalance``'s variable-size
+micro-batches for ``batch_rebalance``); each batch is padded as the collators pad
 it (to its longest row, rounded up to ``pad_to_multiple_of`` for tokens) and becomes one
 :class:`Shape`. Which lengths go where depends on the family (:func:`layout_for`).
 """
@@ -18,6 +19,12 @@ from ..batches import (
     grouped_batches,
     random_batches,
 )
+from ..rebalance import (
+    TRAINER_REBALANCE_SEED,
+    most_rows,
+    rebalance_available,
+    rebalance_batches,
+)
 from ..stats import nearest_rank_index
 from .api import MemoryEstimate, estimate
 from .families import family_of
@@ -26,7 +33,7 @@ from .options import MemoryOptions, Shape
 #: Distinct batch shapes priced one by one; beyond this, the others are priced on lengths rounded
 #: up to a grid (upper bounds within 2^-bits), and only batches that could be the worst exactly.
 EXACT_SHAPES = 2048
-SAMPLERS = ("random", "group_by_length")
+SAMPLERS = ("random", "group_by_length", "batch_rebalance")
 
 
 class LayoutError(ValueError):
@@ -147,13 +154,34 @@ class Epoch:
 
 def simulate_epoch(layout: Layout, batch_size: int, *, sampler: str = "random", seed: int = 42,
                    grad_accum: int = 1, drop_last: bool = False) -> Batches:
-    """Epoch 0 of ``Trainer.train()`` with ``args.seed = seed`` (``data_seed`` unset, one process)."""
+    """Epoch 0 of ``Trainer.train()`` with ``args.seed = seed`` (``data_seed`` unset, one process).
+
+    ``batch_rebalance`` ignores ``seed``: the Trainer leaves the sampler's own (42). It needs an
+    installed transformers that offers it (:class:`LayoutError` otherwise).
+    """
     if sampler == "random":
         return random_batches(layout.rows, batch_size, seed=seed, drop_last=drop_last)
     if sampler == "group_by_length":
         return grouped_batches(layout.group, batch_size, grad_accum=grad_accum, seed=seed, drop_last=drop_last,
                                draws_before=TRAINER_DRAWS_BEFORE_GROUPING)
+    if sampler == "batch_rebalance":
+        check_sampler(sampler)
+        return rebalance_batches(layout.group, batch_size, grad_accum=grad_accum, seed=TRAINER_REBALANCE_SEED,
+                                 drop_last=drop_last)
     raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}, not {sampler!r}")
+
+
+def check_sampler(sampler: str) -> None:
+    """Raise :class:`LayoutError` when the installed transformers lacks ``sampler`` (``batch_rebalance``)."""
+    if sampler not in SAMPLERS:
+        raise LayoutError(f"sampler must be one of {', '.join(SAMPLERS)}, not {sampler!r}")
+    if sampler == "batch_rebalance" and not rebalance_available():
+        from ..batches import _transformers_version
+
+        version = _transformers_version()
+        raise LayoutError(f"--sampler batch_rebalance: the installed transformers "
+                          f"({version or 'not installed'}) has no BatchRebalanceSampler "
+                          "(train_sampling_strategy='batch_rebalance'); use random or group_by_length")
 
 
 def batch_shapes(layout: Layout, batches: Batches) -> np.ndarray:
@@ -161,7 +189,7 @@ def batch_shapes(layout: Layout, batches: Batches) -> np.ndarray:
     order = batches.order
     if not order.size:
         raise ValueError("no rows to batch: every row lacks a length, or the source is empty")
-    starts = np.arange(0, order.size, batches.batch_size)
+    starts = batches.starts
     out = np.full((starts.size, 4), -1, np.int64)
     out[:, 0] = batches.sizes
     for col, values, multiple in ((1, layout.a, layout.a_multiple), (2, layout.b, layout.b_multiple)):
@@ -206,13 +234,18 @@ def price_epoch(config, layout: Layout, batch_size: int, *, options: MemoryOptio
             exact[i] = True
             best = max(best, int(peaks[i]))
     worst = int(np.flatnonzero(exact & (peaks == peaks[exact].max()))[0])
-    bound = any_shuffle_shape(layout, batch_size)
+    rows = batch_size
+    if sampler == "batch_rebalance":  # variable batch sizes: short rows come many to a batch
+        rows = most_rows(layout.rows, batch_size, options.gradient_accumulation_steps)
+    bound = any_shuffle_shape(layout, rows)
     return Epoch(layout, batches, shapes, peaks, exact, bits, worst, price(shapes[worst]), bound,
                  estimate(config, bound, options))
 
 
 def any_shuffle_shape(layout: Layout, batch_size: int) -> Shape:
-    """The batch no order exceeds: ``batch_size`` rows padded to the longest ``a`` and ``b``."""
+    """The batch no order exceeds: ``batch_size`` rows padded to the longest ``a`` and ``b``.
+
+    For ``batch_rebalance`` pass the most rows a micro-batch can hold (:func:`most_rows`)."""
     a = None if layout.a is None else int(layout.pad_a(layout.a.max()))
     b = None if layout.b is None else int(layout.pad_b(layout.b.max()))
     key, top = (layout.a, a) if layout.a is not None else (layout.b, b)
