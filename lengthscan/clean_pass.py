@@ -130,7 +130,9 @@ class SecondPass:
 
     def _writers(self, split_src):
         from .features import list_of, value
-        from .writer import DatasetWriter
+        from .parquet_out import writer_class
+
+        DatasetWriter = writer_class(self)  # writer.DatasetWriter; Parquet for --format parquet; the Ray probe
 
         features = split_src.parts[0].features()
         source_features = dict(features)

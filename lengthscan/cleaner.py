@@ -69,7 +69,7 @@ def clean(source, *, out, tokenizer=None, input: str | None = None, target: str 
           split: str | None = None, limits=(), action: str = "drop", keep_empty_targets: bool = False,
           crop_audio: bool = False, fail_over=None, length_column: str | None = "length",
           length_from: str | None = None, embed_audio: bool = False, tokenize: bool = False,
-          overwrite: bool = False,
+          overwrite: bool = False, format: str = "arrow",
           cache: bool = True, max_chars: int = DEFAULT_MAX_CHARS, batch_rows: int = BATCH_ROWS,
           redact: bool = False, num_proc: int = 1, decide_only: bool = True, progress=None,
           command: str | None = None) -> CleanResult:
@@ -84,9 +84,12 @@ def clean(source, *, out, tokenizer=None, input: str | None = None, target: str 
     With only numeric upper limits on ``input_tokens`` (no percentile, z-score or ratio rule, no
     ``tokenize``, no explicit ``length_from``), ``decide_only`` counts inputs only as far as each
     decision needs (see ``bounds.py``): same decisions, no ``length`` column.
+    ``format`` "parquet" writes ``dataset/`` and ``rejects/`` as Parquet shards (see ``parquet_out``).
     """
+    from .parquet_out import check_format
     from .writer import OutputError, staging_dir
 
+    check_format(format)
     started = time.perf_counter()
     rules, gate_spec, setup = prepare_with_rules(limits, fail_over, tokenizer=tokenizer, input=input,
                                                  target=target, audio=audio, model=model,
@@ -117,6 +120,7 @@ def clean(source, *, out, tokenizer=None, input: str | None = None, target: str 
                              length_column=length_column, length_from=length_from, embed_audio=embed_audio,
                              tokenize=tokenize, redact=redact,
                              batch_rows=batch_rows, progress=progress)
+        writer.output_format = format  # dataset/ and rejects/ as Arrow (save_to_disk) or Parquet shards
         dtallies, after, after_tallies = writer.run(plans)
         extra = {"batches": simulate_batches(src, after_tallies, setup, 0, of="cleaned dataset"),
                  "worst_rows": tuple(writer.worst.rows())}

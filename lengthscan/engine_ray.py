@@ -1,9 +1,9 @@
 """``audit`` on Ray Data: the same measure step, tallies, sample and outputs as the local engine.
 
-Data flow, per split: Ray Data's readers (``read_parquet``, ``read_json``; the Arrow files of a
-``save_to_disk`` directory through ``map_batches``) stream blocks in source order
-(``preserve_order``); the driver sees only block references and their row counts, so it knows each
-block's first row position without a global shuffle. Each block goes, by reference, to one of a
+Data flow, per split: Ray Data's readers (``read_parquet``, ``read_json``, ``read_csv``; the Arrow
+files of a ``save_to_disk`` directory through ``map_batches``; see ``engine_ray_sources``) stream
+blocks in source order (``preserve_order``); the driver sees only block references and their row
+counts, so it knows each block's first row position without a global shuffle. Each block goes, by reference, to one of a
 pool of measuring actors. An actor gets the set-up (fields, token counter, audio settings) once in
 its constructor: a ``TokenCounter`` pickles by name, so a local tokenizer directory is loaded once
 per actor, never per batch. It runs ``measure.measure_batch`` on the block's rows (or the sampled
@@ -22,6 +22,7 @@ import datetime as _dt
 import os
 import time
 from collections import deque
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -73,57 +74,76 @@ def audit_ray(source, *, ray_address: str | None = None, num_blocks: int | None 
         from .writer import check_writable
 
         check_writable(Path(out), overwrite=overwrite)
-    src = _open_local(source, split)
-    check_columns(src, setup.fields)
-    ratios = tuple(dict.fromkeys(r.metric for r in rules if r.is_ratio))
+    from .engine_ray_sources import check_source, open_for_ray
 
+    check_source(source)
+    ratios = tuple(dict.fromkeys(r.metric for r in rules if r.is_ratio))
+    with ray_session(ray, ray_address):
+        src = open_for_ray(ray, source, split)
+        check_columns(src, setup.fields)
+        output = _Output.start(Path(out) if out is not None else None, setup.fields, src,
+                               measured_only=bool(rules), redact=redact)
+        try:
+            splits, tallies, plans, infos = [], [], [], []
+            for split_src in src.splits:
+                plan = plan_sample(split_src.num_rows, sample=sample, full=full, seed=seed)
+                tally = SplitTally(setup.fields, setup.limits, ratios,
+                                   keep_positions=simulation_positions(plan, seed))
+                infos += _measure_split(ray, split_src, plan, setup, tally, ratios, output=output,
+                                        num_blocks=num_blocks, batch_rows=batch_rows, with_split=src.has_splits,
+                                        progress=progress)
+                splits.append(tally.split_audit(split_src.name, plan, seed))
+                tallies.append(tally)
+                plans.append(plan)
+            decisions = None
+            if rules:
+                from .decisions import gate
+                from .pipeline import resolve_for
+
+                resolved, basis = resolve_for(rules, src, tallies, setup, action, crop_audio)
+                dtallies = output.decide(src, plans, setup, resolved, keep_empty_targets)
+                decisions = {"rules": [r.to_dict() for r in resolved], "basis": basis, "action": action,
+                             "splits": [t.to_dict() for t in dtallies], "fail_over": fail_over,
+                             "gate": gate(gate_spec, dtallies)}
+            result = AuditResult(
+                source=src.spec, source_fingerprint=src.fingerprint, splits=tuple(splits),
+                tokenizer=_tokenizer_info(setup.counter, infos),
+                fields=setup.specs, seed=seed, command=command, version=__version__,
+                created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                out_dir=str(Path(out).resolve()) if out is not None else None, cache_hits=0,
+                seconds=time.perf_counter() - started,
+                model=setup.model_limits.to_dict() if setup.model_limits else None,
+                audio=setup.audio_dict(), decisions=decisions,
+                batches=simulate_batches(src, tallies, setup, seed, of="source"),
+            )
+            output.finish(result)
+            return result
+        except BaseException:
+            output.abort()
+            raise
+
+
+@contextmanager
+def ray_session(ray, ray_address: str | None):
+    """Ray for one job: joined (``ray_address``; the running session if there is one) or started
+    locally and shut down after; Ray Data set to keep blocks in source order, without progress bars."""
     started_ray = not ray.is_initialized()
     if started_ray:
         ray.init(address=ray_address, log_to_driver=False, include_dashboard=False)
+    import logging
+
     ctx = ray.data.DataContext.get_current()
     saved_order, saved_progress = ctx.execution_options.preserve_order, ctx.enable_progress_bars
     ctx.execution_options.preserve_order = True  # blocks arrive in source order: row ids stay exact
     ctx.enable_progress_bars = False
-    output = _Output.start(Path(out) if out is not None else None, setup.fields, src,
-                           measured_only=bool(rules), redact=redact)
+    logger = logging.getLogger("ray.data")  # its per-dataset INFO lines would interleave with ours
+    saved_level = logger.level
+    logger.setLevel(max(logging.WARNING, saved_level))
     try:
-        splits, tallies, plans, infos = [], [], [], []
-        for split_src in src.splits:
-            plan = plan_sample(split_src.num_rows, sample=sample, full=full, seed=seed)
-            tally = SplitTally(setup.fields, setup.limits, ratios, keep_positions=simulation_positions(plan, seed))
-            infos += _measure_split(ray, split_src, plan, setup, tally, ratios, output=output, num_blocks=num_blocks,
-                           batch_rows=batch_rows, with_split=src.has_splits, progress=progress)
-            splits.append(tally.split_audit(split_src.name, plan, seed))
-            tallies.append(tally)
-            plans.append(plan)
-        decisions = None
-        if rules:
-            from .decisions import gate
-            from .pipeline import resolve_for
-
-            resolved, basis = resolve_for(rules, src, tallies, setup, action, crop_audio)
-            dtallies = output.decide(src, plans, setup, resolved, keep_empty_targets)
-            decisions = {"rules": [r.to_dict() for r in resolved], "basis": basis, "action": action,
-                         "splits": [t.to_dict() for t in dtallies], "fail_over": fail_over,
-                         "gate": gate(gate_spec, dtallies)}
-        result = AuditResult(
-            source=src.spec, source_fingerprint=src.fingerprint, splits=tuple(splits),
-            tokenizer=_tokenizer_info(setup.counter, infos),
-            fields=setup.specs, seed=seed, command=command, version=__version__,
-            created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            out_dir=str(Path(out).resolve()) if out is not None else None, cache_hits=0,
-            seconds=time.perf_counter() - started,
-            model=setup.model_limits.to_dict() if setup.model_limits else None,
-            audio=setup.audio_dict(), decisions=decisions,
-            batches=simulate_batches(src, tallies, setup, seed, of="source"),
-        )
-        output.finish(result)
-        return result
-    except BaseException:
-        output.abort()
-        raise
+        yield ray
     finally:
         ctx.execution_options.preserve_order, ctx.enable_progress_bars = saved_order, saved_progress
+        logger.setLevel(saved_level)
         if started_ray:
             ray.shutdown()
 
@@ -149,68 +169,6 @@ def _import_ray():
     except ImportError:
         raise EngineError(f"the Ray engine needs Ray Data, which is not installed: {INSTALL}") from None
     return ray
-
-
-# -- the source: opened locally for its layout, read by Ray ---------------------------------------
-
-def _open_local(source, split):
-    """The source's layout (files, row counts, fingerprint) as the local engine sees it.
-
-    Parquet: footers only; ``save_to_disk``: memory-mapped, not read; JSON Lines: one streaming
-    count on the driver (the sample needs the row count before any row is read).
-    """
-    from .sources import open_source
-
-    if type(source).__module__.startswith("datasets"):
-        raise EngineError("the Ray engine reads files, not an in-memory Dataset: save it with "
-                          "save_to_disk or to Parquet and give the path")
-    spec = os.fspath(source)
-    if "://" in spec:
-        raise EngineError(f"{spec}: object-storage paths are not supported by the Ray engine yet")
-    if not any(ch in spec for ch in "*?[") and not Path(spec).expanduser().exists():
-        raise EngineError(f"{spec}: not a local file, glob or directory; a hub dataset id cannot be read "
-                          "in a distributed way: download it (save_to_disk or Parquet) and give the path")
-    src = open_source(source, split=split)
-    if src.kind == "audiofolder":
-        raise EngineError(f"{spec}: audio folders are not supported by the Ray engine yet; "
-                          "write a manifest (JSONL or Parquet) with the paths")
-    return src
-
-
-def _read_split(ray, split_src, columns: list[str], num_blocks: int | None):
-    """A Ray Dataset of the split's ``columns``, its rows in source order."""
-    parts = split_src.parts
-    kw = {"override_num_blocks": num_blocks} if num_blocks else {}
-    if all(p.parquet for p in parts):
-        return ray.data.read_parquet([p.path for p in parts], columns=columns, **kw)
-    if all(p.jsonl_schema is not None for p in parts):
-        from .filesources import json_read_options
-
-        # pyarrow's JSON reader, as the local engine (``lines=True`` would read through pandas)
-        return ray.data.read_json([p.path for p in parts], file_extensions=None, read_options=json_read_options(),
-                                  **kw).select_columns(columns)
-    if len(parts) == 1 and parts[0].path is None:
-        from .scan import _plain_arrow_files
-
-        files = _plain_arrow_files(parts[0].dataset)
-        if files is not None:
-            items = ray.data.from_items([{"path": f} for f in files], override_num_blocks=len(files))
-            return items.map_batches(_arrow_file_batches, batch_size=1, batch_format="pyarrow",
-                                     fn_kwargs={"columns": columns, "batch_rows": BATCH_ROWS * 16})
-    raise EngineError(f"split {split_src.name}: the Ray engine reads Parquet, JSON Lines and save_to_disk "
-                      "directories without transforms; convert this source to Parquet")
-
-
-def _arrow_file_batches(items, *, columns: list[str], batch_rows: int):
-    """Arrow stream files of a ``save_to_disk`` dataset, read through a file handle (no memory map)."""
-    import pyarrow as pa
-
-    for path in items.column("path").to_pylist():
-        with pa.OSFile(path, "rb") as fh:
-            for rb in pa.ipc.open_stream(fh):
-                rb = rb.select(columns)
-                for k in range(0, rb.num_rows, batch_rows):
-                    yield pa.Table.from_batches([rb.slice(k, batch_rows)])
 
 
 # -- measuring: actors over blocks, merged on the driver ------------------------------------------
@@ -254,17 +212,26 @@ class _Measurer:
         counter = self.setup.counter
         return counter.info() if counter is not None and counter.loaded else None
 
+    def proofs(self) -> dict:
+        """Decide-only mode: the proof of each role's bounds, as this actor established it."""
+        counter = self.setup.counter
+        bounds = counter._bounds if counter is not None else {}
+        return {role: (bounds[role].to_dict() if bounds.get(role) else None) for role in self.setup.decide_limits}
+
 
 def _measure_split(ray, split_src, plan, setup, tally, ratios, *, output, num_blocks, batch_rows,
-                   with_split, progress) -> list:
+                   with_split, progress, proofs: dict | None = None) -> list:
     """Stream the split's blocks through the actor pool; merge tallies and write lengths in row order.
-    Returns the actors' ``TokenizerInfo``s (the driver never loads the tokenizer itself)."""
+    Returns the actors' ``TokenizerInfo``s (the driver never loads the tokenizer itself). ``proofs``
+    (a dict) receives the decide-only proofs of the actor that measured the first block, whose
+    first batch is the local engine's first batch, so the proof is checked on the same texts."""
     columns = list(dict.fromkeys(f.column for f in setup.fields))
-    ds = _read_split(ray, split_src, columns, num_blocks)
-    actor_cls = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=-1)(_Measurer)
+    from .engine_ray_sources import read_split
+
+    ds = read_split(ray, split_src, columns, num_blocks)
     layout = split_src.layout()
     # the set-up is small (a TokenCounter pickles by name), passed inline so a restarted actor has it
-    actors = [actor_cls.remote(setup, layout, ratios, columns, batch_rows) for _ in range(_pool_size(ray))]
+    actors = start_actors(ray, _Measurer, setup, layout, ratios, columns, batch_rows)
     pending: deque = deque()
     offset = done = submitted = 0
 
@@ -286,12 +253,13 @@ def _measure_split(ray, split_src, plan, setup, tally, ratios, *, output, num_bl
         for bundle in ds.iter_internal_ref_bundles():
             for ref, meta in zip(bundle.block_refs, bundle.metadata):
                 n = meta.num_rows if meta.num_rows is not None else ray.get(ray.remote(_count).remote(ref))
-                take = None
+                take = np.arange(n, dtype=np.int64)
                 if plan.indices is not None:
                     lo, hi = np.searchsorted(plan.indices, [offset, offset + n])
                     take = plan.indices[lo:hi] - offset
-                if n and (take is None or take.size):
-                    pending.append(actors[submitted % len(actors)].measure.remote(ref, offset, take))
+                for lo, hi in block_pieces(take.size, len(actors), batch_rows):
+                    part = None if hi - lo == n else take[lo:hi]  # None: the whole block, no copy
+                    pending.append(actors[submitted % len(actors)].measure.remote(ref, offset, part))
                     submitted += 1
                 offset += n
                 while len(pending) > 2 * len(actors):
@@ -299,6 +267,8 @@ def _measure_split(ray, split_src, plan, setup, tally, ratios, *, output, num_bl
         while pending:
             collect(pending.popleft())
         infos = [i for i in ray.get([a.info.remote() for a in actors]) if i is not None]
+        if proofs is not None and setup.decide_limits:
+            proofs.update(ray.get(actors[0].proofs.remote()))
     finally:
         for a in actors:
             ray.kill(a)
@@ -306,6 +276,19 @@ def _measure_split(ray, split_src, plan, setup, tally, ratios, *, output, num_bl
         raise RuntimeError(f"split {split_src.name}: Ray read {offset} rows (expected {split_src.num_rows}) "
                            f"and measured {done} (expected {plan.size})")
     return infos
+
+
+#: At most this many actors share one block (each fetches the whole block from the object store).
+MAX_PIECES = 8
+
+
+def block_pieces(n: int, actors: int, batch_rows: int) -> list[tuple[int, int]]:
+    """Ranges of a block's ``n`` rows (or sampled rows) for different actors: one block is split
+    over up to ``MAX_PIECES`` actors, in pieces of at least ``batch_rows`` rows, since Ray Data reads
+    a Parquet file as one block per ~128 MiB whatever ``override_num_blocks`` asks, which would
+    leave all but one actor idle on a single-file corpus. Pieces are contiguous and in row order."""
+    k = max(1, min(actors, MAX_PIECES, n // max(1, batch_rows)))
+    return [(n * i // k, n * (i + 1) // k) for i in range(k)] if n else []
 
 
 def _count(block) -> int:
@@ -316,6 +299,16 @@ def _pool_size(ray) -> int:
     """Measuring actors: the cluster's CPUs less a quarter (at least one) left for the read tasks."""
     cpus = int(ray.cluster_resources().get("CPU", 1))
     return max(1, cpus - max(1, cpus // 4))
+
+
+def start_actors(ray, cls, *args) -> list:
+    """A pool of ``cls`` actors (``_pool_size``), each restarted by Ray when its process dies and its
+    unfinished calls retried (every call is a pure function of its block). Each holds a CPU; on a
+    cluster of fewer than two CPUs the one actor holds none, else Ray Data's read tasks would wait
+    forever for the CPU it holds."""
+    cpus = 1 if ray.cluster_resources().get("CPU", 1) >= 2 else 0
+    actor_cls = ray.remote(num_cpus=cpus, max_restarts=-1, max_task_retries=-1)(cls)
+    return [actor_cls.remote(*args) for _ in range(_pool_size(ray))]
 
 
 def _merge_tally(into, part) -> None:

@@ -123,12 +123,18 @@ def test_missing_ray_gives_the_install_command(monkeypatch, corpus_jsonl, bpe_di
     monkeypatch.setattr(builtins, "__import__", no_ray)
     with pytest.raises(EngineError, match=r'pip install "lengthscan\[ray\]"'):
         audit_ray(str(corpus_jsonl), tokenizer=str(bpe_dir), input="text")
+    from lengthscan.engine_ray_clean import clean_ray
+
+    with pytest.raises(EngineError, match=r'pip install "lengthscan\[ray\]"'):
+        clean_ray(str(corpus_jsonl), out="never-written", tokenizer=str(bpe_dir), input="text")
 
 
 def test_core_package_never_imports_ray():
     import subprocess
     import sys
 
-    code = "import sys, lengthscan, lengthscan.engine_ray, lengthscan.cli; print('ray' in sys.modules)"
+    code = ("import sys, lengthscan, lengthscan.engine_ray, lengthscan.engine_ray_clean, "
+            "lengthscan.engine_ray_sources, lengthscan.engine_ray_write, lengthscan.parquet_out, lengthscan.cli; "
+            "print('ray' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() \
         == "False"

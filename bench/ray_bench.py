@@ -1,0 +1,231 @@
+"""The Ray engine's cost and scaling: ``--engine ray`` against the local engine on the same cores, and
+the measuring work spread over one and two worker nodes of a simulated cluster.
+
+1. **Overhead**: ``lengthscan audit --full`` and ``lengthscan clean`` of the same Parquet corpus as
+   whole processes, local engine against ``--engine ray`` (a local Ray on every core of this
+   machine, started by the command itself, as a user would run it), in turn, ``--repeats`` times;
+   the ratio is the median Ray wall time over the median local wall time (> 1: Ray is slower).
+2. **Scaling**: on a ``ray.cluster_utils.Cluster`` in this process (a head node with no CPU, the
+   driver only, and 1, then 2 worker nodes of ``--cpus-per-node`` CPUs each): the whole
+   ``audit_ray`` (``--blocks`` read blocks asked for; Ray reads a Parquet file as one block per
+   ~128 MiB whatever is asked), and the per-block work alone: the blocks, already read, cut in
+   pieces as the engine cuts them (``engine_ray.block_pieces``), through warm measuring actors. It
+   prints the actors, the times, pieces and rows a second, and the speed-up of two nodes over one.
+   The nodes share this machine's cores: the speed-up cannot pass what the free cores allow.
+
+    python bench/ray_bench.py --quick      # ~2 minutes: 5,000 rows, one repeat
+    python bench/ray_bench.py              # the full tier (93k rows), 3 repeats
+
+Data: ``bench/data.py``'s corpus and tokenizer (built when missing). Needs ``lengthscan[ray]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from data import DEFAULT_DIR, build  # noqa: E402
+from harness import PY, SideFailed, interleave, run_proc  # noqa: E402
+
+
+def corpus(data_dir: Path, quick: bool, rows: int | None, scratch: Path) -> Path:
+    """The tier's Parquet corpus, or its first ``rows`` rows (row groups of 1,000, as data.py writes)."""
+    source = data_dir / "text" / ("quick" if quick else "full") / "corpus.parquet"
+    if not rows:
+        return source
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(source).slice(0, rows)
+    path = scratch / f"corpus-{rows}.parquet"
+    pq.write_table(table, path, row_group_size=1000)
+    return path
+
+
+def overhead(source: Path, tok: str, repeats: int, scratch: Path) -> list[dict]:
+    """Whole processes, local engine against --engine ray, for an audit and a clean."""
+    commands = {
+        "audit --full": ["audit", str(source), "--full"],
+        "clean (truncate to 512/64)": ["clean", str(source), "--limit", "input_tokens<=512",
+                                       "--limit", "target_tokens<=64", "--action", "truncate"],
+    }
+    common = ["--tokenizer", tok, "--input", "text", "--target", "summary", "--no-cache", "--quiet"]
+    lines = []
+    count = iter(range(10 ** 6))
+    for label, args in commands.items():
+
+        def side(engine: str, args=args):
+            work = scratch / f"{engine}-{next(count)}"
+            return run_proc([PY, "-m", "lengthscan", *args, *common, "--engine", engine, "--out", str(work / "out")],
+                            work)
+
+        runs = interleave({"local": lambda: side("local"), "ray": lambda: side("ray")}, repeats, label)
+        walls = {name: [p.wall for p in r if not isinstance(p, str)] for name, r in runs.items()}
+        if not all(walls.values()):
+            lines.append({"what": label, "failed": {n: [p for p in r if isinstance(p, str)] for n, r in runs.items()}})
+            continue
+        local, ray = statistics.median(walls["local"]), statistics.median(walls["ray"])
+        lines.append({"what": label, "local": local, "ray": ray, "ratio": ray / local,
+                      "runs": {n: [round(w, 2) for w in v] for n, v in walls.items()}})
+    return lines
+
+
+def scaling(source: Path, tok: str, *, cpus_per_node: int, blocks: int, repeats: int) -> list[dict]:
+    """On a simulated cluster of 1, then 2 worker nodes: the whole ``audit_ray`` (actors started, the
+    tokenizer loaded in each, blocks read and measured), and the per-block work alone: the corpus's
+    blocks, already in the object store, through warm measuring actors (the engine's own)."""
+    import pyarrow.parquet as pq
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from lengthscan.engine_ray import _pool_size, audit_ray
+
+    rows = pq.ParquetFile(source).metadata.num_rows
+    lines = []
+    for nodes in (1, 2):
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+        try:
+            for _ in range(nodes):
+                cluster.add_node(num_cpus=cpus_per_node)
+            cluster.wait_for_nodes()
+            ray.init(address=cluster.address, log_to_driver=False)
+            actors = _pool_size(ray)
+            walls, works = [], []
+            for rep in range(repeats):
+                t0 = time.perf_counter()
+                audit_ray(str(source), tokenizer=tok, input="text", target="summary", full=True, num_blocks=blocks)
+                walls.append(time.perf_counter() - t0)
+                works.append(_block_work(ray, source, tok, blocks))
+                print(f"  [scaling] {nodes} node(s) {rep + 1}/{repeats}: audit {walls[-1]:7.2f} s, "
+                      f"{works[-1]['pieces']} pieces through warm actors {works[-1]['span']:7.2f} s "
+                      f"(CPU {works[-1]['cpu']:.2f} s)", file=sys.stderr, flush=True)
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
+        work = sorted(works, key=lambda w: w["span"])[len(works) // 2]  # the median run
+        line = {"nodes": nodes, "cpus": nodes * cpus_per_node, "actors": actors, "wall": statistics.median(walls),
+                **work, "rows_s": rows / work["span"]}
+        line["cpu_share"] = work["cpu"] / work["span"]  # cores the actors got, on average
+        lines.append(line)
+    lines[1]["speedup"] = lines[0]["span"] / lines[1]["span"]
+    lines[1]["speedup_wall"] = lines[0]["wall"] / lines[1]["wall"]
+    return lines
+
+
+def _block_work(ray, source: Path, tok: str, blocks: int) -> dict:
+    """Every block of ``source``, cut in pieces as the engine cuts them, through warm actors (tokenizer
+    loaded, blocks already read): the span, and each piece's wall and CPU seconds in its actor."""
+    import numpy as np
+
+    from lengthscan.engine_ray import _Measurer, block_pieces, ray_session, start_actors
+    from lengthscan.engine_ray_sources import open_for_ray, read_split
+    from lengthscan.prepare import prepare
+    from lengthscan.scan import BATCH_ROWS
+
+    class TimedMeasurer(_Measurer):  # defined here: Ray ships it by value to the workers
+        def timed(self, block, offset, take):
+            wall, cpu = time.perf_counter(), time.process_time()
+            self.measure(block, offset, take)
+            return time.perf_counter() - wall, time.process_time() - cpu
+
+    setup = prepare(tokenizer=tok, input="text", target="summary")
+    columns = ["text", "summary"]
+    with ray_session(ray, None):
+        split = open_for_ray(ray, str(source), None).splits[0]
+        ds = read_split(ray, split, columns, blocks).materialize()
+        actors = start_actors(ray, TimedMeasurer, setup, split.layout(), (), columns, BATCH_ROWS)
+        work, offset = [], 0  # (block, first row, local rows) as the engine cuts them
+        for bundle in ds.iter_internal_ref_bundles():
+            for ref, meta in zip(bundle.block_refs, bundle.metadata):
+                for lo, hi in block_pieces(meta.num_rows, len(actors), BATCH_ROWS):
+                    work.append((ref, offset, np.arange(lo, hi)))
+                offset += meta.num_rows
+        try:
+            ray.get([a.timed.remote(work[0][0], 0, np.arange(64)) for a in actors])  # load the tokenizer
+            t0 = time.perf_counter()
+            times = ray.get([actors[i % len(actors)].timed.remote(*piece) for i, piece in enumerate(work)])
+            span = time.perf_counter() - t0
+        finally:
+            for a in actors:
+                ray.kill(a)
+    return {"span": span, "pieces": len(work), "piece_wall": statistics.median(t[0] for t in times),
+            "piece_cpu": statistics.median(t[1] for t in times), "cpu": sum(t[1] for t in times)}
+
+
+def report(args, source: Path, over: list[dict], scale: list[dict]) -> str:
+    import pyarrow.parquet as pq
+
+    import lengthscan
+
+    rows = pq.ParquetFile(source).metadata.num_rows
+    out = [f"# Ray engine: overhead and scaling ({'--quick' if args.quick else 'full'})", "",
+           f"- {time.strftime('%Y-%m-%d %H:%M')}, {len(os.sched_getaffinity(0))} cores, load average "
+           f"{'/'.join(f'{x:.1f}' for x in os.getloadavg())}; lengthscan {lengthscan.__version__}, "
+           f"ray {__import__('ray').__version__}",
+           f"- corpus: {source.name}, {rows:,} rows; {args.repeats} repeat(s) a side", ""]
+    if over:
+        out += ["| whole process | local | --engine ray | ray / local |", "|---|---:|---:|---:|"]
+    for line in over:
+        if "failed" in line:
+            out.append(f"| {line['what']} | failed: {line['failed']} | | |")
+        else:
+            out.append(f"| {line['what']} | {line['local']:.2f} s | {line['ray']:.2f} s | {line['ratio']:.2f}x |")
+    if not scale:
+        return "\n".join(out) + "\n"
+    out += ["", f"Simulated cluster: a head without CPU, worker nodes of {args.cpus_per_node} CPUs, "
+            f"`audit_ray(full=True)` asking for {args.blocks} blocks, in one process:", "",
+            "| worker nodes | CPUs | actors | whole audit | pieces (warm actors) | a piece: wall / CPU | "
+            "cores the actors got | rows/s | speed-up (pieces) | speed-up (whole) |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for line in scale:
+        speed = f"{line['speedup']:.2f}x" if "speedup" in line else "-"
+        whole = f"{line['speedup_wall']:.2f}x" if "speedup_wall" in line else "-"
+        out.append(f"| {line['nodes']} | {line['cpus']} | {line['actors']} | {line['wall']:.2f} s | "
+                   f"{line['pieces']} in {line['span']:.2f} s | {line['piece_wall']:.2f} s / "
+                   f"{line['piece_cpu']:.2f} s | {line['cpu_share']:.2f} | {line['rows_s']:,.0f} | {speed} | {whole} |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="the quick tier's first 5,000 rows, one repeat")
+    ap.add_argument("--rows", type=int, help="use only the first N rows of the corpus")
+    ap.add_argument("--repeats", type=int, help="runs a side (default 3, 1 with --quick)")
+    ap.add_argument("--cpus-per-node", type=int, default=2, help="CPUs of each simulated worker node (default 2)")
+    ap.add_argument("--blocks", type=int, help="read blocks (default 16, 8 with --quick)")
+    ap.add_argument("--only", default="overhead,scaling", help="overhead, scaling or both (default)")
+    ap.add_argument("--data-dir", type=Path, default=DEFAULT_DIR)
+    ap.add_argument("--results", type=Path, help="also write the table to this file")
+    args = ap.parse_args(argv)
+    args.repeats = args.repeats or (1 if args.quick else 3)
+    args.blocks = args.blocks or (8 if args.quick else 16)
+    rows = args.rows or (5000 if args.quick else None)
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    build(args.data_dir, clips=300, min_rows=50_000, force=False)
+    tok = str(args.data_dir / "tokenizer")
+    with tempfile.TemporaryDirectory(prefix="lengthscan-ray-bench-") as tmp:
+        scratch = Path(tmp)
+        source = corpus(args.data_dir, args.quick, rows, scratch)
+        only = set(args.only.split(","))
+        try:
+            over = overhead(source, tok, args.repeats, scratch) if "overhead" in only else []
+        except SideFailed as exc:
+            over = [{"what": "overhead", "failed": str(exc)}]
+        scale = scaling(source, tok, cpus_per_node=args.cpus_per_node, blocks=args.blocks,
+                        repeats=args.repeats) if "scaling" in only else []
+        text = report(args, source, over, scale)
+    sys.stdout.write(text)
+    if args.results:
+        args.results.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
