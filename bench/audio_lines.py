@@ -55,8 +55,12 @@ def _one_pass_wall(p) -> float:
 def _whole_row(line: str, ours: list, base: list) -> Row:
     ratios, err = _pairs(ours, base, lambda o, x: _one_pass_wall(x) / o.wall)
     oo, bo = _ok(ours)[0], _ok(base)[0]
+    # info, not a target: the audio target is the loop over files (the lines above); a whole
+    # `lengthscan audit` also parses its source (a CSV manifest through datasets: ~0.7 s of imports)
+    # and writes lengths.parquet and the HTML report, which a 10-line script does not
     return Row(line, seconds([p.wall for p in oo]) if oo else "-",
-               seconds([_one_pass_wall(p) for p in bo]) if bo else "-", ratios, ">= 1.0", error=err,
+               seconds([_one_pass_wall(p) for p in bo]) if bo else "-", ratios, None, error=err,
+               note="info: includes reading the source and writing the report",
                cpu_ratios=[(x.cpu - x.wall + _one_pass_wall(x)) / o.cpu for o, x in zip(oo, bo)]
                if len(oo) == len(bo) else [])
 
