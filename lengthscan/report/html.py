@@ -19,6 +19,7 @@ from pathlib import Path
 from . import charts
 from .findings import findings
 from .fmt import count, mean, num, share, size, unit
+from .memory_chart import memory_spec
 
 __all__ = ["findings", "render_html", "script_json", "write_html"]
 
@@ -146,7 +147,7 @@ def _memory_view(memory: dict | None, add) -> dict | None:
     terms = [{"name": k, "bytes": v, "share": v / total} for k, v in sorted(worst["terms"].items(), key=lambda kv: -kv[1])]
     names = list(worst.get("lengths") or {})
     rows = [{"row": r, "lengths": [worst["lengths"][n][i] for n in names]} for i, r in enumerate(worst["rows"])]
-    spec = charts.memory_spec(memory)
+    spec = memory_spec(memory)
     return {"m": memory, "chart": add(spec) if spec else None, "terms": terms, "length_names": names, "rows": rows}
 
 
