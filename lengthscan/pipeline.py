@@ -79,6 +79,10 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
             splits.append(tally.split_audit(split_src.name, plan, seed))
             tallies.append(tally)
             plans.append(plan)
+        if setup.counter is not None and setup.counter.loaded:
+            from .decisions import special_lengths
+
+            special_lengths(setup.counter, setup.fields)  # free now; a clean on cached lengths needs it
         decisions = None
         if rules:
             from .decisions import gate

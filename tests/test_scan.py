@@ -114,3 +114,20 @@ def test_jsonl_row_counts_are_remembered_until_the_file_changes(tmp_path, corpus
     changed = open_source(str(path)).splits[0]
     assert changed.num_rows == 80
     assert [b.rows.size for b in iter_batches(changed, ["text"])] == [80]
+
+
+def test_clean_after_an_audit_does_not_load_the_tokenizer(tmp_path, corpus_jsonl, bpe_dir):
+    """Everything a clean needs from the tokenizer (lengths, the special tokens' count) is cached."""
+    code = ("import sys, json; from lengthscan.cli import run; rc = run(); "
+            "print(json.dumps({'rc': rc, 'transformers': 'transformers' in sys.modules}))")
+    fields = ["--tokenizer", str(bpe_dir), "--input", "text", "--target", "summary"]
+    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error"}
+    runs = [["audit", str(corpus_jsonl), *fields, "--full", "--out", str(tmp_path / "a"), "--quiet"],
+            ["clean", str(corpus_jsonl), *fields, "--limit", "input_tokens<=64", "--limit", "target_tokens<=16",
+             "--out", str(tmp_path / "c"), "--quiet"]]
+    seen = []
+    for argv in runs:
+        proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env,
+                              timeout=300)
+        seen.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert seen == [{"rc": 0, "transformers": True}, {"rc": 0, "transformers": False}]
