@@ -243,14 +243,29 @@ class TokenCounter:
         budget = PREFIX_CHARS_PER_TOKEN * (limit + 1)
         cuts = {i: safe_cut(texts[i], budget) for i in rest if proof.prefix_ok and len(texts[i]) > budget}
         cuts = {i: c for i, c in cuts.items() if c}
-        if cuts:
-            counted = self._count_strings([texts[i][:c] for i, c in cuts.items()], role)
-            for i, k in zip(cuts, counted):
+        # one call for the prefixes and the texts counted in full (short ones), so the tokenizer's
+        # threads share one batch; only texts whose prefix stayed within the limit come back
+        whole = [i for i in rest if i not in cuts]
+        for attempt in range(3):
+            if not cuts and not whole:
+                break
+            counted = self._count_strings([texts[i][:c] for i, c in cuts.items()] + [texts[i] for i in whole], role)
+            if whole:
+                lengths[np.asarray(whole)] = counted[len(cuts):]
+            again, whole = {}, []
+            for (i, c), k in zip(cuts.items(), counted[:len(cuts)]):
                 if k > limit:
                     flags[i], at_least[i] = FLAG_OVER_BOUND, k
-        full = [i for i in rest if flags[i] != FLAG_OVER_BOUND]
-        if full:
-            lengths[np.asarray(full)] = self._count_strings([texts[i] for i in full], role)
+                    continue
+                # this text has more characters per token than most: once, a longer prefix sized
+                # by its own ratio when that is still well short of the whole text; else in full
+                longer = int(1.25 * (limit + 1) * c / max(int(k), 1)) + 1
+                cut = safe_cut(texts[i], longer) if attempt == 0 and 2 * longer < len(texts[i]) else None
+                if cut:
+                    again[i] = cut
+                else:
+                    whole.append(i)
+            cuts = again
         return lengths, flags, at_least, at_most
 
     def bounds(self, role: str, probe: list[str]):

@@ -68,3 +68,11 @@ def test_nfkc_expansion_is_bounded_on_the_normalized_text(tmp_path, train_texts)
     _, flags, _, at_most = counter.decide_count(texts, "input", 100)
     assert all(exact[i] <= at_most[i] for i in range(3) if flags[i] == FLAG_WITHIN_BOUND)
     assert exact[0] > 40  # the raw length would have been a false bound
+
+
+def test_safe_cut_needs_a_character_on_both_sides():
+    from lengthscan.bounds import safe_cut
+
+    assert safe_cut("ab ", 5) is None  # a trailing space is no cut
+    assert safe_cut("ab c", 5) == 2 and safe_cut("ab cd ", 10) == 2
+    assert safe_cut("a  b", 9) is None and safe_cut("abc", 2) is None
