@@ -72,6 +72,17 @@ def configs() -> list[tuple[str, str, object, list[Shape]]]:
         ("decoder-only", "opt 3x256", tr.OPTConfig(
             vocab_size=12000, hidden_size=256, ffn_dim=1024, num_hidden_layers=3, num_attention_heads=4,
             word_embed_proj_dim=256, max_position_embeddings=1024), [Shape(4, 512)]),
+        ("decoder-only", "gemma 3x256 mqa", tr.GemmaConfig(
+            vocab_size=8000, hidden_size=256, intermediate_size=768, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=1, head_dim=64, max_position_embeddings=1024),
+         [Shape(4, 256), Shape(2, 512), Shape(8, 128)]),
+        ("decoder-only", "phi3 3x256 gqa", tr.Phi3Config(
+            vocab_size=8000, hidden_size=256, intermediate_size=768, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=1024, pad_token_id=0),
+         [Shape(4, 256), Shape(2, 512), Shape(8, 128)]),
+        ("decoder-only", "gpt-neox 3x256 parallel", tr.GPTNeoXConfig(
+            vocab_size=8000, hidden_size=256, intermediate_size=1024, num_hidden_layers=3, num_attention_heads=4,
+            max_position_embeddings=1024), [Shape(4, 256), Shape(2, 512), Shape(8, 128)]),
         ("decoder-only", "gpt2 4x256", tr.GPT2Config(
             vocab_size=12000, n_embd=256, n_layer=4, n_head=4, n_positions=1024), [Shape(4, 512), Shape(8, 256)]),
         ("encoder-only", "bert 4x384 cls", tr.BertConfig(
@@ -82,6 +93,9 @@ def configs() -> list[tuple[str, str, object, list[Shape]]]:
         ("encoder-only", "roberta 3x256 mlm", tr.RobertaConfig(
             vocab_size=12000, hidden_size=256, intermediate_size=1024, num_hidden_layers=3, num_attention_heads=4,
             max_position_embeddings=514, architectures=["RobertaForMaskedLM"]), [Shape(8, 512)]),
+        ("encoder-only", "electra 3x256 emb128 cls", tr.ElectraConfig(
+            vocab_size=8000, embedding_size=128, hidden_size=256, intermediate_size=512, num_hidden_layers=3,
+            num_attention_heads=4, max_position_embeddings=1024), [Shape(8, 256), Shape(16, 128), Shape(4, 512)]),
         ("speech-encoder", "wav2vec2 3x256 group", tr.Wav2Vec2Config(
             vocab_size=32, hidden_size=256, intermediate_size=1024, num_hidden_layers=3, num_attention_heads=4,
             conv_dim=(256,) * 7), [Shape(2, 64000, 48), Shape(4, 32000, 24)]),
@@ -91,6 +105,12 @@ def configs() -> list[tuple[str, str, object, list[Shape]]]:
         ("speech-encoder", "hubert 2x256", tr.HubertConfig(
             vocab_size=32, hidden_size=256, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=4,
             conv_dim=(192,) * 7), [Shape(2, 48000, 40)]),
+        ("speech-encoder", "wavlm 2x256", tr.WavLMConfig(
+            vocab_size=32, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4),
+         [Shape(2, 32000, 24), Shape(1, 64000, 40), Shape(4, 16000, 12)]),
+        ("speech-encoder", "data2vec-audio 3x256", tr.Data2VecAudioConfig(
+            vocab_size=32, hidden_size=256, intermediate_size=1024, num_hidden_layers=3, num_attention_heads=4,
+            conv_dim=(256,) * 7), [Shape(2, 32000, 24), Shape(4, 16000, 12)]),
         ("speech-seq2seq", "whisper 2+2x256", tr.WhisperConfig(
             vocab_size=12000, d_model=256, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
             decoder_attention_heads=4, encoder_ffn_dim=1024, decoder_ffn_dim=1024, num_mel_bins=80,
@@ -169,6 +189,22 @@ def spot_checks() -> list[tuple]:
             word_embed_proj_dim=256), Shape(4, 400), bf16),
         ("decoder-only", "gpt2 3x320", tr.GPT2Config(vocab_size=10000, n_embd=320, n_layer=3, n_head=5),
          Shape(2, 600), MemoryOptions(attention="eager", gradient_checkpointing=True)),
+        ("decoder-only", "gemma 4x384 gqa", tr.GemmaConfig(
+            vocab_size=12000, hidden_size=384, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=6,
+            num_key_value_heads=2, head_dim=48), Shape(4, 512), both),
+        ("decoder-only", "phi3 4x384 resid-dropout", tr.Phi3Config(
+            vocab_size=12000, hidden_size=384, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=6,
+            num_key_value_heads=6, pad_token_id=0, resid_pdrop=0.1), Shape(4, 512), MemoryOptions()),
+        ("decoder-only", "phi3 4x384 partial rope", tr.Phi3Config(
+            vocab_size=12000, hidden_size=384, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=6,
+            num_key_value_heads=2, pad_token_id=0, partial_rotary_factor=0.75), Shape(4, 512), MemoryOptions()),
+        ("decoder-only", "gpt-neox 4x384 sequential", tr.GPTNeoXConfig(
+            vocab_size=12000, hidden_size=384, intermediate_size=1536, num_hidden_layers=4, num_attention_heads=6,
+            use_parallel_residual=False), Shape(4, 512), MemoryOptions()),
+        ("encoder-only", "electra 3x256 emb128 mlm", tr.ElectraConfig(
+            vocab_size=8000, embedding_size=128, hidden_size=256, intermediate_size=512, num_hidden_layers=3,
+            num_attention_heads=4, max_position_embeddings=1024, architectures=["ElectraForMaskedLM"]),
+         Shape(8, 256), bf16),
         ("encoder-only", "bert 6x512 mlm", tr.BertConfig(
             vocab_size=20000, hidden_size=512, intermediate_size=2048, num_hidden_layers=6, num_attention_heads=8,
             architectures=["BertForMaskedLM"]), Shape(12, 384, padding=True), bf16),
@@ -179,6 +215,13 @@ def spot_checks() -> list[tuple]:
             vocab_size=40, hidden_size=320, intermediate_size=1280, num_hidden_layers=3, num_attention_heads=5,
             conv_dim=(256,) * 7, feat_extract_norm="layer", do_stable_layer_norm=True),
          Shape(3, 40000, 60, padding=True), MemoryOptions(freeze_feature_encoder=True)),
+        ("speech-encoder", "wavlm 6x256 8 heads long", tr.WavLMConfig(
+            vocab_size=32, hidden_size=256, intermediate_size=1024, num_hidden_layers=6, num_attention_heads=8,
+            conv_dim=(64,) * 7, num_conv_pos_embeddings=64, num_conv_pos_embedding_groups=16),
+         Shape(2, 160000, 100), MemoryOptions()),
+        ("speech-encoder", "data2vec-audio 4x256 long", tr.Data2VecAudioConfig(
+            vocab_size=32, hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=8,
+            conv_dim=(64,) * 7), Shape(2, 160000, 100), MemoryOptions(precision="bf16")),
         ("speech-seq2seq", "whisper 2+3x320 128 mels", tr.WhisperConfig(
             vocab_size=20000, d_model=320, encoder_layers=2, decoder_layers=3, encoder_attention_heads=5,
             decoder_attention_heads=5, encoder_ffn_dim=1280, decoder_ffn_dim=1280, num_mel_bins=128,

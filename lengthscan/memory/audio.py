@@ -1,4 +1,4 @@
-"""Speech models: Wav2Vec2-like encoders with a CTC head, and Whisper."""
+"""Speech models: Wav2Vec2-like encoders (WavLM's gated relative position bias too) with a CTC head, and Whisper."""
 
 from __future__ import annotations
 
@@ -7,7 +7,13 @@ from .blocks import Attn, attention, lm_loss, mask, mlp
 from .ops import _kind
 from .tape import Tape, Tensor
 
-WAV2VEC2_TYPES = ("wav2vec2", "hubert")
+WAV2VEC2_TYPES = ("wav2vec2", "hubert", "wavlm", "data2vec-audio")
+_PREFIXES = {"hubert": "hubert", "wavlm": "wavlm", "data2vec-audio": "data2vec_audio"}
+
+
+def _layer_norm_convs(c) -> bool:
+    """LayerNorm after every feature convolution (Data2VecAudio always) rather than one GroupNorm."""
+    return c.model_type == "data2vec-audio" or c.feat_extract_norm == "layer"
 
 
 def feature_lengths(c, samples: int) -> list[int]:
@@ -22,10 +28,10 @@ def feature_lengths(c, samples: int) -> list[int]:
 def trace_wav2vec2(t: Tape, c, batch: int, samples: int, tgt: int, opts, padding: bool) -> None:
     """``Wav2Vec2ForCTC`` (HuBERT, Data2VecAudio alike): conv feature encoder, transformer, CTC loss."""
     mt = c.model_type
-    prefix = "hubert" if mt == "hubert" else "wav2vec2"
+    prefix = _PREFIXES.get(mt, "wav2vec2")
     frozen = opts.freeze_feature_encoder
     values = t.input(batch * samples, "f32")
-    with_mask = c.feat_extract_norm == "layer" or padding
+    with_mask = getattr(c, "feat_extract_norm", "group") == "layer" or padding  # as make_batch
     amask = t.input(batch * samples) if with_mask else None
     lengths = feature_lengths(c, samples)
     frames = lengths[-1]
@@ -46,7 +52,7 @@ def _features(t: Tape, c, x, batch: int, lengths: list, prefix: str, frozen: boo
     for i, (dim, k, n) in enumerate(zip(c.conv_dim, c.conv_kernel, lengths)):
         name = f"{prefix}.feature_extractor.conv_layers.{i}"
         t.begin_layer(-1 - i, ckpt, [x])
-        layer_norm = c.feat_extract_norm == "layer"
+        layer_norm = _layer_norm_convs(c)
         x = ops.conv1d(t, x, channels, dim, k, batch, n, f"{name}.conv", bias=c.conv_bias, trainable=not frozen,
                        strided_grad=layer_norm, strided_input=layer_norm and i > 0)
         if layer_norm:  # over channels: the conv output transposed
@@ -84,28 +90,36 @@ def _rest(t: Tape, c, h, batch, frames, d, prefix, opts, padding, with_mask, tgt
 
 
 def _encoder(t: Tape, c, h, batch: int, frames: int, d: int, name: str, opts, m):
-    stable = c.do_stable_layer_norm
-    k, groups = c.num_conv_pos_embeddings, c.num_conv_pos_embedding_groups
-    pos = f"{name}.pos_conv_embed.conv"
-    g = t.param(f"{pos}.parametrizations.weight.original0", k)
-    v = t.param(f"{pos}.parametrizations.weight.original1", d * d // groups * k)
-    w = t.new(v.numel, "f32", True)  # torch._weight_norm(v, g, dim=2): keeps v, g and the norms
-    t._node([v, g], [w], [v, g, t.new(k, "f32", False)])
-    out_len = frames + (1 if k % 2 == 0 else 0)
-    p = ops.conv1d(t, h, d, d, k, batch, out_len, pos, groups=groups, weight=w)
-    p = ops.copy(t, ops.activation(t, p, c.feat_extract_activation), batch * frames * d)
-    h = ops.binary(t, h, p)
+    stable = getattr(c, "do_stable_layer_norm", False)
+    groups = c.num_conv_pos_embedding_groups
+    if c.model_type == "data2vec-audio":
+        h = ops.binary(t, h, _data2vec_positions(t, c, h, batch, frames, d, f"{name}.pos_conv_embed"))
+    else:
+        k = c.num_conv_pos_embeddings
+        pos = f"{name}.pos_conv_embed.conv"
+        g = t.param(f"{pos}.parametrizations.weight.original0", k)
+        v = t.param(f"{pos}.parametrizations.weight.original1", d * d // groups * k)
+        w = t.new(v.numel, "f32", True)  # torch._weight_norm(v, g, dim=2): keeps v, g and the norms
+        t._node([v, g], [w], [v, g, t.new(k, "f32", False)])
+        out_len = frames + (1 if k % 2 == 0 else 0)
+        p = ops.conv1d(t, h, d, d, k, batch, out_len, pos, groups=groups, weight=w)
+        p = ops.copy(t, ops.activation(t, p, c.feat_extract_activation), batch * frames * d)
+        h = ops.binary(t, h, p)
     if not stable:
         h = ops.layer_norm(t, h, d, f"{name}.layer_norm")
     h = ops.dropout(t, h, c.hidden_dropout)
     a = Attn(d, c.num_attention_heads, d // c.num_attention_heads, dropout=c.attention_dropout,
              names=("q_proj", "k_proj", "v_proj", "out_proj"))
+    wavlm, bias = c.model_type == "wavlm", None
     for i in range(c.num_hidden_layers):
         layer = f"{name}.layers.{i}"
-        t.begin_layer(i, opts.gradient_checkpointing, [h, m])
+        t.begin_layer(i, opts.gradient_checkpointing, [h, m, bias])
         x = ops.layer_norm(t, h, d, f"{layer}.layer_norm") if stable else h
-        x = attention(t, x, None, a, f"{layer}.attention", batch, frames, frames, attention=opts.attention,
-                      mask4d=m, causal=False)
+        if wavlm:
+            x, bias = _wavlm_attention(t, c, x, bias, batch, frames, d, f"{layer}.attention")
+        else:
+            x = attention(t, x, None, a, f"{layer}.attention", batch, frames, frames, attention=opts.attention,
+                          mask4d=m, causal=False)
         attn_residual = h  # a local variable until the layer returns
         h = ops.binary(t, h, ops.dropout(t, x, c.hidden_dropout))
         if not stable:
@@ -121,6 +135,63 @@ def _encoder(t: Tape, c, h, batch: int, frames: int, d: int, name: str, opts, m)
     if stable:
         h = ops.layer_norm(t, h, d, f"{name}.layer_norm")
     return h
+
+
+def _data2vec_positions(t: Tape, c, h, batch: int, frames: int, d: int, name: str):
+    """Data2VecAudio: ``num_conv_pos_embeddings`` grouped convolutions, each with an affine-free LayerNorm
+    over channels (the output transposed) and the activation."""
+    k = c.conv_pos_kernel_size
+    p = h
+    for j in range(c.num_conv_pos_embeddings):
+        layer = f"{name}.layers.{j}"
+        p = ops.conv1d(t, p, d, d, k, batch, frames + (1 if k % 2 == 0 else 0), f"{layer}.conv",
+                       groups=c.num_conv_pos_embedding_groups, strided_grad=True)
+        p = ops.layer_norm(t, p, d, f"{layer}.layer_norm", weightless=True, strided=True)
+        p = ops.activation(t, p, c.feat_extract_activation)
+    return p
+
+
+@_kind("activations_attention")
+def _wavlm_attention(t: Tape, c, x, bias, batch: int, frames: int, d: int, name: str):
+    """WavLM: a gated relative position bias (the first layer's, repeated per row, reused by the others)
+    added inside ``F.multi_head_attention_forward`` (eager, attention weights returned); returns (out, bias)."""
+    heads = c.num_attention_heads
+    hd, scores_n = d // heads, batch * heads * frames * frames
+    if bias is None:  # compute_bias: bucket ids, rel_attn_embed, permute, repeat(bsz, 1, 1, 1)
+        buckets = t.new(frames * frames, "i64", False)
+        values = ops.embedding(t, buckets, frames * frames, c.num_buckets, heads, f"{name}.rel_attn_embed")
+        bias = ops.copy(t, values, scores_n)
+    g = ops.linear(t, x, hd, 8, f"{name}.gru_rel_pos_linear")  # per head: (batch, heads, frames, 8)
+    pairs = t.new(g.numel // 4, g.dtype, True)  # view(..., 2, 4).sum(-1)
+    t._node([g], [pairs], [])
+    g = ops.unary(t, pairs, "output")  # sigmoid
+    const = t.param(f"{name}.gru_rel_pos_const", heads)
+    gate_a, gate_b = ops.split(t, g, (1, 1))
+    gate = ops.unary(t, ops.binary(t, gate_a, ops.unary(t, ops.binary(t, gate_b, const, saves=True)), saves=True))
+    gated = ops.binary(t, gate, bias, saves=True)
+    # the input is hidden_states.transpose(0, 1): each projection folds it to 2-D, a copy its matmul keeps
+    q = ops.scale(t, ops.linear(t, _folded(t, x), d, d, f"{name}.q_proj"))  # q * scaling (need_weights=True)
+    k = ops.linear(t, _folded(t, x), d, d, f"{name}.k_proj")
+    v = ops.linear(t, _folded(t, x), d, d, f"{name}.v_proj")
+    dtype = t.compute(q, k)
+    qc, kc, gc = t.cast(q, dtype), t.cast(k, dtype), t.cast(gated, dtype)
+    scores = t.new(scores_n, dtype, True)  # baddbmm(bias, q, k^T)
+    t._node([qc, kc, gc], [scores], [qc, kc])
+    probs = ops.dropout(t, ops.softmax(t, scores), c.attention_dropout)
+    dtype = t.compute(probs, v)
+    pc, vc = t.cast(probs, dtype), t.cast(v, dtype)
+    out = t.new(batch * frames * d, dtype, True)
+    t._node([pc, vc], [out], [pc, vc])
+    out = ops.linear(t, ops.copy(t, out), d, d, f"{name}.out_proj")
+    mean = t.new(probs.numel // heads, probs.dtype, True)  # the returned weights' mean over heads (dropped)
+    t._node([probs], [mean], [])
+    t.use(mean)
+    return out, bias
+
+
+def _folded(t: Tape, x):
+    """``x.reshape(-1, d)`` of a transposed input inside a matmul (after autocast's cast): a copy."""
+    return ops.copy(t, t.cast(x, t.compute(x)))
 
 
 def trace_whisper(t: Tape, c, batch: int, frames: int, tgt: int, opts, padding: bool) -> None:

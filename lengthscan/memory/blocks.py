@@ -25,6 +25,7 @@ class Attn:
     k_bias: bool | None = None
     head_major: bool = False  # q/k/v made contiguous as (batch, heads, seq, dim) before attention (Whisper)
     q_scale: bool = False  # q_proj(x) * scaling before the attention (OPT): a new tensor
+    sliced_qkv: bool = False  # a fused projection sliced (Phi-3's qkv[..., a:b]) rather than split or chunked
 
 
 def mask(t: Tape, batch: int, q_len: int, k_len: int, attention: str) -> Tensor:
@@ -35,8 +36,13 @@ def mask(t: Tape, batch: int, q_len: int, k_len: int, attention: str) -> Tensor:
 @_kind("activations_attention")
 def attention(t: Tape, x: Tensor, kv: Tensor | None, a: Attn, name: str, batch: int, q_len: int, k_len: int, *,
               attention: str, mask4d: Tensor | None, causal: bool, rotary: tuple | None = None,
-              fused_qkv: bool = False, eager_softmax_fp32: bool = False, qk_norm: tuple | None = None) -> Tensor:
-    """q/k/v projections, attention, the output projection; returns the projection's output."""
+              fused_qkv: bool = False, eager_softmax_fp32: bool = False, qk_norm: tuple | None = None,
+              rotary_part: float | None = None) -> Tensor:
+    """q/k/v projections, attention, the output projection; returns the projection's output.
+
+    ``rotary_part``: Phi-3 and GPT-NeoX rotate the first part of each head (``q[..., :rotary_dim]``)
+    and concatenate the rest back, a copy of q and k even when the whole head rotates.
+    """
     kv = x if kv is None else kv
     kv_heads = a.kv_heads or a.heads
     q_dim, kv_out = a.heads * a.head_dim, kv_heads * a.head_dim
@@ -44,7 +50,7 @@ def attention(t: Tape, x: Tensor, kv: Tensor | None, a: Attn, name: str, batch: 
     k_bias = a.bias if a.k_bias is None else a.k_bias
     if fused_qkv:  # GPT-2's c_attn: one projection, split into views
         qkv = ops.linear(t, x, a.d_in, q_dim + 2 * kv_out, f"{name}.{qn}", a.bias)
-        q, k, v = ops.split(t, qkv, (q_dim, kv_out, kv_out))
+        q, k, v = ops.split(t, qkv, (q_dim, kv_out, kv_out), slices=a.sliced_qkv)
     else:
         q = ops.linear(t, x, a.d_in, q_dim, f"{name}.{qn}", a.bias)
         if a.q_scale:
@@ -55,7 +61,11 @@ def attention(t: Tape, x: Tensor, kv: Tensor | None, a: Attn, name: str, batch: 
         q = ops.rms_norm(t, q, qk_norm[0], f"{name}.q_norm")
         k = ops.rms_norm(t, k, qk_norm[0], f"{name}.k_norm")
     if rotary is not None:
-        q, k = _rotate(t, q, rotary), _rotate(t, k, rotary)
+        if rotary_part is None:
+            q, k = _rotate(t, q, rotary), _rotate(t, k, rotary)
+        else:
+            q = ops.copy(t, _rotate(t, _rotary_slice(t, q, rotary_part), rotary), q.numel)
+            k = ops.copy(t, _rotate(t, _rotary_slice(t, k, rotary_part), rotary), k.numel)
     n_rep = a.heads // kv_heads
     q_n, k_n = batch * q_len * q_dim, batch * k_len * kv_out
     # repeat_kv: expand then reshape, a copy (a view with a single KV head: the expanded dim folds in)
@@ -76,6 +86,13 @@ def attention(t: Tape, x: Tensor, kv: Tensor | None, a: Attn, name: str, batch: 
         if a.head_major:
             out = ops.copy(t, out)
     return ops.linear(t, out, q_dim, a.d_in, f"{name}.{on}", a.bias if a.out_bias is None else a.out_bias)
+
+
+def _rotary_slice(t: Tape, x: Tensor, part: float) -> Tensor:
+    """``x[..., :rotary_dim]`` (and ``x[..., rotary_dim:]``, even empty): slices, see :func:`ops.split`."""
+    out = Tensor(int(x.numel * part), x.dtype, x.requires_grad, x.storage)
+    t._node([t.use(x)], [out], [], workspace=x.nbytes)
+    return out
 
 
 def _rotate(t: Tape, x: Tensor, rotary: tuple) -> Tensor:
@@ -137,6 +154,15 @@ def gated_mlp(t: Tape, x: Tensor, d: int, ffn: int, name: str, act: str, *, bias
     u = ops.linear(t, x, d, ffn, f"{name}.{names[1]}", bias)
     h = ops.dropout(t, ops.binary(t, g, u, saves=True), act_dropout)
     return ops.linear(t, h, ffn, d, f"{name}.{names[2]}", bias)
+
+
+@_kind("activations_mlp")
+def fused_gated_mlp(t: Tape, x: Tensor, d: int, ffn: int, name: str, act: str, *,
+                    names: tuple = ("gate_up_proj", "down_proj")) -> Tensor:
+    """Phi-3: ``gate, up = gate_up(x).chunk(2)``, ``down(up * act(gate))`` (views of one projection)."""
+    gate, up = ops.split(t, ops.linear(t, x, d, 2 * ffn, f"{name}.{names[0]}", False), (ffn, ffn))
+    h = ops.binary(t, up, ops.activation(t, gate, act), saves=True)
+    return ops.linear(t, h, ffn, d, f"{name}.{names[1]}", False)
 
 
 @_kind("logits_loss")

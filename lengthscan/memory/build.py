@@ -20,6 +20,8 @@ def build_model(config, options: MemoryOptions = MemoryOptions(), *, seed: int =
             setattr(config, name, 0.0)
     head = resolve_head(config, options.head)
     attention = {"flash": "sdpa"}.get(options.attention, options.attention)  # no flash kernel on CPU
+    if config.model_type == "wavlm":  # its own attention (F.multi_head_attention_forward) whatever the setting
+        attention = "eager"
     model = getattr(transformers, HEAD_CLASSES[head]).from_config(config, attn_implementation=attention)
     if options.freeze_feature_encoder and hasattr(model, "freeze_feature_encoder"):
         model.freeze_feature_encoder()

@@ -1,14 +1,16 @@
-"""Decoder-only models: Llama-like (Llama, Mistral, Qwen2, Qwen3: RoPE, RMSNorm, SwiGLU, grouped KV heads) and GPT-2."""
+"""Decoder-only models: Llama-like (Llama, Mistral, Qwen2, Qwen3, Gemma, Phi-3: RoPE, RMSNorm, gated MLP, grouped KV
+heads), GPT-2, OPT and GPT-NeoX."""
 
 from __future__ import annotations
 
 from . import ops
-from .blocks import Attn, attention, gated_mlp, lm_loss, mask, mlp
+from .blocks import Attn, attention, fused_gated_mlp, gated_mlp, lm_loss, mask, mlp
 from .tape import Tape
 
-LLAMA_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+LLAMA_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "phi3")
 GPT2_TYPES = ("gpt2",)
 OPT_TYPES = ("opt",)
+NEOX_TYPES = ("gpt_neox",)
 
 
 def trace(t: Tape, c, batch: int, seq: int, opts, padding: bool) -> None:
@@ -17,6 +19,8 @@ def trace(t: Tape, c, batch: int, seq: int, opts, padding: bool) -> None:
         return _gpt2(t, c, batch, seq, opts, padding)
     if c.model_type in OPT_TYPES:
         return _opt(t, c, batch, seq, opts, padding)
+    if c.model_type in NEOX_TYPES:
+        return _neox(t, c, batch, seq, opts, padding)
     return _llama(t, c, batch, seq, opts, padding)
 
 
@@ -27,6 +31,12 @@ def _causal_mask(t: Tape, c, batch: int, seq: int, opts, padding: bool):
     return None  # SDPA's is_causal: no mask tensor
 
 
+def _rotary_fraction(c, default: float) -> float:
+    """``partial_rotary_factor`` (``rope_parameters``, else the config's own or legacy ``rotary_pct``)."""
+    rope = getattr(c, "rope_parameters", None) or {}
+    return rope.get("partial_rotary_factor", getattr(c, "partial_rotary_factor", getattr(c, "rotary_pct", default)))
+
+
 def _llama(t: Tape, c, batch: int, seq: int, opts, padding: bool) -> None:
     mt, d = c.model_type, c.hidden_size
     heads = c.num_attention_heads
@@ -35,30 +45,41 @@ def _llama(t: Tape, c, batch: int, seq: int, opts, padding: bool) -> None:
     ids, amask = t.input(batch * seq), t.input(batch * seq)
     tie = "model.embed_tokens.weight" if getattr(c, "tie_word_embeddings", False) else None
     h = ops.embedding(t, ids, batch * seq, c.vocab_size, d, "model.embed_tokens")
-    t.new(head_dim // 2, "f32", False, "buffers", held=True)  # rotary inv_freq
-    t.new(head_dim // 2, "f32", False, "buffers", held=True)  # and its original copy
-    cos, sin = t.new(seq * head_dim, "f32", False), t.new(seq * head_dim, "f32", False)
+    gemma, phi3 = mt == "gemma", mt == "phi3"
+    if gemma:  # embeddings * embed_scale (a 0-dim buffer): a new tensor
+        h = ops.binary(t, h, t.new(1, "f32", False, "buffers", held=True), saves=True)
+    part = _rotary_fraction(c, 1.0) if phi3 else 1.0  # Phi-3 rotates the first part of each head
+    rot = int(head_dim * part)
+    t.new(rot // 2, "f32", False, "buffers", held=True)  # rotary inv_freq
+    t.new(rot // 2, "f32", False, "buffers", held=True)  # and its original copy
+    cos, sin = t.new(seq * rot, "f32", False), t.new(seq * rot, "f32", False)
     m = _causal_mask(t, c, batch, seq, opts, padding)
     qkv_bias = mt == "qwen2" or getattr(c, "attention_bias", False)
     out_bias = mt != "qwen2" and getattr(c, "attention_bias", False)
-    if mt == "mistral":
+    if mt in ("mistral", "phi3"):
         qkv_bias = out_bias = False
     a = Attn(d, heads, head_dim, kv_heads, qkv_bias, out_bias, getattr(c, "attention_dropout", 0.0),
-             names=("q_proj", "k_proj", "v_proj", "o_proj"))
+             names=("qkv_proj" if phi3 else "q_proj", "k_proj", "v_proj", "o_proj"), sliced_qkv=phi3,
+             head_major=phi3)  # Phi-3's rotary cat makes q head-major contiguous
+    resid_p = getattr(c, "resid_pdrop", 0.0) if phi3 else 0.0
     mlp_bias = getattr(c, "mlp_bias", False)
     for i in range(c.num_hidden_layers):
         name = f"model.layers.{i}"
         t.begin_layer(i, opts.gradient_checkpointing, [h, m, cos, sin])
-        x = ops.rms_norm(t, h, d, f"{name}.input_layernorm")
+        x = ops.rms_norm(t, h, d, f"{name}.input_layernorm", plus_one=gemma)
         x = attention(t, x, None, a, f"{name}.self_attn", batch, seq, seq, attention=opts.attention, mask4d=m,
-                      causal=True, rotary=(cos, sin), eager_softmax_fp32=True,
+                      causal=True, rotary=(cos, sin), eager_softmax_fp32=True, fused_qkv=phi3,
+                      rotary_part=rot / head_dim if phi3 else None,
                       qk_norm=(head_dim, c.rms_norm_eps) if mt == "qwen3" else None)
-        h = ops.binary(t, h, x)
-        x = ops.rms_norm(t, h, d, f"{name}.post_attention_layernorm")
-        x = gated_mlp(t, x, d, c.intermediate_size, f"{name}.mlp", c.hidden_act, bias=mlp_bias)
-        h = ops.binary(t, h, x)
+        h = ops.binary(t, h, ops.dropout(t, x, resid_p))
+        x = ops.rms_norm(t, h, d, f"{name}.post_attention_layernorm", plus_one=gemma)
+        if phi3:
+            x = fused_gated_mlp(t, x, d, c.intermediate_size, f"{name}.mlp", c.hidden_act)
+        else:
+            x = gated_mlp(t, x, d, c.intermediate_size, f"{name}.mlp", c.hidden_act, bias=mlp_bias)
+        h = ops.binary(t, h, ops.dropout(t, x, resid_p))
         t.end_layer(h)
-    h = ops.rms_norm(t, h, d, "model.norm")
+    h = ops.rms_norm(t, h, d, "model.norm", plus_one=gemma)
     labels = t.input(batch * seq)
     shifted = t.new(batch * (seq + 1), "i64", False)  # pad(labels, (0, 1)), then [..., 1:].contiguous()
     loss, logits = lm_loss(t, h, d, c.vocab_size, batch * seq, shifted, tie=tie)
@@ -143,3 +164,48 @@ def _opt_norm(t: Tape, x, d: int, name: str, affine: bool):
     if affine:
         return ops.layer_norm(t, x, d, name)
     return ops.layer_norm(t, x, d, name, weightless=True)
+
+
+def _neox(t: Tape, c, batch: int, seq: int, opts, padding: bool) -> None:
+    """GPT-NeoX: fused per-head qkv, partial RoPE, LayerNorm, GELU MLP, parallel (or sequential) residual."""
+    d, heads = c.hidden_size, c.num_attention_heads
+    head_dim = d // heads
+    rot = int(head_dim * _rotary_fraction(c, 0.25))
+    ids, amask = t.input(batch * seq), t.input(batch * seq)
+    h = ops.embedding(t, ids, batch * seq, c.vocab_size, d, "gpt_neox.embed_in")
+    h = ops.dropout(t, h, getattr(c, "hidden_dropout", 0.0))
+    t.new(rot // 2, "f32", False, "buffers", held=True)  # rotary inv_freq
+    t.new(rot // 2, "f32", False, "buffers", held=True)  # and its original copy
+    cos, sin = t.new(seq * rot, "f32", False), t.new(seq * rot, "f32", False)
+    m = _causal_mask(t, c, batch, seq, opts, padding)
+    bias = getattr(c, "attention_bias", True)
+    a = Attn(d, heads, head_dim, bias=bias, dropout=getattr(c, "attention_dropout", 0.0),
+             names=("query_key_value", "", "", "dense"), head_major=True)  # the rotary cat: q head-major
+    p = getattr(c, "hidden_dropout", 0.0)
+    for i in range(c.num_hidden_layers):
+        name = f"gpt_neox.layers.{i}"
+        t.begin_layer(i, opts.gradient_checkpointing, [h, m, cos, sin])
+        x = ops.layer_norm(t, h, d, f"{name}.input_layernorm")
+        x = attention(t, x, None, a, f"{name}.attention", batch, seq, seq, attention=opts.attention, mask4d=m,
+                      causal=True, rotary=(cos, sin), eager_softmax_fp32=True, fused_qkv=True,
+                      rotary_part=rot / head_dim)
+        attn = ops.dropout(t, x, p)
+        if c.use_parallel_residual:  # mlp(ln2(h)) + attn + h
+            x = ops.layer_norm(t, h, d, f"{name}.post_attention_layernorm")
+            x = ops.dropout(t, mlp(t, x, d, c.intermediate_size, f"{name}.mlp", c.hidden_act,
+                                   names=("dense_h_to_4h", "dense_4h_to_h")), p)
+            h = ops.binary(t, ops.binary(t, x, attn), h)
+        else:
+            attn = ops.binary(t, attn, h)
+            x = ops.layer_norm(t, attn, d, f"{name}.post_attention_layernorm")
+            x = ops.dropout(t, mlp(t, x, d, c.intermediate_size, f"{name}.mlp", c.hidden_act,
+                                   names=("dense_h_to_4h", "dense_4h_to_h")), p)
+            h = ops.binary(t, x, attn)
+        t.end_layer(h)
+    h = ops.layer_norm(t, h, d, "gpt_neox.final_layer_norm")
+    labels = t.input(batch * seq)
+    shifted = t.new(batch * (seq + 1), "i64", False)
+    tie = "gpt_neox.embed_in.weight" if getattr(c, "tie_word_embeddings", False) else None
+    loss, logits = lm_loss(t, h, d, c.vocab_size, batch * seq, shifted, tie=tie)
+    t.use(labels)
+    t.finish(loss, keep=[logits, amask])

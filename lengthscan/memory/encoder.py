@@ -1,4 +1,4 @@
-"""Encoder-only text models: BERT-like (BERT, RoBERTa, XLM-RoBERTa, CamemBERT), post-LN layers."""
+"""Encoder-only text models: BERT-like (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, ELECTRA), post-LN layers."""
 
 from __future__ import annotations
 
@@ -9,26 +9,31 @@ from .tape import Tape
 ROBERTA_TYPES = ("roberta", "xlm-roberta", "camembert")
 BERT_TYPES = ("bert", *ROBERTA_TYPES)
 DISTILBERT_TYPES = ("distilbert",)
+ELECTRA_TYPES = ("electra",)  # BERT's layers; embeddings of embedding_size, projected to hidden_size
 
 
 def trace(t: Tape, c, batch: int, seq: int, opts, padding: bool, head: str) -> None:
     """``BertForSequenceClassification`` (``classification``) or ``BertForMaskedLM`` (``masked_lm``)."""
     if c.model_type in DISTILBERT_TYPES:
         return _distilbert(t, c, batch, seq, opts, padding, head)
-    roberta = c.model_type in ROBERTA_TYPES
-    prefix = "roberta" if roberta else "bert"
+    roberta, electra = c.model_type in ROBERTA_TYPES, c.model_type in ELECTRA_TYPES
+    prefix = "roberta" if roberta else "electra" if electra else "bert"
     d, n = c.hidden_size, batch * seq
+    e = getattr(c, "embedding_size", d) if electra else d
     ids, amask = t.input(n), t.input(n)
     emb = f"{prefix}.embeddings"
     for _ in range(2):  # position_ids and token_type_ids buffers
         t.new(c.max_position_embeddings, "i64", False, "buffers", held=True)
-    x = ops.embedding(t, ids, n, c.vocab_size, d, f"{emb}.word_embeddings")
+    x = ops.embedding(t, ids, n, c.vocab_size, e, f"{emb}.word_embeddings")
     types = t.new(1, "i64", False)
-    x = ops.binary(t, x, ops.embedding(t, types, n, c.type_vocab_size, d, f"{emb}.token_type_embeddings"))
+    x = ops.binary(t, x, ops.embedding(t, types, n, c.type_vocab_size, e, f"{emb}.token_type_embeddings"))
     pos_ids = t.new(n if roberta else seq, "i64", False)  # RoBERTa numbers positions from the ids, per row
-    pos = ops.embedding(t, pos_ids, n if roberta else seq, c.max_position_embeddings, d, f"{emb}.position_embeddings")
-    h = ops.layer_norm(t, ops.binary(t, x, pos), d, f"{emb}.LayerNorm")
+    pos = ops.embedding(t, pos_ids, n if roberta else seq, c.max_position_embeddings, e,
+                        f"{emb}.position_embeddings")
+    h = ops.layer_norm(t, ops.binary(t, x, pos), e, f"{emb}.LayerNorm")
     h = ops.dropout(t, h, c.hidden_dropout_prob)
+    if e != d:
+        h = ops.linear(t, h, e, d, f"{prefix}.embeddings_project")
     m = mask(t, batch, seq, seq, opts.attention) if padding else None
     a = Attn(d, c.num_attention_heads, d // c.num_attention_heads, dropout=c.attention_probs_dropout_prob,
              names=("self.query", "self.key", "self.value", "output.dense"))
@@ -42,10 +47,12 @@ def trace(t: Tape, c, batch: int, seq: int, opts, padding: bool, head: str) -> N
         x = ops.linear(t, x, c.intermediate_size, d, f"{name}.output.dense")
         h = _add_norm(t, x, h, d, c.hidden_dropout_prob, f"{name}.output.LayerNorm")
         t.end_layer(h)
-    if head == "masked_lm":
+    if head == "masked_lm" and electra:
+        _electra_mlm(t, c, h, d, e, n, amask)
+    elif head == "masked_lm":
         _mlm(t, c, h, d, n, roberta, prefix, amask)
     else:
-        _classify(t, c, h, d, batch, roberta, prefix, amask)
+        _classify(t, c, h, d, batch, roberta or electra, prefix, amask, "gelu" if electra else "tanh")
 
 
 def _add_norm(t: Tape, x, residual, d: int, p: float, name: str):
@@ -71,12 +78,22 @@ def _mlm(t: Tape, c, h, d: int, n: int, roberta: bool, prefix: str, amask) -> No
     t.finish(loss, keep=[logits, amask])
 
 
-def _classify(t: Tape, c, h, d: int, batch: int, roberta: bool, prefix: str, amask) -> None:
+def _electra_mlm(t: Tape, c, h, d: int, e: int, n: int, amask) -> None:
+    """``ElectraForMaskedLM``: dense to embedding_size, GELU, LayerNorm, the (tied) generator head."""
+    x = ops.activation(t, ops.linear(t, h, d, e, "generator_predictions.dense"), "gelu")
+    x = ops.layer_norm(t, x, e, "generator_predictions.LayerNorm")
+    tie = "electra.embeddings.word_embeddings.weight" if getattr(c, "tie_word_embeddings", True) else None
+    loss, logits = lm_loss(t, x, e, c.vocab_size, n, t.input(n), name="generator_lm_head", tie=tie, bias=True,
+                           upcast=False)
+    t.finish(loss, keep=[logits, amask])
+
+
+def _classify(t: Tape, c, h, d: int, batch: int, roberta: bool, prefix: str, amask, act: str = "tanh") -> None:
     first = ops.select(t, h, batch * d)  # hidden_states[:, 0]
     p = c.classifier_dropout if getattr(c, "classifier_dropout", None) is not None else c.hidden_dropout_prob
     if roberta:  # RobertaClassificationHead: dropout, dense, tanh, dropout, out_proj
         x = ops.dropout(t, first, p)
-        x = ops.activation(t, ops.linear(t, x, d, d, "classifier.dense"), "tanh")
+        x = ops.activation(t, ops.linear(t, x, d, d, "classifier.dense"), act)  # ELECTRA: GELU
         logits = ops.linear(t, ops.dropout(t, x, p), d, c.num_labels, "classifier.out_proj")
     else:  # the pooler, then dropout and the classifier
         x = ops.activation(t, ops.linear(t, first, d, d, f"{prefix}.pooler.dense"), "tanh")

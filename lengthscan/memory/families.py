@@ -13,9 +13,9 @@ HEAD_CLASSES = {
 
 ENCODER_DECODER = ("bart", "mbart", "pegasus", "marian", "blenderbot", "blenderbot-small", "plbart",
                    "t5", "mt5")
-DECODER_ONLY = ("llama", "mistral", "qwen2", "qwen3", "gpt2", "opt")
-ENCODER_ONLY = ("bert", "roberta", "xlm-roberta", "camembert", "distilbert")
-SPEECH_ENCODERS = ("wav2vec2", "hubert")
+DECODER_ONLY = ("llama", "mistral", "qwen2", "qwen3", "gemma", "phi3", "gpt2", "opt", "gpt_neox")
+ENCODER_ONLY = ("bert", "roberta", "xlm-roberta", "camembert", "distilbert", "electra")
+SPEECH_ENCODERS = ("wav2vec2", "hubert", "wavlm", "data2vec-audio")
 SPEECH_SEQ2SEQ = ("whisper",)
 
 #: Heads modelled per family, the usual one first.
@@ -62,6 +62,8 @@ def resolve_head(config, head: str = "auto") -> str:
             raise ValueError(f"head {head!r} is not modelled for {family} models; modelled: {', '.join(allowed)}")
         return head
     for architecture in reversed(getattr(config, "architectures", None) or ()):
+        if architecture == "ElectraForPreTraining":  # the discriminator (not modelled): the usual head
+            continue
         for suffix, name in _SUFFIXES:
             if architecture.endswith(suffix) and name in allowed:
                 return name

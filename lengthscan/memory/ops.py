@@ -63,11 +63,15 @@ def view(t: Tape, x: Tensor, numel: int | None = None) -> Tensor:
     return out
 
 
-def split(t: Tape, x: Tensor, widths: tuple) -> list:
-    """``x.split(widths, dim=-1)``: views; backward concatenates the parts' gradients into one."""
+def split(t: Tape, x: Tensor, widths: tuple, slices: bool = False) -> list:
+    """``x.split(widths, dim=-1)``: views; backward concatenates the parts' gradients into one.
+
+    ``slices``: ``x[..., a:b]`` for each part instead; each part's backward writes its gradient into
+    zeros shaped like ``x``, added to the others' (one more such buffer at a time).
+    """
     total = sum(widths)
     outs = [Tensor(x.numel // total * w, x.dtype, x.requires_grad, x.storage) for w in widths]
-    t._node([t.use(x)], outs, [])
+    t._node([t.use(x)], outs, [], workspace=x.nbytes if slices else 0)
     return outs
 
 
@@ -208,9 +212,9 @@ def rms_norm(t: Tape, x: Tensor, dim: int, name: str, plus_one: bool = False) ->
     t._node([sq], [variance], [])
     r = unary(t, unary(t, variance), "output")  # + eps, rsqrt keeps its result
     normed = binary(t, h, r, saves=True)
+    if plus_one:  # Gemma: (normed * (1.0 + weight.float())).type_as(x), the product in fp32
+        return t.cast(binary(t, normed, unary(t, t.cast(w, "f32")), saves=True), x.dtype)
     normed = t.cast(normed, x.dtype)
-    if plus_one:  # Gemma: (1 + weight) * x
-        w = unary(t, w)
     return binary(t, w, normed, saves=True)
 
 
