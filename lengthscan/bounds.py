@@ -157,3 +157,37 @@ def safe_cut(text: str, limit_chars: int) -> int | None:
             return i
         i = text.rfind(" ", 1, i)
     return None
+
+
+def prefix_decide(texts: list, rest: list[int], count, limit: int, *, prefix_ok: bool, lengths, flags, at_least,
+                  over_flag: int) -> None:
+    """Decide ``texts[i]`` for ``i`` in ``rest`` against ``limit`` with as little counting as the
+    proof allows: a long text whose prefix (cut at a safe space) already has more than ``limit``
+    tokens is over (``flags[i] = over_flag``, that count in ``at_least``); every other one is
+    counted in full into ``lengths``. ``count(list_of_str)`` returns the token counts."""
+    budget = PREFIX_CHARS_PER_TOKEN * (limit + 1)
+    cuts = {i: safe_cut(texts[i], budget) for i in rest if prefix_ok and len(texts[i]) > budget}
+    cuts = {i: c for i, c in cuts.items() if c}
+    # one call for the prefixes and the texts counted in full (short ones), so the tokenizer's
+    # threads share one batch; only texts whose prefix stayed within the limit come back
+    whole = [i for i in rest if i not in cuts]
+    for attempt in range(3):
+        if not cuts and not whole:
+            break
+        counted = count([texts[i][:c] for i, c in cuts.items()] + [texts[i] for i in whole])
+        if whole:
+            lengths[np.asarray(whole)] = counted[len(cuts):]
+        again, whole = {}, []
+        for (i, c), k in zip(cuts.items(), counted[:len(cuts)]):
+            if k > limit:
+                flags[i], at_least[i] = over_flag, k
+                continue
+            # this text has more characters per token than most: once, a longer prefix sized
+            # by its own ratio when that is still well short of the whole text; else in full
+            longer = int(1.25 * (limit + 1) * c / max(int(k), 1)) + 1
+            cut = safe_cut(texts[i], longer) if attempt == 0 and 2 * longer < len(texts[i]) else None
+            if cut:
+                again[i] = cut
+            else:
+                whole.append(i)
+        cuts = again

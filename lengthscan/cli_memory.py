@@ -38,6 +38,15 @@ def add_memory_parser(sub) -> None:
     _add_memory_data_flags(m)
 
 
+def _options(args):
+    from .memory import MemoryOptions
+
+    return MemoryOptions(precision=args.precision, optimizer=args.optimizer, attention=args.attention,
+                         gradient_checkpointing=args.gradient_checkpointing,
+                         freeze_feature_encoder=args.freeze_feature_encoder,
+                         gradient_accumulation_steps=args.grad_accum)
+
+
 def run_memory(args, command: str) -> int:
     return _memory_data(args, command) if args.source is not None else _memory(args)
 
@@ -56,7 +65,7 @@ def parse_size(text: str) -> int:
 def _memory(args) -> int:
     import json
 
-    from .memory import MemoryOptions, Shape, estimate, load_config, usable_bytes
+    from .memory import Shape, estimate, load_config, usable_bytes
 
     data_only = [flag for flag, value in (("--input", args.input), ("--audio", args.audio), ("--target", args.target),
                                           ("--out", args.out), ("--export-worst-batch", args.export_worst_batch))
@@ -65,10 +74,7 @@ def _memory(args) -> int:
         print(f"lengthscan: error: {', '.join(data_only)} need SRC (data mode)", file=sys.stderr)
         return EXIT_USAGE
     try:
-        options = MemoryOptions(precision=args.precision, optimizer=args.optimizer, attention=args.attention,
-                                gradient_checkpointing=args.gradient_checkpointing,
-                                freeze_feature_encoder=args.freeze_feature_encoder,
-                                gradient_accumulation_steps=args.grad_accum)
+        options = _options(args)
         budget = parse_size(args.budget) if args.budget else None
         usable_bytes(budget or 0, args.margin)  # checks the margin
         config = load_config(args.model)
@@ -122,7 +128,6 @@ def _memory_data(args, command: str) -> int:
     import json
 
     from .cli import _progress as progress_bars
-    from .memory import MemoryOptions
     from .memory.data import predict_dataset, summary_lines
     from .tokens import DEFAULT_MAX_CHARS
 
@@ -130,10 +135,7 @@ def _memory_data(args, command: str) -> int:
         print("lengthscan: error: --input-len/--target-len are shape mode's: drop SRC or them", file=sys.stderr)
         return EXIT_USAGE
     try:
-        options = MemoryOptions(precision=args.precision, optimizer=args.optimizer, attention=args.attention,
-                                gradient_checkpointing=args.gradient_checkpointing,
-                                freeze_feature_encoder=args.freeze_feature_encoder,
-                                gradient_accumulation_steps=args.grad_accum)
+        options = _options(args)
         budget = parse_size(args.budget) if args.budget else None
         with progress_bars(disabled=args.json) as progress:
             result = predict_dataset(

@@ -113,3 +113,9 @@ def from_schema(schema: pa.Schema) -> dict:
                 continue
         out[field.name] = from_arrow_type(field.type)
     return out
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table``'s columns in ``schema``'s order and types (a no-op when they already are)."""
+    table = table.select(schema.names)
+    return table if table.schema == schema else table.cast(schema)

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from .features import conform
+
 #: Output formats of ``clean --format``.
 FORMATS = ("arrow", "parquet")
 #: Rows per Parquet row group (``datasets``' default for Parquet is its batch size too).
@@ -88,9 +90,7 @@ class ParquetDatasetWriter:
         if self._schema is None:
             self._writer.write_table(table)
         else:
-            table = table.select(self._schema.names)
-            if table.schema != self._schema:
-                table = table.cast(self._schema)
+            table = conform(table, self._schema)
             self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
         self.rows += table.num_rows
 

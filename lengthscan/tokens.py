@@ -216,7 +216,7 @@ class TokenCounter:
         ``over_by_prefix`` and that count in ``at_least``; every other row is counted in full.
         Without a proof for this tokenizer and role (see ``bounds.py``), every row is counted.
         """
-        from .bounds import PREFIX_CHARS_PER_TOKEN, safe_cut
+        from .bounds import prefix_decide
 
         n = len(texts)
         at_least, at_most = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
@@ -240,32 +240,8 @@ class TokenCounter:
                 flags[i], at_most[i] = FLAG_WITHIN_BOUND, ub
             else:
                 rest.append(i)
-        budget = PREFIX_CHARS_PER_TOKEN * (limit + 1)
-        cuts = {i: safe_cut(texts[i], budget) for i in rest if proof.prefix_ok and len(texts[i]) > budget}
-        cuts = {i: c for i, c in cuts.items() if c}
-        # one call for the prefixes and the texts counted in full (short ones), so the tokenizer's
-        # threads share one batch; only texts whose prefix stayed within the limit come back
-        whole = [i for i in rest if i not in cuts]
-        for attempt in range(3):
-            if not cuts and not whole:
-                break
-            counted = self._count_strings([texts[i][:c] for i, c in cuts.items()] + [texts[i] for i in whole], role)
-            if whole:
-                lengths[np.asarray(whole)] = counted[len(cuts):]
-            again, whole = {}, []
-            for (i, c), k in zip(cuts.items(), counted[:len(cuts)]):
-                if k > limit:
-                    flags[i], at_least[i] = FLAG_OVER_BOUND, k
-                    continue
-                # this text has more characters per token than most: once, a longer prefix sized
-                # by its own ratio when that is still well short of the whole text; else in full
-                longer = int(1.25 * (limit + 1) * c / max(int(k), 1)) + 1
-                cut = safe_cut(texts[i], longer) if attempt == 0 and 2 * longer < len(texts[i]) else None
-                if cut:
-                    again[i] = cut
-                else:
-                    whole.append(i)
-            cuts = again
+        prefix_decide(texts, rest, lambda t: self._count_strings(t, role), limit, prefix_ok=proof.prefix_ok,
+                      lengths=lengths, flags=flags, at_least=at_least, over_flag=FLAG_OVER_BOUND)
         return lengths, flags, at_least, at_most
 
     def bounds(self, role: str, probe: list[str]):

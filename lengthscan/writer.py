@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .features import conform
 from .records import FLAG_NAMES
 
 #: Files an audit writes; a directory holding only these may be replaced by a new audit.
@@ -172,9 +173,7 @@ class DatasetWriter:
         if self._schema is None:
             self._writer.write_table(table)
         else:
-            table = table.select(self._schema.names)
-            if table.schema != self._schema:
-                table = table.cast(self._schema)
+            table = conform(table, self._schema)
             self._writer.write_table(table, max_chunksize=self.BATCH_ROWS)
         self.rows += table.num_rows
 
