@@ -29,12 +29,13 @@ ROLES = ("input", "target")
 #: Per-row flag codes, as stored in ``lengths.parquet`` (``{role}_flag``). A row is measured
 #: (has a length) when its flag is OK or EMPTY; every other flag means no length, with a reason.
 (FLAG_OK, FLAG_MISSING, FLAG_EMPTY, FLAG_TOO_LONG, FLAG_MISSING_FILE, FLAG_UNREADABLE, FLAG_TRUNCATED,
- FLAG_WITHIN_BOUND, FLAG_OVER_BOUND) = range(9)
+ FLAG_WITHIN_BOUND, FLAG_OVER_BOUND, FLAG_OVER_PIECES) = range(10)
 FLAG_NAMES = {FLAG_OK: None, FLAG_MISSING: "missing", FLAG_EMPTY: "empty", FLAG_TOO_LONG: "too_long",
               FLAG_MISSING_FILE: "missing_file", FLAG_UNREADABLE: "unreadable", FLAG_TRUNCATED: "truncated",
-              FLAG_WITHIN_BOUND: "within_by_bound", FLAG_OVER_BOUND: "over_by_prefix"}
+              FLAG_WITHIN_BOUND: "within_by_bound", FLAG_OVER_BOUND: "over_by_prefix",
+              FLAG_OVER_PIECES: "over_by_pieces"}
 #: Flags of rows decided without a full count (decide-only mode): a bound, no exact length.
-BOUNDED_FLAGS = (FLAG_WITHIN_BOUND, FLAG_OVER_BOUND)
+BOUNDED_FLAGS = (FLAG_WITHIN_BOUND, FLAG_OVER_BOUND, FLAG_OVER_PIECES)
 #: Flags of rows that have a length (a truncated audio file is measured by the frames it holds).
 MEASURED_FLAGS = (FLAG_OK, FLAG_EMPTY, FLAG_TRUNCATED)
 FLAG_CODES = {name: code for code, name in FLAG_NAMES.items() if name}

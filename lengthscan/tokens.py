@@ -28,6 +28,7 @@ from .records import (
     FLAG_EMPTY,
     FLAG_MISSING,
     FLAG_OVER_BOUND,
+    FLAG_OVER_PIECES,
     FLAG_TOO_LONG,
     FLAG_WITHIN_BOUND,
     TokenizerInfo,
@@ -213,7 +214,9 @@ class TokenCounter:
 
         Rows whose proven upper bound is <= ``limit`` get flag ``within_by_bound`` and their bound
         in ``at_most``; rows whose prefix already has more than ``limit`` tokens get
-        ``over_by_prefix`` and that count in ``at_least``; every other row is counted in full.
+        ``over_by_prefix`` and that count in ``at_least`` (``over_by_pieces`` where the
+        pre-tokenizer's pieces already prove it, without tokenizing); every other row is counted
+        in full.
         Without a proof for this tokenizer and role (see ``bounds.py``), every row is counted.
         """
         from .bounds import prefix_decide
@@ -240,6 +243,12 @@ class TokenCounter:
                 flags[i], at_most[i] = FLAG_WITHIN_BOUND, ub
             else:
                 rest.append(i)
+        if proof.pieces and rest:
+            lower = proof.pieces_lower([texts[i] for i in rest], limit, normalize)
+            over = lower > limit
+            chosen = np.asarray(rest)[over]
+            flags[chosen], at_least[chosen] = FLAG_OVER_PIECES, lower[over]
+            rest = np.asarray(rest)[~over].tolist()
         prefix_decide(texts, rest, lambda t: self._count_strings(t, role), limit, prefix_ok=proof.prefix_ok,
                       lengths=lengths, flags=flags, at_least=at_least, over_flag=FLAG_OVER_BOUND)
         return lengths, flags, at_least, at_most
@@ -257,7 +266,7 @@ class TokenCounter:
             proof = prove(method.backend, specials)
             if not self._bounds_hold(proof, method.backend, role, probe):
                 proof = None
-            elif proof.unit is None and not proof.prefix_ok:
+            elif proof.unit is None and not proof.prefix_ok and not proof.pieces:
                 proof = None
         self._bounds[role] = proof
         return proof
@@ -271,6 +280,8 @@ class TokenCounter:
         normalize = backend.normalizer.normalize_str if backend.normalizer is not None else None
         upper = proof.upper(texts, normalize)
         if any(0 <= u < n for u, n in zip(upper, counts)):
+            return False
+        if any(lo > n for lo, n in zip(proof.pieces_lower(texts, 1 << 20, normalize), counts)):
             return False
         if proof.prefix_ok:
             cuts = [(t, safe_cut(t, len(t) // 2)) for t in texts]

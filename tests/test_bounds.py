@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from lengthscan.records import FLAG_OVER_BOUND, FLAG_WITHIN_BOUND
+from lengthscan.records import FLAG_OVER_BOUND, FLAG_OVER_PIECES, FLAG_WITHIN_BOUND
 from lengthscan.tokens import TokenCounter
 from tests.conftest import EDGE_TEXTS
 
@@ -29,7 +29,7 @@ def test_decisions_equal_a_full_count_and_bounds_are_sound(any_tokenizer_dir, co
             continue
         if flags[i] == FLAG_WITHIN_BOUND:
             assert exact[i] <= at_most[i] <= limit, (i, t[:40])
-        elif flags[i] == FLAG_OVER_BOUND:
+        elif flags[i] in (FLAG_OVER_BOUND, FLAG_OVER_PIECES):
             assert limit < at_least[i] <= exact[i], (i, t[:40])
         else:
             assert lengths[i] == exact[i]
@@ -37,11 +37,17 @@ def test_decisions_equal_a_full_count_and_bounds_are_sound(any_tokenizer_dir, co
 
 def test_shortcuts_are_used_where_proven(bpe_dir, wordpiece_dir, mistral_spm_dir, corpus_rows):
     texts = _texts(corpus_rows)
+
+    def flags_of(tok_dir):
+        return TokenCounter(str(tok_dir)).decide_count(texts, "input", 64)[1]
     for tok_dir in (bpe_dir, wordpiece_dir):
         counter = TokenCounter(str(tok_dir))
         _, flags, _, _ = counter.decide_count(texts, "input", 64)
-        assert (flags == FLAG_WITHIN_BOUND).sum() > 100 and (flags == FLAG_OVER_BOUND).sum() > 50
+        over = (flags == FLAG_OVER_BOUND) | (flags == FLAG_OVER_PIECES)
+        assert (flags == FLAG_WITHIN_BOUND).sum() > 100 and over.sum() > 50
         assert counter.bounds("input", []).prefix_ok
+    # byte-level BPE: most long texts are proven over from their pieces alone, without tokenizing
+    assert (flags_of(bpe_dir) == FLAG_OVER_PIECES).sum() > 50 and not counter.bounds("input", []).pieces
     # Llama-2 style SentencePiece: Metaspace without splitting: a prefix proves nothing there
     counter = TokenCounter(str(mistral_spm_dir))
     _, flags, _, _ = counter.decide_count(texts, "input", 64)
@@ -76,3 +82,64 @@ def test_safe_cut_needs_a_character_on_both_sides():
     assert safe_cut("ab ", 5) is None  # a trailing space is no cut
     assert safe_cut("ab c", 5) == 2 and safe_cut("ab cd ", 10) == 2
     assert safe_cut("a  b", 9) is None and safe_cut("abc", 2) is None
+
+
+def _soup(rng, n: int) -> list[str]:
+    """Random texts built to break a pieces bound: contractions in every case, digits inside words,
+    punctuation runs, every kind of whitespace, control characters, non-ASCII letters, digits and
+    punctuation, combining marks, compatibility characters NFKC expands, and added tokens."""
+    atoms = ["'s", "'S", "'t", "'re", "'ll", "'d", "'m", "'ve", "''", "'", "it's", "O'Neil", "don't", "rock'n'roll",
+             "abc", "Z", "x1", "1x", "123", "4.5", "a_b", "__init__", "(x)", "[]", "{}", "->", "...", "!?", "`",
+             " ", "  ", "\t", "\n", "\r\n", "\x0b", "\x0c", "\x1c", "\x1f", "\x00", "\x7f", "\u00a0", "\u2028",
+             "\u3000", "é", "e\u0301", "ß", "Ω", "中", "²", "٣", "Ⅻ", "½", "ﬁ", "ＡＢ", "—", "“", "😀", "\u200b",
+             "<s>", "</s>", "<pad>", "<unk>"]
+    return ["".join(rng.choice(atoms) for _ in range(rng.randint(1, 120))) for _ in range(n)]
+
+
+@pytest.mark.parametrize("fixture", ["bpe_dir", "claude_bpe_dir"])
+def test_pieces_bound_never_exceeds_the_count(request, fixture, corpus_rows):
+    """The runs of a text never outnumber its tokens, on real texts and on 3,000 adversarial ones,
+    checked against the tokenizer itself (the proof is structural; this is the test that can fail)."""
+    import random
+
+    counter = TokenCounter(str(request.getfixturevalue(fixture)))
+    proof = counter.bounds("input", [])
+    assert proof.pieces and proof.to_dict()["pieces_lower_bound"]
+    # short ones where a wrong rule would overcount at once (one piece each, or one per word)
+    tight = ["!\x1c!", ".\x7f.", "!\x0b!", "a\x85b", "x\u00a0y", "it's", "IT'S", "'s'd", "we'll've", "a'b'c",
+             "x1y2", "é1", "1é", "!é!", "a\u0301b", "__x__", "a  b", " \n x", "a\r\nb", "<<s>>"]
+    texts = [t for t in _texts(corpus_rows) if t] + tight + _soup(random.Random(7), 3000)
+    exact, _ = counter.count(texts, "input")
+    backend = counter.tokenizer.backend_tokenizer
+    normalize = backend.normalizer.normalize_str if backend.normalizer is not None else None
+    lower = proof.pieces_lower(texts, 1 << 20, normalize)
+    bad = [(t[:60], lo, n) for t, lo, n in zip(texts, lower, exact) if lo > n]
+    assert not bad, bad[:5]
+    # the claim underneath: run starts never outnumber the pre-tokenizer's own pieces
+    pieces = [len(backend.pre_tokenizer.pre_tokenize_str(normalize(t) if normalize else t)) for t in texts]
+    bad = [(t[:60], lo - proof.specials, p) for t, lo, p in zip(texts, lower, pieces) if lo - proof.specials > p]
+    assert not bad, bad[:5]
+    assert (lower >= 0).sum() > 1000 and (lower >= 0.6 * exact).sum() > 500  # it bounds, and not trivially
+    # and on prefixes (8 characters a token, cut at a space where there is a normalizer)
+    for limit in (4, 16, 64):
+        short = proof.pieces_lower(texts, limit, normalize)
+        assert all(s <= n for s, n in zip(short, exact)) and (short > limit).sum() > 100
+
+
+def test_pieces_bound_is_off_where_not_proven(wordpiece_dir, unigram_dir, tmp_path, train_texts):
+    for tok_dir in (wordpiece_dir, unigram_dir):
+        proof = TokenCounter(str(tok_dir)).bounds("input", [])
+        assert proof is None or not proof.pieces
+    # byte-level BPE behind a custom Split pattern (Llama-3 style): not the proven regex
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r"[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+|\s+"), "isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.train_from_iterator(train_texts, trainers.BpeTrainer(
+        vocab_size=800, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+    proof = TokenCounter(str(tmp_path)).bounds("input", [])
+    assert proof is None or not proof.pieces

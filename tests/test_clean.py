@@ -227,6 +227,9 @@ def test_decide_only_mode_gives_the_same_dataset(tmp_path, corpus_jsonl, bpe_dir
     lengths = pq.read_table(tmp_path / "fast" / "lengths.parquet").to_pydict()
     full_lengths = pq.read_table(tmp_path / "full" / "lengths.parquet").to_pydict()
     assert lengths["decision"] == full_lengths["decision"]
+    seen = set()
     for exact, lo, flag in zip(full_lengths["input_tokens"], lengths["input_tokens_at_least"], lengths["input_flag"]):
-        if flag == "over_by_prefix":
+        if flag in ("over_by_prefix", "over_by_pieces"):
             assert 64 < lo <= exact
+            seen.add(flag)
+    assert "over_by_pieces" in seen  # byte-level BPE: proven over from its pieces, without tokenizing
