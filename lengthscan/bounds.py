@@ -1,6 +1,6 @@
 r"""Decide-only counting: is a text over L tokens? Count only as far as the answer needs.
 
-Two shortcuts, each used only where it is *proven* for the tokenizer at hand (read from the
+Three shortcuts, each used only where it is *proven* for the tokenizer at hand (read from the
 backend's own ``tokenizer.json`` structure, then checked on real texts), else the full count:
 
 * **An upper bound without tokenizing.** Every token covers at least one unit of the normalized
@@ -19,21 +19,10 @@ backend's own ``tokenizer.json`` structure, then checked on real texts), else th
   model tokenizes each piece on its own (BPE without dropout, WordPiece, WordLevel, and Unigram
   only behind such a splitter: Unigram over a whole text is not additive), the post-processor
   adds a fixed number of special tokens, and no added token contains whitespace.
-* **A lower bound without tokenizing, from the pre-tokenizer's pieces.** GPT-2's byte-level regex
-  (``'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+``) puts a run of
-  letters, a run of digits and a run of other non-space characters in different pieces, and a
-  piece holds at most one such run (after an optional leading space), apart from a contraction
-  (an apostrophe and the letters after it). So the number of run starts is at most the number of
-  pieces, and BPE makes at least one token of every piece whose characters are in its vocabulary.
-  Only ASCII characters are classified (a letter ``[A-Za-z]``, a digit ``[0-9]``, ASCII
-  punctuation, ASCII whitespace); a run start is counted only where the character before it is
-  known to be of another class (anything non-ASCII, or a control character, might continue the
-  run, so it is not counted), and a letter after an apostrophe is never counted. This holds for a
-  BPE model whose vocabulary holds every printable ASCII character (no subword prefix or suffix)
-  behind exactly that pre-tokenizer, with a normalizer that acts character by character (the runs
-  are counted on the normalized text of a prefix cut at a space) and a fixed number of special
-  tokens; texts holding an added token near the counted part are left out. No tokenizer runs:
-  ``runs + specials > L`` proves the text is over.
+* **A lower bound without tokenizing, from the pre-tokenizer's pieces** (``pieces.py``): for
+  GPT-2's byte-level regex, Llama 3's and Qwen 2's split regexes and BERT's pre-tokenizer, the
+  runs of ASCII letters, digits and punctuation of a text never outnumber its pieces, and every
+  piece makes at least one token, so ``runs + specials > L`` proves the text is over.
 
 Rows decided this way carry a bound instead of an exact length (``{name}_at_least``,
 ``{name}_at_most`` in ``lengths.parquet``) and are counted in the report.
@@ -46,6 +35,8 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
+
+from .pieces import CHARS_PER_TOKEN, SCAN_BYTES, rule_for, run_starts
 
 _CHAR_NORMALIZERS = {"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "StripAccents", "BertNormalizer", "Strip",
                      "Prepend", "Nmt"}
@@ -67,7 +58,7 @@ class Bounds:
     prefix_ok: bool = False    # prefix counts are lower bounds (additive at space cuts)
     reasons: tuple[str, ...] = ()  # why a shortcut is off
     raw_added: object = None   # compiled regex of added tokens matched on the raw text, or None
-    pieces: bool = False       # run starts bound the tokens from below (GPT-2 byte-level regex)
+    pieces: str | None = None  # the pieces rule proven (pieces.py), or None
     any_added: object = None   # compiled regex of every added token's content, or None
     added_len: int = 0         # the longest added token, in characters
 
@@ -89,12 +80,12 @@ class Bounds:
 
     def pieces_lower(self, texts: list[str], limit: int, normalize) -> np.ndarray:
         """Lower bounds on the token counts from the pre-tokenizer's pieces (see the module
-        docstring), counted on about ``PIECES_CHARS_PER_TOKEN * (limit + 1)`` characters of each
+        docstring), counted on about ``CHARS_PER_TOKEN * (limit + 1)`` characters of each
         text (-1 where no bound is computed)."""
         out = np.full(len(texts), -1, np.int64)
         if not self.pieces:
             return out
-        span = PIECES_CHARS_PER_TOKEN * (limit + 1)
+        span = CHARS_PER_TOKEN * (limit + 1)
         parts, owners = [], []
         for i, text in enumerate(texts):
             end = len(text)
@@ -112,48 +103,16 @@ class Bounds:
         start = 0
         while start < len(parts):  # a few MB at a time, so memory stays flat whatever the limit
             stop, size = start, 0
-            while stop < len(parts) and (stop == start or size + len(parts[stop]) < _SCAN_BYTES):
+            while stop < len(parts) and (stop == start or size + len(parts[stop]) < SCAN_BYTES):
                 size += len(parts[stop]) + 1
                 stop += 1
-            out[owners[start:stop]] = run_starts(parts[start:stop]) + self.specials
+            out[owners[start:stop]] = run_starts(parts[start:stop], self.pieces) + self.specials
             start = stop
         return out
 
     def to_dict(self) -> dict:
         return {"upper_bound_unit": self.unit, "prefix_lower_bound": self.prefix_ok,
                 "pieces_lower_bound": self.pieces, "why_not": list(self.reasons)}
-
-
-def _classes() -> np.ndarray:
-    """Byte -> class: 0 unknown (non-ASCII, control), 1 letter, 2 digit, 3 other, 4 whitespace."""
-    table = np.zeros(256, np.int8)
-    for lo, hi, cls in ((65, 90, 1), (97, 122, 1), (48, 57, 2), (33, 47, 3), (58, 64, 3), (91, 96, 3),
-                        (123, 126, 3)):
-        table[lo:hi + 1] = cls
-    table[[9, 10, 13, 32]] = 4
-    return table
-
-
-_CLASS = _classes()
-_SCAN_BYTES = 8 << 20
-#: The pieces bound looks at this many characters per allowed token (a piece runs about 5-6).
-PIECES_CHARS_PER_TOKEN = 8
-
-
-def run_starts(parts: list[bytes]) -> np.ndarray:
-    """For each UTF-8 text, the number of positions that start a run of ASCII letters, digits or
-    other non-space characters, provably (see the module docstring): one vectorized pass."""
-    buf = np.frombuffer(b"\n".join(parts) + b"\n", np.uint8)
-    cls = _CLASS[buf]
-    prev = np.empty_like(cls)
-    prev[0], prev[1:] = 4, cls[:-1]
-    prev_byte = np.empty_like(buf)
-    prev_byte[0], prev_byte[1:] = 10, buf[:-1]
-    known = (cls >= 1) & (cls <= 3)
-    starts = known & ((prev == 4) | ((prev >= 1) & (prev <= 3) & (prev != cls))) & ~((cls == 1) & (prev_byte == 39))
-    total = np.concatenate(([0], np.cumsum(starts, dtype=np.int64)))
-    ends = np.cumsum([len(p) + 1 for p in parts])
-    return np.diff(np.concatenate(([0], total[ends])))
 
 
 def prove(backend, specials: int) -> Bounds:
@@ -218,21 +177,13 @@ def prove(backend, specials: int) -> Bounds:
                   max((len(c) for c in contents), default=0))
 
 
-def _pieces_proven(model: dict, pre: list[dict], norm: list[dict], post: list[dict], reasons: list[str]) -> bool:
-    """The pieces lower bound holds: GPT-2's byte-level regex in front of BPE (module docstring)."""
-    if not (len(pre) == 1 and pre[0].get("type") == "ByteLevel" and pre[0].get("use_regex", True)):
-        reasons.append("pieces bound: only proven for GPT-2's byte-level regex pre-tokenizer")
-        return False
-    vocab = model.get("vocab") or {}
-    if model.get("type") != "BPE" or model.get("continuing_subword_prefix") or model.get("end_of_word_suffix") \
-            or not isinstance(vocab, dict) or any(chr(b) not in vocab for b in range(33, 127)):
-        reasons.append("pieces bound: not a BPE model holding every printable ASCII character")
-        return False
+def _pieces_proven(model: dict, pre: list[dict], norm: list[dict], post: list[dict], reasons: list[str]):
+    """The pieces rule that holds here (``pieces.py``), or None."""
     if any(n.get("type") not in _CHAR_NORMALIZERS and not _char_replace(n) for n in norm) \
             or any(p.get("type") not in _FIXED_POST for p in post):
         reasons.append("pieces bound: a normalizer or post-processor that is not character-wise or fixed")
-        return False
-    return True
+        return None
+    return rule_for(model, pre, reasons)
 
 
 def _flatten(node) -> list[dict]:

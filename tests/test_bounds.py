@@ -37,23 +37,20 @@ def test_decisions_equal_a_full_count_and_bounds_are_sound(any_tokenizer_dir, co
 
 def test_shortcuts_are_used_where_proven(bpe_dir, wordpiece_dir, mistral_spm_dir, corpus_rows):
     texts = _texts(corpus_rows)
-
-    def flags_of(tok_dir):
-        return TokenCounter(str(tok_dir)).decide_count(texts, "input", 64)[1]
     for tok_dir in (bpe_dir, wordpiece_dir):
         counter = TokenCounter(str(tok_dir))
         _, flags, _, _ = counter.decide_count(texts, "input", 64)
-        over = (flags == FLAG_OVER_BOUND) | (flags == FLAG_OVER_PIECES)
-        assert (flags == FLAG_WITHIN_BOUND).sum() > 100 and over.sum() > 50
-        assert counter.bounds("input", []).prefix_ok
-    # byte-level BPE: most long texts are proven over from their pieces alone, without tokenizing
-    assert (flags_of(bpe_dir) == FLAG_OVER_PIECES).sum() > 50 and not counter.bounds("input", []).pieces
+        assert (flags == FLAG_WITHIN_BOUND).sum() > 100
+        # most long texts are proven over from their pieces alone, without tokenizing
+        assert (flags == FLAG_OVER_PIECES).sum() > 50 and (flags == FLAG_OVER_PIECES).sum() > (flags == FLAG_OVER_BOUND).sum()
+        proof = counter.bounds("input", [])
+        assert proof.prefix_ok and proof.pieces
     # Llama-2 style SentencePiece: Metaspace without splitting: a prefix proves nothing there
     counter = TokenCounter(str(mistral_spm_dir))
     _, flags, _, _ = counter.decide_count(texts, "input", 64)
     proof = counter.bounds("input", [])
     assert not proof.prefix_ok and any("Metaspace" in r for r in proof.reasons)
-    assert (flags == FLAG_OVER_BOUND).sum() == 0
+    assert (flags == FLAG_OVER_BOUND).sum() == 0 and (flags == FLAG_OVER_PIECES).sum() == 0
 
 
 def test_nfkc_expansion_is_bounded_on_the_normalized_text(tmp_path, train_texts):
@@ -96,15 +93,53 @@ def _soup(rng, n: int) -> list[str]:
     return ["".join(rng.choice(atoms) for _ in range(rng.randint(1, 120))) for _ in range(n)]
 
 
-@pytest.mark.parametrize("fixture", ["bpe_dir", "claude_bpe_dir"])
-def test_pieces_bound_never_exceeds_the_count(request, fixture, corpus_rows):
+def _split_bpe(out, train_texts, pattern: str, nfc: bool):
+    """Byte-level BPE behind a Split regex and ByteLevel without its own regex (Llama 3, Qwen 2)."""
+    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    if nfc:
+        tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pattern), "isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.train_from_iterator(train_texts, trainers.BpeTrainer(
+        vocab_size=1500, special_tokens=["<|begin_of_text|>", "<|end_of_text|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    tok.post_processor = processors.TemplateProcessing(single="<|begin_of_text|> $A", special_tokens=[
+        ("<|begin_of_text|>", tok.token_to_id("<|begin_of_text|>"))])
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
+                                                           "bos_token": "<|begin_of_text|>"}))
+    return out
+
+
+@pytest.fixture(scope="module")
+def llama3_dir(tmp_path_factory, train_texts):
+    from lengthscan.pieces import LLAMA3_PATTERNS
+
+    pattern = next(p for p in LLAMA3_PATTERNS if "{1,3}" in p)
+    return _split_bpe(tmp_path_factory.mktemp("llama3"), train_texts, pattern, nfc=False)
+
+
+@pytest.fixture(scope="module")
+def qwen2_dir(tmp_path_factory, train_texts):
+    from lengthscan.pieces import LLAMA3_PATTERNS
+
+    pattern = next(p for p in LLAMA3_PATTERNS if "{1,3}" not in p)
+    return _split_bpe(tmp_path_factory.mktemp("qwen2"), train_texts, pattern, nfc=True)
+
+
+@pytest.mark.parametrize("fixture, rule", [("bpe_dir", "gpt2"), ("claude_bpe_dir", "gpt2"), ("llama3_dir", "llama3"),
+                                           ("qwen2_dir", "llama3"), ("wordpiece_dir", "bert")])
+def test_pieces_bound_never_exceeds_the_count(request, fixture, rule, corpus_rows):
     """The runs of a text never outnumber its tokens, on real texts and on 3,000 adversarial ones,
     checked against the tokenizer itself (the proof is structural; this is the test that can fail)."""
     import random
 
     counter = TokenCounter(str(request.getfixturevalue(fixture)))
     proof = counter.bounds("input", [])
-    assert proof.pieces and proof.to_dict()["pieces_lower_bound"]
+    assert proof.pieces == rule and proof.to_dict()["pieces_lower_bound"] == rule
     # short ones where a wrong rule would overcount at once (one piece each, or one per word)
     tight = ["!\x1c!", ".\x7f.", "!\x0b!", "a\x85b", "x\u00a0y", "it's", "IT'S", "'s'd", "we'll've", "a'b'c",
              "x1y2", "é1", "1é", "!é!", "a\u0301b", "__x__", "a  b", " \n x", "a\r\nb", "<<s>>"]
@@ -126,20 +161,12 @@ def test_pieces_bound_never_exceeds_the_count(request, fixture, corpus_rows):
         assert all(s <= n for s, n in zip(short, exact)) and (short > limit).sum() > 100
 
 
-def test_pieces_bound_is_off_where_not_proven(wordpiece_dir, unigram_dir, tmp_path, train_texts):
-    for tok_dir in (wordpiece_dir, unigram_dir):
+def test_pieces_bound_is_off_where_not_proven(unigram_dir, mistral_spm_dir, tmp_path, train_texts):
+    for tok_dir in (unigram_dir, mistral_spm_dir):
         proof = TokenCounter(str(tok_dir)).bounds("input", [])
         assert proof is None or not proof.pieces
-    # byte-level BPE behind a custom Split pattern (Llama-3 style): not the proven regex
-    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(r"[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+|\s+"), "isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.train_from_iterator(train_texts, trainers.BpeTrainer(
-        vocab_size=800, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
-    tok.save(str(tmp_path / "tokenizer.json"))
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+    # byte-level BPE behind a Split regex that is not one of the proven ones (a letter run may
+    # take two leading characters here): no pieces bound
+    _split_bpe(tmp_path, train_texts, r"[^\r\n\p{L}\p{N}]{0,2}\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+|\s+", nfc=False)
     proof = TokenCounter(str(tmp_path)).bounds("input", [])
     assert proof is None or not proof.pieces
