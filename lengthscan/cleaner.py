@@ -208,11 +208,14 @@ def _length_source(setup, length_column, length_from, src) -> str | None:
 TOKEN_COLUMNS = ("input_ids", "attention_mask", "labels")
 
 def _decide_only(rules, setup, action, tokenize, explicit_length, wanted) -> dict:
-    """role -> limit when decide-only counting applies: numeric upper input-token limits only."""
+    """role -> limit when decide-only counting applies: numeric upper input-token limits, beside
+    any rules on target tokens (targets are counted in full, so those rules see exact lengths)."""
     if not wanted or tokenize or explicit_length or not rules or action != "drop":
         return {}
     caps = []
     for r in rules:
+        if r.metric == "target_tokens" and r.action != "truncate":
+            continue
         if r.metric != "input_tokens" or not r.upper or r.kind not in ("number", "model") or r.action == "truncate":
             return {}
         if r.kind == "number":
@@ -224,7 +227,7 @@ def _decide_only(rules, setup, action, tokenize, explicit_length, wanted) -> dic
             caps.append(float(limit.value) if r.op == "<=" else float(limit.value) - 1e-9)
     import math
 
-    return {"input": math.floor(min(caps))}
+    return {"input": math.floor(min(caps))} if caps else {}
 
 
 def _proofs(setup) -> dict:
