@@ -13,17 +13,13 @@ kept + truncated + dropped = source rows has been checked for every split.
 
 from __future__ import annotations
 
-import datetime as _dt
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-from . import __version__
+from .assemble import audit_result, clean_extra, decisions_dict, publish_clean
 from .clean_pass import SecondPass
-from .decisions import (
-    gate,
-)
 from .measure import ColumnError, check_columns
 from .measure_pass import measure_split
 from .pipeline import BATCH_ROWS, resolve_for, simulate_batches
@@ -124,26 +120,10 @@ def clean(source, *, out, tokenizer=None, input: str | None = None, target: str 
         dtallies, after, after_tallies = writer.run(plans)
         extra = {"batches": simulate_batches(src, after_tallies, setup, 0, of="cleaned dataset"),
                  "worst_rows": tuple(writer.worst.rows())}
-        decisions = {"rules": [r.to_dict() for r in resolved], "basis": basis, "action": action,
-                     "splits": [t.to_dict() for t in dtallies], "fail_over": fail_over,
-                     "gate": gate(gate_spec, dtallies), "length_column": length_column if length_from else None,
-                     "length_from": length_from, "audio_embedded": embed_audio,
-                     "decide_only": {"on": bool(decide_limits), "limits": decide_limits,
-                                     "proof": _proofs(setup)} if decide_limits else {"on": False}}
-        audit = _with_time(audit, started)
-        result = CleanResult(audit, decisions, tuple(after), str(final.resolve()), published=False, **extra)
-        if result.gate_failed:
-            _remove(tmp)
-            return result
-        from .report.html import write_html
-        from .writer import publish, write_json
-
-        result = CleanResult(audit, decisions, tuple(after), str(final.resolve()), published=True, **extra)
-        data = result.to_dict()
-        write_json(tmp / "report.json", data)
-        write_html(tmp / "report.html", data, redact=redact)
-        publish(tmp, final)
-        return result
+        decisions = decisions_dict(resolved, basis, action, dtallies, fail_over, gate_spec,
+                                   **clean_extra(length_column, length_from, embed_audio, decide_limits,
+                                                 _proofs(setup)))
+        return publish_clean(audit, decisions, after, final, tmp, extra, started=started, redact=redact)
     except BaseException:
         _remove(tmp)
         raise
@@ -170,21 +150,9 @@ def _measure_all(src, setup, rules, tmp: Path, *, cache, batch_rows, progress, c
         tallies.append(tally)
         plans.append(plan)
     sink.lengths.close()
-    audit = AuditResult(
-        source=src.spec, source_fingerprint=src.fingerprint, splits=tuple(splits),
-        tokenizer=setup.counter.info(cached=set(cached)) if setup.counter else None, fields=setup.specs,
-        seed=0, command=command, version=__version__,
-        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), cache_hits=len(cached),
-        model=setup.model_limits.to_dict() if setup.model_limits else None, audio=setup.audio_dict(),
-        batches=simulate_batches(src, tallies, setup, 0, of="source"),
-    )
+    audit = audit_result(src, setup, splits, tallies, seed=0, command=command, cache_hits=len(cached),
+                         tokenizer=setup.counter.info(cached=set(cached)) if setup.counter else None)
     return audit, tallies, plans
-
-
-def _with_time(audit: AuditResult, started: float) -> AuditResult:
-    from dataclasses import replace
-
-    return replace(audit, seconds=time.perf_counter() - started)
 
 
 def _length_source(setup, length_column, length_from, src) -> str | None:
@@ -208,14 +176,12 @@ def _length_source(setup, length_column, length_from, src) -> str | None:
 TOKEN_COLUMNS = ("input_ids", "attention_mask", "labels")
 
 def _decide_only(rules, setup, action, tokenize, explicit_length, wanted) -> dict:
-    """role -> limit when decide-only counting applies: numeric upper input-token limits, beside
-    any rules on target tokens (targets are counted in full, so those rules see exact lengths)."""
+    """role -> limit when decide-only counting applies: numeric upper input-token limits only
+    (with any other rule, the written dataset keeps its exact ``length`` column by default)."""
     if not wanted or tokenize or explicit_length or not rules or action != "drop":
         return {}
     caps = []
     for r in rules:
-        if r.metric == "target_tokens" and r.action != "truncate":
-            continue
         if r.metric != "input_tokens" or not r.upper or r.kind not in ("number", "model") or r.action == "truncate":
             return {}
         if r.kind == "number":
@@ -227,7 +193,7 @@ def _decide_only(rules, setup, action, tokenize, explicit_length, wanted) -> dic
             caps.append(float(limit.value) if r.op == "<=" else float(limit.value) - 1e-9)
     import math
 
-    return {"input": math.floor(min(caps))} if caps else {}
+    return {"input": math.floor(min(caps))}
 
 
 def _proofs(setup) -> dict:

@@ -18,7 +18,6 @@ Ray is imported only inside these functions: the core package never needs it.
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import time
 from collections import deque
@@ -27,7 +26,6 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
 from .sampling import DEFAULT_SEED, plan_sample
 from .scan import BATCH_ROWS, Batch
 from .sources import SourceError
@@ -58,11 +56,11 @@ def audit_ray(source, *, ray_address: str | None = None, num_blocks: int | None 
     actor pool uses the cluster's CPUs). ``--limit`` decisions run on the driver over the merged
     ``lengths`` file, as in the local engine.
     """
+    from .assemble import audit_result, decisions_dict
     from .measure import check_columns
     from .outputs import _Output
-    from .pipeline import simulate_batches, simulation_positions
+    from .pipeline import simulation_positions
     from .prepare import prepare_with_rules
-    from .records import AuditResult
     from .tally import SplitTally
 
     ray = _import_ray()
@@ -97,25 +95,14 @@ def audit_ray(source, *, ray_address: str | None = None, num_blocks: int | None 
                 plans.append(plan)
             decisions = None
             if rules:
-                from .decisions import gate
                 from .pipeline import resolve_for
 
                 resolved, basis = resolve_for(rules, src, tallies, setup, action, crop_audio)
                 dtallies = output.decide(src, plans, setup, resolved, keep_empty_targets)
-                decisions = {"rules": [r.to_dict() for r in resolved], "basis": basis, "action": action,
-                             "splits": [t.to_dict() for t in dtallies], "fail_over": fail_over,
-                             "gate": gate(gate_spec, dtallies)}
-            result = AuditResult(
-                source=src.spec, source_fingerprint=src.fingerprint, splits=tuple(splits),
-                tokenizer=_tokenizer_info(setup.counter, infos),
-                fields=setup.specs, seed=seed, command=command, version=__version__,
-                created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                out_dir=str(Path(out).resolve()) if out is not None else None, cache_hits=0,
-                seconds=time.perf_counter() - started,
-                model=setup.model_limits.to_dict() if setup.model_limits else None,
-                audio=setup.audio_dict(), decisions=decisions,
-                batches=simulate_batches(src, tallies, setup, seed, of="source"),
-            )
+                decisions = decisions_dict(resolved, basis, action, dtallies, fail_over, gate_spec)
+            result = audit_result(src, setup, splits, tallies, seed=seed, command=command, cache_hits=0,
+                                  tokenizer=_tokenizer_info(setup.counter, infos), out=out, started=started,
+                                  decisions=decisions)
             output.finish(result)
             return result
         except BaseException:

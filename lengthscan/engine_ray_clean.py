@@ -32,6 +32,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from . import __version__
+from .assemble import audit_result, clean_extra, decisions_dict, publish_clean
 from .engine_ray import (
     _count,
     _import_ray,
@@ -72,20 +73,17 @@ def clean_ray(source, *, out, ray_address: str | None = None, num_blocks: int | 
     ignored (the actor pools use the cluster's CPUs).
     """
     from .cleaner import (
-        CleanResult,
         _check_tokenize,
         _decide_only,
         _length_source,
         _remove,
-        _with_time,
     )
-    from .decisions import gate
     from .engine_ray_sources import check_source, open_for_ray
     from .measure import check_columns
     from .parquet_out import check_format
     from .pipeline import resolve_for, simulate_batches
     from .prepare import prepare_with_rules
-    from .writer import OutputError, publish, staging_dir, write_json
+    from .writer import OutputError, staging_dir
 
     ray = _import_ray()
     check_format(format)
@@ -124,25 +122,9 @@ def clean_ray(source, *, out, ray_address: str | None = None, num_blocks: int | 
                                                                progress=progress)
             extra = {"batches": simulate_batches(src, after_tallies, setup, 0, of="cleaned dataset"),
                      "worst_rows": tuple(worst.rows())}
-            decisions = {"rules": [r.to_dict() for r in resolved], "basis": basis, "action": action,
-                         "splits": [t.to_dict() for t in dtallies], "fail_over": fail_over,
-                         "gate": gate(gate_spec, dtallies), "length_column": length_column if length_from else None,
-                         "length_from": length_from, "audio_embedded": embed_audio,
-                         "decide_only": {"on": True, "limits": decide_limits, "proof": proofs}
-                         if decide_limits else {"on": False}}
-            audit = _with_time(audit, started)
-            result = CleanResult(audit, decisions, tuple(after), str(final), published=False, **extra)
-            if result.gate_failed:
-                _remove(tmp)
-                return result
-            from .report.html import write_html
-
-            result = CleanResult(audit, decisions, tuple(after), str(final), published=True, **extra)
-            data = result.to_dict()
-            write_json(tmp / "report.json", data)
-            write_html(tmp / "report.html", data, redact=redact)
-            publish(tmp, final)
-            return result
+            decisions = decisions_dict(resolved, basis, action, dtallies, fail_over, gate_spec,
+                                       **clean_extra(length_column, length_from, embed_audio, decide_limits, proofs))
+            return publish_clean(audit, decisions, after, final, tmp, extra, started=started, redact=redact)
         except BaseException:
             _remove(tmp)
             raise
@@ -150,10 +132,8 @@ def clean_ray(source, *, out, ray_address: str | None = None, num_blocks: int | 
 
 def _measure_all(ray, src, setup, rules, tmp: Path, *, num_blocks, batch_rows, progress, command, proofs):
     """First pass (``cleaner._measure_all`` on Ray): every row's lengths into ``.measured.parquet``."""
-    import datetime as _dt
 
-    from .pipeline import simulate_batches, simulation_positions
-    from .records import AuditResult
+    from .pipeline import simulation_positions
     from .sampling import plan_sample
     from .tally import SplitTally
     from .writer import LengthsWriter, lengths_schema
@@ -174,14 +154,8 @@ def _measure_all(ray, src, setup, rules, tmp: Path, *, num_blocks, batch_rows, p
         tallies.append(tally)
         plans.append(plan)
     sink.lengths.close()
-    audit = AuditResult(
-        source=src.spec, source_fingerprint=src.fingerprint, splits=tuple(splits),
-        tokenizer=_tokenizer_info(setup.counter, infos), fields=setup.specs,
-        seed=0, command=command, version=__version__,
-        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), cache_hits=0,
-        model=setup.model_limits.to_dict() if setup.model_limits else None, audio=setup.audio_dict(),
-        batches=simulate_batches(src, tallies, setup, 0, of="source"),
-    )
+    audit = audit_result(src, setup, splits, tallies, seed=0, command=command, cache_hits=0,
+                         tokenizer=_tokenizer_info(setup.counter, infos))
     return audit, tallies, plans
 
 

@@ -5,16 +5,15 @@ Named ``pipeline`` so that the function ``lengthscan.audit`` is never shadowed b
 
 from __future__ import annotations
 
-import datetime as _dt
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import __version__
 from .measure import (
     ColumnError,
     check_columns,
 )
+from .assemble import audit_result, decisions_dict
 from .measure_pass import measure_split
 from .outputs import _Output
 from .prepare import Setup, prepare_with_rules
@@ -85,24 +84,12 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
             special_lengths(setup.counter, setup.fields)  # free now; a clean on cached lengths needs it
         decisions = None
         if rules:
-            from .decisions import gate
-
             resolved, basis = resolve_for(rules, src, tallies, setup, action, crop_audio)
             dtallies = output.decide(src, plans, setup, resolved, keep_empty_targets)
-            decisions = {"rules": [r.to_dict() for r in resolved], "basis": basis, "action": action,
-                         "splits": [t.to_dict() for t in dtallies], "fail_over": fail_over,
-                         "gate": gate(gate_spec, dtallies)}
-        result = AuditResult(
-            source=src.spec, source_fingerprint=src.fingerprint, splits=tuple(splits),
-            tokenizer=setup.counter.info(cached=set(cached)) if setup.counter else None,
-            fields=setup.specs, seed=seed, command=command, version=__version__,
-            created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            out_dir=str(Path(out).resolve()) if out is not None else None, cache_hits=len(cached),
-            seconds=time.perf_counter() - started,
-            model=setup.model_limits.to_dict() if setup.model_limits else None,
-            audio=setup.audio_dict(), decisions=decisions,
-            batches=simulate_batches(src, tallies, setup, seed, of="source"),
-        )
+            decisions = decisions_dict(resolved, basis, action, dtallies, fail_over, gate_spec)
+        result = audit_result(src, setup, splits, tallies, seed=seed, command=command, cache_hits=len(cached),
+                              tokenizer=setup.counter.info(cached=set(cached)) if setup.counter else None,
+                              out=out, started=started, decisions=decisions)
         output.finish(result)
         return result
     except BaseException:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from lengthscan.records import FLAG_OVER_BOUND, FLAG_OVER_PIECES, FLAG_WITHIN_BOUND

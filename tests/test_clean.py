@@ -233,26 +233,3 @@ def test_decide_only_mode_gives_the_same_dataset(tmp_path, corpus_jsonl, bpe_dir
             assert 64 < lo <= exact
             seen.add(flag)
     assert "over_by_pieces" in seen  # byte-level BPE: proven over from its pieces, without tokenizing
-
-
-@pytest.mark.parametrize("target_rule", ["target_tokens<=12", "target_tokens<=p90"])
-def test_decide_only_stays_on_beside_target_rules(tmp_path, corpus_jsonl, bpe_dir, target_rule):
-    """Rules on targets (the Pegasus case) keep decide-only counting for inputs: targets are
-    counted in full, so their rules, percentiles included, and empty targets see exact lengths."""
-    args = [corpus_jsonl, "--tokenizer", bpe_dir, "--input", "text", "--target", "summary",
-            "--limit", "input_tokens<=64", "--limit", target_rule, "--no-cache"]
-    assert _clean(*args, "--out", tmp_path / "fast") == 0
-    assert _clean(*args, "--no-decide-only", "--out", tmp_path / "full") == 0
-    report = json.loads((tmp_path / "fast" / "report.json").read_text())
-    assert report["decisions"]["decide_only"]["on"] and report["decisions"]["decide_only"]["limits"] == {"input": 64}
-    fast = pq.read_table(tmp_path / "fast" / "lengths.parquet").to_pydict()
-    full = pq.read_table(tmp_path / "full" / "lengths.parquet").to_pydict()
-    assert fast["decision"] == full["decision"] and fast["reasons"] == full["reasons"]
-    assert fast["target_tokens"] == full["target_tokens"]  # exact
-    assert any(target_rule in r for r in fast["reasons"] if r) and "empty_target" in {r for rs in fast["reasons"] for r in rs}
-    for part in ("dataset", "rejects"):
-        a, b = load_from_disk(str(tmp_path / "fast" / part)), load_from_disk(str(tmp_path / "full" / part))
-        assert a["text"] == b["text"] and a["summary"] == b["summary"]
-    # a target rule that truncates needs the second pass's exact lengths everywhere: the mode is off
-    assert _clean(*args[:-1], "--limit", "target_tokens<=12:truncate", "--no-cache", "--out", tmp_path / "t") == 0
-    assert not json.loads((tmp_path / "t" / "report.json").read_text())["decisions"]["decide_only"]["on"]
