@@ -98,6 +98,7 @@ class TokenCounter:
         self._methods: dict[str, _RoleMethod] = {}
         self._bounds: dict = {}
         self._hash: str | None = None
+        self._snapshot = None  # the private backend copy, shared by roles (both in input mode)
 
     @property
     def tokenizer(self):
@@ -348,7 +349,13 @@ class TokenCounter:
         return None
 
     def _backend_snapshot(self):
-        """A private copy of the backend in input mode, untruncated and unpadded, as __call__ runs it."""
+        """A private copy of the backend in input mode, untruncated and unpadded, as __call__ runs it
+        (made once: the fast path is only taken for a role whose ``__call__`` runs input mode)."""
+        if self._snapshot is None:
+            self._snapshot = self._copy_backend()
+        return self._snapshot
+
+    def _copy_backend(self):
         from tokenizers import Tokenizer
 
         tok = self.tokenizer
@@ -369,6 +376,7 @@ class TokenCounter:
         state = dict(self.__dict__)
         state["_methods"] = {}
         state["_bounds"] = {}
+        state["_snapshot"] = None
         if Path(self.name).is_dir():
             state["_tokenizer"] = None  # workers load it from the directory, once each
         return state
