@@ -4,8 +4,10 @@ crop, and write the dataset, the rejects and the lengths with their decisions.""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
@@ -63,6 +65,20 @@ class WorstRows:
         return [entry for items in self.best.values() for _, _, entry in items]
 
 
+def _id_lists(ids: list) -> tuple:
+    """``list<int32>`` ids and ``list<int8>`` all-ones mask columns, built from flat numpy arrays
+    (no Python list per token: a corpus holds tens of millions)."""
+    sizes = np.fromiter(map(len, ids), np.int64, len(ids))
+    total = int(sizes.sum())
+    if total >= 2**31:  # past 32-bit offsets: let pyarrow chunk it
+        return (pa.chunked_array([pa.array(ids, pa.list_(pa.int32()))]),
+                pa.chunked_array([pa.array([[1] * len(a) for a in ids], pa.list_(pa.int8()))]))
+    offsets = pa.array(np.concatenate(([0], np.cumsum(sizes))).astype(np.int32))
+    flat = np.fromiter(itertools.chain.from_iterable(ids), np.int32, total)
+    return (pa.ListArray.from_arrays(offsets, pa.array(flat)),
+            pa.ListArray.from_arrays(offsets, pa.array(np.ones(total, np.int8))))
+
+
 def _plain(v):
     if isinstance(v, (float, np.floating)):
         return None if not np.isfinite(v) or v < 0 else float(v)
@@ -82,51 +98,71 @@ class SecondPass:
         self.special = special_lengths(setup.counter, setup.fields)
         self.worst = WorstRows(setup.fields, redact=redact)
         self.truncated_specs = [f.primary for f in setup.fields if f.kind == "text"]
+        self._lengths, self._tallies, self._afters, self._after_tallies = None, [], [], []
 
     def run(self, plans):
-        import pyarrow.parquet as pq
-
-        from .writer import write_dataset_dict_index
-
+        """The second pass: the source again, beside ``.measured.parquet`` in row order."""
         cursor = MeasuredCursor(self.tmp / ".measured.parquet")
-        lengths_writer, tallies, afters, after_tallies = None, [], [], []
         for split_src, plan in zip(self.src.splits, plans):
-            ds_w, rej_w = self._writers(split_src)
-            tally = DecisionTally(split_src.name, plan.rows_total)
-            after = SplitTally(self.setup.fields, [])
-            after_tallies.append(after)
-            done = 0
+            state = self.open_split(split_src, plan)
             for batch in iter_batches(split_src, split_src.column_names, batch_rows=self.batch_rows):
                 measured = cursor.take(batch.rows.size)
                 if not np.array_equal(measured.column("row").to_numpy(), batch.rows):
                     raise RuntimeError(f"split {split_src.name}: second pass out of step with the measured rows")
-                table, kept_table, rejects = self._batch(split_src, batch, measured, tally, after)
-                ds_w.write(kept_table)
-                rej_w.write(rejects)
-                lengths_writer = lengths_writer or pq.ParquetWriter(self.tmp / "lengths.parquet", table.schema)
-                lengths_writer.write_table(table)
-                done += batch.rows.size
-                if self.progress is not None:
-                    self.progress(f"{split_src.name} (writing)", done, plan.size)
-            counts = tally.counts
-            if not (tally.measured == plan.size == done and ds_w.rows == counts["keep"] + counts["truncate"]
-                    and rej_w.rows == counts["drop"]):
-                raise RuntimeError(f"split {split_src.name}: {done} rows read, {ds_w.rows} kept, {rej_w.rows} "
-                                   f"rejected, {plan.size} in the source: refusing to publish")
-            fingerprint = hashlib.sha256(json.dumps([split_src.fingerprint, [r.to_dict() for r in self.resolved],
-                                                     __version__]).encode()).hexdigest()[:16]
-            ds_w.close(fingerprint)
-            rej_w.close(fingerprint[::-1])
-            tallies.append(tally)
-            afters.append(after.split_audit(split_src.name, plan_sample(ds_w.rows, full=True), 0))
-        if lengths_writer is not None:
-            lengths_writer.close()
+                self.write_batch(state, batch, measured)
+            self.close_split(state)
         (self.tmp / ".measured.parquet").unlink()
+        return self.finish()
+
+    # the steps, shared by the second pass and ``clean``'s single pass (rules known up front)
+    def open_split(self, split_src, plan) -> SimpleNamespace:
+        ds_w, rej_w = self._writers(split_src)
+        after = SplitTally(self.setup.fields, [])
+        self._after_tallies.append(after)
+        return SimpleNamespace(split_src=split_src, plan=plan, ds_w=ds_w, rej_w=rej_w, after=after, done=0,
+                               tally=DecisionTally(split_src.name, plan.rows_total))
+
+    def write_batch(self, state, batch, measured: pa.Table, ids: dict | None = None) -> None:
+        """Decide, truncate and write one batch; ``measured`` holds its rows of ``lengths.parquet``,
+        ``ids`` (role -> token ids per row) what measuring them gave, for ``--tokenize``."""
+        import pyarrow.parquet as pq
+
+        table, kept_table, rejects = self._batch(state.split_src, batch, measured, state.tally, state.after, ids)
+        state.ds_w.write(kept_table)
+        state.rej_w.write(rejects)
+        self._lengths = self._lengths or pq.ParquetWriter(self.tmp / "lengths.parquet", table.schema)
+        self._lengths.write_table(table)
+        state.done += batch.rows.size
+        if self.progress is not None:
+            self.progress(f"{state.split_src.name} (writing)", state.done, state.plan.size)
+
+    def close_split(self, state) -> None:
+        """Check that every row of the split is kept, truncated or dropped, and close its writers."""
+        split_src, plan, tally, ds_w, rej_w, done = (state.split_src, state.plan, state.tally, state.ds_w,
+                                                     state.rej_w, state.done)
+        counts = tally.counts
+        if not (tally.measured == plan.size == done and ds_w.rows == counts["keep"] + counts["truncate"]
+                and rej_w.rows == counts["drop"]):
+            raise RuntimeError(f"split {split_src.name}: {done} rows read, {ds_w.rows} kept, {rej_w.rows} "
+                               f"rejected, {plan.size} in the source: refusing to publish")
+        fingerprint = hashlib.sha256(json.dumps([split_src.fingerprint, [r.to_dict() for r in self.resolved],
+                                                 __version__]).encode()).hexdigest()[:16]
+        ds_w.close(fingerprint)
+        rej_w.close(fingerprint[::-1])
+        self._tallies.append(tally)
+        self._afters.append(state.after.split_audit(split_src.name, plan_sample(ds_w.rows, full=True), 0))
+
+    def finish(self):
+        """(decision tallies, after-cleaning audits, after tallies) once every split is closed."""
+        from .writer import write_dataset_dict_index
+
+        if self._lengths is not None:
+            self._lengths.close()
         if self.src.has_splits:
             names = [s.name for s in self.src.splits]
             write_dataset_dict_index(self.tmp / "dataset", names)
             write_dataset_dict_index(self.tmp / "rejects", names)
-        return tallies, afters, after_tallies
+        return self._tallies, self._afters, self._after_tallies
 
     def _writers(self, split_src):
         from .features import list_of, value
@@ -158,7 +194,8 @@ class SecondPass:
                               embed_local_files=self.embed_audio)
         return ds_w, rej_w
 
-    def _batch(self, split_src, batch, measured: pa.Table, tally: DecisionTally, after: SplitTally):
+    def _batch(self, split_src, batch, measured: pa.Table, tally: DecisionTally, after: SplitTally,
+               ids: dict | None = None):
         from .records import Measured
 
         base, flags = base_and_flags(measured, self.setup.fields)
@@ -176,7 +213,10 @@ class SecondPass:
             values = final[self.length_from][keep]
             kept = kept.append_column(self.length_column, pa.array(values))
         if self.tokenize:
-            kept = self._token_columns(kept, {name: v[keep] for name, v in final.items()})
+            index = np.flatnonzero(keep)
+            given = {role: [row_ids[i] for i in index] for role, row_ids in (ids or {}).items()}
+            kept = self._token_columns(kept, {name: v[keep] for name, v in final.items()}, given,
+                                       changed=(d.decision == TRUNCATE)[keep])
         rejects = source.filter(pa.array(~keep))
         drop_rows = batch.rows[~keep]
         rejects = rejects.append_column("row", pa.array(drop_rows, pa.int64()))
@@ -198,26 +238,31 @@ class SecondPass:
         after.add(batch.rows[keep], measured_after)
         return table, kept, rejects
 
-    def _token_columns(self, kept: pa.Table, lengths: dict) -> pa.Table:
-        """``input_ids``/``attention_mask``/``labels`` by ``__call__``, each checked against its length."""
-        tok = self.setup.counter.tokenizer
+    def _token_columns(self, kept: pa.Table, lengths: dict, given: dict, changed: np.ndarray) -> pa.Table:
+        """``input_ids``/``attention_mask``/``labels`` as ``__call__`` gives them, each checked
+        against its length: the ids measuring gave (``given``, role -> ids per kept row) where the
+        text is unchanged, a tokenization of the truncated text (or of every text, without them)."""
         for f in self.setup.fields:
             if f.kind != "text":
                 continue
-            texts = kept.column(f.column).to_pylist()
-            enc = tok(text_target=texts) if f.role == "target" else tok(texts)
-            ids = enc["input_ids"]
+            ids = given.get(f.role)
+            todo = range(kept.num_rows) if ids is None else np.flatnonzero(changed)
+            ids = list(ids) if ids is not None else [None] * kept.num_rows
+            if len(todo):
+                texts = kept.column(f.column).to_pylist()
+                for i, row in zip(todo, self.setup.counter.ids([texts[i] for i in todo], f.role)):
+                    ids[i] = row
             expected = lengths[f.primary.name]
             bad = next((i for i, (a, n) in enumerate(zip(ids, expected)) if len(a) != n), None)
             if bad is not None:
                 raise RuntimeError(f"--tokenize: {f.column} of a kept row gives {len(ids[bad])} ids, "
                                    f"measured {expected[bad]}: refusing to write inconsistent data")
+            column, mask = _id_lists(ids)
             if f.role == "target":
-                kept = kept.append_column("labels", pa.array(ids, pa.list_(pa.int32())))
+                kept = kept.append_column("labels", column)
             else:
-                kept = kept.append_column("input_ids", pa.array(ids, pa.list_(pa.int32())))
-                mask = [[1] * len(a) for a in ids]
-                kept = kept.append_column("attention_mask", pa.array(mask, pa.list_(pa.int8())))
+                kept = kept.append_column("input_ids", column)
+                kept = kept.append_column("attention_mask", mask)
         return kept
 
     def _truncate(self, source: pa.Table, d, final: dict) -> pa.Table:

@@ -2,11 +2,14 @@
 
 (The module is named ``cleaner`` so that importing it never shadows the function ``lengthscan.clean``.)
 
-Two passes over the source. The first measures every row (lengths cached by an earlier audit of
-the same source and tokenizer are reused) and resolves the rules on the train split. The second
-reads the source again, a batch at a time, decides each row, truncates the texts to truncate
-(verified by re-tokenizing), and writes kept and truncated rows to ``dataset/``, dropped rows with
-their reasons to ``rejects/``, and every row's lengths and decision to ``lengths.parquet``.
+When every rule is absolute (a number, or the model's limit), one pass: each batch is read,
+measured (lengths cached by an earlier audit of the same source and tokenizer are reused; with
+``tokenize``, the ids are kept) and handed to ``clean_pass.SecondPass``'s steps, which decide each
+row, truncate the texts to truncate (verified by re-tokenizing), and write kept and truncated rows
+to ``dataset/``, dropped rows with their reasons to ``rejects/``, and every row's lengths and
+decision to ``lengths.parquet``. A percentile or z-score rule needs the train split's distribution
+first: the first pass measures every row into ``.measured.parquet``, the rules are resolved, and
+the second pass reads the source again beside it.
 Everything goes to a staging directory beside ``--out`` and is renamed into place only after
 kept + truncated + dropped = source rows has been checked for every split.
 """
@@ -108,16 +111,26 @@ def clean(source, *, out, tokenizer=None, input: str | None = None, target: str 
             length_from = None  # exact lengths of every row are what decide-only skips
 
     tmp = staging_dir(final)
+    options = dict(keep_empty_targets=keep_empty_targets, length_column=length_column, length_from=length_from,
+                   embed_audio=embed_audio, tokenize=tokenize, redact=redact, batch_rows=batch_rows,
+                   progress=progress)
     try:
-        audit, tallies, plans = _measure_all(src, setup, rules, tmp, cache=cache, batch_rows=batch_rows,
-                                             progress=progress, command=command, num_proc=num_proc)
-        resolved, basis = resolve_for(rules, src, tallies, setup, action, crop_audio)
-        writer = SecondPass(src, setup, resolved, tmp, final, keep_empty_targets=keep_empty_targets,
-                             length_column=length_column, length_from=length_from, embed_audio=embed_audio,
-                             tokenize=tokenize, redact=redact,
-                             batch_rows=batch_rows, progress=progress)
-        writer.output_format = format  # dataset/ and rejects/ as Arrow (save_to_disk) or Parquet shards
-        dtallies, after, after_tallies = writer.run(plans)
+        if all(r.kind in ("number", "model") for r in rules):
+            # every threshold is known before any row is measured: one pass reads, measures,
+            # decides and writes each batch (the source is read once, never tokenized twice)
+            resolved, basis = resolve_for(rules, src, None, setup, action, crop_audio)
+            writer = SecondPass(src, setup, resolved, tmp, final, **{**options, "progress": None})
+            writer.output_format = format
+            audit = _single_pass(src, setup, rules, writer, cache=cache, batch_rows=batch_rows, progress=progress,
+                                 command=command, num_proc=num_proc)
+            dtallies, after, after_tallies = writer.finish()
+        else:
+            audit, tallies, plans = _measure_all(src, setup, rules, tmp, cache=cache, batch_rows=batch_rows,
+                                                 progress=progress, command=command, num_proc=num_proc)
+            resolved, basis = resolve_for(rules, src, tallies, setup, action, crop_audio)
+            writer = SecondPass(src, setup, resolved, tmp, final, **options)
+            writer.output_format = format  # dataset/ and rejects/ as Arrow (save_to_disk) or Parquet shards
+            dtallies, after, after_tallies = writer.run(plans)
         extra = {"batches": simulate_batches(src, after_tallies, setup, 0, of="cleaned dataset"),
                  "worst_rows": tuple(writer.worst.rows())}
         decisions = decisions_dict(resolved, basis, action, dtallies, fail_over, gate_spec,
@@ -127,6 +140,41 @@ def clean(source, *, out, tokenizer=None, input: str | None = None, target: str 
     except BaseException:
         _remove(tmp)
         raise
+
+
+def _single_pass(src, setup, rules, writer: SecondPass, *, cache, batch_rows, progress, command, num_proc=1):
+    """Measure every row and hand each batch, with its lengths, straight to ``writer``."""
+    import pyarrow as pa
+
+    from .pipeline import simulation_positions
+    from .writer import lengths_batch, lengths_schema
+
+    multi = any(s.multi_file for s in src.splits)
+    schema = lengths_schema(setup.fields, with_split=src.has_splits, multi_file=multi,
+                            bounded=tuple(setup.decide_limits))
+    ratios = tuple(dict.fromkeys(r.metric for r in rules if r.is_ratio))
+    splits, cached, tallies = [], [], []
+    for split_src in src.splits:
+        plan = plan_sample(split_src.num_rows, full=True)
+        tally = SplitTally(setup.fields, setup.limits, ratios, keep_positions=simulation_positions(plan, 0))
+        state = writer.open_split(split_src, plan)
+
+        def write(batch, measured, split_src=split_src, state=state):
+            located = split_src.locate(batch.rows) if split_src.multi_file else None
+            rows = lengths_batch(schema, batch.rows, split=split_src.name if src.has_splits else None,
+                                 located=located, measured=measured)
+            ids = {role: m.ids for role, m in measured.items() if m.ids is not None}
+            writer.write_batch(state, batch, pa.Table.from_batches([rows]), ids=ids or None)
+
+        cached += measure_split(split_src, plan, setup, tally, cache=cache, batch_rows=batch_rows,
+                                output=SimpleNamespace(lengths=None), progress=progress,
+                                with_split=src.has_splits, num_proc=num_proc, columns=split_src.column_names,
+                                on_batch=write, with_ids=writer.tokenize)
+        writer.close_split(state)
+        splits.append(tally.split_audit(split_src.name, plan, 0))
+        tallies.append(tally)
+    return audit_result(src, setup, splits, tallies, seed=0, command=command, cache_hits=len(cached),
+                        tokenizer=setup.counter.info(cached=set(cached)) if setup.counter else None)
 
 
 def _measure_all(src, setup, rules, tmp: Path, *, cache, batch_rows, progress, command, num_proc=1):

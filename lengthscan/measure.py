@@ -72,21 +72,25 @@ def role_fields(*, input: str | None = None, target: str | None = None, audio: s
 
 
 def measure_batch(batch: Batch, fields, split_src, *, counter=None,
-                  audio: AudioSettings = AudioSettings(), decide_limits: dict | None = None) -> dict[str, Measured]:
+                  audio: AudioSettings = AudioSettings(), decide_limits: dict | None = None,
+                  with_ids: bool = False) -> dict[str, Measured]:
     """Measure every field of ``batch``: role -> ``Measured``.
 
     ``split_src`` is a ``SplitSource`` or its picklable ``SplitLayout`` (for error messages and
     relative audio paths). ``decide_limits`` (role -> upper token limit) turns on decide-only
     counting for those roles: rows proven within or over the limit keep a bound, not a length.
+    ``with_ids`` keeps the token ids of text roles (``Measured.ids``).
     """
     out = {}
     for f in fields:
         if f.kind == "text":
             texts = column_texts(batch, f.column, split_src)
             limit = (decide_limits or {}).get(f.role)
-            bounds = None
+            bounds = ids = None
             try:
-                if limit is None:
+                if with_ids:
+                    lengths, flags, ids = counter.count_ids(texts, f.role)
+                elif limit is None:
                     lengths, flags = counter.count(texts, f.role)
                 else:
                     lengths, flags, at_least, at_most = counter.decide_count(texts, f.role, limit)
@@ -97,7 +101,7 @@ def measure_batch(batch: Batch, fields, split_src, *, counter=None,
             if (flags == FLAG_TOO_LONG).any():
                 errors = [f"longer than --max-chars {counter.max_chars:,} characters" if k == FLAG_TOO_LONG
                           else None for k in flags]
-            out[f.role] = Measured({f.primary: lengths}, flags, errors, bounds=bounds)
+            out[f.role] = Measured({f.primary: lengths}, flags, errors, bounds=bounds, ids=ids)
         else:
             out[f.role] = _measure_audio(batch, f, split_src, audio)
     return out

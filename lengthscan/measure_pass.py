@@ -21,9 +21,12 @@ if TYPE_CHECKING:
 
 
 def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally: SplitTally, *, cache: bool,
-                  batch_rows: int, output, progress, with_split: bool, num_proc: int = 1) -> list[str]:
+                  batch_rows: int, output, progress, with_split: bool, num_proc: int = 1,
+                  columns: list[str] | None = None, on_batch=None, with_ids: bool = False) -> list[str]:
     """Measure the plan's rows of one split into ``tally`` and ``output.lengths``; returns the
-    roles whose lengths came from the cache."""
+    roles whose lengths came from the cache. ``columns`` (default: those measured) are read, and
+    ``on_batch(batch, measured)`` sees every batch after that (``clean``'s single pass), with the
+    token ids when ``with_ids``."""
     fields, counter, settings = setup.fields, setup.counter, setup.settings
     text = [f for f in fields if f.kind == "text"]
     keys = {f.role: field_key(split_src.fingerprint, f.column, f.primary.name, counter.hash, counter.max_chars)
@@ -32,13 +35,14 @@ def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally:
     writers = {role: CacheWriter(k) for role, k in keys.items()
                if plan.full and role not in readers and role not in setup.decide_limits}
     to_measure = [f for f in fields if f.role not in readers]
-    columns = list(dict.fromkeys(f.column for f in to_measure))
+    if columns is None:
+        columns = list(dict.fromkeys(f.column for f in to_measure))
     batches = (iter_batches(split_src, columns, indices=plan.indices, batch_rows=batch_rows) if columns
                else _row_batches(plan, batch_rows))
     done = 0
     try:
         for batch, measured in _measured(batches, to_measure, split_src.layout(), counter, settings, num_proc,
-                                         setup.decide_limits):
+                                         setup.decide_limits, with_ids):
             for f in fields:
                 if f.role in readers:
                     lengths, flags = readers[f.role].take(batch.rows)
@@ -50,6 +54,8 @@ def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally:
                 located = split_src.locate(batch.rows) if split_src.multi_file else None
                 output.lengths.write(batch.rows, split=split_src.name if with_split else None,
                                      located=located, measured=measured)
+            if on_batch is not None:
+                on_batch(batch, measured)
             done += batch.rows.size
             if progress is not None:
                 progress(split_src.name, done, plan.size)
@@ -64,7 +70,7 @@ def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally:
     return list(readers)
 
 
-def _measured(batches, fields, layout, counter, settings, num_proc: int, decide_limits=None):
+def _measured(batches, fields, layout, counter, settings, num_proc: int, decide_limits=None, with_ids=False):
     """(batch, measurements) in row order: in this process, or in ``num_proc`` worker processes.
 
     One process is the default and usually the fastest: the fast tokenizer threads over a batch
@@ -74,13 +80,13 @@ def _measured(batches, fields, layout, counter, settings, num_proc: int, decide_
     if num_proc <= 1 or not fields:
         for batch in batches:
             yield batch, measure_batch(batch, fields, layout, counter=counter, audio=settings,
-                                       decide_limits=decide_limits)
+                                       decide_limits=decide_limits, with_ids=with_ids)
         return
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     with ctx.Pool(num_proc, initializer=_worker_init,
-                  initargs=(counter, fields, layout, settings, decide_limits)) as pool:
+                  initargs=(counter, fields, layout, settings, decide_limits, with_ids)) as pool:
         pending = []
         for batch in batches:
             pending.append((batch, pool.apply_async(_worker_measure, (batch,))))
@@ -94,17 +100,18 @@ def _measured(batches, fields, layout, counter, settings, num_proc: int, decide_
 _WORKER: dict = {}
 
 
-def _worker_init(counter, fields, layout, settings, decide_limits) -> None:
+def _worker_init(counter, fields, layout, settings, decide_limits, with_ids=False) -> None:
     import os
 
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    _WORKER.update(counter=counter, fields=fields, layout=layout, settings=settings, decide_limits=decide_limits)
+    _WORKER.update(counter=counter, fields=fields, layout=layout, settings=settings, decide_limits=decide_limits,
+                   with_ids=with_ids)
 
 
 def _worker_measure(batch):
     w = _WORKER
     return measure_batch(batch, w["fields"], w["layout"], counter=w["counter"], audio=w["settings"],
-                         decide_limits=w["decide_limits"])
+                         decide_limits=w["decide_limits"], with_ids=w["with_ids"])
 
 
 def _too_long_errors(flags: np.ndarray, counter) -> list | None:

@@ -131,13 +131,16 @@ def resolve_for(rules, src, tallies, setup: Setup, action: str, crop_audio: bool
 
     names = [s.name for s in src.splits]
     if "train" in names:
-        basis, hists = "train", tallies[names.index("train")].histograms()
+        basis = "train"
+        hists = tallies[names.index("train")].histograms() if tallies is not None else {}
     else:
         basis = names[0] if len(names) == 1 else "all splits merged"
-        per = [t.histograms() for t in tallies]
-        from .stats import merge_histograms
+        hists = {}
+        if tallies is not None:  # None: the rules are absolute, no distribution is needed
+            from .stats import merge_histograms
 
-        hists = {k: (merge_histograms([p[k][0] for p in per]), per[0][k][1]) for k in per[0]}
+            per = [t.histograms() for t in tallies]
+            hists = {k: (merge_histograms([p[k][0] for p in per]), per[0][k][1]) for k in per[0]}
     return resolve_rules(rules, histograms=hists, default_action=action, model_limits=setup.model_limits,
                          crop_audio=crop_audio, basis=basis), basis
 

@@ -82,6 +82,7 @@ class Measured:
     errors: list | None = None
     decoded: np.ndarray | None = None
     bounds: dict | None = None  # FieldSpec -> (at_least, at_most) arrays (-1: none), decide-only mode
+    ids: list | None = None     # token ids per row (None where no length), kept for ``clean --tokenize``
 
     @property
     def rows(self) -> int:

@@ -168,7 +168,39 @@ class TokenCounter:
         """
         n = len(texts)
         lengths = np.full(n, -1, np.int64)
-        flags = np.zeros(n, np.int8)
+        flags, todo = self._triage(texts)
+        if len(todo) == n:
+            lengths[:] = self._count_strings(texts, role)
+        elif todo:
+            lengths[np.asarray(todo)] = self._count_strings([texts[i] for i in todo], role)
+        return lengths, flags
+
+    def count_ids(self, texts: list, role: str) -> tuple[np.ndarray, np.ndarray, list]:
+        """As ``count``, keeping the ids (None where no length): ``clean --tokenize`` writes them
+        without tokenizing a second time."""
+        n = len(texts)
+        lengths = np.full(n, -1, np.int64)
+        flags, todo = self._triage(texts)
+        ids: list = [None] * n
+        for i, row in zip(todo, self.ids([texts[i] for i in todo], role) if todo else []):
+            ids[i] = row
+            lengths[i] = len(row)
+        return lengths, flags, ids
+
+    def ids(self, texts: list[str], role: str) -> list[list[int]]:
+        """Token ids of strings for ``role`` as ``__call__`` gives them (by the proven fast path
+        where there is one)."""
+        method = self._methods.get(role) or self._decide(role, texts)
+        if method.method != METHOD_FAST:
+            return [list(ids) for ids in self._call_ids(texts, role)]
+        out = []
+        for start, stop in _chunks(texts, CHUNK_CHARS):
+            out += [e.ids for e in method.backend.encode_batch_fast(texts[start:stop], add_special_tokens=True)]
+        return out
+
+    def _triage(self, texts: list) -> tuple[np.ndarray, list[int]]:
+        """Flags (missing, too long, empty) and the positions to tokenize; TypeError on a non-string."""
+        flags = np.zeros(len(texts), np.int8)
         todo: list[int] = []
         for i, text in enumerate(texts):
             if text is None:
@@ -181,11 +213,7 @@ class TokenCounter:
                 if not text:
                     flags[i] = FLAG_EMPTY
                 todo.append(i)
-        if len(todo) == n:
-            lengths[:] = self._count_strings(texts, role)
-        elif todo:
-            lengths[np.asarray(todo)] = self._count_strings([texts[i] for i in todo], role)
-        return lengths, flags
+        return flags, todo
 
     def empty_length(self, role: str) -> int:
         """The length of "" for ``role`` (its special tokens), remembered per tokenizer file hash so a

@@ -45,6 +45,30 @@ def lengths_schema(fields, *, with_split: bool, multi_file: bool, bounded=()) ->
     return pa.schema(cols)
 
 
+def lengths_batch(schema: pa.Schema, rows: np.ndarray, *, split: str | None,
+                  located: tuple[list[str], np.ndarray] | None, measured: dict) -> pa.RecordBatch:
+    """One batch of ``lengths.parquet`` rows (``schema`` from ``lengths_schema``): ``measured``
+    maps role -> ``records.Measured``; ``located`` is (source files, rows in them) or None."""
+    cols: dict[str, pa.Array] = {"row": pa.array(rows, pa.int64())}
+    if "split" in schema.names:
+        cols["split"] = pa.array([split] * rows.size, pa.string())
+    if "source_file" in schema.names:
+        files, file_rows = located
+        cols["source_file"] = pa.array(files, pa.string())
+        cols["file_row"] = pa.array(file_rows, pa.int64())
+    for role, m in measured.items():
+        for spec, values in m.values.items():
+            kind = schema.field(spec.name).type
+            cols[spec.name] = pa.array(values, kind, mask=~(values >= 0))
+            if f"{spec.name}_at_least" in schema.names:
+                lo, hi = (m.bounds or {}).get(spec, (np.full(rows.size, -1), np.full(rows.size, -1)))
+                cols[f"{spec.name}_at_least"] = pa.array(lo, pa.int64(), mask=lo < 0)
+                cols[f"{spec.name}_at_most"] = pa.array(hi, pa.int64(), mask=hi < 0)
+        cols[f"{role}_flag"] = pa.array(_FLAG_LOOKUP[m.flags], pa.string())
+        cols[f"{role}_error"] = pa.array(m.errors if m.errors is not None else [None] * rows.size, pa.string())
+    return pa.record_batch([cols[n] for n in schema.names], schema=schema)
+
+
 class LengthsWriter:
     """Streams per-row measurements into a Parquet file."""
 
@@ -56,24 +80,7 @@ class LengthsWriter:
     def write(self, rows: np.ndarray, *, split: str | None, located: tuple[list[str], np.ndarray] | None,
               measured: dict) -> None:
         """One batch: ``measured`` maps role -> ``records.Measured``."""
-        cols: dict[str, pa.Array] = {"row": pa.array(rows, pa.int64())}
-        if "split" in self.schema.names:
-            cols["split"] = pa.array([split] * rows.size, pa.string())
-        if "source_file" in self.schema.names:
-            files, file_rows = located
-            cols["source_file"] = pa.array(files, pa.string())
-            cols["file_row"] = pa.array(file_rows, pa.int64())
-        for role, m in measured.items():
-            for spec, values in m.values.items():
-                kind = self.schema.field(spec.name).type
-                cols[spec.name] = pa.array(values, kind, mask=~(values >= 0))
-                if f"{spec.name}_at_least" in self.schema.names:
-                    lo, hi = (m.bounds or {}).get(spec, (np.full(rows.size, -1), np.full(rows.size, -1)))
-                    cols[f"{spec.name}_at_least"] = pa.array(lo, pa.int64(), mask=lo < 0)
-                    cols[f"{spec.name}_at_most"] = pa.array(hi, pa.int64(), mask=hi < 0)
-            cols[f"{role}_flag"] = pa.array(_FLAG_LOOKUP[m.flags], pa.string())
-            cols[f"{role}_error"] = pa.array(m.errors if m.errors is not None else [None] * rows.size, pa.string())
-        self._writer.write_batch(pa.record_batch([cols[n] for n in self.schema.names], schema=self.schema))
+        self._writer.write_batch(lengths_batch(self.schema, rows, split=split, located=located, measured=measured))
         self.rows += rows.size
 
     def close(self) -> None:

@@ -191,11 +191,27 @@ def test_tokenize_writes_training_ready_columns(tmp_path, corpus_jsonl, corpus_r
                   "--limit", "input_tokens<=64:truncate", "--limit", "target_tokens<=16:truncate", "--tokenize",
                   "--out", out) == 0
     ds = load_from_disk(str(out / "dataset"))
-    for row in ds.select(range(0, len(ds), 7)):
+    for row in ds:  # ids kept from measuring, and re-tokenized where a text was truncated
         assert row["input_ids"] == tok(row["text"])["input_ids"] and len(row["input_ids"]) <= 64
         assert row["attention_mask"] == [1] * len(row["input_ids"])
         assert row["labels"] == tok(text_target=row["summary"])["input_ids"] and len(row["labels"]) <= 16
         assert row["length"] == len(row["input_ids"])
+    decisions = pq.read_table(out / "lengths.parquet").column("decision").to_pylist()
+    assert decisions.count("truncate") > 10 and decisions.count("keep") > 10
+
+
+def test_tokenize_where_the_call_path_is_used(tmp_path, corpus_jsonl, marian_dir):
+    """Marian targets have their own mode: ids come from __call__(text_target=...), still once."""
+    out = tmp_path / "out"
+    assert _clean(corpus_jsonl, "--tokenizer", marian_dir, "--input", "text", "--target", "summary",
+                  "--limit", "input_tokens<=200", "--limit", "target_tokens<=40", "--tokenize", "--out", out) == 0
+    tok = AutoTokenizer.from_pretrained(str(marian_dir))
+    ds = load_from_disk(str(out / "dataset"))
+    assert len(ds) > 100
+    assert list(ds["input_ids"]) == tok(list(ds["text"]))["input_ids"]
+    assert list(ds["labels"]) == tok(text_target=list(ds["summary"]))["input_ids"]
+    report = json.loads((out / "report.json").read_text())
+    assert report["tokenizer"]["methods"]["target"] == "__call__"
 
 
 def test_report_carries_worst_rows_batches_and_redacts(tmp_path, corpus_jsonl, bpe_dir):
