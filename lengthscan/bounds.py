@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .pieces import CHARS_PER_TOKEN, SCAN_BYTES, rule_for, run_starts
+from .records import FLAG_OVER_BOUND, FLAG_OVER_PIECES, FLAG_WITHIN_BOUND
 
 _CHAR_NORMALIZERS = {"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "StripAccents", "BertNormalizer", "Strip",
                      "Prepend", "Nmt"}
@@ -246,3 +247,69 @@ def prefix_decide(texts: list, rest: list[int], count, limit: int, *, prefix_ok:
             else:
                 whole.append(i)
         cuts = again
+
+
+def decide_count(counter, texts: list, role: str, limit: int):
+    """Decide-only counting of ``texts`` in ``role`` against an upper ``limit`` with ``counter`` (a
+    ``TokenCounter``): (lengths, flags, at_least, at_most).
+
+    Rows whose proven upper bound is <= ``limit`` get flag ``within_by_bound`` and their bound in
+    ``at_most``; rows whose pre-tokenizer pieces already prove more than ``limit`` tokens get
+    ``over_by_pieces``, those whose prefix has more than ``limit`` tokens ``over_by_prefix``, each
+    with that count in ``at_least``; every other row is counted in full. Without a proof for this
+    tokenizer and role (``counter.bounds``), every row is counted.
+    """
+    n = len(texts)
+    at_least, at_most = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+    strings = [i for i, t in enumerate(texts) if isinstance(t, str) and t and len(t) <= counter.max_chars]
+    proof = counter.bounds(role, [texts[i] for i in strings[:64]])
+    if proof is None:
+        lengths, flags = counter.count(texts, role)
+        return lengths, flags, at_least, at_most
+    # None, "", non-strings and texts over max_chars: exactly as count() treats them
+    chosen = set(strings)
+    others = [i for i in range(n) if i not in chosen]
+    lengths, flags = np.full(n, -1, np.int64), np.zeros(n, np.int8)
+    if others:
+        lengths[others], flags[others] = counter.count([texts[i] for i in others], role)
+    normalize = _normalize_fn(counter.backend_for(role))
+    upper = proof.upper([texts[i] for i in strings], normalize)
+    rest = []
+    for i, ub in zip(strings, upper):
+        if 0 <= ub <= limit:
+            flags[i], at_most[i] = FLAG_WITHIN_BOUND, ub
+        else:
+            rest.append(i)
+    if proof.pieces and rest:
+        lower = proof.pieces_lower([texts[i] for i in rest], limit, normalize)
+        over = lower > limit
+        chosen = np.asarray(rest)[over]
+        flags[chosen], at_least[chosen] = FLAG_OVER_PIECES, lower[over]
+        rest = np.asarray(rest)[~over].tolist()
+    prefix_decide(texts, rest, lambda t: counter.count_strings(t, role), limit, prefix_ok=proof.prefix_ok,
+                  lengths=lengths, flags=flags, at_least=at_least, over_flag=FLAG_OVER_BOUND)
+    return lengths, flags, at_least, at_most
+
+
+def holds_on(proof: Bounds, backend, texts: list[str], count) -> bool:
+    """The proven bounds also hold on ``texts`` (real and probe texts), ``count`` giving their exact
+    token counts: a check, not the proof."""
+    counts = count(texts)
+    normalize = _normalize_fn(backend)
+    upper = proof.upper(texts, normalize)
+    if any(0 <= u < n for u, n in zip(upper, counts)):
+        return False
+    if any(lo > n for lo, n in zip(proof.pieces_lower(texts, 1 << 20, normalize), counts)):
+        return False
+    if proof.prefix_ok:
+        cuts = [(t, safe_cut(t, len(t) // 2)) for t in texts]
+        cuts = [(t, c) for t, c in cuts if c]
+        prefix_counts = count([t[:c] for t, c in cuts]) if cuts else []
+        whole = dict(zip(texts, counts))
+        if any(p > whole[t] for (t, _), p in zip(cuts, prefix_counts)):
+            return False
+    return True
+
+
+def _normalize_fn(backend):
+    return backend.normalizer.normalize_str if backend.normalizer is not None else None

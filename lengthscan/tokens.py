@@ -27,10 +27,7 @@ import numpy as np
 from .records import (
     FLAG_EMPTY,
     FLAG_MISSING,
-    FLAG_OVER_BOUND,
-    FLAG_OVER_PIECES,
     FLAG_TOO_LONG,
-    FLAG_WITHIN_BOUND,
     TokenizerInfo,
 )
 from .tokenizer_io import (
@@ -170,9 +167,9 @@ class TokenCounter:
         lengths = np.full(n, -1, np.int64)
         flags, todo = self._triage(texts)
         if len(todo) == n:
-            lengths[:] = self._count_strings(texts, role)
+            lengths[:] = self.count_strings(texts, role)
         elif todo:
-            lengths[np.asarray(todo)] = self._count_strings([texts[i] for i in todo], role)
+            lengths[np.asarray(todo)] = self.count_strings([texts[i] for i in todo], role)
         return lengths, flags
 
     def count_ids(self, texts: list, role: str) -> tuple[np.ndarray, np.ndarray, list]:
@@ -239,48 +236,15 @@ class TokenCounter:
         return int(known[role])
 
     def decide_count(self, texts: list, role: str, limit: int):
-        """Decide-only counting against an upper ``limit``: (lengths, flags, at_least, at_most).
+        """Decide-only counting against an upper ``limit``: (lengths, flags, at_least, at_most);
+        see ``bounds.decide_count``."""
+        from .bounds import decide_count
 
-        Rows whose proven upper bound is <= ``limit`` get flag ``within_by_bound`` and their bound
-        in ``at_most``; rows whose prefix already has more than ``limit`` tokens get
-        ``over_by_prefix`` and that count in ``at_least`` (``over_by_pieces`` where the
-        pre-tokenizer's pieces already prove it, without tokenizing); every other row is counted
-        in full.
-        Without a proof for this tokenizer and role (see ``bounds.py``), every row is counted.
-        """
-        from .bounds import prefix_decide
+        return decide_count(self, texts, role, limit)
 
-        n = len(texts)
-        at_least, at_most = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
-        strings = [i for i, t in enumerate(texts) if isinstance(t, str) and t and len(t) <= self.max_chars]
-        proof = self.bounds(role, [texts[i] for i in strings[:64]])
-        if proof is None:
-            lengths, flags = self.count(texts, role)
-            return lengths, flags, at_least, at_most
-        # None, "", non-strings and texts over max_chars: exactly as count() treats them
-        chosen = set(strings)
-        others = [i for i in range(n) if i not in chosen]
-        lengths, flags = np.full(n, -1, np.int64), np.zeros(n, np.int8)
-        if others:
-            lengths[others], flags[others] = self.count([texts[i] for i in others], role)
-        backend = self._methods[role].backend
-        normalize = backend.normalizer.normalize_str if backend.normalizer is not None else None
-        upper = proof.upper([texts[i] for i in strings], normalize)
-        rest = []
-        for i, ub in zip(strings, upper):
-            if 0 <= ub <= limit:
-                flags[i], at_most[i] = FLAG_WITHIN_BOUND, ub
-            else:
-                rest.append(i)
-        if proof.pieces and rest:
-            lower = proof.pieces_lower([texts[i] for i in rest], limit, normalize)
-            over = lower > limit
-            chosen = np.asarray(rest)[over]
-            flags[chosen], at_least[chosen] = FLAG_OVER_PIECES, lower[over]
-            rest = np.asarray(rest)[~over].tolist()
-        prefix_decide(texts, rest, lambda t: self._count_strings(t, role), limit, prefix_ok=proof.prefix_ok,
-                      lengths=lengths, flags=flags, at_least=at_least, over_flag=FLAG_OVER_BOUND)
-        return lengths, flags, at_least, at_most
+    def backend_for(self, role: str):
+        """The backend tokenizer ``role`` is counted with (after its method is decided)."""
+        return self._methods[role].backend
 
     def bounds(self, role: str, probe: list[str]):
         """The proven decide-only shortcuts for ``role`` (None: none; count everything)."""
@@ -289,39 +253,20 @@ class TokenCounter:
         method = self._methods.get(role) or self._decide(role, probe or ["probe text"])
         proof = None
         if method.method == METHOD_FAST:
-            from .bounds import prove
+            from .bounds import holds_on, prove
 
-            specials = int(self._count_strings([""], role)[0])
+            specials = int(self.count_strings([""], role)[0])
             proof = prove(method.backend, specials)
-            if not self._bounds_hold(proof, method.backend, role, probe):
+            texts = [t for t in list(PROBES) + list(probe) if t]
+            if not holds_on(proof, method.backend, texts, lambda t: self.count_strings(t, role)):
                 proof = None
             elif proof.unit is None and not proof.prefix_ok and not proof.pieces:
                 proof = None
         self._bounds[role] = proof
         return proof
 
-    def _bounds_hold(self, proof, backend, role: str, probe: list[str]) -> bool:
-        """The proven bounds also hold on real and probe texts (a check, not the proof)."""
-        from .bounds import safe_cut
-
-        texts = [t for t in list(PROBES) + list(probe) if t]
-        counts = self._count_strings(texts, role)
-        normalize = backend.normalizer.normalize_str if backend.normalizer is not None else None
-        upper = proof.upper(texts, normalize)
-        if any(0 <= u < n for u, n in zip(upper, counts)):
-            return False
-        if any(lo > n for lo, n in zip(proof.pieces_lower(texts, 1 << 20, normalize), counts)):
-            return False
-        if proof.prefix_ok:
-            cuts = [(t, safe_cut(t, len(t) // 2)) for t in texts]
-            cuts = [(t, c) for t, c in cuts if c]
-            prefix_counts = self._count_strings([t[:c] for t, c in cuts], role) if cuts else []
-            whole = dict(zip(texts, counts))
-            if any(p > whole[t] for (t, _), p in zip(cuts, prefix_counts)):
-                return False
-        return True
-
-    def _count_strings(self, texts: list[str], role: str) -> np.ndarray:
+    def count_strings(self, texts: list[str], role: str) -> np.ndarray:
+        """Exact lengths of non-empty strings (no triage of None, "" or over-long texts)."""
         method = self._methods.get(role) or self._decide(role, texts)
         out = np.empty(len(texts), np.int64)
         for start, stop in _chunks(texts, CHUNK_CHARS):
