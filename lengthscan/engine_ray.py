@@ -313,6 +313,7 @@ def _merge_tally(into, part) -> None:
         into.pairs[:] = [_merge_all(into.pairs)]
     for lt, other in zip(into.limit_tallies, part.limit_tallies):
         lt.over += other.over
+        lt.unknown += other.unknown
         lt.rows = np.concatenate([lt.rows, other.rows])
         lt.values = np.concatenate([lt.values, other.values])
         if lt.rows.size > 4 * WORST_ROWS:

@@ -273,6 +273,7 @@ class LimitCheck:
     estimate: float
     interval: tuple[float, float]
     worst: tuple[tuple[int, float], ...] = ()
+    unknown: int = 0  # rows decide-only's bounds leave undecided against this limit
 
     @property
     def name(self) -> str:
@@ -289,6 +290,7 @@ class LimitCheck:
             "estimated_over": self.estimate,
             "interval": list(self.interval),
             "worst_rows": [{"row": r, "value": v} for r, v in self.worst],
+            "unknown_by_bound": self.unknown,
         }
 
 

@@ -69,11 +69,22 @@ class LimitTally:
 
     limit: Limit
     over: int = 0
+    unknown: int = 0  # rows decided by a decide-only bound that says nothing about this limit
     rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     values: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
-    def add(self, rows: np.ndarray, values: np.ndarray) -> None:
+    def add(self, rows: np.ndarray, values: np.ndarray, bounds=None) -> None:
+        """``bounds``: (at_least, at_most) of rows with no exact length in decide-only mode (-1:
+        none). A row whose lower bound is over the limit counts as over (it is not a longest row:
+        its length is unknown); one whose bounds do not settle the limit counts as unknown."""
         over = values > self.limit.value  # NaN and -1 (no length) are never over
+        if bounds is not None:
+            at_least, at_most = bounds
+            bounded = (at_least >= 0) | (at_most >= 0)
+            over_by_bound = at_least > self.limit.value
+            settled = over_by_bound | ((at_most >= 0) & (at_most <= self.limit.value))
+            self.over += int(over_by_bound.sum())
+            self.unknown += int((bounded & ~settled).sum())
         if not over.any():
             return
         self.over += int(over.sum())
@@ -92,7 +103,7 @@ class LimitTally:
         lo, hi = proportion_interval(self.over, n, total)
         estimate = self.over / n * total if n else 0.0
         worst = tuple((int(r), _plain(v)) for r, v in zip(self.rows, self.values))
-        return LimitCheck(self.limit, self.over, n, estimate, (lo * total, hi * total), worst)
+        return LimitCheck(self.limit, self.over, n, estimate, (lo * total, hi * total), worst, self.unknown)
 
 
 def _plain(v: float):
@@ -118,12 +129,14 @@ class SplitTally:
         self.limit_tallies = [LimitTally(limit) for limit in self.limits]
 
     def add(self, rows: np.ndarray, measured: dict[str, Measured]) -> None:
-        by_name = {}
+        by_name, bounds = {}, {}
         for f in self.fields:
             m = measured[f.role]
             for spec in f.specs:
                 values = m.values[spec]
                 by_name[spec.name] = values
+                if m.bounds and spec in m.bounds:
+                    bounds[spec.name] = m.bounds[spec]
                 bucket = self.parts.setdefault(spec, [])
                 bucket.append(stats_from_lengths(spec, values, m.flags, m.decoded))
                 if len(bucket) >= 32:
@@ -134,7 +147,7 @@ class SplitTally:
             if len(self.pairs) >= 32:
                 self.pairs[:] = [_merge_all(self.pairs)]
         for lt in self.limit_tallies:
-            lt.add(rows, by_name[lt.limit.measure])
+            lt.add(rows, by_name[lt.limit.measure], bounds.get(lt.limit.measure))
         self._keep_lengths(rows, by_name)
         for metric in self.ratios:
             from .policy import metric_values, ratio_units_of

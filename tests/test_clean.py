@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from datasets import Dataset, DatasetDict, load_from_disk
@@ -18,6 +20,7 @@ from transformers import AutoTokenizer
 
 import lengthscan
 from lengthscan.cli import main
+from lengthscan.report.findings import findings
 from tests.helpers import direct_counts
 
 
@@ -249,3 +252,23 @@ def test_decide_only_mode_gives_the_same_dataset(tmp_path, corpus_jsonl, bpe_dir
             assert 64 < lo <= exact
             seen.add(flag)
     assert "over_by_pieces" in seen  # byte-level BPE: proven over from its pieces, without tokenizing
+    # limits read from the tokenizer (its model_max_length): rows decided by a bound count as over
+    # only where the bound proves it, and the rest are reported as unknown, never as within
+    exact = np.asarray([-1 if x is None else x for x in full_lengths["input_tokens"]])
+    checks = [c for c in report["splits"][0]["limits"] if c["measure"] == "input_tokens"]
+    assert checks
+    def column(name):
+        return np.asarray([-1 if x is None else x for x in lengths[name]])
+
+    at_least, at_most, counted = column("input_tokens_at_least"), column("input_tokens_at_most"), column("input_tokens")
+    for check in checks:
+        v = check["limit"]
+        proven_over = (counted > v) | (at_least > v)
+        unsettled = ((at_least >= 0) | (at_most >= 0)) & ~(at_least > v) & ~((at_most >= 0) & (at_most <= v))
+        assert check["over_in_measured"] == proven_over.sum() <= (exact > v).sum()
+        assert check["unknown_by_bound"] == unsettled.sum() > 0
+        assert (exact > v).sum() <= check["over_in_measured"] + check["unknown_by_bound"]
+    said = findings(report)
+    assert any("decided by a proven bound, not counted in full" in f for f in said)
+    unknown = f"{check['unknown_by_bound']:,} (more )?rows, decided by a decide-only bound, are not known against"
+    assert any(re.search(unknown, f) for f in said)

@@ -8,7 +8,11 @@ a sample. The HTML page shows them at the top; the terminal summary can reuse th
 
 from __future__ import annotations
 
+from ..records import BOUNDED_FLAGS, FLAG_NAMES
 from .fmt import count, num, share, times, unit, with_unit
+
+#: Flags of rows decide-only mode decided by a proven bound (they have bounds, not lengths).
+BOUNDED_FLAG_NAMES = tuple(FLAG_NAMES[code] for code in BOUNDED_FLAGS)
 
 #: A field whose longest row is this many times its p99 has a tail worth a sentence.
 LONG_TAIL = 2.5
@@ -72,6 +76,12 @@ def _limit_findings(split: dict, batches: dict | None, *, multi: bool) -> list[s
     where = f" in split {split['split']}" if multi else ""
     for check in split.get("limits", []):
         m, n, limit = check["measure"], check["over_in_measured"], check["limit"]
+        unknown = check.get("unknown_by_bound") or 0
+        if not n and unknown:
+            out.append(f"No {m} row counted in full{where} exceeds {with_unit(limit, m)} ({_short(check['origin'])}); "
+                       f"{unknown:,} rows, decided by a decide-only bound, are not known against {num(limit)} "
+                       "(--no-decide-only counts them).")
+            continue
         if not n:
             within.append(f"{m} <= {num(limit)}")
             continue
@@ -86,7 +96,10 @@ def _limit_findings(split: dict, batches: dict | None, *, multi: bool) -> list[s
         else:
             verb = "exceeds" if n == 1 else "exceed"
             text = f"{n:,} {_noun(m, n)}{where} {verb} {with_unit(limit, m)} ({_short(check['origin'])}){longest}"
-        out.append(text + _padding_clause(m, batches) + ".")
+        text += _padding_clause(m, batches) + "."
+        if unknown:
+            text += f" {unknown:,} more rows, decided by a decide-only bound, are not known against {num(limit)}."
+        out.append(text)
     if within and not out:
         scope = "No sampled row exceeds" if is_sample else "Every row is within"
         out.append(f"{scope} the known limits{where}: {', '.join(within)}.")
@@ -186,6 +199,13 @@ def _flag_findings(split: dict, *, multi: bool) -> list[str]:
     for role, r in split.get("roles", {}).items():
         flags = {k: v for k, v in (r.get("flags") or {}).items() if v}
         empty = flags.pop("empty", 0)
+        bounded = {k: flags.pop(k) for k in BOUNDED_FLAG_NAMES if k in flags}
+        if bounded:
+            n = sum(bounded.values())
+            detail = ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in bounded.items())
+            out.append(f"{n:,} {role} rows{where} were decided by a proven bound, not counted in full (decide-only: "
+                       f"{detail}); {role} statistics cover the rows counted in full, and lengths.parquet has "
+                       f"{role}_tokens_at_least/_at_most for the others.")
         if flags:
             n = sum(flags.values())
             detail = ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in flags.items())

@@ -176,7 +176,9 @@ def _limits(split: dict, name: str) -> list[tuple]:
     for check in split.get("limits", []):
         if check["measure"] == name and check["limit"] not in seen:
             seen.add(check["limit"])
-            out.append((check["limit"], f"{check['name']} ({check['origin']}): {check['over_in_measured']:,} rows over"))
+            out.append((check["limit"], f"{check['name']} ({check['origin']}): {check['over_in_measured']:,} rows over"
+                        + (f", {check['unknown_by_bound']:,} not known (decide-only bounds)"
+                           if check.get("unknown_by_bound") else "")))
     return out
 
 

@@ -91,9 +91,10 @@ def _render_decisions(decisions: dict, clean: dict | None, console: Console) -> 
             console.print(f"    {item['rows']:,} {item['decision']}: {item['reason']}")
     decide_only = decisions.get("decide_only") or {}
     if decide_only.get("on"):
-        console.print(Text(f"  decide-only mode is on: input tokens are counted only as far as each decision "
-                           f"needs (limit {decide_only['limits']}); rows decided by a proven bound have "
-                           "input_tokens_at_least/_at_most instead of an exact length (--no-decide-only counts all)",
+        limits = ", ".join(f"{role}_tokens<={value:,}" for role, value in decide_only["limits"].items())
+        console.print(Text(f"  decide-only mode is on ({limits}): tokens are counted only as far as each decision "
+                           "needs; rows decided by a proven bound have ..._tokens_at_least/_at_most in "
+                           "lengths.parquet instead of an exact length (--no-decide-only counts all)",
                            style="cyan"))
     if decisions.get("gate"):
         console.print(Text(f"  {decisions['gate']}", style="bold red"))
@@ -143,6 +144,9 @@ def limit_line(check: dict, *, sampled: bool) -> str:
     worst = check.get("worst_rows") or []
     if worst:
         head += "; longest: " + ", ".join(f"row {w['row']} ({_num(w['value'])})" for w in worst[:3])
+    if check.get("unknown_by_bound"):
+        head += (f"; {check['unknown_by_bound']:,} more decided by a decide-only bound are not known against it "
+                 "(--no-decide-only counts them)")
     if not sampled:
         return head
     lo, hi = check["interval"]
