@@ -272,3 +272,9 @@ def test_decide_only_mode_gives_the_same_dataset(tmp_path, corpus_jsonl, bpe_dir
     assert any("decided by a proven bound, not counted in full" in f for f in said)
     unknown = f"{check['unknown_by_bound']:,} (more )?rows, decided by a decide-only bound, are not known against"
     assert any(re.search(unknown, f) for f in said)
+    before = report["clean"]["batches_before"]
+    without = sum(x is None or y is None for x, y in zip(lengths["input_tokens"], lengths["target_tokens"]))
+    assert before["left_out"] == without >= report["splits"][0]["fields"]["input_tokens"]["bounded"] > 0
+    assert any(f"over the {before['simulated_rows']:,} of {before['rows']:,} rows with an exact length" in f for f in said)
+    assert 'id="decide-only"' in (tmp_path / "fast" / "report.html").read_text()
+    assert 'id="decide-only"' not in (tmp_path / "full" / "report.html").read_text()

@@ -272,7 +272,7 @@ def _padding_findings(batches: dict | None, before: dict | None = None) -> list[
         key, what = "padding_share", "that"
         details = [f"{w}s {share(rnd[k], 1)}" for w, k in parts]
         if was.get(key) is not None:
-            details.append(f"{share(was[key], 1)} before cleaning")
+            details.append(f"{share(was[key], 1)} before cleaning{_left_out(before)}")
         text = f"Random batches of {size} are {share(rnd[key], 1)} padding"
         text += f" ({'; '.join([', '.join(details[:len(parts)]), *details[len(parts):]])})" if details else ""
     elif parts:  # inputs in seconds and labels in tokens: no single share
@@ -280,12 +280,19 @@ def _padding_findings(batches: dict | None, before: dict | None = None) -> list[
         text = f"In random batches of {size}, " + " and ".join(f"{share(rnd[k], 1)} of {w} positions"
                                                              for w, k in parts) + " are padding"
         if was.get(key) is not None:
-            text += f" ({what} {share(was[key], 1)} before cleaning)"
+            text += f" ({what} {share(was[key], 1)} before cleaning{_left_out(before)})"
     else:
         return []
     if grouped.get(key) is not None:
         text += f"; group_by_length brings {what} to {share(grouped[key], 1)}"
-    return [text + "."]
+    return [text + _left_out(batches) + "."]
+
+
+def _left_out(batches: dict | None) -> str:
+    """The rows a batch simulation left out (no length, or only a decide-only bound), if any."""
+    if not (batches or {}).get("left_out"):
+        return ""
+    return f", over the {batches['simulated_rows']:,} of {batches['rows']:,} rows with an exact length"
 
 
 def _strategy(entry: dict | None, name: str) -> dict:

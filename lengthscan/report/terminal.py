@@ -94,7 +94,8 @@ def _render_decisions(decisions: dict, clean: dict | None, console: Console) -> 
         limits = ", ".join(f"{role}_tokens<={value:,}" for role, value in decide_only["limits"].items())
         console.print(Text(f"  decide-only mode is on ({limits}): tokens are counted only as far as each decision "
                            "needs; rows decided by a proven bound have ..._tokens_at_least/_at_most in "
-                           "lengths.parquet instead of an exact length (--no-decide-only counts all)",
+                           "lengths.parquet instead of an exact length, and the cleaned dataset's statistics take "
+                           "a kept one at its upper bound (--no-decide-only counts all)",
                            style="cyan"))
     if decisions.get("gate"):
         console.print(Text(f"  {decisions['gate']}", style="bold red"))
