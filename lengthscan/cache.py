@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import __version__
+from . import __version__, arrays
 
 _SCHEMA = pa.schema([("length", pa.int64()), ("flag", pa.int8())])
 
@@ -47,7 +47,8 @@ class CacheWriter:
         self._writer = pq.ParquetWriter(self.tmp, _SCHEMA)
 
     def write(self, lengths: np.ndarray, flags: np.ndarray) -> None:
-        self._writer.write_batch(pa.record_batch([pa.array(lengths, pa.int64()), pa.array(flags, pa.int8())], schema=_SCHEMA))
+        columns = [arrays.numeric(lengths, pa.int64()), arrays.numeric(flags, pa.int8())]
+        self._writer.write_batch(pa.record_batch(columns, schema=_SCHEMA))
 
     def commit(self) -> None:
         self._writer.close()
@@ -78,8 +79,8 @@ class CacheReader:
         end = int(rows[-1]) + 1
         while self._start + self._lengths.size < end:
             rb = next(self._batches)
-            self._lengths = np.concatenate([self._lengths, rb.column(0).to_numpy()])
-            self._flags = np.concatenate([self._flags, rb.column(1).to_numpy()])
+            self._lengths = np.concatenate([self._lengths, arrays.to_numpy(rb.column(0))])
+            self._flags = np.concatenate([self._flags, arrays.to_numpy(rb.column(1))])
         local = rows - self._start
         out = self._lengths[local], self._flags[local]
         drop = int(rows[-1]) + 1 - self._start

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from . import arrays
 from .sources import SplitSource
 
 #: Rows per batch handed to the measure step (the tokenizer threads over a batch).
@@ -84,13 +85,14 @@ def _parquet_batches(part, columns: list[str], indices, batch_rows: int) -> Iter
         g, in_group = int(group_of[span[0]]), local[span[0]:span[1]]
         at = in_group - starts[g]
         if sizes[g] <= LARGE_ROW_GROUP:
-            return in_group, pf.read_row_group(g, columns=columns, use_threads=False).take(pa.array(at))
+            group = pf.read_row_group(g, columns=columns, use_threads=False)
+            return in_group, group.take(arrays.numeric(at, pa.int64()))
         # a huge row group (a whole file in one, say) is streamed, keeping only the sampled rows
         pieces, offset = [], 0
         for rb in pf.iter_batches(batch_size=LARGE_ROW_GROUP, row_groups=[g], columns=columns, use_threads=False):
             lo, hi = np.searchsorted(at, [offset, offset + rb.num_rows])
             if hi > lo:
-                pieces.append(pa.Table.from_batches([rb.take(pa.array(at[lo:hi] - offset))]))
+                pieces.append(pa.Table.from_batches([rb.take(arrays.numeric(at[lo:hi] - offset, pa.int64()))]))
             offset += rb.num_rows
         return in_group, pa.concat_tables(pieces)
 
@@ -165,7 +167,7 @@ def _jsonl_batches(part, columns: list[str], indices, batch_rows: int) -> Iterat
             take = wanted[lo:hi]
             for k in range(0, take.size, batch_rows):
                 chunk = take[k:k + batch_rows]
-                yield Batch(chunk, rb.take(pa.array(chunk - offset)))
+                yield Batch(chunk, rb.take(arrays.numeric(chunk - offset, pa.int64())))
         offset += rb.num_rows
     if offset != part.start + part.rows:
         raise RuntimeError(f"read {offset - part.start} rows of {part.path}, expected {part.rows}")

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from . import arrays
 from .features import conform
 from .records import FLAG_NAMES
 
@@ -49,23 +50,23 @@ def lengths_batch(schema: pa.Schema, rows: np.ndarray, *, split: str | None,
                   located: tuple[list[str], np.ndarray] | None, measured: dict) -> pa.RecordBatch:
     """One batch of ``lengths.parquet`` rows (``schema`` from ``lengths_schema``): ``measured``
     maps role -> ``records.Measured``; ``located`` is (source files, rows in them) or None."""
-    cols: dict[str, pa.Array] = {"row": pa.array(rows, pa.int64())}
+    cols: dict[str, pa.Array] = {"row": arrays.numeric(rows, pa.int64())}
     if "split" in schema.names:
-        cols["split"] = pa.array([split] * rows.size, pa.string())
+        cols["split"] = arrays.strings([split] * rows.size)
     if "source_file" in schema.names:
         files, file_rows = located
-        cols["source_file"] = pa.array(files, pa.string())
-        cols["file_row"] = pa.array(file_rows, pa.int64())
+        cols["source_file"] = arrays.strings(files)
+        cols["file_row"] = arrays.numeric(file_rows, pa.int64())
     for role, m in measured.items():
         for spec, values in m.values.items():
             kind = schema.field(spec.name).type
-            cols[spec.name] = pa.array(values, kind, mask=~(values >= 0))
+            cols[spec.name] = arrays.numeric(values, kind, mask=~(values >= 0))
             if f"{spec.name}_at_least" in schema.names:
                 lo, hi = (m.bounds or {}).get(spec, (np.full(rows.size, -1), np.full(rows.size, -1)))
-                cols[f"{spec.name}_at_least"] = pa.array(lo, pa.int64(), mask=lo < 0)
-                cols[f"{spec.name}_at_most"] = pa.array(hi, pa.int64(), mask=hi < 0)
-        cols[f"{role}_flag"] = pa.array(_FLAG_LOOKUP[m.flags], pa.string())
-        cols[f"{role}_error"] = pa.array(m.errors if m.errors is not None else [None] * rows.size, pa.string())
+                cols[f"{spec.name}_at_least"] = arrays.numeric(lo, pa.int64(), mask=lo < 0)
+                cols[f"{spec.name}_at_most"] = arrays.numeric(hi, pa.int64(), mask=hi < 0)
+        cols[f"{role}_flag"] = arrays.strings(_FLAG_LOOKUP[m.flags])
+        cols[f"{role}_error"] = arrays.strings(m.errors if m.errors is not None else [None] * rows.size)
     return pa.record_batch([cols[n] for n in schema.names], schema=schema)
 
 

@@ -87,6 +87,49 @@ def test_console_script_audits_without_importing_torch(tmp_path, corpus_jsonl, c
     assert out == {"rc": 0, "torch": True}, proc.stderr[-2000:]
 
 
+def test_audits_of_jsonl_and_parquet_never_import_pandas(tmp_path, corpus_jsonl, corpus_rows, bpe_dir):
+    """pyarrow's pa.array and to_numpy import pandas on first use (0.2 s or more a run): the audit
+    builds its arrays from buffers instead (lengthscan/arrays.py)."""
+    parquet = tmp_path / "c.parquet"
+    pq.write_table(pa.Table.from_pylist(corpus_rows[:2000]), parquet, row_group_size=300)
+    code = ("import json, sys; from lengthscan.cli import run; rc = run(); "
+            "print(json.dumps({'rc': rc, 'pandas': 'pandas' in sys.modules}))")
+    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "LENGTHSCAN_CACHE": str(tmp_path / "cache")}
+    runs = [(corpus_jsonl, "--full"), (corpus_jsonl, "--full"),  # cold, then from the length cache
+            (corpus_jsonl, "--sample"), (parquet, "--sample"), (parquet, "--full")]
+    for k, (src, how) in enumerate(runs):
+        argv = ["audit", str(src), "--tokenizer", str(bpe_dir), "--input", "text", "--target", "summary",
+                *([how, "500"] if how == "--sample" else [how]), "--out", str(tmp_path / f"a{k}"), "--quiet"]
+        proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, timeout=300)
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert out == {"rc": 0, "pandas": False}, (src, how, proc.stderr[-2000:])
+    assert any((tmp_path / "cache" / "lengths").iterdir())
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 64, 65, 1000])
+def test_arrays_from_buffers_equal_pa_array(n):
+    from lengthscan import arrays
+
+    rng = np.random.default_rng(n)
+    ints = rng.integers(-3, 1 << 40, n)
+    mask = rng.random(n) < 0.3
+    assert arrays.numeric(ints, pa.int64(), mask=mask).equals(pa.array(ints, pa.int64(), mask=mask))
+    assert arrays.numeric(ints, pa.int64()).equals(pa.array(ints, pa.int64()))
+    small = (ints % 100).astype(np.int8)
+    assert arrays.numeric(small, pa.int8()).equals(pa.array(small, pa.int8()))
+    floats = np.where(mask, np.nan, rng.random(n) * 30)
+    assert arrays.numeric(floats, pa.float64(), mask=~(floats >= 0)).equals(
+        pa.array(floats, pa.float64(), mask=~(floats >= 0)))
+    texts = [None if m else "".join(rng.choice(list("aé€𝄞 \n"), int(rng.integers(0, 6)))) for m in mask]
+    assert arrays.strings(texts).equals(pa.array(texts, pa.string()))
+    assert arrays.strings(np.array(texts, dtype=object)).equals(pa.array(texts, pa.string()))
+    assert arrays.strings([None] * n).equals(pa.array([None] * n, pa.string()))
+    whole = pa.array(ints, pa.int64())
+    for start in (0, n // 3):
+        piece = whole.slice(start, n // 2)
+        assert arrays.to_numpy(piece).tolist() == piece.to_pylist()
+
+
 def test_sampled_rows_of_a_huge_row_group_are_streamed(tmp_path, corpus_rows, monkeypatch):
     import lengthscan.scan as scan
 
