@@ -26,14 +26,15 @@ def numeric(values, type: pa.DataType, mask=None) -> pa.Array:
 def strings(values) -> pa.Array:
     """``pa.array(values, pa.string())`` for a sequence of ``str`` or ``None``."""
     n = len(values)
-    if all(v is None for v in values):
+    missing = np.fromiter((v is None for v in values), bool, n)
+    if missing.all():
         return pa.nulls(n, pa.string())
     encoded = [b"" if v is None else v.encode("utf-8") for v in values]
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum([len(b) for b in encoded], out=offsets[1:])
     if offsets[-1] > _MAX_STRING_BYTES:
         return pa.array(list(values), pa.string())
-    validity, nulls = _validity(np.fromiter((v is None for v in values), bool, n), n)
+    validity, nulls = _validity(missing, n)
     return pa.StringArray.from_buffers(n, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(encoded)),
                                        validity, nulls)
 
