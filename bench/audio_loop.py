@@ -2,7 +2,7 @@
 
     python bench/audio_loop.py METHOD (--manifest CSV | --arrow DIR) [--limit N]
 
-METHOD is ``ours`` (``lengthscan.audio.read_infos``), ``soundfile`` (a plain ``soundfile.info``
+METHOD is ``ours`` (``lengthscan.measure.audio.durations.read_infos``), ``soundfile`` (a plain ``soundfile.info``
 loop), ``librosa_duration`` (``librosa.get_duration(path=)``), ``lhotse``
 (``Recording.from_file``, or ``Recording.from_bytes`` for bytes) or ``librosa_load`` (decoding:
 ``librosa.load(sr=None)``, then ``len(y) / sr``). With ``--manifest`` the inputs are file paths
@@ -72,7 +72,7 @@ def run(args):
     from_bytes = args.arrow is not None
     items = inputs(args)
     if args.method == "ours":
-        from lengthscan.audio import read_infos
+        from lengthscan.measure.audio.durations import read_infos
 
         read_infos(items[:1])  # import-time work outside the clock, as for the others
         t0 = time.perf_counter()

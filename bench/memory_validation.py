@@ -233,12 +233,7 @@ def run_case(case: tuple) -> dict:
     """Predict and measure one case."""
     import gc
 
-    from lengthscan.memory.measure import (
-        build_model,
-        make_batch,
-        measure_step,
-        measure_step_cuda,
-    )
+    from lengthscan.memory.cpu_peak import build_model, make_batch, measure_step, measure_step_cuda
 
     family, label, config, shape, options = case
     est = estimate(config, shape, options)

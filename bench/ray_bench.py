@@ -85,7 +85,7 @@ def scaling(source: Path, tok: str, *, cpus_per_node: int, blocks: int, repeats:
     import ray
     from ray.cluster_utils import Cluster
 
-    from lengthscan.engine_ray import _pool_size, audit_ray
+    from lengthscan.engines.ray.audit import _pool_size, audit_ray
 
     rows = pq.ParquetFile(source).metadata.num_rows
     lines = []
@@ -124,10 +124,11 @@ def _block_work(ray, source: Path, tok: str, blocks: int) -> dict:
     loaded, blocks already read): the span, and each piece's wall and CPU seconds in its actor."""
     import numpy as np
 
-    from lengthscan.engine_ray import _Measurer, block_pieces, ray_session, start_actors
-    from lengthscan.engine_ray_sources import open_for_ray, read_split
-    from lengthscan.prepare import prepare
-    from lengthscan.scan import BATCH_ROWS
+    from lengthscan.engines.ray.audit import _Measurer, block_pieces, start_actors
+    from lengthscan.engines.ray.session import ray_session
+    from lengthscan.engines.ray.sources import open_for_ray, read_split
+    from lengthscan.engines.setup import prepare
+    from lengthscan.sources.scan import BATCH_ROWS
 
     class TimedMeasurer(_Measurer):  # defined here: Ray ships it by value to the workers
         def timed(self, block, offset, take):

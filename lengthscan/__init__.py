@@ -6,22 +6,22 @@ The public API is imported lazily so that ``lengthscan --help`` stays instant.
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "audit": ("lengthscan.pipeline", "audit"),
-    "open_source": ("lengthscan.sources", "open_source"),
-    "load_source": ("lengthscan.sources", "load_source"),
-    "AuditResult": ("lengthscan.records", "AuditResult"),
-    "FieldSpec": ("lengthscan.records", "FieldSpec"),
-    "TokenCounter": ("lengthscan.tokens", "TokenCounter"),
-    "token_lengths": ("lengthscan.mapping", "token_lengths"),
-    "add_lengths": ("lengthscan.mapping", "add_lengths"),
-    "clean": ("lengthscan.cleaner", "clean"),
-    "CleanResult": ("lengthscan.cleaner", "CleanResult"),
-    "within_limits": ("lengthscan.mapping", "within_limits"),
-    "truncate_to_limits": ("lengthscan.mapping", "truncate_to_limits"),
-    "LengthCappedCollator": ("lengthscan.trainer", "LengthCappedCollator"),
-    "add_length_column": ("lengthscan.trainer", "add_length_column"),
-    "trainer_length_kwargs": ("lengthscan.trainer", "trainer_length_kwargs"),
-    "length_grouped_sampler": ("lengthscan.trainer", "length_grouped_sampler"),
+    "audit": ("lengthscan.engines.audit", "audit"),
+    "open_source": ("lengthscan.sources.opener", "open_source"),
+    "load_source": ("lengthscan.sources.opener", "load_source"),
+    "AuditResult": ("lengthscan.stats.result", "AuditResult"),
+    "FieldSpec": ("lengthscan.measure.records", "FieldSpec"),
+    "TokenCounter": ("lengthscan.measure.text.counter", "TokenCounter"),
+    "token_lengths": ("lengthscan.training.mapping", "token_lengths"),
+    "add_lengths": ("lengthscan.training.mapping", "add_lengths"),
+    "clean": ("lengthscan.engines.clean", "clean"),
+    "CleanResult": ("lengthscan.engines.results", "CleanResult"),
+    "within_limits": ("lengthscan.training.mapping", "within_limits"),
+    "truncate_to_limits": ("lengthscan.training.mapping", "truncate_to_limits"),
+    "LengthCappedCollator": ("lengthscan.training.trainer", "LengthCappedCollator"),
+    "add_length_column": ("lengthscan.training.trainer", "add_length_column"),
+    "trainer_length_kwargs": ("lengthscan.training.trainer", "trainer_length_kwargs"),
+    "length_grouped_sampler": ("lengthscan.training.trainer", "length_grouped_sampler"),
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -1,5 +1,5 @@
 """``python -m lengthscan``."""
 
-from .cli import run
+from lengthscan.cli.main import run
 
 raise SystemExit(run())

@@ -15,7 +15,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from .cache import cache_root
+from lengthscan.measure.cache import cache_root
 
 SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
 
@@ -100,7 +100,7 @@ def demo_assets() -> tuple[Path, Path]:
 
 def run_demo(*, out="lengthscan-demo", progress=None, command: str | None = None):
     """Audit the docstring corpus in full with its tokenizer; write the report to ``out``."""
-    from .pipeline import audit
+    from lengthscan.engines.audit import audit
 
     corpus, tok_dir = demo_assets()
     return audit(str(corpus), tokenizer=str(tok_dir), input="docstring", target="summary", full=True,

@@ -104,7 +104,7 @@ def strip_mp3_tag(src, dst) -> Path:
 
     Many encoders and stream rippers write no such tag; this makes one from a real MP3.
     """
-    from lengthscan.audio import _mpeg_frame, _mpeg_start
+    from lengthscan.measure.audio.durations import _mpeg_frame, _mpeg_start
 
     data = Path(src).read_bytes()
     start = _mpeg_start(data)

@@ -1,4 +1,4 @@
-"""lengthscan.audio on real files: soundfile-written formats, espeak-ng speech, broken files,
+"""lengthscan.measure.audio.durations on real files: soundfile-written formats, espeak-ng speech, broken files,
 scipy's odd WAVs; lengths checked against soundfile decoding, librosa.resample and transformers."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from lengthscan.audio import (
+from lengthscan.measure.audio.durations import (
     AudioInfo,
     FrameRule,
     conv_frames,

@@ -1,4 +1,4 @@
-"""The pure-Python header parsers (lengthscan.audio_headers) against libsndfile, file by file.
+"""The pure-Python header parsers (lengthscan.measure.audio.headers) against libsndfile, file by file.
 
 ``read_info`` skips libsndfile where ``audio_headers.probe`` can parse a header itself; these tests
 check that every answer equals the libsndfile path's (``audio.libsndfile_info``: frames, rate,
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import soundfile
 
-from lengthscan import audio
-from lengthscan.audio_headers import hint, mpeg_frame, probe
+from lengthscan.measure.audio import durations as audio
+from lengthscan.measure.audio.headers import hint, mpeg_frame, probe
 from tests import audio_fixtures as af
 
 # libsndfile reading cut files from BytesIO (the reference path) makes soundfile's seek callback

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import soundfile
 
-from lengthscan.cli import main
+from lengthscan.cli.main import main
 from tests import audio_fixtures as af
 from tests.helpers import direct_counts
 
@@ -153,7 +153,7 @@ def _wav2vec2_dir(tmp_path):
 def test_whisper_model_limits_samples_and_frames(tmp_path, clips):
     from transformers import WhisperFeatureExtractor
 
-    from lengthscan.audio import resampled_length
+    from lengthscan.measure.audio.durations import resampled_length
 
     d, files, _ = clips
     manifest = tmp_path / "m.jsonl"
@@ -180,7 +180,7 @@ def test_whisper_model_limits_samples_and_frames(tmp_path, clips):
 
 
 def test_wav2vec2_conv_frames(tmp_path, clips):
-    from lengthscan.audio import conv_frames
+    from lengthscan.measure.audio.durations import conv_frames
 
     d, files, _ = clips
     manifest = tmp_path / "m.jsonl"
@@ -209,7 +209,7 @@ def test_sampling_rate_flag_without_a_model(tmp_path, clips):
 def test_clean_drops_long_audio_or_crops_it(tmp_path, clips):
     from datasets import Audio, Dataset, load_from_disk
 
-    from lengthscan.cli import main as cli
+    from lengthscan.cli.main import main as cli
 
     d, files, _ = clips
     manifest = tmp_path / "m.jsonl"

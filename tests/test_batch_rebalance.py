@@ -11,15 +11,10 @@ import sys
 import numpy as np
 import pytest
 
-from lengthscan.batches import Batches, random_batches
-from lengthscan.cli import main
+from lengthscan.cli.main import main
 from lengthscan.memory import MemoryOptions, Shape, estimate, load_config
-from lengthscan.rebalance import (
-    TRAINER_REBALANCE_SEED,
-    most_rows,
-    rebalance_available,
-    rebalance_batches,
-)
+from lengthscan.training.batches import Batches, random_batches
+from lengthscan.training.rebalance import TRAINER_REBALANCE_SEED, most_rows, rebalance_available, rebalance_batches
 
 
 def _distributions(n: int, seed: int) -> dict[str, np.ndarray]:
@@ -166,7 +161,7 @@ def test_invariants_without_torch(monkeypatch):
 def test_availability_is_read_from_the_installed_sources(tmp_path, monkeypatch):
     import importlib.machinery
 
-    import lengthscan.rebalance as rb
+    import lengthscan.training.rebalance as rb
 
     fake = tmp_path / "transformers"
     fake.mkdir()

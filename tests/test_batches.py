@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from lengthscan.batches import (
+from lengthscan.training.batches import (
     TRAINER_DRAWS_BEFORE_GROUPING,
     exact_permutation,
     grouped_batches,

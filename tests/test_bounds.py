@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from lengthscan.records import FLAG_OVER_BOUND, FLAG_OVER_PIECES, FLAG_WITHIN_BOUND
-from lengthscan.tokens import TokenCounter
+from lengthscan.measure.records import FLAG_OVER_BOUND, FLAG_OVER_PIECES, FLAG_WITHIN_BOUND
+from lengthscan.measure.text.counter import TokenCounter
 from tests.conftest import EDGE_TEXTS
 
 
@@ -73,7 +73,7 @@ def test_nfkc_expansion_is_bounded_on_the_normalized_text(tmp_path, train_texts)
 
 
 def test_safe_cut_needs_a_character_on_both_sides():
-    from lengthscan.bounds import safe_cut
+    from lengthscan.measure.text.bounds import safe_cut
 
     assert safe_cut("ab ", 5) is None  # a trailing space is no cut
     assert safe_cut("ab c", 5) == 2 and safe_cut("ab cd ", 10) == 2
@@ -115,7 +115,7 @@ def _split_bpe(out, train_texts, pattern: str, nfc: bool):
 
 @pytest.fixture(scope="module")
 def llama3_dir(tmp_path_factory, train_texts):
-    from lengthscan.pieces import LLAMA3_PATTERNS
+    from lengthscan.measure.text.pieces import LLAMA3_PATTERNS
 
     pattern = next(p for p in LLAMA3_PATTERNS if "{1,3}" in p)
     return _split_bpe(tmp_path_factory.mktemp("llama3"), train_texts, pattern, nfc=False)
@@ -123,7 +123,7 @@ def llama3_dir(tmp_path_factory, train_texts):
 
 @pytest.fixture(scope="module")
 def qwen2_dir(tmp_path_factory, train_texts):
-    from lengthscan.pieces import LLAMA3_PATTERNS
+    from lengthscan.measure.text.pieces import LLAMA3_PATTERNS
 
     pattern = next(p for p in LLAMA3_PATTERNS if "{1,3}" not in p)
     return _split_bpe(tmp_path_factory.mktemp("qwen2"), train_texts, pattern, nfc=True)

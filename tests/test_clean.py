@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
 import lengthscan
-from lengthscan.cli import main
+from lengthscan.cli.main import main
 from lengthscan.report.findings import findings
 from tests.helpers import direct_counts
 

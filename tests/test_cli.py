@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from lengthscan.cli import main
+from lengthscan.cli.main import main
 from tests.helpers import direct_counts
 
 

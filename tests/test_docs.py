@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lengthscan.cli import build_parser
+from lengthscan.cli.main import build_parser
 
 README = (Path(__file__).parent.parent / "README.md").read_text()
 

@@ -7,8 +7,8 @@ import pyarrow as pa
 import pytest
 from datasets import Audio, ClassLabel, Features, Value
 
-from lengthscan import features as feats
-from lengthscan.writer import DatasetWriter
+from lengthscan.sources import features as feats
+from lengthscan.write.arrow_dataset import DatasetWriter
 
 PLAIN = [
     pa.string(), pa.large_string(), pa.binary(), pa.large_binary(), pa.bool_(), pa.null(),

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import transformers as tf
 
-from lengthscan.limits import (
+from lengthscan.policy.model_limits import (
     DECODER_ONLY,
     ENCODER_DECODER,
     ENCODER_ONLY,

@@ -25,7 +25,7 @@ def test_add_lengths_values_and_stable_fingerprint(tmp_path, corpus_rows, bpe_di
     c1 = lengthscan.add_lengths(ds, tokenizer=str(copy), input="text")
     cfg = copy / "tokenizer_config.json"
     cfg.write_text(cfg.read_text().replace("256", "300"))
-    lengthscan.mapping._counter.cache_clear()
+    lengthscan.training.mapping._counter.cache_clear()
     c2 = lengthscan.add_lengths(ds, tokenizer=str(copy), input="text")
     assert c1._fingerprint != c2._fingerprint
 
@@ -75,7 +75,7 @@ def test_within_limits_and_truncate_to_limits(corpus_rows, bpe_dir):
         assert original["summary"].startswith(summary) and len(tok(text_target=summary)["input_ids"]) <= 16
     import pytest
 
-    from lengthscan.policy import RuleError
+    from lengthscan.policy.rules import RuleError
 
     with pytest.raises(RuleError, match="numeric limits"):
         lengthscan.within_limits({"text": ["a"]}, tokenizer=str(bpe_dir), input="text", limits=["input_tokens<=p99"])

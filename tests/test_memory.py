@@ -247,7 +247,7 @@ def test_a_large_model_is_estimated_quickly():
 @_by_name(PARAM_CASES)
 def test_parameter_counts_are_exact(name, config, extra):
     torch = pytest.importorskip("torch", reason="torch not installed: parameter counts are checked against modules")
-    from lengthscan.memory.measure import build_model
+    from lengthscan.memory.cpu_peak import build_model
 
     with torch.device("meta"):
         model = build_model(config, extra)
@@ -260,7 +260,7 @@ def test_parameter_counts_are_exact(name, config, extra):
 @_by_name(MEASURED_CASES)
 def test_estimate_within_ten_percent_of_the_measured_cpu_peak(name, config, extra):
     pytest.importorskip("torch", reason="torch not installed: the CPU peak of a real training step is measured")
-    from lengthscan.memory.measure import build_model, make_batch, measure_step
+    from lengthscan.memory.cpu_peak import build_model, make_batch, measure_step
 
     options = MemoryOptions()
     model = build_model(config, options)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from lengthscan.cli import main
-from lengthscan.cli_memory import parse_size
+from lengthscan.cli.main import main
+from lengthscan.cli.memory import parse_size
 
 
 def test_shape_mode_and_budget_gate(tmp_path, capsys):

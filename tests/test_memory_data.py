@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from lengthscan.cli import main
+from lengthscan.cli.main import main
 from lengthscan.memory import MemoryOptions, Shape, estimate, load_config, usable_bytes
 from lengthscan.memory.data import predict_dataset
 from lengthscan.memory.epoch import layout_for, price_epoch

@@ -18,8 +18,8 @@ from datasets import (
 )
 
 import lengthscan
-from lengthscan.cli import main
-from lengthscan.parquet_out import ParquetDatasetWriter
+from lengthscan.cli.main import main
+from lengthscan.write.parquet import ParquetDatasetWriter
 
 
 def _parquet(path, splits: bool):
@@ -78,7 +78,7 @@ def test_rich_features_go_through_datasets(tmp_path):
 
 
 def test_unknown_format_is_refused(tmp_path, corpus_jsonl, bpe_dir):
-    from lengthscan.writer import OutputError
+    from lengthscan.write.staging import OutputError
 
     with pytest.raises(OutputError, match="parquet"):
         lengthscan.clean(str(corpus_jsonl), out=tmp_path / "out", tokenizer=str(bpe_dir), input="text",

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lengthscan.policy import (
+from lengthscan.measure.records import FLAG_MISSING, FLAG_OK, FLAG_TOO_LONG, FLAG_UNREADABLE
+from lengthscan.policy.rules import (
     DROP,
     KEEP,
     TRUNCATE,
@@ -17,8 +18,7 @@ from lengthscan.policy import (
     parse_rule,
     resolve_rules,
 )
-from lengthscan.records import FLAG_MISSING, FLAG_OK, FLAG_TOO_LONG, FLAG_UNREADABLE
-from lengthscan.stats import Histogram
+from lengthscan.stats.histograms import Histogram
 
 
 @pytest.mark.parametrize("text, metric, op, value, action", [
@@ -67,7 +67,7 @@ def test_seconds_percentiles_are_in_seconds():
 
 
 def test_model_rules_need_a_model_limit():
-    from lengthscan.limits import ModelLimit, ModelLimits
+    from lengthscan.policy.model_limits import ModelLimit, ModelLimits
 
     limits = ModelLimits("m", "bart", "encoder-decoder", (ModelLimit("input_tokens", 1024, "config"),), (), None)
     (r,) = resolve_rules([parse_rule("input_tokens<=model")], histograms={}, model_limits=limits)

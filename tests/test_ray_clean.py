@@ -17,10 +17,10 @@ import pytest
 ray = pytest.importorskip("ray", reason='the Ray engine tests need Ray: pip install "lengthscan[ray]"')
 
 import lengthscan
-from lengthscan.cli import main
-from lengthscan.engine_ray import audit_ray
-from lengthscan.engine_ray_clean import clean_ray
-from lengthscan.tokens import TokenCounter
+from lengthscan.cli.main import main
+from lengthscan.engines.ray.audit import audit_ray
+from lengthscan.engines.ray.clean import clean_ray
+from lengthscan.measure.text.counter import TokenCounter
 from tests.test_ray import cluster, disk_dict, parquet_glob  # noqa: F401  (the two-node cluster, sources)
 
 #: Report fields that differ between any two runs (clock, command, output folder).
@@ -171,7 +171,7 @@ def test_one_block_spread_over_actors(cluster, tmp_path, corpus_rows, bpe_dir, h
     """Ray reads a Parquet file as one block (up to ~128 MiB): its rows go to several actors in pieces."""
     import pyarrow as pa
 
-    from lengthscan.engine_ray import block_pieces
+    from lengthscan.engines.ray.audit import block_pieces
 
     source = tmp_path / "one.parquet"
     pq.write_table(pa.Table.from_pylist(corpus_rows), source)

@@ -5,13 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lengthscan.sampling import (
-    DEFAULT_SAMPLE_ROWS,
-    FULL_UP_TO,
-    SampleError,
-    parse_sample,
-    plan_sample,
-)
+from lengthscan.sources.sampling import DEFAULT_SAMPLE_ROWS, FULL_UP_TO, SampleError, parse_sample, plan_sample
 
 
 def test_sample_is_the_sorted_default_rng_choice():

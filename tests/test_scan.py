@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lengthscan.cache import cache_root
-from lengthscan.scan import iter_batches, read_ahead
-from lengthscan.sources import open_source
+from lengthscan.measure.cache import cache_root
+from lengthscan.sources.opener import open_source
+from lengthscan.sources.scan import iter_batches, read_ahead
 
 
 @pytest.fixture()
@@ -108,7 +108,7 @@ def test_audits_of_jsonl_and_parquet_never_import_pandas(tmp_path, corpus_jsonl,
 
 @pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 64, 65, 1000])
 def test_arrays_from_buffers_equal_pa_array(n):
-    from lengthscan import arrays
+    from lengthscan.measure import arrays
 
     rng = np.random.default_rng(n)
     ints = rng.integers(-3, 1 << 40, n)
@@ -131,7 +131,7 @@ def test_arrays_from_buffers_equal_pa_array(n):
 
 
 def test_sampled_rows_of_a_huge_row_group_are_streamed(tmp_path, corpus_rows, monkeypatch):
-    import lengthscan.scan as scan
+    import lengthscan.sources.scan as scan
 
     rows = corpus_rows[:900]
     path = tmp_path / "one_group.parquet"

@@ -9,8 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lengthscan.scan import iter_batches
-from lengthscan.sources import SourceError, load_source, open_source
+from lengthscan.sources.opener import load_source, open_source
+from lengthscan.sources.scan import iter_batches
+from lengthscan.sources.source import SourceError
 
 
 def _write_jsonl(path, rows):
@@ -117,7 +118,7 @@ def test_full_scan_reads_arrow_files_without_memory_map(tmp_path, monkeypatch):
 
     Dataset.from_list(ROWS).save_to_disk(str(tmp_path / "one"))
     ds = load_from_disk(str(tmp_path / "one"))
-    from lengthscan import scan
+    from lengthscan.sources import scan
 
     assert scan._plain_arrow_files(ds) == [c["filename"] for c in ds.cache_files]
     opened = []

@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lengthscan.records import FieldSpec
-from lengthscan.stats import (
+from lengthscan.measure.records import FieldSpec
+from lengthscan.stats.histograms import (
     PERCENTILES,
     Histogram,
     JointHistogram,
@@ -20,7 +20,7 @@ from lengthscan.stats import (
     proportion_interval,
     summarize,
 )
-from lengthscan.tally import pair_from_lengths, stats_from_lengths
+from lengthscan.stats.tally import pair_from_lengths, stats_from_lengths
 
 lengths = st.lists(st.integers(min_value=0, max_value=5000), min_size=1, max_size=400)
 

@@ -7,8 +7,8 @@ import pickle
 import numpy as np
 import pytest
 
-from lengthscan.records import FLAG_EMPTY, FLAG_MISSING, FLAG_OK, FLAG_TOO_LONG
-from lengthscan.tokens import METHOD_CALL, METHOD_FAST, TokenCounter
+from lengthscan.measure.records import FLAG_EMPTY, FLAG_MISSING, FLAG_OK, FLAG_TOO_LONG
+from lengthscan.measure.text.counter import METHOD_CALL, METHOD_FAST, TokenCounter
 from tests.helpers import direct_counts
 
 
@@ -78,7 +78,7 @@ def test_baked_in_truncation_and_padding_are_ignored(tmp_path, bpe_dir):
 
 
 def test_large_batches_are_chunked_and_exact(bpe_dir, corpus_rows, monkeypatch):
-    import lengthscan.tokens as tokens
+    import lengthscan.measure.text.counter as tokens
 
     monkeypatch.setattr(tokens, "CHUNK_CHARS", 500)
     texts = [r["text"] for r in corpus_rows[:120]]

@@ -1,4 +1,4 @@
-"""lengthscan.trainer against the real transformers collators, TrainingArguments and Trainer.
+"""lengthscan.training.trainer against the real transformers collators, TrainingArguments and Trainer.
 
 The collator tests run without torch (``return_tensors="np"``); the Trainer tests need torch and
 accelerate (the Trainer's own requirement) and skip saying so when either is missing.
@@ -13,7 +13,7 @@ import pytest
 from datasets import Dataset, DatasetDict
 
 import lengthscan
-from lengthscan.trainer import (
+from lengthscan.training.trainer import (
     LengthCappedCollator,
     add_length_column,
     length_grouped_sampler,

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lengthscan.tokens import TokenCounter
-from lengthscan.truncate import Truncated, TruncationError, truncate_texts
+from lengthscan.measure.text.counter import TokenCounter
+from lengthscan.write.truncate import Truncated, TruncationError, truncate_texts
 
 # Texts that break naive cutting: multi-byte characters, emoji (4 UTF-8 bytes, ZWJ sequences),
 # combining marks, characters NFKC expands, CJK without spaces, long whitespace runs.

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import math
 
-from .api import estimate
-from .budget import largest_fitting, usable_bytes
-from .epoch import Layout
-from .options import MemoryOptions, Shape
+from lengthscan.memory.api import estimate
+from lengthscan.memory.budget import largest_fitting, usable_bytes
+from lengthscan.memory.epoch import Layout
+from lengthscan.memory.options import MemoryOptions, Shape
 
 #: Largest batch size searched.
 MAX_BATCH = 4096

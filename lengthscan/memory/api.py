@@ -6,9 +6,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .families import family_of, resolve_head, supported_model_types
-from .model import phases
-from .options import MemoryOptions, Shape
+from lengthscan.memory.families import family_of, resolve_head, supported_model_types
+from lengthscan.memory.model import phases
+from lengthscan.memory.options import MemoryOptions, Shape
 
 __all__ = ["MemoryEstimate", "MemoryOptions", "Shape", "estimate", "estimate_many", "families", "load_config"]
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from . import ops
-from .blocks import Attn, attention, lm_loss, mask, mlp
-from .ops import _kind
-from .tape import Tape, Tensor
+from lengthscan.memory import ops
+from lengthscan.memory.blocks import Attn, attention, lm_loss, mask, mlp
+from lengthscan.memory.ops import _kind
+from lengthscan.memory.tape import Tape, Tensor
 
 WAV2VEC2_TYPES = ("wav2vec2", "hubert", "wavlm", "data2vec-audio")
 _PREFIXES = {"hubert": "hubert", "wavlm": "wavlm", "data2vec-audio": "data2vec_audio"}

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import ops
-from .ops import _kind
-from .tape import Tape, Tensor
+from lengthscan.memory import ops
+from lengthscan.memory.ops import _kind
+from lengthscan.memory.tape import Tape, Tensor
 
 
 @dataclass(frozen=True)

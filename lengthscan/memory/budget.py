@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .api import estimate
-from .options import MemoryOptions, Shape
+from lengthscan.memory.api import estimate
+from lengthscan.memory.options import MemoryOptions, Shape
 
 
 def usable_bytes(budget_bytes: int, margin: float = 0.1) -> int:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import copy
 
-from .families import HEAD_CLASSES, model_input_samples, resolve_head
-from .options import MemoryOptions, Shape
+from lengthscan.memory.families import HEAD_CLASSES, model_input_samples, resolve_head
+from lengthscan.memory.options import MemoryOptions, Shape
 
 
 def build_model(config, options: MemoryOptions = MemoryOptions(), *, seed: int = 0):

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..tokens import DEFAULT_MAX_CHARS
-from .api import load_config
-from .budget import usable_bytes
-from .epoch import Epoch, LayoutError, check_sampler, layout_for, price_epoch
-from .families import family_of
-from .options import MemoryOptions
+from lengthscan.measure.text.counter import DEFAULT_MAX_CHARS
+from lengthscan.memory.api import load_config
+from lengthscan.memory.budget import usable_bytes
+from lengthscan.memory.epoch import Epoch, LayoutError, check_sampler, layout_for, price_epoch
+from lengthscan.memory.families import family_of
+from lengthscan.memory.options import MemoryOptions
 
 #: Per-batch peaks listed one by one in ``report.json`` up to this many batches; beyond it, the
 #: highest peak of every ``every`` consecutive batches.
@@ -63,9 +63,9 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
     ``margin``; ``out`` writes the audit's files with the memory section; ``export_worst_batch``
     saves the worst batch's source rows with ``save_to_disk``.
     """
-    from ..pipeline import audit
-    from ..sources import open_source
-    from ..writer import OutputError, check_writable, publish, staging_dir
+    from lengthscan.engines.audit import audit
+    from lengthscan.sources.opener import open_source
+    from lengthscan.write.staging import OutputError, check_writable, publish, staging_dir
 
     check_sampler(sampler)  # before the audit pass, not after it
     options = options if options is not None else MemoryOptions()
@@ -108,8 +108,8 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
             memory["export"] = export_rows(source, split, memory["worst_batch"]["rows"], export, overwrite=overwrite)
         prediction = MemoryPrediction(result, epoch, memory)
         if final is not None:
-            from ..report.html import write_html
-            from ..writer import write_json
+            from lengthscan.report.html import write_html
+            from lengthscan.write.staging import write_json
 
             data = prediction.to_dict()
             write_json(work / "report.json", data)
@@ -184,7 +184,7 @@ def _per_batch(peaks: np.ndarray):
 
 def _verdict(config, epoch: Epoch, lengths: dict, budget_bytes: int, margin: float, options, result) -> dict:
     """Whether the worst batch and the any-shuffle batch fit, and the limits that do."""
-    from .advice import recommend_limits
+    from lengthscan.memory.advice import recommend_limits
 
     usable = usable_bytes(budget_bytes, margin)
     lay = epoch.layout
@@ -223,7 +223,7 @@ def clean_command(source, rules: list[str], **flags) -> str | None:
 
 def export_rows(source, split: str, rows: list[int], out: Path, *, overwrite: bool = False) -> str:
     """Save ``rows`` of ``split`` of ``source`` (in this order, every column) with ``save_to_disk``."""
-    from ..sources import open_source
+    from lengthscan.sources.opener import open_source
 
     src = open_source(source, split=split)
     ds = src.splits[0].dataset().select(rows)
@@ -250,7 +250,7 @@ def _version(package: str) -> str | None:
 
 def summary_lines(memory: dict) -> list[str]:
     """The prediction in a few plain lines for the terminal."""
-    from ..report.fmt import size
+    from lengthscan.report.fmt import size
 
     w, a = memory["worst_batch"], memory["any_shuffle"]
     left = f" ({memory['left_out']:,} without a length left out)" if memory["left_out"] else ""

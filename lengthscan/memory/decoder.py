@@ -3,9 +3,9 @@ heads), GPT-2, OPT and GPT-NeoX."""
 
 from __future__ import annotations
 
-from . import ops
-from .blocks import Attn, attention, fused_gated_mlp, gated_mlp, lm_loss, mask, mlp
-from .tape import Tape
+from lengthscan.memory import ops
+from lengthscan.memory.blocks import Attn, attention, fused_gated_mlp, gated_mlp, lm_loss, mask, mlp
+from lengthscan.memory.tape import Tape
 
 LLAMA_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "phi3")
 GPT2_TYPES = ("gpt2",)

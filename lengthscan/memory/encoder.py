@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from . import ops
-from .blocks import Attn, attention, lm_loss, mask
-from .tape import Tape
+from lengthscan.memory import ops
+from lengthscan.memory.blocks import Attn, attention, lm_loss, mask
+from lengthscan.memory.tape import Tape
 
 ROBERTA_TYPES = ("roberta", "xlm-roberta", "camembert")
 BERT_TYPES = ("bert", *ROBERTA_TYPES)

@@ -1,7 +1,7 @@
 """One epoch's batches priced by the memory model (pure: per-row lengths in, peaks out).
 
-The batches are those ``lengthscan.batches`` simulates for the installed Trainer (its random or
-length-grouped order, cut into per-device batches, or ``lengthscan.rebalance``'s variable-size
+The batches are those ``lengthscan.training.batches`` simulates for the installed Trainer (its random or
+length-grouped order, cut into per-device batches, or ``lengthscan.training.rebalance``'s variable-size
 micro-batches for ``batch_rebalance``); each batch is padded as the collators pad
 it (to its longest row, rounded up to ``pad_to_multiple_of`` for tokens) and becomes one
 :class:`Shape`. Which lengths go where depends on the family (:func:`layout_for`).
@@ -13,22 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..batches import (
-    TRAINER_DRAWS_BEFORE_GROUPING,
-    Batches,
-    grouped_batches,
-    random_batches,
-)
-from ..rebalance import (
-    TRAINER_REBALANCE_SEED,
-    most_rows,
-    rebalance_available,
-    rebalance_batches,
-)
-from ..stats import nearest_rank_index
-from .api import MemoryEstimate, estimate
-from .families import family_of
-from .options import MemoryOptions, Shape
+from lengthscan.memory.api import MemoryEstimate, estimate
+from lengthscan.memory.families import family_of
+from lengthscan.memory.options import MemoryOptions, Shape
+from lengthscan.stats.histograms import nearest_rank_index
+from lengthscan.training.batches import TRAINER_DRAWS_BEFORE_GROUPING, Batches, grouped_batches, random_batches
+from lengthscan.training.rebalance import TRAINER_REBALANCE_SEED, most_rows, rebalance_available, rebalance_batches
 
 #: Distinct batch shapes priced one by one; beyond this, the others are priced on lengths rounded
 #: up to a grid (upper bounds within 2^-bits), and only batches that could be the worst exactly.
@@ -176,7 +166,7 @@ def check_sampler(sampler: str) -> None:
     if sampler not in SAMPLERS:
         raise LayoutError(f"sampler must be one of {', '.join(SAMPLERS)}, not {sampler!r}")
     if sampler == "batch_rebalance" and not rebalance_available():
-        from ..batches import _transformers_version
+        from lengthscan.training.batches import _transformers_version
 
         version = _transformers_version()
         raise LayoutError(f"--sampler batch_rebalance: the installed transformers "

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import audio, decoder, encoder, seq2seq
-from .families import family_of, resolve_head
-from .options import MemoryOptions, Shape
-from .tape import BYTES, Tape
-from .timeline import Phase, replay
+from lengthscan.memory import audio, decoder, encoder, seq2seq
+from lengthscan.memory.families import family_of, resolve_head
+from lengthscan.memory.options import MemoryOptions, Shape
+from lengthscan.memory.tape import BYTES, Tape
+from lengthscan.memory.timeline import Phase, replay
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from .tape import Tape, Tensor
+from lengthscan.memory.tape import Tape, Tensor
 
 
 def _kind(kind: str):

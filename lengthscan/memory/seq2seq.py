@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from . import ops
-from .blocks import Attn, attention, gated_mlp, lm_loss, mask, mlp
-from .tape import Tape, Tensor
+from lengthscan.memory import ops
+from lengthscan.memory.blocks import Attn, attention, gated_mlp, lm_loss, mask, mlp
+from lengthscan.memory.tape import Tape, Tensor
 
 T5_TYPES = ("t5", "mt5")
 

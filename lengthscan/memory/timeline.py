@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .tape import Tape
+from lengthscan.memory.tape import Tape
 
 
 @dataclass(frozen=True)

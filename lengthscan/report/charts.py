@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from .fmt import num, unit
+from lengthscan.report.fmt import num, unit
 
 BLUE, GREY, RED, ORANGE, GREEN, INK = "#4c78a8", "#bcc3cc", "#d62728", "#f58518", "#54a24b", "#555"
 #: Percentile markers drawn on histograms (the tables list every percentile).

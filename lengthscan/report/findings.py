@@ -8,8 +8,8 @@ a sample. The HTML page shows them at the top; the terminal summary can reuse th
 
 from __future__ import annotations
 
-from ..records import BOUNDED_FLAGS, FLAG_NAMES
-from .fmt import count, num, share, times, unit, with_unit
+from lengthscan.measure.records import BOUNDED_FLAGS, FLAG_NAMES
+from lengthscan.report.fmt import count, num, share, times, unit, with_unit
 
 #: Flags of rows decide-only mode decided by a proven bound (they have bounds, not lengths).
 BOUNDED_FLAG_NAMES = tuple(FLAG_NAMES[code] for code in BOUNDED_FLAGS)

@@ -16,10 +16,10 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from . import charts
-from .findings import findings
-from .fmt import count, mean, num, share, size, unit
-from .memory_chart import memory_spec
+from lengthscan.report import charts
+from lengthscan.report.findings import findings
+from lengthscan.report.fmt import count, mean, num, share, size, unit
+from lengthscan.report.memory_chart import memory_spec
 
 __all__ = ["findings", "render_html", "script_json", "write_html"]
 

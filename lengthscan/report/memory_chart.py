@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from .charts import BLUE, INK, ORANGE, RED, _base
-from .fmt import size
+from lengthscan.report.charts import BLUE, INK, ORANGE, RED, _base
+from lengthscan.report.fmt import size
 
 #: Bars drawn for the per-batch memory chart: past this, each bar is the highest of a run of batches.
 MEMORY_BARS = 1500

@@ -64,7 +64,7 @@ def render_summary(data: dict, console: Console) -> None:
 
 def _findings(data: dict) -> list[str]:
     """The report's plain-language findings (the same sentences as report.html's)."""
-    from .findings import findings
+    from lengthscan.report.findings import findings
 
     try:
         return findings(data)

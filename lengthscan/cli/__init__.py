@@ -1,0 +1,1 @@
+"""The ``lengthscan`` command: parsing and printing only; each subcommand is a library call."""

@@ -1,0 +1,156 @@
+"""``lengthscan memory``: its flags and its two modes (shape mode: one batch shape; data mode: the
+worst batch of a simulated epoch over a dataset's real lengths). The model is in ``memory/``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+#: Exit codes of every subcommand: success, a gate failed (CI can stop here), a usage error.
+EXIT_OK, EXIT_GATE, EXIT_USAGE = 0, 1, 2
+
+
+def add_memory_parser(sub) -> None:
+    m = sub.add_parser("memory", help="predict the peak training memory of a dataset's worst batch, or of one shape",
+                       description="Data mode (SRC given): every row measured as the audit does, the Trainer's epoch "
+                                   "simulated, every batch's peak predicted: the worst batch, the bound for any "
+                                   "shuffle, and with --budget the limits that fit. "
+                                   "Shape mode: the predicted peak memory of one training step of --model for "
+                                   "one padded batch (weights, gradients, optimizer state, activations, logits), "
+                                   "from its config alone: no weights, no GPU. See docs/memory.md.")
+    m.add_argument("--model", required=True, metavar="CFG", help="model directory, hub name or config .json")
+    m.add_argument("--batch-size", type=int, required=True, metavar="B", help="rows in the batch")
+    m.add_argument("--input-len", type=int, metavar="S",
+                   help="padded input length: tokens, audio samples (Wav2Vec2-like) or mel frames (Whisper)")
+    m.add_argument("--target-len", type=int, metavar="T", help="padded label length of an encoder-decoder")
+    m.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
+                   help="fp32, or bf16/fp16 mixed precision (default fp32)")
+    m.add_argument("--optimizer", choices=("adamw", "adamw_foreach", "adamw_loop", "sgd"), default="adamw",
+                   help="the Trainer's optimizer (default adamw: adamw_torch_fused)")
+    m.add_argument("--attention", choices=("eager", "sdpa", "flash"), default="sdpa",
+                   help="attention implementation (default sdpa)")
+    m.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in backward")
+    m.add_argument("--freeze-feature-encoder", action="store_true", help="a frozen conv feature encoder (speech)")
+    m.add_argument("--grad-accum", type=int, default=1, metavar="K", help="gradient accumulation steps")
+    m.add_argument("--budget", metavar="SIZE", help="device memory, e.g. 24GiB: exit 1 when the peak (data mode: "
+                                                    "the worst batch's) does not fit with --margin")
+    m.add_argument("--json", action="store_true", help="print the prediction as JSON to stdout")
+    _add_memory_data_flags(m)
+
+
+def _options(args):
+    from lengthscan.memory import MemoryOptions
+
+    return MemoryOptions(precision=args.precision, optimizer=args.optimizer, attention=args.attention,
+                         gradient_checkpointing=args.gradient_checkpointing,
+                         freeze_feature_encoder=args.freeze_feature_encoder,
+                         gradient_accumulation_steps=args.grad_accum)
+
+
+def run_memory(args, command: str) -> int:
+    return _memory_data(args, command) if args.source is not None else _memory(args)
+
+
+def parse_size(text: str) -> int:
+    """``24GiB``, ``80GB``, ``512MiB`` or plain bytes -> bytes."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]?)(i?)B?\s*", text or "", re.IGNORECASE)
+    if not m:
+        raise ValueError(f"cannot read the size {text!r}: write e.g. 24GiB, 80GB or 512MiB")
+    power = " KMGT".index(m.group(2).upper() or " ")
+    return int(float(m.group(1)) * (1024 if m.group(3) else 1000) ** power)
+
+
+def _memory(args) -> int:
+    import json
+
+    from lengthscan.memory import Shape, estimate, load_config, usable_bytes
+
+    data_only = [flag for flag, value in (("--input", args.input), ("--audio", args.audio), ("--target", args.target),
+                                          ("--out", args.out), ("--export-worst-batch", args.export_worst_batch))
+                 if value is not None]
+    if data_only:
+        print(f"lengthscan: error: {', '.join(data_only)} need SRC (data mode)", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        options = _options(args)
+        budget = parse_size(args.budget) if args.budget else None
+        usable_bytes(budget or 0, args.margin)  # checks the margin
+        config = load_config(args.model)
+        est = estimate(config, Shape(args.batch_size, args.input_len, args.target_len), options)
+    except ValueError as exc:
+        print(f"lengthscan: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    data = {"memory": est.to_dict()}
+    fits = None
+    if budget is not None:
+        fits = est.peak_bytes <= usable_bytes(budget, args.margin)
+        data["memory"]["budget_bytes"], data["memory"]["fits"] = budget, fits
+    if args.json:
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    else:
+        gib = 1024 ** 3
+        print(f"{est.model_type} ({est.family}): predicted peak {est.peak_bytes / gib:.2f} GiB at {est.phase} "
+              f"for batch {args.batch_size} x input {args.input_len} x target {args.target_len}")
+        for name, value in sorted(est.terms.items(), key=lambda kv: -kv[1]):
+            if value:
+                print(f"  {name:26} {value / gib:8.3f} GiB")
+        if budget is not None:
+            print(f"  {'fits' if fits else 'does NOT fit'} in {args.budget} with a {args.margin:.0%} margin")
+    return EXIT_GATE if fits is False else EXIT_OK
+
+
+def _add_memory_data_flags(m: argparse.ArgumentParser) -> None:
+    """``lengthscan memory SRC``'s flags: the audit's fields, the epoch, the report and the export."""
+    m.add_argument("source", nargs="?", metavar="SRC",
+                   help="data mode: the training data (as audit takes it); without it, shape mode")
+    m.add_argument("--input", metavar="COL", help="data mode: column holding the model input text")
+    m.add_argument("--audio", metavar="COL", help="data mode: column holding the input audio")
+    m.add_argument("--target", metavar="COL", help="data mode: column holding the target text")
+    m.add_argument("--tokenizer", metavar="DIR_OR_NAME", help="data mode: tokenizer (default: --model's)")
+    m.add_argument("--sampling-rate", type=int, metavar="HZ", help="data mode: the model's audio sampling rate")
+    m.add_argument("--split", help="data mode: the split trained on (default train, else the first)")
+    m.add_argument("--max-chars", type=int, default=None, metavar="N", help="data mode: as audit's --max-chars")
+    m.add_argument("--no-cache", action="store_true", help="data mode: neither read nor write the length cache")
+    m.add_argument("--num-proc", type=int, default=1, metavar="N", help="data mode: measure in N worker processes")
+    m.add_argument("--sampler", choices=("random", "group_by_length", "batch_rebalance"), default="random",
+                   help="data mode: the Trainer's train_sampling_strategy (default random)")
+    m.add_argument("--seed", type=int, default=42, help="data mode: the Trainer's args.seed (default 42)")
+    m.add_argument("--pad-to-multiple-of", type=int, metavar="N", help="data mode: the collator's pad_to_multiple_of")
+    m.add_argument("--margin", type=float, default=0.1, help="share of --budget kept free (default 0.1)")
+    m.add_argument("--export-worst-batch", metavar="DIR", help="data mode: save the worst batch's rows (save_to_disk)")
+    m.add_argument("--out", metavar="DIR", help="data mode: write lengths.parquet, report.json and report.html here")
+    m.add_argument("--overwrite", action="store_true", help="data mode: replace --out / --export-worst-batch")
+
+
+def _memory_data(args, command: str) -> int:
+    import json
+
+    from lengthscan.cli.main import _progress as progress_bars
+    from lengthscan.measure.text.counter import DEFAULT_MAX_CHARS
+    from lengthscan.memory.data import predict_dataset, summary_lines
+
+    if args.input_len is not None or args.target_len is not None:
+        print("lengthscan: error: --input-len/--target-len are shape mode's: drop SRC or them", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        options = _options(args)
+        budget = parse_size(args.budget) if args.budget else None
+        with progress_bars(disabled=args.json) as progress:
+            result = predict_dataset(
+                args.source, model=args.model, batch_size=args.batch_size, input=args.input, target=args.target,
+                audio=args.audio, tokenizer=args.tokenizer, sampling_rate=args.sampling_rate, split=args.split,
+                options=options, sampler=args.sampler, seed=args.seed, pad_to_multiple_of=args.pad_to_multiple_of,
+                budget_bytes=budget, margin=args.margin, out=args.out, overwrite=args.overwrite,
+                export_worst_batch=args.export_worst_batch, cache=not args.no_cache,
+                max_chars=args.max_chars or DEFAULT_MAX_CHARS, num_proc=args.num_proc, progress=progress,
+                command=command)
+    except ValueError as exc:
+        print(f"lengthscan: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.json:
+        sys.stdout.write(json.dumps({"memory": result.memory}, indent=2) + "\n")
+    else:
+        print("\n".join(summary_lines(result.memory)))
+    return EXIT_GATE if result.fits is False else EXIT_OK

@@ -1,0 +1,48 @@
+"""Ray for one job: importing it with an actionable message, joining or starting a session.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from lengthscan.sources.source import SourceError
+
+INSTALL = 'pip install "lengthscan[ray]"'
+
+
+class EngineError(SourceError):
+    """The Ray engine cannot run this (ray missing, a source it cannot read distributed): exit 2."""
+
+
+@contextmanager
+def ray_session(ray, ray_address: str | None):
+    """Ray for one job: joined (``ray_address``; the running session if there is one) or started
+    locally and shut down after; Ray Data set to keep blocks in source order, without progress bars."""
+    started_ray = not ray.is_initialized()
+    if started_ray:
+        ray.init(address=ray_address, log_to_driver=False, include_dashboard=False)
+    import logging
+
+    ctx = ray.data.DataContext.get_current()
+    saved_order, saved_progress = ctx.execution_options.preserve_order, ctx.enable_progress_bars
+    ctx.execution_options.preserve_order = True  # blocks arrive in source order: row ids stay exact
+    ctx.enable_progress_bars = False
+    logger = logging.getLogger("ray.data")  # its per-dataset INFO lines would interleave with ours
+    saved_level = logger.level
+    logger.setLevel(max(logging.WARNING, saved_level))
+    try:
+        yield ray
+    finally:
+        ctx.execution_options.preserve_order, ctx.enable_progress_bars = saved_order, saved_progress
+        logger.setLevel(saved_level)
+        if started_ray:
+            ray.shutdown()
+
+
+def _import_ray():
+    try:
+        import ray
+        import ray.data
+    except ImportError:
+        raise EngineError(f"the Ray engine needs Ray Data, which is not installed: {INSTALL}") from None
+    return ray

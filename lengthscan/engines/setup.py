@@ -1,0 +1,152 @@
+"""Set-up shared by audit and clean: the model's context, the fields and their measurements,
+the token counter and the limits, resolved once from the user's options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lengthscan.measure.batch import AudioSettings, ColumnError, role_fields
+from lengthscan.measure.text.counter import DEFAULT_MAX_CHARS, TokenCounter
+from lengthscan.stats.records import Limit
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What measuring needs, resolved once from the user's options."""
+
+    fields: tuple
+    counter: TokenCounter | None
+    settings: AudioSettings
+    model_limits: object | None  # limits.ModelLimits
+    limits: list[Limit]
+    decide_limits: dict = field(default_factory=dict)  # role -> upper token limit (decide-only mode)
+
+    @property
+    def specs(self) -> tuple:
+        return tuple(s for f in self.fields for s in f.specs)
+
+    def audio_dict(self) -> dict | None:
+        if not any(f.kind == "audio" for f in self.fields):
+            return None
+        return {"sampling_rate": self.settings.sampling_rate, "frame_rule": _rule_dict(self.settings.frame_rule)}
+
+
+def prepare(*, tokenizer=None, input=None, target=None, audio=None, model=None, sampling_rate=None,
+            max_chars: int = DEFAULT_MAX_CHARS) -> Setup:
+    """Load the model's context, choose the fields and their measurements, the counter and limits."""
+    ctx = _model_context(model, tokenizer)
+    settings = _audio_settings(ctx, sampling_rate) if audio else AudioSettings()
+    fields = role_fields(input=input, target=target, audio=audio, audio_settings=settings)
+    counter = _counter(fields, tokenizer, model, ctx, max_chars)
+    model_limits = _model_limits(ctx)
+    return Setup(fields, counter, settings, model_limits, _limits(fields, counter, model_limits))
+
+
+def _model_context(model, tokenizer):
+    if model is None:
+        return None
+    from lengthscan.policy.model_limits import load_model_context
+
+    tok = tokenizer.tokenizer if isinstance(tokenizer, TokenCounter) else tokenizer
+    return load_model_context(str(model), tokenizer=tok)
+
+
+def _model_limits(ctx):
+    if ctx is None:
+        return None
+    from lengthscan.policy.model_limits import model_limits
+
+    return model_limits(ctx)
+
+
+def _audio_settings(ctx, sampling_rate: int | None) -> AudioSettings:
+    from lengthscan.measure.audio.durations import frame_rule
+
+    rule = frame_rule(feature_extractor=ctx.feature_extractor, config=ctx.config) if ctx else None
+    rate = sampling_rate or (getattr(ctx.feature_extractor, "sampling_rate", None) if ctx else None) \
+        or (rule.sampling_rate if rule else None)
+    return AudioSettings(rate, rule)
+
+
+def _counter(fields, tokenizer, model, ctx, max_chars: int):
+    """The token counter text fields need: the given tokenizer, else the model's own."""
+    if not any(f.kind == "text" for f in fields):
+        return None
+    if isinstance(tokenizer, TokenCounter):
+        return tokenizer
+    if ctx is not None and ctx.tokenizer is not None:
+        name = tokenizer if isinstance(tokenizer, (str, Path)) else model
+        return TokenCounter(ctx.tokenizer, max_chars=max_chars, name=str(name))
+    if tokenizer is None:
+        raise ColumnError("text columns need a tokenizer: --tokenizer DIR_OR_NAME (or a --model that has one)")
+    return TokenCounter(tokenizer, max_chars=max_chars)
+
+
+def _limits(fields, counter, model_limits) -> list[Limit]:
+    measured = {s.name for f in fields for s in f.specs}
+    limits = []
+    if model_limits is not None:
+        limits += [Limit(m.name, m.value, m.origin) for m in model_limits.limits if m.name in measured]
+    elif counter is not None and "input_tokens" in measured:
+        max_len = counter.model_max_length()
+        if max_len is not None:
+            limits.append(Limit("input_tokens", max_len, "tokenizer.model_max_length"))
+    return limits
+
+
+def _rule_dict(rule) -> dict | None:
+    if rule is None:
+        return None
+    from dataclasses import asdict
+
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(rule).items()}
+
+
+def prepare_with_rules(limits, fail_over, **options):
+    """(rules, gate, setup): ``--limit`` and ``--fail-over`` parsed, the set-up prepared, and every
+    rule's metric checked to be measured, as audit and clean (on either engine) all begin."""
+    from lengthscan.policy.decisions import check_rule_metrics, parse_fail_over, parse_rules
+
+    rules = parse_rules(limits)
+    gate_spec = parse_fail_over(fail_over)
+    setup = prepare(**options)
+    check_rule_metrics(rules, setup.fields)
+    return rules, gate_spec, setup
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+def resolve_for(rules, src, tallies, setup: Setup, action: str, crop_audio: bool):
+    """Resolve rules on the train split's distributions (all splits merged when there is none)."""
+    from lengthscan.policy.rules import resolve_rules
+
+    names = [s.name for s in src.splits]
+    if "train" in names:
+        basis = "train"
+        hists = tallies[names.index("train")].histograms() if tallies is not None else {}
+    else:
+        basis = names[0] if len(names) == 1 else "all splits merged"
+        hists = {}
+        if tallies is not None:  # None: the rules are absolute, no distribution is needed
+            from lengthscan.stats.histograms import merge_histograms
+
+            per = [t.histograms() for t in tallies]
+            hists = {k: (merge_histograms([p[k][0] for p in per]), per[0][k][1]) for k in per[0]}
+    return resolve_rules(rules, histograms=hists, default_action=action, model_limits=setup.model_limits,
+                         crop_audio=crop_audio, basis=basis), basis

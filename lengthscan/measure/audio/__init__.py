@@ -1,0 +1,1 @@
+"""Audio lengths from container headers, and model frames by arithmetic."""

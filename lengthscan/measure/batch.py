@@ -1,0 +1,203 @@
+"""The measure step: one Arrow record batch in, per-role measurements out.
+
+Text columns are counted by ``TokenCounter``; audio columns are measured from file headers by
+``audio.py`` (seconds), then converted by arithmetic to samples at the model's rate and to the
+model's frames. Values that are not what the column should hold raise ``ColumnError`` naming the
+row; files that cannot be read are recorded per row with their reason, and the audit goes on.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from lengthscan.measure.records import FLAG_CODES, FLAG_TOO_LONG, MEASURED_FLAGS, FieldSpec, Measured
+from lengthscan.sources.scan import Batch
+from lengthscan.sources.source import SplitSource
+
+
+class ColumnError(ValueError):
+    """A named column is missing or does not hold what its role needs (exit code 2)."""
+
+
+@dataclass(frozen=True)
+class AudioSettings:
+    """How audio becomes samples and frames: the model's sampling rate and frame rule, if known."""
+
+    sampling_rate: int | None = None
+    frame_rule: object | None = None  # audio.FrameRule
+
+    def units(self) -> tuple[str, ...]:
+        units = ["seconds"]
+        if self.sampling_rate:
+            units.append("samples")
+            if self.frame_rule is not None:
+                units.append("frames")
+        return tuple(units)
+
+
+@dataclass(frozen=True)
+class RoleField:
+    """One role's column, its kind, and the measurements taken of it."""
+
+    role: str
+    column: str
+    kind: str  # "text" or "audio"
+    specs: tuple[FieldSpec, ...]
+
+    @property
+    def primary(self) -> FieldSpec:
+        return self.specs[0]
+
+
+def role_fields(*, input: str | None = None, target: str | None = None, audio: str | None = None,
+                audio_settings: AudioSettings = AudioSettings()) -> tuple[RoleField, ...]:
+    """The measured fields for ``--input``/``--audio`` and ``--target`` column names."""
+    if input and audio:
+        raise ColumnError("give the input as text (--input) or as audio (--audio), not both")
+    fields = []
+    if input:
+        fields.append(RoleField("input", input, "text", (FieldSpec("input", input, "tokens"),)))
+    if audio:
+        specs = tuple(FieldSpec("input", audio, u) for u in audio_settings.units())
+        fields.append(RoleField("input", audio, "audio", specs))
+    if target:
+        fields.append(RoleField("target", target, "text", (FieldSpec("target", target, "tokens"),)))
+    if not fields:
+        raise ColumnError("name at least one column: --input COL (text) or --audio COL, and/or --target COL")
+    return tuple(fields)
+
+
+def measure_batch(batch: Batch, fields, split_src, *, counter=None,
+                  audio: AudioSettings = AudioSettings(), decide_limits: dict | None = None,
+                  with_ids: bool = False) -> dict[str, Measured]:
+    """Measure every field of ``batch``: role -> ``Measured``.
+
+    ``split_src`` is a ``SplitSource`` or its picklable ``SplitLayout`` (for error messages and
+    relative audio paths). ``decide_limits`` (role -> upper token limit) turns on decide-only
+    counting for those roles: rows proven within or over the limit keep a bound, not a length.
+    ``with_ids`` keeps the token ids of text roles (``Measured.ids``).
+    """
+    out = {}
+    for f in fields:
+        if f.kind == "text":
+            texts = column_texts(batch, f.column, split_src)
+            limit = (decide_limits or {}).get(f.role)
+            bounds = ids = None
+            try:
+                if with_ids:
+                    lengths, flags, ids = counter.count_ids(texts, f.role)
+                elif limit is None:
+                    lengths, flags = counter.count(texts, f.role)
+                else:
+                    lengths, flags, at_least, at_most = counter.decide_count(texts, f.role, limit)
+                    bounds = {f.primary: (at_least, at_most)}
+            except TypeError as exc:  # a non-string that slipped past the type check
+                raise ColumnError(f"column {f.column!r}: {exc}") from None
+            errors = None
+            if (flags == FLAG_TOO_LONG).any():
+                errors = [f"longer than --max-chars {counter.max_chars:,} characters" if k == FLAG_TOO_LONG
+                          else None for k in flags]
+            out[f.role] = Measured({f.primary: lengths}, flags, errors, bounds=bounds, ids=ids)
+        else:
+            out[f.role] = _measure_audio(batch, f, split_src, audio)
+    return out
+
+
+# -- audio ------------------------------------------------------------------------------------------
+
+def _measure_audio(batch: Batch, f: RoleField, split_src: SplitSource, settings: AudioSettings) -> Measured:
+    from lengthscan.measure.audio.durations import read_infos, resampled_length
+
+    values = column_audio(batch, f.column, split_src)
+    infos = read_infos(values, base_dir=split_src.base_dir(batch.rows))
+    n = len(infos)
+    flags = np.zeros(n, np.int8)
+    seconds = np.full(n, np.nan)
+    frames = np.full(n, -1, np.int64)
+    rates = np.ones(n, np.int64)
+    errors: list = [None] * n
+    decoded = np.zeros(n, bool)
+    for i, info in enumerate(infos):
+        code = FLAG_CODES[info.flag] if info.flag else 0
+        flags[i] = code
+        errors[i] = info.error
+        decoded[i] = info.decoded
+        if code in MEASURED_FLAGS and info.frames is not None:
+            seconds[i] = info.frames / info.samplerate
+            frames[i], rates[i] = info.frames, info.samplerate
+    result = {f.specs[0]: seconds}
+    ok = frames >= 0
+    if settings.sampling_rate:
+        samples = np.full(n, -1, np.int64)
+        samples[ok] = resampled_length(frames[ok], rates[ok], settings.sampling_rate)
+        result[f.specs[1]] = samples
+        if settings.frame_rule is not None:
+            model_frames = np.full(n, -1, np.int64)
+            model_frames[ok] = settings.frame_rule.frames(samples[ok])
+            result[f.specs[2]] = model_frames
+    return Measured(result, flags, errors if any(e is not None for e in errors) else None,
+                    decoded if decoded.any() else None)
+
+
+def column_audio(batch: Batch, column: str, split_src: SplitSource) -> list:
+    """Audio values of a column: path strings, raw bytes, or ``{"bytes", "path"}`` dicts (HF Audio)."""
+    col = batch.table.column(column)
+    t = col.type
+    if pa.types.is_struct(t) and {"bytes", "path"} <= {t.field(i).name for i in range(t.num_fields)}:
+        return col.to_pylist()
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) \
+            or pa.types.is_large_binary(t) or pa.types.is_null(t):
+        return col.to_pylist()
+    valid = np.flatnonzero(col.is_valid().to_numpy(zero_copy_only=False))
+    if valid.size == 0:
+        return [None] * len(col)
+    _wrong_value(column, split_src, batch, int(valid[0]), col[int(valid[0])].as_py(), str(t),
+                 "audio (a path, bytes, or an Audio(decode=False) column)")
+
+
+# -- text -------------------------------------------------------------------------------------------
+
+def column_texts(batch: Batch, column: str, split_src: SplitSource) -> list:
+    """The column's values as Python strings (None kept); anything that is not text is an error."""
+    col = batch.table.column(column)
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type) or pa.types.is_null(col.type):
+        return col.to_pylist()
+    if pa.types.is_string_view(col.type):
+        return col.cast(pa.large_string()).to_pylist()
+    if getattr(col.type, "extension_name", None) == "arrow.json":
+        # datasets stores a JSON column of mixed value types as JSON text: decode, then check
+        values = [None if v is None else json.loads(v) for v in col.storage.to_pylist()]
+        bad = next((i for i, v in enumerate(values) if v is not None and not isinstance(v, str)), None)
+        if bad is None:
+            return values
+        _wrong_value(column, split_src, batch, bad, values[bad], "mixed JSON values", "text")
+    valid = np.flatnonzero(col.is_valid().to_numpy(zero_copy_only=False))
+    if valid.size == 0:
+        return [None] * len(col)
+    _wrong_value(column, split_src, batch, int(valid[0]), col[int(valid[0])].as_py(), str(col.type), "text")
+
+
+def _wrong_value(column: str, split_src: SplitSource, batch: Batch, i: int, value, kind: str, wanted: str):
+    row = int(batch.rows[i])
+    where = f"row {row}"
+    if split_src.multi_file:
+        files, file_rows = split_src.locate(np.asarray([row]))
+        where += f" ({files[0]}, row {int(file_rows[0])} of that file)"
+    raise ColumnError(f"column {column!r} holds {kind}, not {wanted}: {where} has {type(value).__name__} "
+                      f"value {str(value)[:60]!r}")
+
+
+def check_columns(src, fields) -> None:
+    """Every named column exists in every split, or a ColumnError listing those that do."""
+    for split_src in src.splits:
+        have = split_src.column_names
+        for f in fields:
+            if f.column not in have:
+                where = f" (split {split_src.name})" if src.has_splits else ""
+                flag = "--audio" if f.kind == "audio" else f"--{f.role}"
+                raise ColumnError(f"{src.spec}{where}: no column {f.column!r} for {flag}; "
+                                  f"columns are: {', '.join(have)}")

@@ -1,0 +1,90 @@
+"""Per-row length cache: a rerun on the same source and tokenizer does not tokenize again.
+
+One Parquet file per (split content, column, role, unit, tokenizer file hash, max_chars,
+lengthscan version) under ``$LENGTHSCAN_CACHE`` (default ``~/.cache/lengthscan``). Written only
+after a full pass over the split, atomically; read back in row order, streamed, so memory stays
+flat however many rows there are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lengthscan import __version__
+from lengthscan.measure import arrays
+
+_SCHEMA = pa.schema([("length", pa.int64()), ("flag", pa.int8())])
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("LENGTHSCAN_CACHE") or Path.home() / ".cache" / "lengthscan")
+
+
+def field_key(split_fingerprint: str, column: str, name: str, tokenizer_hash: str, max_chars: int) -> str:
+    """The cache key of one measured column."""
+    payload = json.dumps([__version__, split_fingerprint, column, name, tokenizer_hash, max_chars])
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def cached_path(key: str) -> Path | None:
+    path = cache_root() / "lengths" / f"{key}.parquet"
+    return path if path.exists() else None
+
+
+class CacheWriter:
+    """Streams one column's lengths and flags to a temporary file; ``commit`` publishes it."""
+
+    def __init__(self, key: str):
+        self.final = cache_root() / "lengths" / f"{key}.parquet"
+        self.final.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = self.final.with_name(f".{self.final.name}.{os.getpid()}.tmp")
+        self._writer = pq.ParquetWriter(self.tmp, _SCHEMA)
+
+    def write(self, lengths: np.ndarray, flags: np.ndarray) -> None:
+        columns = [arrays.numeric(lengths, pa.int64()), arrays.numeric(flags, pa.int8())]
+        self._writer.write_batch(pa.record_batch(columns, schema=_SCHEMA))
+
+    def commit(self) -> None:
+        self._writer.close()
+        os.replace(self.tmp, self.final)
+
+    def abort(self) -> None:
+        try:
+            self._writer.close()
+        finally:
+            self.tmp.unlink(missing_ok=True)
+
+
+class CacheReader:
+    """Reads cached (lengths, flags) for consecutive requests of row positions, in row order."""
+
+    def __init__(self, path: Path):
+        self._file = pq.ParquetFile(path)
+        self.num_rows = self._file.metadata.num_rows
+        self._batches = self._file.iter_batches(batch_size=65536)
+        self._start = 0  # global row position of self._lengths[0]
+        self._lengths = np.zeros(0, np.int64)
+        self._flags = np.zeros(0, np.int8)
+
+    def take(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Values at sorted ``rows``, each at or after every row asked before."""
+        if rows.size == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.int8)
+        end = int(rows[-1]) + 1
+        while self._start + self._lengths.size < end:
+            rb = next(self._batches)
+            self._lengths = np.concatenate([self._lengths, arrays.to_numpy(rb.column(0))])
+            self._flags = np.concatenate([self._flags, arrays.to_numpy(rb.column(1))])
+        local = rows - self._start
+        out = self._lengths[local], self._flags[local]
+        drop = int(rows[-1]) + 1 - self._start
+        self._lengths, self._flags = self._lengths[drop:], self._flags[drop:]
+        self._start += drop
+        return out

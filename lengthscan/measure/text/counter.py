@@ -1,0 +1,362 @@
+"""Token lengths exactly as the model receives them, at the fast tokenizer's own speed.
+
+A length is ``len(tokenizer(text)["input_ids"])`` for inputs and
+``len(tokenizer(text_target=text)["input_ids"])`` for targets: special tokens included, no
+truncation, no padding. For speed we call the backend ``tokenizers.Tokenizer.encode_batch_fast``
+directly (no offsets, no Python per token, the tokenizer's own threads) only where that is
+proven to give the same ids for this tokenizer and role:
+
+1. structurally: a fast tokenizer whose ``__call__``/``_encode_plus`` are transformers' own
+   (they reduce to ``backend.encode_batch(texts, add_special_tokens=True)``), and, for targets,
+   no separate target mode (``_switch_to_target_mode``: Marian, MBart, NLLB, M2M100, ...);
+2. empirically: on probe strings (empty, whitespace, Unicode that normalizers change, special
+   tokens written out) and the first real texts of the role, ids equal ``__call__``'s.
+
+Anything else uses ``__call__`` itself, batched. Which method ran is recorded per role.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+from lengthscan.measure.records import FLAG_EMPTY, FLAG_MISSING, FLAG_TOO_LONG, TokenizerInfo
+from lengthscan.measure.text.loading import _model_max_length, hash_tokenizer, load_tokenizer
+
+#: Texts longer than this many characters are recorded as too long instead of tokenized, so one
+#: pathological row cannot hang the audit or exhaust memory (``--max-chars`` raises it).
+DEFAULT_MAX_CHARS = 10_000_000
+
+#: Characters handed to the tokenizer in one call: bounds memory whatever the row sizes.
+CHUNK_CHARS = 4_000_000
+
+METHOD_FAST = "backend.encode_batch_fast"
+METHOD_CALL = "__call__"
+
+PROBES = (
+    "",
+    " ",
+    "   leading and trailing   ",
+    "Hello world. Hello, World!",
+    "naïve café – “quoted” déjà vu",
+    "e\u0301 combining, Å vs A\u030a",
+    "ＡＢＣ ﬁ ½ Ⅻ ㎏ ｶﾀｶﾅ",
+    "emoji 😀👍🏽 family 👨‍👩‍👧",
+    "中文字符测试，日本語のテキスト。한국어",
+    "مرحبا بالعالم",
+    "tabs\tand\nnewlines\r\nmixed  \u00a0nbsp",
+    "def f(x):\n    return x ** 2  # comment",
+    "1234567890 3.14159 1e-10 0x1F",
+    "a" * 300,
+    "word " * 100,
+)
+
+
+
+@dataclass
+class _RoleMethod:
+    method: str
+    reason: str
+    backend: object = None
+
+
+class TokenCounter:
+    """Counts tokens per role for one tokenizer; picklable (reloads by name in workers).
+
+    ``tokenizer`` is a local directory, a hub name, or an already loaded tokenizer object.
+    """
+
+    def __init__(self, tokenizer, *, revision: str | None = None, trust_remote_code: bool = False,
+                 max_chars: int = DEFAULT_MAX_CHARS, name: str | None = None):
+        self.revision = revision
+        self.trust_remote_code = trust_remote_code
+        if isinstance(tokenizer, (str, os.PathLike)):
+            self.name = str(tokenizer)
+            self._tokenizer = None  # loaded on first use: a rerun on cached lengths never needs it
+            if not Path(self.name).is_dir():
+                self._load()  # a hub name: load now, so a bad name fails before any work
+        else:
+            self.name = name or getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+            self._tokenizer = tokenizer
+        self.max_chars = max_chars
+        self._methods: dict[str, _RoleMethod] = {}
+        self._bounds: dict = {}
+        self._hash: str | None = None
+        self._snapshot = None  # the private backend copy, shared by roles (both in input mode)
+
+    @property
+    def tokenizer(self):
+        """The transformers tokenizer, loaded on first use."""
+        if self._tokenizer is None:
+            self._load()
+        return self._tokenizer
+
+    def _load(self) -> None:
+        self._tokenizer = load_tokenizer(self.name, revision=self.revision, trust_remote_code=self.trust_remote_code)
+
+    @property
+    def loaded(self) -> bool:
+        return self._tokenizer is not None
+
+    # -- identity ---------------------------------------------------------------------------
+    @property
+    def hash(self) -> str:
+        if self._hash is None:
+            directory = Path(self.name).is_dir()
+            self._hash = hash_tokenizer(None if directory else self.tokenizer, self.name)
+        return self._hash
+
+    def info(self, cached: set[str] = frozenset()) -> TokenizerInfo:
+        """What the report says of the tokenizer; ``cached`` roles had their lengths from the cache.
+
+        When every length came from the cache the tokenizer was never loaded: its class and
+        ``model_max_length`` are then read from ``tokenizer_config.json``.
+        """
+        methods = {role: "cached lengths" for role in sorted(cached)}
+        methods.update({role: m.method for role, m in self._methods.items()})
+        if self.loaded:
+            tok = self._tokenizer
+            cls, fast, max_len = type(tok).__name__, bool(getattr(tok, "is_fast", False)), _model_max_length(tok)
+        else:
+            config = self._config()
+            cls, fast = f"{config.get('tokenizer_class', '?')} (not loaded)", False
+            max_len = _model_max_length(SimpleNamespace(model_max_length=config.get("model_max_length")))
+        return TokenizerInfo(name=self.name, cls=cls, is_fast=fast, hash=self.hash, methods=methods,
+                             model_max_length=max_len)
+
+    def model_max_length(self) -> int | None:
+        """The tokenizer's real ``model_max_length`` (None for transformers' placeholder)."""
+        if self.loaded:
+            return _model_max_length(self._tokenizer)
+        return _model_max_length(SimpleNamespace(model_max_length=self._config().get("model_max_length")))
+
+    def _config(self) -> dict:
+        import json
+
+        path = Path(self.name) / "tokenizer_config.json"
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+
+    def method_reasons(self) -> dict[str, str]:
+        return {role: m.reason for role, m in self._methods.items()}
+
+    # -- counting ---------------------------------------------------------------------------
+    def count(self, texts: list, role: str) -> tuple[np.ndarray, np.ndarray]:
+        """Token counts of ``texts`` for ``role``: (lengths with -1 where none, flag codes).
+
+        None is missing (no length); "" is measured (special tokens only) and flagged empty;
+        a text over ``max_chars`` is flagged too long and not tokenized. Non-strings raise
+        TypeError naming their position in ``texts``.
+        """
+        n = len(texts)
+        lengths = np.full(n, -1, np.int64)
+        flags, todo = self._triage(texts)
+        if len(todo) == n:
+            lengths[:] = self.count_strings(texts, role)
+        elif todo:
+            lengths[np.asarray(todo)] = self.count_strings([texts[i] for i in todo], role)
+        return lengths, flags
+
+    def count_ids(self, texts: list, role: str) -> tuple[np.ndarray, np.ndarray, list]:
+        """As ``count``, keeping the ids (None where no length): ``clean --tokenize`` writes them
+        without tokenizing a second time."""
+        n = len(texts)
+        lengths = np.full(n, -1, np.int64)
+        flags, todo = self._triage(texts)
+        ids: list = [None] * n
+        for i, row in zip(todo, self.ids([texts[i] for i in todo], role) if todo else []):
+            ids[i] = row
+            lengths[i] = len(row)
+        return lengths, flags, ids
+
+    def ids(self, texts: list[str], role: str) -> list[list[int]]:
+        """Token ids of strings for ``role`` as ``__call__`` gives them (by the proven fast path
+        where there is one)."""
+        method = self._methods.get(role) or self._decide(role, texts)
+        if method.method != METHOD_FAST:
+            return [list(ids) for ids in self._call_ids(texts, role)]
+        out = []
+        for start, stop in _chunks(texts, CHUNK_CHARS):
+            out += [e.ids for e in method.backend.encode_batch_fast(texts[start:stop], add_special_tokens=True)]
+        return out
+
+    def _triage(self, texts: list) -> tuple[np.ndarray, list[int]]:
+        """Flags (missing, too long, empty) and the positions to tokenize; TypeError on a non-string."""
+        flags = np.zeros(len(texts), np.int8)
+        todo: list[int] = []
+        for i, text in enumerate(texts):
+            if text is None:
+                flags[i] = FLAG_MISSING
+            elif not isinstance(text, str):
+                raise TypeError(f"position {i}: {type(text).__name__} value {str(text)[:60]!r} is not text")
+            elif len(text) > self.max_chars:
+                flags[i] = FLAG_TOO_LONG
+            else:
+                if not text:
+                    flags[i] = FLAG_EMPTY
+                todo.append(i)
+        return flags, todo
+
+    def empty_length(self, role: str) -> int:
+        """The length of "" for ``role`` (its special tokens), remembered per tokenizer file hash so a
+        run on cached lengths does not load the tokenizer just for it."""
+        import json
+
+        from lengthscan.measure.cache import cache_root
+
+        path = cache_root() / "tokenizers" / f"{self.hash}.json"
+        try:
+            known = json.loads(path.read_text())
+        except (OSError, ValueError):
+            known = {}
+        if role not in known:
+            known[role] = int(self.count([""], role)[0][0])
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".tmp{os.getpid()}")
+                tmp.write_text(json.dumps(known))
+                os.replace(tmp, path)
+            except OSError:  # a read-only cache costs time, never correctness
+                pass
+        return int(known[role])
+
+    def decide_count(self, texts: list, role: str, limit: int):
+        """Decide-only counting against an upper ``limit``: (lengths, flags, at_least, at_most);
+        see ``bounds.decide_count``."""
+        from lengthscan.measure.text.bounds import decide_count
+
+        return decide_count(self, texts, role, limit)
+
+    def backend_for(self, role: str):
+        """The backend tokenizer ``role`` is counted with (after its method is decided)."""
+        return self._methods[role].backend
+
+    def bounds(self, role: str, probe: list[str]):
+        """The proven decide-only shortcuts for ``role`` (None: none; count everything)."""
+        if role in self._bounds:
+            return self._bounds[role]
+        method = self._methods.get(role) or self._decide(role, probe or ["probe text"])
+        proof = None
+        if method.method == METHOD_FAST:
+            from lengthscan.measure.text.bounds import holds_on, prove
+
+            specials = int(self.count_strings([""], role)[0])
+            proof = prove(method.backend, specials)
+            texts = [t for t in list(PROBES) + list(probe) if t]
+            if not holds_on(proof, method.backend, texts, lambda t: self.count_strings(t, role)):
+                proof = None
+            elif proof.unit is None and not proof.prefix_ok and not proof.pieces:
+                proof = None
+        self._bounds[role] = proof
+        return proof
+
+    def count_strings(self, texts: list[str], role: str) -> np.ndarray:
+        """Exact lengths of non-empty strings (no triage of None, "" or over-long texts)."""
+        method = self._methods.get(role) or self._decide(role, texts)
+        out = np.empty(len(texts), np.int64)
+        for start, stop in _chunks(texts, CHUNK_CHARS):
+            part = texts[start:stop]
+            if method.method == METHOD_FAST:
+                encodings = method.backend.encode_batch_fast(part, add_special_tokens=True)
+                out[start:stop] = [len(e) for e in encodings]
+            else:
+                out[start:stop] = [len(ids) for ids in self._call_ids(part, role)]
+        return out
+
+    def _call_ids(self, texts: list[str], role: str) -> list[list[int]]:
+        tok = self.tokenizer
+        if role == "target":
+            return tok(text_target=texts)["input_ids"]
+        return tok(texts)["input_ids"]
+
+    # -- proof of the fast path ---------------------------------------------------------------
+    def _decide(self, role: str, texts: list[str]) -> _RoleMethod:
+        reason = self._structural_reason(role)
+        if reason is None:
+            backend = self._backend_snapshot()
+            probe = list(PROBES) + self._special_token_probes() + [t for t in texts[:64] if len(t) <= 20_000]
+            fast_ids = [e.ids for e in backend.encode_batch(probe, add_special_tokens=True)]
+            call_ids = [list(ids) for ids in self._call_ids(probe, role)]
+            bad = next((i for i, (a, b) in enumerate(zip(fast_ids, call_ids)) if a != b), None)
+            if bad is None:
+                method = _RoleMethod(METHOD_FAST, f"proven: same ids as __call__ on {len(probe)} probe texts", backend)
+            else:
+                method = _RoleMethod(METHOD_CALL, f"backend ids differ from __call__ on probe {probe[bad][:40]!r}")
+        else:
+            method = _RoleMethod(METHOD_CALL, reason)
+        self._methods[role] = method
+        return method
+
+    def _structural_reason(self, role: str) -> str | None:
+        """None when the fast path is structurally sound for ``role``, else why not."""
+        tok = self.tokenizer
+        try:
+            from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+            from transformers.tokenization_utils_tokenizers import TokenizersBackend
+        except ImportError:  # pragma: no cover - older transformers
+            return "transformers without TokenizersBackend: __call__ used"
+        if not isinstance(tok, TokenizersBackend) or not getattr(tok, "is_fast", False):
+            return f"{type(tok).__name__} is not a fast tokenizer"
+        cls = type(tok)
+        if cls.__call__ is not PreTrainedTokenizerBase.__call__:
+            return f"{cls.__name__} overrides __call__"
+        if cls._encode_plus is not TokenizersBackend._encode_plus:
+            return f"{cls.__name__} overrides _encode_plus"
+        if role == "target" and hasattr(tok, "_switch_to_target_mode"):
+            return f"{cls.__name__} has a separate target mode (text_target)"
+        return None
+
+    def _backend_snapshot(self):
+        """A private copy of the backend in input mode, untruncated and unpadded, as __call__ runs it
+        (made once: the fast path is only taken for a role whose ``__call__`` runs input mode)."""
+        if self._snapshot is None:
+            self._snapshot = self._copy_backend()
+        return self._snapshot
+
+    def _copy_backend(self):
+        from tokenizers import Tokenizer
+
+        tok = self.tokenizer
+        if hasattr(tok, "_switch_to_input_mode"):
+            tok._switch_to_input_mode()
+        backend = Tokenizer.from_str(tok.backend_tokenizer.to_str())
+        backend.no_truncation()
+        backend.no_padding()
+        backend.encode_special_tokens = bool(getattr(tok, "split_special_tokens", False))
+        return backend
+
+    def _special_token_probes(self) -> list[str]:
+        specials = [t for t in getattr(self.tokenizer, "all_special_tokens", []) if isinstance(t, str)][:8]
+        return [f"{t} inside {t}text" for t in specials]
+
+    # -- pickling: workers reload by name ---------------------------------------------------
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_methods"] = {}
+        state["_bounds"] = {}
+        state["_snapshot"] = None
+        if Path(self.name).is_dir():
+            state["_tokenizer"] = None  # workers load it from the directory, once each
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+
+def _chunks(texts: list[str], budget: int):
+    """(start, stop) ranges of ``texts`` with at most ``budget`` characters each (>= 1 text)."""
+    start, size = 0, 0
+    for i, text in enumerate(texts):
+        if size and size + len(text) > budget:
+            yield start, i
+            start, size = i, 0
+        size += len(text)
+    if start < len(texts):
+        yield start, len(texts)
+

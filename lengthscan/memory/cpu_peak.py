@@ -1,0 +1,195 @@
+"""The measured CPU peak of one training step, aligned with what CUDA kernels keep (validation only).
+
+Everything here needs torch (imported inside the functions: the package itself never needs it).
+One steady-state step is the Trainer's: forward under autocast for mixed precision, the outputs
+dropped before ``backward`` (``compute_loss`` keeps only the loss), ``backward``, gradient
+clipping (``max_grad_norm=1.0``), the optimizer step, ``zero_grad(set_to_none=True)``. A first
+step runs unmeasured so the optimizer state exists, as it does for every step but the first.
+
+The peak is the bytes live before the step (every tensor storage reachable from Python: weights,
+optimizer state, the batch) plus the maximum of the running sum of the allocation events that
+``torch.profiler.profile(profile_memory=True)`` records during the step, in time order.
+
+The kernels are aligned with CUDA's by :func:`lengthscan.memory.align.cuda_like` (docs/memory.md).
+The fused AdamW kernel (the Trainer's default ``adamw_torch_fused``) and the foreach one run on CPU
+with the same allocations as on CUDA, so the optimizer needs no alignment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from dataclasses import dataclass
+
+from lengthscan.memory.align import cuda_like
+from lengthscan.memory.build import build_model, make_batch  # noqa: F401  (re-exported for the bench and the tests)
+from lengthscan.memory.options import MemoryOptions
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """The measured peak of one step, and where it happened."""
+
+    peak_bytes: int
+    live_before: int
+    phase: str
+    phase_peaks: dict
+
+    def to_dict(self) -> dict:
+        return {"peak_bytes": self.peak_bytes, "live_before": self.live_before, "phase": self.phase,
+                "phase_peaks": dict(self.phase_peaks)}
+
+
+# -- the step ------------------------------------------------------------------------------------
+
+
+def _optimizer(model, options: MemoryOptions):
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    if options.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=1e-5)
+    if options.optimizer == "adamw_foreach":
+        return torch.optim.AdamW(params, lr=1e-5, foreach=True)
+    if options.optimizer == "adamw_loop":
+        return torch.optim.AdamW(params, lr=1e-5, foreach=False)
+    return torch.optim.AdamW(params, lr=1e-5, fused=True)
+
+
+def _live_bytes(torch, model) -> int:
+    """Bytes of every distinct tensor storage reachable from Python, and of the model's gradients.
+
+    (Gradients made by autograd have no Python object until ``.grad`` is read, so the garbage
+    collector does not list them.)
+    """
+    gc.collect()
+    tensors = [obj for obj in gc.get_objects() if issubclass(type(obj), torch.Tensor)]
+    tensors += [p.grad for p in model.parameters() if p.grad is not None]
+    seen, total = set(), 0
+    for obj in tensors:
+        if obj.device.type != "cpu" or obj.is_meta:
+            continue
+        try:
+            storage = obj.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # sparse, nested: not used by the models here
+            continue
+        if storage.data_ptr() and storage.data_ptr() not in seen:
+            seen.add(storage.data_ptr())
+            total += storage.nbytes()
+    return total
+
+
+def measure_step(model, batch: dict, options: MemoryOptions = MemoryOptions(), *, align: bool = True) -> Measurement:
+    """The CPU peak of one steady-state training step of ``model`` on ``batch``."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(options.precision)
+    optimizer = _optimizer(model, options)
+    scaler = torch.amp.GradScaler("cpu") if options.precision == "fp16" else None
+    model.train()
+
+    def step(update: bool = True):
+        autocast = torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None)
+        with record_function("ls::forward"), autocast:
+            loss = model(**batch).loss  # the outputs die here, as in Trainer.compute_loss
+        with record_function("ls::backward"):
+            (scaler.scale(loss) if scaler else loss).backward()
+        del loss
+        if not update:  # an earlier micro-batch of gradient accumulation
+            return
+        with record_function("ls::optimizer_step"):
+            if scaler:
+                scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(optimizer) if scaler else optimizer.step()
+            if scaler:
+                scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # oneDNN keeps scratch per thread: one thread makes the figure machine-independent
+    try:
+        with cuda_like() if align else contextlib.nullcontext():
+            step()
+            if options.gradient_accumulation_steps > 1:  # measure the cycle's last micro-batch: gradients exist
+                step(update=False)
+            live_before = _live_bytes(torch, model)
+            with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+                step()
+    finally:
+        torch.set_num_threads(threads)
+    return _peak(prof, live_before)
+
+
+def _peak(prof, live_before: int) -> Measurement:
+    import torch
+
+    kind = torch._C._profiler._EventType
+    allocations, ranges = [], {}
+
+    def walk(nodes):
+        for node in nodes:
+            if node.tag == kind.Allocation:
+                allocations.append((node.start_time_ns, node.extra_fields.alloc_size))
+            elif node.name.startswith("ls::"):
+                ranges[node.name[4:]] = (node.start_time_ns, node.end_time_ns)
+            walk(node.children)
+
+    walk(prof.profiler.kineto_results.experimental_event_tree())
+    allocations.sort(key=lambda a: a[0])
+    running, peaks = 0, {}
+    best, best_phase = 0, "forward"
+    for t, size in allocations:
+        running += size
+        phase = next((name for name, (a, b) in ranges.items() if a <= t <= b), "other")
+        peaks[phase] = max(peaks.get(phase, 0), running)
+        if running > best:
+            best, best_phase = running, phase
+    names = {"forward": "forward_end", "backward": "backward", "optimizer_step": "optimizer_step"}
+    return Measurement(live_before + best, live_before, names.get(best_phase, best_phase),
+                       {names.get(k, k): live_before + v for k, v in peaks.items()})
+
+
+def measure_step_cuda(model, batch: dict, options: MemoryOptions = MemoryOptions()) -> Measurement:
+    """The same step on a CUDA device: ``torch.cuda.max_memory_allocated`` per phase (no alignment needed)."""
+    import torch
+
+    device = torch.device("cuda")
+    model = model.to(device)
+    batch = {k: v.to(device) for k, v in batch.items()}
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(options.precision)
+    optimizer = _optimizer(model, options)
+    scaler = torch.amp.GradScaler("cuda") if options.precision == "fp16" else None
+    peaks = {}
+
+    def phase(name, fn):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        out = fn()
+        torch.cuda.synchronize()
+        peaks[name] = torch.cuda.max_memory_allocated()
+        return out
+
+    def forward():
+        with torch.autocast("cuda", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            return model(**batch).loss
+
+    def update():
+        if scaler:
+            scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer) if scaler else optimizer.step()
+        if scaler:
+            scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+
+    for _ in range(2):  # the first step creates the optimizer state; the second is measured
+        peaks.clear()
+        live_before = torch.cuda.memory_allocated()
+        loss = phase("forward_end", forward)
+        phase("backward", (scaler.scale(loss) if scaler else loss).backward)
+        loss = None  # as Trainer.training_step: only the detached value survives
+        phase("optimizer_step", update)
+    best = max(peaks, key=peaks.get)
+    return Measurement(peaks[best], live_before, best, dict(peaks))

@@ -1,0 +1,228 @@
+"""Stream the rows of a split as Arrow record batches, in row order, with flat memory.
+
+A ``Dataset`` memory-maps its Arrow files: pages it touches count as resident and grow with the
+file. For a full pass we therefore read the Arrow stream files themselves through an ordinary file
+handle, one record batch at a time; only datasets with transforms on top (an indices mapping,
+renamed columns) go through ``datasets``' own iterator. A sample reads only its rows.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from lengthscan.measure import arrays
+from lengthscan.sources.source import SplitSource
+
+#: Rows per batch handed to the measure step (the tokenizer threads over a batch).
+BATCH_ROWS = 2048
+#: Row groups with more rows are streamed when sampled, not read whole (flat memory).
+LARGE_ROW_GROUP = 65_536
+
+
+@dataclass(frozen=True, eq=False)
+class Batch:
+    """Rows of one split: their global positions and the requested columns."""
+
+    rows: np.ndarray
+    table: pa.RecordBatch
+
+
+def iter_batches(split: SplitSource, columns: list[str], *, indices: np.ndarray | None = None,
+                 batch_rows: int = BATCH_ROWS) -> Iterator[Batch]:
+    """Yield ``Batch``es of ``columns`` for every row (``indices`` None) or the sorted ``indices``."""
+    for part in split.parts:
+        if part.parquet:
+            yield from _parquet_batches(part, columns, indices, batch_rows)
+            continue
+        if part.jsonl_schema is not None:
+            yield from _jsonl_batches(part, columns, indices, batch_rows)
+            continue
+        if indices is None:
+            offset = part.start
+            for rb in _part_batches(part.dataset, columns, batch_rows):
+                yield Batch(np.arange(offset, offset + rb.num_rows, dtype=np.int64), rb)
+                offset += rb.num_rows
+            if offset != part.start + part.rows:
+                raise RuntimeError(f"read {offset - part.start} rows of {part.path or split.name}, expected {part.rows}")
+        else:
+            lo, hi = np.searchsorted(indices, [part.start, part.start + part.rows])
+            local = indices[lo:hi] - part.start
+            for k in range(0, local.size, batch_rows):
+                chunk = local[k:k + batch_rows]
+                table = part.dataset.select(chunk).with_format("arrow")[:].select(columns)
+                yield Batch(chunk + part.start, _one_batch(table))
+
+
+def _parquet_batches(part, columns: list[str], indices, batch_rows: int) -> Iterator[Batch]:
+    """A Parquet file read with pyarrow: every row group in turn, or only those holding sampled rows."""
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(part.path)
+    if indices is None:
+        offset = part.start
+        for rb in pf.iter_batches(batch_size=batch_rows, columns=columns):
+            yield Batch(np.arange(offset, offset + rb.num_rows, dtype=np.int64), rb)
+            offset += rb.num_rows
+        if offset != part.start + part.rows:
+            raise RuntimeError(f"read {offset - part.start} rows of {part.path}, expected {part.rows}")
+        return
+    local = indices[(indices >= part.start) & (indices < part.start + part.rows)] - part.start
+    sizes = [pf.metadata.row_group(i).num_rows for i in range(pf.metadata.num_row_groups)]
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    group_of = np.searchsorted(starts, local, side="right") - 1
+    # sampled rows of consecutive row groups gather into full batches: a 1% sample of small row
+    # groups would otherwise make batches of a few rows, each paying the per-batch costs
+    pending, pending_rows = [], []
+    bounds = np.searchsorted(group_of, np.unique(group_of), side="left").tolist() + [local.size]
+
+    def read(span):
+        g, in_group = int(group_of[span[0]]), local[span[0]:span[1]]
+        at = in_group - starts[g]
+        if sizes[g] <= LARGE_ROW_GROUP:
+            group = pf.read_row_group(g, columns=columns, use_threads=False)
+            return in_group, group.take(arrays.numeric(at, pa.int64()))
+        # a huge row group (a whole file in one, say) is streamed, keeping only the sampled rows
+        pieces, offset = [], 0
+        for rb in pf.iter_batches(batch_size=LARGE_ROW_GROUP, row_groups=[g], columns=columns, use_threads=False):
+            lo, hi = np.searchsorted(at, [offset, offset + rb.num_rows])
+            if hi > lo:
+                pieces.append(pa.Table.from_batches([rb.take(arrays.numeric(at[lo:hi] - offset, pa.int64()))]))
+            offset += rb.num_rows
+        return in_group, pa.concat_tables(pieces)
+
+    done = 0
+    for in_group, table in read_ahead(read, zip(bounds[:-1], bounds[1:]), depth=1024):  # items are small
+        pending.append(table)
+        pending_rows.append(in_group)
+        done += in_group.size
+        if sum(r.size for r in pending_rows) >= batch_rows or done == local.size:
+            table, rows = pa.concat_tables(pending), np.concatenate(pending_rows) + part.start
+            pending, pending_rows = [], []
+            for k in range(0, rows.size, batch_rows):
+                yield Batch(rows[k:k + batch_rows], _one_batch(table.slice(k, batch_rows)))
+
+
+def read_ahead(work: Callable, items: Iterable, depth: int = 4) -> Iterator:
+    """``map(work, items)`` computed by a thread up to ``depth`` items ahead, so reading (which
+    releases the GIL) overlaps with the consumer's tokenizing; results come in order."""
+    results: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce():
+        try:
+            for item in items:
+                if stop.is_set():
+                    return
+                results.put((True, work(item)))
+        except BaseException as exc:  # handed to the consumer, raised there
+            results.put((False, exc))
+            return
+        results.put((True, _DONE))
+
+    thread = threading.Thread(target=produce, name="lengthscan-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            ok, value = results.get()
+            if not ok:
+                raise value
+            if value is _DONE:
+                return
+            yield value
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a producer waiting on a full queue
+            try:
+                results.get_nowait()
+            except queue.Empty:
+                thread.join(0.01)
+
+
+_DONE = object()
+
+
+def _jsonl_batches(part, columns: list[str], indices, batch_rows: int) -> Iterator[Batch]:
+    """A JSON Lines file streamed with pyarrow, block by block (a sample takes its rows on the way)."""
+    import pyarrow.json as pj
+
+    from lengthscan.sources.files import json_read_options
+
+    reader = pj.open_json(pa.input_stream(part.path, compression="detect"), read_options=json_read_options())
+    offset = part.start
+    wanted = None if indices is None else indices[(indices >= part.start) & (indices < part.start + part.rows)]
+    for rb in reader:
+        rb = rb.select(columns)
+        if wanted is None:
+            for k in range(0, rb.num_rows, batch_rows):
+                piece = rb.slice(k, batch_rows)
+                yield Batch(np.arange(offset + k, offset + k + piece.num_rows, dtype=np.int64), piece)
+        else:
+            lo, hi = np.searchsorted(wanted, [offset, offset + rb.num_rows])
+            take = wanted[lo:hi]
+            for k in range(0, take.size, batch_rows):
+                chunk = take[k:k + batch_rows]
+                yield Batch(chunk, rb.take(arrays.numeric(chunk - offset, pa.int64())))
+        offset += rb.num_rows
+    if offset != part.start + part.rows:
+        raise RuntimeError(f"read {offset - part.start} rows of {part.path}, expected {part.rows}")
+
+
+def _part_batches(ds, columns: list[str], batch_rows: int) -> Iterator[pa.RecordBatch]:
+    files = _plain_arrow_files(ds)
+    if files is None:
+        for table in ds.with_format("arrow").iter(batch_size=batch_rows):
+            yield _one_batch(table.select(columns))
+        return
+    for path in files:
+        with pa.OSFile(path, "rb") as fh:
+            reader = pa.ipc.open_stream(fh)
+            for rb in reader:
+                rb = rb.select(columns)
+                for k in range(0, rb.num_rows, batch_rows):
+                    yield rb.slice(k, batch_rows)
+
+
+#: Transforms datasets records on a memory-mapped table that leave its rows and columns as stored.
+_HARMLESS_REPLAYS = {"replace_schema_metadata"}
+
+
+def _plain_arrow_files(ds) -> list[str] | None:
+    """The Arrow files that hold exactly ``ds``'s rows in order, or None if ``ds`` has transforms."""
+    if ds._indices is not None:
+        return None
+    from datasets.table import ConcatenationTable, InMemoryTable, MemoryMappedTable
+
+    table = ds._data
+    if isinstance(table, MemoryMappedTable):
+        blocks = [table]
+    elif isinstance(table, ConcatenationTable):
+        if any(len(row) != 1 for row in table.blocks):
+            return None
+        blocks = [row[0] for row in table.blocks]
+    elif isinstance(table, InMemoryTable):
+        return None
+    else:
+        return None
+    paths = []
+    for block in blocks:
+        if not isinstance(block, MemoryMappedTable) or block.path is None:
+            return None
+        if any(op not in _HARMLESS_REPLAYS for op, _, _ in block.replays or ()):
+            return None
+        if block.table.schema.names != ds.column_names:
+            return None
+        paths.append(block.path)
+    return paths
+
+
+def _one_batch(table: pa.Table) -> pa.RecordBatch:
+    batches = table.combine_chunks().to_batches()
+    if not batches:
+        return pa.RecordBatch.from_pylist([], schema=table.schema)
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)

@@ -1,0 +1,1 @@
+"""Stats stage: exact mergeable histograms, split tallies, and the audit's result records."""

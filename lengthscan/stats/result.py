@@ -1,0 +1,65 @@
+"""``AuditResult``: what ``lengthscan.audit`` returns and ``report.json`` stores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lengthscan.measure.records import FieldSpec, TokenizerInfo
+from lengthscan.stats.records import SplitAudit
+
+#: Version of the layout of ``report.json``; bump on any incompatible change.
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """What ``lengthscan.audit`` returns and ``report.json`` stores."""
+
+    source: str
+    source_fingerprint: str
+    splits: tuple[SplitAudit, ...]
+    tokenizer: TokenizerInfo | None
+    fields: tuple[FieldSpec, ...]
+    seed: int
+    command: str | None
+    version: str
+    created: str
+    out_dir: str | None = None
+    cache_hits: int = 0
+    seconds: float = 0.0
+    model: dict | None = None
+    audio: dict | None = None
+    decisions: dict | None = None
+    batches: dict | None = None
+
+    def split(self, name: str) -> SplitAudit:
+        for s in self.splits:
+            if s.split == name:
+                return s
+        raise KeyError(name)
+
+    @property
+    def rows_measured(self) -> int:
+        return sum(s.sample.rows_measured for s in self.splits)
+
+    def to_dict(self) -> dict:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "lengthscan_version": self.version,
+            "created": self.created,
+            "command": self.command,
+            "source": {"spec": self.source, "fingerprint": self.source_fingerprint},
+            "tokenizer": self.tokenizer.to_dict() if self.tokenizer else None,
+            "fields": [{"name": f.name, "role": f.role, "column": f.column, "unit": f.unit, "kind": f.kind}
+                       for f in self.fields],
+            "model": self.model,
+            "audio": self.audio,
+            "seed": self.seed,
+            "sample_size": self.rows_measured,
+            "cache_hits": self.cache_hits,
+            "seconds": round(self.seconds, 3),
+            "splits": [s.to_dict() for s in self.splits],
+            "decisions": self.decisions,
+            "batches": self.batches,
+        }

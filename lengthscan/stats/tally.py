@@ -1,0 +1,199 @@
+"""Accumulate one split's statistics batch by batch: field histograms, the input x target pair,
+and rows over each limit. Everything here merges exactly, so batches, processes or machines can
+each tally their rows and the merged result is the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lengthscan.measure.records import FLAG_NAMES, FLAG_OK, FieldSpec, Measured
+from lengthscan.sources.sampling import SamplePlan
+from lengthscan.stats.histograms import (
+    RATIO_SCALE,
+    Histogram,
+    JointHistogram,
+    merge_histograms,
+    proportion_interval,
+    ratio_units,
+)
+from lengthscan.stats.records import FieldStats, Limit, LimitCheck, PairStats, SampleInfo, SplitAudit
+
+#: Longest rows kept per limit for the report (all of them are in ``lengths.parquet``).
+WORST_ROWS = 100
+
+
+def stats_from_lengths(spec: FieldSpec, values: np.ndarray, flags: np.ndarray,
+                       decoded: np.ndarray | None = None) -> FieldStats:
+    """Statistics of one batch of per-row values (negative or NaN where there is no length)."""
+    valid = values >= 0
+    units = values[valid] if spec.scale == 1 else np.rint(values[valid] * spec.scale)
+    codes, counts = np.unique(flags[flags != FLAG_OK], return_counts=True)
+    return FieldStats(
+        spec,
+        rows=int(values.size),
+        flags={FLAG_NAMES[int(c)]: int(n) for c, n in zip(codes, counts)},
+        histogram=Histogram.of(units.astype(np.int64)),
+        decoded=int(decoded.sum()) if decoded is not None else 0,
+    )
+
+
+def pair_from_lengths(x_spec: FieldSpec, y_spec: FieldSpec, x: np.ndarray, y: np.ndarray) -> PairStats:
+    """Pair statistics of one batch, over rows where both values exist and the input is > 0.
+
+    The joint histogram is on integer units (milliseconds for seconds); the ratio is y per x unit.
+    """
+    both = (x > 0) & (y >= 0)
+    xs, ys = x[both], y[both]
+    xi = xs if x_spec.scale == 1 else np.rint(xs * x_spec.scale)
+    yi = ys if y_spec.scale == 1 else np.rint(ys * y_spec.scale)
+    return PairStats(x_spec.name, y_spec.name, JointHistogram.of(xi.astype(np.int64), yi.astype(np.int64)),
+                     Histogram.of(ratio_units(ys, xs)), x_spec.scale, y_spec.scale)
+
+
+@dataclass
+class LimitTally:
+    """Rows over one limit: their count and the ``WORST_ROWS`` longest (row, value)."""
+
+    limit: Limit
+    over: int = 0
+    unknown: int = 0  # rows decided by a decide-only bound that says nothing about this limit
+    rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    values: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def add(self, rows: np.ndarray, values: np.ndarray, bounds=None) -> None:
+        """``bounds``: (at_least, at_most) of rows with no exact length in decide-only mode (-1:
+        none). A row whose lower bound is over the limit counts as over (it is not a longest row:
+        its length is unknown); one whose bounds do not settle the limit counts as unknown."""
+        over = values > self.limit.value  # NaN and -1 (no length) are never over
+        if bounds is not None:
+            at_least, at_most = bounds
+            bounded = (at_least >= 0) | (at_most >= 0)
+            over_by_bound = at_least > self.limit.value
+            settled = over_by_bound | ((at_most >= 0) & (at_most <= self.limit.value))
+            self.over += int(over_by_bound.sum())
+            self.unknown += int((bounded & ~settled).sum())
+        if not over.any():
+            return
+        self.over += int(over.sum())
+        self.rows = np.concatenate([self.rows, rows[over]])
+        self.values = np.concatenate([self.values, values[over].astype(np.float64)])
+        if self.rows.size > 4 * WORST_ROWS:
+            self._prune()
+
+    def _prune(self) -> None:
+        order = np.lexsort((self.rows, -self.values))[:WORST_ROWS]
+        self.rows, self.values = self.rows[order], self.values[order]
+
+    def check(self, sample: SampleInfo) -> LimitCheck:
+        self._prune()
+        n, total = sample.rows_measured, sample.rows_total
+        lo, hi = proportion_interval(self.over, n, total)
+        estimate = self.over / n * total if n else 0.0
+        worst = tuple((int(r), _plain(v)) for r, v in zip(self.rows, self.values))
+        return LimitCheck(self.limit, self.over, n, estimate, (lo * total, hi * total), worst, self.unknown)
+
+
+def _plain(v: float):
+    return int(v) if float(v).is_integer() else float(v)
+
+
+@dataclass
+class SplitTally:
+    """Mergeable statistics of one split, accumulated batch by batch (merged every few batches)."""
+
+    fields: tuple
+    limits: list[Limit]
+    ratios: tuple[str, ...] = ()  # ratio metrics (``a/b``) whose distribution rules need
+    parts: dict = field(default_factory=dict)
+    pairs: list[PairStats] = field(default_factory=list)
+    limit_tallies: list[LimitTally] = field(default_factory=list)
+    ratio_parts: dict = field(default_factory=dict)
+    keep_positions: np.ndarray | None = None  # which measured rows to keep lengths of (None: all)
+    kept: list = field(default_factory=list)  # (rows, input values, target values) per batch
+    seen: int = 0
+
+    def __post_init__(self):
+        self.limit_tallies = [LimitTally(limit) for limit in self.limits]
+
+    def add(self, rows: np.ndarray, measured: dict[str, Measured]) -> None:
+        by_name, bounds = {}, {}
+        for f in self.fields:
+            m = measured[f.role]
+            for spec in f.specs:
+                values = m.values[spec]
+                by_name[spec.name] = values
+                if m.bounds and spec in m.bounds:
+                    bounds[spec.name] = m.bounds[spec]
+                bucket = self.parts.setdefault(spec, [])
+                bucket.append(stats_from_lengths(spec, values, m.flags, m.decoded))
+                if len(bucket) >= 32:
+                    bucket[:] = [_merge_all(bucket)]
+        if len(self.fields) == 2:
+            x, y = self.fields
+            self.pairs.append(pair_from_lengths(x.primary, y.primary, by_name[x.primary.name], by_name[y.primary.name]))
+            if len(self.pairs) >= 32:
+                self.pairs[:] = [_merge_all(self.pairs)]
+        for lt in self.limit_tallies:
+            lt.add(rows, by_name[lt.limit.measure], bounds.get(lt.limit.measure))
+        self._keep_lengths(rows, by_name)
+        for metric in self.ratios:
+            from lengthscan.policy.rules import metric_values, ratio_units_of
+
+            bucket = self.ratio_parts.setdefault(metric, [])
+            bucket.append(Histogram.of(ratio_units_of(metric_values(metric, by_name))))
+            if len(bucket) >= 32:
+                bucket[:] = [merge_histograms(bucket)]
+
+    def _keep_lengths(self, rows: np.ndarray, by_name: dict) -> None:
+        """Keep the primary lengths of (a bounded, uniform subset of) the rows for the batch simulation."""
+        inputs = [f for f in self.fields if f.role == "input"]
+        targets = [f for f in self.fields if f.role == "target"]
+        x = by_name[inputs[0].primary.name] if inputs else None
+        y = by_name[targets[0].primary.name] if targets else None
+        take = np.arange(rows.size)
+        if self.keep_positions is not None:
+            lo, hi = np.searchsorted(self.keep_positions, [self.seen, self.seen + rows.size])
+            take = self.keep_positions[lo:hi] - self.seen
+        self.seen += rows.size
+        self.kept.append((rows[take], None if x is None else x[take], None if y is None else y[take]))
+
+    def kept_lengths(self):
+        """(rows, input lengths or None, target lengths or None) kept for the batch simulation."""
+        rows = np.concatenate([k[0] for k in self.kept]) if self.kept else np.zeros(0, np.int64)
+        def cat(i):
+            if not self.kept or self.kept[0][i] is None:
+                return None
+            return np.concatenate([k[i] for k in self.kept])
+        return rows, cat(1), cat(2)
+
+    def histograms(self) -> dict[str, tuple[Histogram, int]]:
+        """Metric -> (histogram in integer units, scale): every measurement and the tracked ratios."""
+        out = {}
+        for f in self.fields:
+            for spec in f.specs:
+                parts = self.parts.get(spec)
+                out[spec.name] = (_merge_all(parts).histogram if parts else Histogram(), spec.scale)
+        for metric in self.ratios:
+            out[metric] = (merge_histograms(self.ratio_parts.get(metric, [])), RATIO_SCALE)
+        return out
+
+    def split_audit(self, name: str, plan: SamplePlan, seed: int) -> SplitAudit:
+        sample = SampleInfo(plan.full, plan.rows_total, plan.size, seed, plan.requested, plan.reason)
+        stats = tuple(_merge_all(self.parts[s]) if self.parts.get(s) else FieldStats(s)
+                      for f in self.fields for s in f.specs)
+        pair = None
+        if len(self.fields) == 2:
+            x, y = self.fields
+            pair = _merge_all(self.pairs) if self.pairs else PairStats(
+                x.primary.name, y.primary.name, x_scale=x.primary.scale, y_scale=y.primary.scale)
+        return SplitAudit(name, sample, stats, pair, tuple(lt.check(sample) for lt in self.limit_tallies))
+
+
+def _merge_all(items):
+    out = items[0]
+    for item in items[1:]:
+        out = out.merge(item)
+    return out

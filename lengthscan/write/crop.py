@@ -1,0 +1,63 @@
+"""``--crop-audio``: cut clips to a number of seconds and encode them again with soundfile.
+
+Cropping decodes (it must), keeps the sample rate and channels, and writes the same container
+when libsndfile can write it (WAV, FLAC, OGG, AIFF; MP3 and others become FLAC, lossless). Audio
+stored as bytes (an ``Audio(decode=False)`` struct or a binary column) gets the new bytes; audio
+stored as a path gets a new file under ``dataset/audio/`` of the output and the path to it.
+Not through ``datasets``' audio encoder, which needs torchcodec.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+WRITABLE = {"WAV": "wav", "FLAC": "flac", "OGG": "ogg", "AIFF": "aiff"}
+
+
+def crop_column(column, seconds: np.ndarray, staging: Path, final: Path, *, base_dir: str | None = None):
+    """(new column, new native frames, sample rates) with rows where ``seconds`` is finite cropped."""
+    import soundfile
+
+    values = column.to_pylist()
+    frames = np.full(len(values), -1, np.int64)
+    rates = np.zeros(len(values), np.int64)
+    for i in np.flatnonzero(np.isfinite(seconds)):
+        data, path = _load(values[i], base_dir)
+        with soundfile.SoundFile(io.BytesIO(data) if data is not None else path) as f:
+            rate, fmt, subtype = f.samplerate, f.format, f.subtype
+            keep = int(np.floor(seconds[i] * rate))
+            audio = f.read(frames=keep, dtype="float32", always_2d=True)
+        fmt_out = fmt if fmt in WRITABLE else "FLAC"
+        sub_out = subtype if fmt_out == fmt else "PCM_16"
+        buf = io.BytesIO()
+        # a second at a time: libsndfile 1.2.2 crashes writing millions of OGG Vorbis frames in one call
+        with soundfile.SoundFile(buf, "w", rate, audio.shape[1], sub_out, format=fmt_out) as out:
+            for k in range(0, audio.shape[0], rate):
+                out.write(audio[k:k + rate])
+        blob = buf.getvalue()
+        frames[i], rates[i] = audio.shape[0], rate
+        values[i] = _store(values[i], blob, WRITABLE[fmt_out], staging, final)
+    return pa.array(values, column.type), frames, rates
+
+
+def _load(value, base_dir):
+    from lengthscan.measure.audio.durations import resolve_source
+
+    return resolve_source(value, base_dir)
+
+
+def _store(value, blob: bytes, ext: str, staging: Path, final: Path):
+    if isinstance(value, dict):
+        name = value.get("path") or f"cropped.{ext}"
+        return {"bytes": blob, "path": str(Path(name).with_suffix(f".{ext}").name)}
+    if isinstance(value, (bytes, bytearray)):
+        return blob
+    name = f"{hashlib.sha256(blob).hexdigest()[:16]}.{ext}"
+    (staging / "dataset" / "audio").mkdir(parents=True, exist_ok=True)
+    (staging / "dataset" / "audio" / name).write_bytes(blob)
+    return str(final / "dataset" / "audio" / name)

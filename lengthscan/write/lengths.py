@@ -1,0 +1,74 @@
+"""``lengths.parquet``: one row per measured source row, streamed as rows are measured.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lengthscan.measure import arrays
+from lengthscan.measure.records import FLAG_NAMES
+
+_FLAG_LOOKUP = np.array([FLAG_NAMES[k] for k in sorted(FLAG_NAMES)], dtype=object)
+
+
+def lengths_schema(fields, *, with_split: bool, multi_file: bool, bounded=()) -> pa.Schema:
+    """Columns of ``lengths.parquet`` for these role fields (``measure.RoleField``); ``bounded``
+    roles (decide-only mode) also get ``{name}_at_least`` and ``{name}_at_most``."""
+    cols = [("row", pa.int64())]
+    if with_split:
+        cols.append(("split", pa.string()))
+    if multi_file:
+        cols += [("source_file", pa.string()), ("file_row", pa.int64())]
+    for f in fields:
+        for spec in f.specs:
+            cols.append((spec.name, pa.float64() if spec.unit == "seconds" else pa.int64()))
+            if f.role in bounded and spec.unit == "tokens":
+                cols += [(f"{spec.name}_at_least", pa.int64()), (f"{spec.name}_at_most", pa.int64())]
+        cols += [(f"{f.role}_flag", pa.string()), (f"{f.role}_error", pa.string())]
+    return pa.schema(cols)
+
+
+def lengths_batch(schema: pa.Schema, rows: np.ndarray, *, split: str | None,
+                  located: tuple[list[str], np.ndarray] | None, measured: dict) -> pa.RecordBatch:
+    """One batch of ``lengths.parquet`` rows (``schema`` from ``lengths_schema``): ``measured``
+    maps role -> ``records.Measured``; ``located`` is (source files, rows in them) or None."""
+    cols: dict[str, pa.Array] = {"row": arrays.numeric(rows, pa.int64())}
+    if "split" in schema.names:
+        cols["split"] = arrays.strings([split] * rows.size)
+    if "source_file" in schema.names:
+        files, file_rows = located
+        cols["source_file"] = arrays.strings(files)
+        cols["file_row"] = arrays.numeric(file_rows, pa.int64())
+    for role, m in measured.items():
+        for spec, values in m.values.items():
+            kind = schema.field(spec.name).type
+            cols[spec.name] = arrays.numeric(values, kind, mask=~(values >= 0))
+            if f"{spec.name}_at_least" in schema.names:
+                lo, hi = (m.bounds or {}).get(spec, (np.full(rows.size, -1), np.full(rows.size, -1)))
+                cols[f"{spec.name}_at_least"] = arrays.numeric(lo, pa.int64(), mask=lo < 0)
+                cols[f"{spec.name}_at_most"] = arrays.numeric(hi, pa.int64(), mask=hi < 0)
+        cols[f"{role}_flag"] = arrays.strings(_FLAG_LOOKUP[m.flags])
+        cols[f"{role}_error"] = arrays.strings(m.errors if m.errors is not None else [None] * rows.size)
+    return pa.record_batch([cols[n] for n in schema.names], schema=schema)
+
+
+class LengthsWriter:
+    """Streams per-row measurements into a Parquet file."""
+
+    def __init__(self, path: Path, schema: pa.Schema):
+        self.schema = schema
+        self._writer = pq.ParquetWriter(path, schema)
+        self.rows = 0
+
+    def write(self, rows: np.ndarray, *, split: str | None, located: tuple[list[str], np.ndarray] | None,
+              measured: dict) -> None:
+        """One batch: ``measured`` maps role -> ``records.Measured``."""
+        self._writer.write_batch(lengths_batch(self.schema, rows, split=split, located=located, measured=measured))
+        self.rows += rows.size
+
+    def close(self) -> None:
+        self._writer.close()

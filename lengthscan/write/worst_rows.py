@@ -1,0 +1,53 @@
+"""The longest rows of the source, kept for the report, with their decisions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+#: Longest rows of the source listed in the report, per primary measurement.
+WORST_ROWS = 20
+
+
+#: Characters of a text shown in the report's worst rows.
+PREVIEW_CHARS = 160
+
+
+class WorstRows:
+    """The ``WORST_ROWS`` longest rows per field, with a short preview (or the audio path)."""
+
+    def __init__(self, fields, *, redact: bool):
+        self.fields, self.redact = fields, redact
+        self.best: dict[str, list] = {f.primary.name: [] for f in fields}
+
+    def add(self, split: str, rows, base: dict, d, source: pa.Table) -> None:
+        for f in self.fields:
+            values = base[f.primary.name].astype(np.float64)
+            values = np.where(values >= 0, values, -np.inf)
+            top = np.argsort(-values, kind="stable")[:WORST_ROWS]
+            top = [i for i in top if np.isfinite(values[i])]
+            if not top:
+                continue
+            column, names = source.column(f.column), d.names()
+            for i in top:
+                entry = {"split": split, "row": int(rows[i]), "decision": names[i], "reason": d.reason[i],
+                         "field": f.primary.name,
+                         "lengths": {name: _plain(v[i]) for name, v in base.items()}}
+                value = column[int(i)].as_py()
+                if f.kind == "audio" and not self.redact:
+                    entry["audio"] = value.get("path") if isinstance(value, dict) else (
+                        value if isinstance(value, str) else "<bytes>")
+                elif not self.redact and isinstance(value, str):
+                    entry["preview"] = {f.column: value[:PREVIEW_CHARS]}
+                self.best[f.primary.name].append((float(values[i]), -entry["row"], entry))
+            self.best[f.primary.name] = sorted(self.best[f.primary.name], key=lambda t: (-t[0], -t[1]))[:WORST_ROWS]
+
+    def rows(self) -> list[dict]:
+        return [entry for items in self.best.values() for _, _, entry in items]
+
+
+def _plain(v):
+    if isinstance(v, (float, np.floating)):
+        return None if not np.isfinite(v) or v < 0 else float(v)
+    return None if v < 0 else int(v)
