@@ -9,7 +9,7 @@ the measuring work spread over one and two worker nodes of a simulated cluster.
    driver only, and 1, then 2 worker nodes of ``--cpus-per-node`` CPUs each): the whole
    ``audit_ray`` (``--blocks`` read blocks asked for; Ray reads a Parquet file as one block per
    ~128 MiB whatever is asked), and the per-block work alone: the blocks, already read, cut in
-   pieces as the engine cuts them (``engine_ray.block_pieces``), through warm measuring actors. It
+   pieces as the engine cuts them (``engines.ray.pool.block_pieces``), through warm measuring actors. It
    prints the actors, the times, pieces and rows a second, and the speed-up of two nodes over one.
    The nodes share this machine's cores: the speed-up cannot pass what the free cores allow.
 
@@ -85,7 +85,8 @@ def scaling(source: Path, tok: str, *, cpus_per_node: int, blocks: int, repeats:
     import ray
     from ray.cluster_utils import Cluster
 
-    from lengthscan.engines.ray.audit import _pool_size, audit_ray
+    from lengthscan.engines.ray.api import audit_ray
+    from lengthscan.engines.ray.pool import pool_size
 
     rows = pq.ParquetFile(source).metadata.num_rows
     lines = []
@@ -96,7 +97,7 @@ def scaling(source: Path, tok: str, *, cpus_per_node: int, blocks: int, repeats:
                 cluster.add_node(num_cpus=cpus_per_node)
             cluster.wait_for_nodes()
             ray.init(address=cluster.address, log_to_driver=False)
-            actors = _pool_size(ray)
+            actors = pool_size(ray)
             walls, works = [], []
             for rep in range(repeats):
                 t0 = time.perf_counter()
@@ -124,13 +125,14 @@ def _block_work(ray, source: Path, tok: str, blocks: int) -> dict:
     loaded, blocks already read): the span, and each piece's wall and CPU seconds in its actor."""
     import numpy as np
 
-    from lengthscan.engines.ray.audit import _Measurer, block_pieces, start_actors
+    from lengthscan.engines.ray.engine import Measurer
+    from lengthscan.engines.ray.pool import block_pieces, start_actors
     from lengthscan.engines.ray.session import ray_session
     from lengthscan.engines.ray.sources import open_for_ray, read_split
     from lengthscan.engines.setup import prepare
     from lengthscan.sources.scan import BATCH_ROWS
 
-    class TimedMeasurer(_Measurer):  # defined here: Ray ships it by value to the workers
+    class TimedMeasurer(Measurer):  # defined here: Ray ships it by value to the workers
         def timed(self, block, offset, take):
             wall, cpu = time.perf_counter(), time.process_time()
             self.measure(block, offset, take)
@@ -141,7 +143,7 @@ def _block_work(ray, source: Path, tok: str, blocks: int) -> dict:
     with ray_session(ray, None):
         split = open_for_ray(ray, str(source), None).splits[0]
         ds = read_split(ray, split, columns, blocks).materialize()
-        actors = start_actors(ray, TimedMeasurer, setup, split.layout(), (), columns, BATCH_ROWS)
+        actors = start_actors(ray, TimedMeasurer, setup, setup.fields, split.layout(), columns, BATCH_ROWS)
         work, offset = [], 0  # (block, first row, local rows) as the engine cuts them
         for bundle in ds.iter_internal_ref_bundles():
             for ref, meta in zip(bundle.block_refs, bundle.metadata):

@@ -182,7 +182,7 @@ def test_no_row_is_lost_or_duplicated(tmp_path_factory, bpe_dir, rows, lx, ly, a
     rejects = load_from_disk(str(out / "rejects"))
     assert sorted(list(kept["id"]) + list(rejects["id"])) == list(range(len(rows)))
     assert rejects["row"] == rejects["id"]
-    (split,) = result.decisions["splits"]
+    (split,) = result.decisions.to_dict()["splits"]
     assert split["kept"] + split["truncated"] == len(kept) and split["dropped"] == len(rejects)
     for r, text, summary in zip(kept["id"], kept["text"], kept["summary"]):
         assert rows[r][0].startswith(text) and rows[r][1].startswith(summary)

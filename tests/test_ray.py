@@ -11,7 +11,7 @@ import pytest
 ray = pytest.importorskip("ray", reason='the Ray engine tests need Ray: pip install "lengthscan[ray]"')
 
 import lengthscan
-from lengthscan.engines.ray.audit import audit_ray
+from lengthscan.engines.ray.api import audit_ray
 from lengthscan.engines.ray.session import EngineError
 
 #: Report fields that differ between any two runs (clock, command, output folder).
@@ -124,7 +124,7 @@ def test_missing_ray_gives_the_install_command(monkeypatch, corpus_jsonl, bpe_di
     monkeypatch.setattr(builtins, "__import__", no_ray)
     with pytest.raises(EngineError, match=r'pip install "lengthscan\[ray\]"'):
         audit_ray(str(corpus_jsonl), tokenizer=str(bpe_dir), input="text")
-    from lengthscan.engines.ray.clean import clean_ray
+    from lengthscan.engines.ray.api import clean_ray
 
     with pytest.raises(EngineError, match=r'pip install "lengthscan\[ray\]"'):
         clean_ray(str(corpus_jsonl), out="never-written", tokenizer=str(bpe_dir), input="text")
@@ -134,7 +134,7 @@ def test_core_package_never_imports_ray():
     import subprocess
     import sys
 
-    code = ("import sys, lengthscan, lengthscan.engines.ray.audit, lengthscan.engines.ray.clean, "
+    code = ("import sys, lengthscan, lengthscan.engines.ray.api, lengthscan.engines.ray.engine, "
             "lengthscan.engines.ray.sources, lengthscan.engines.ray.write, lengthscan.write.parquet, lengthscan.cli.main; "
             "print('ray' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() \

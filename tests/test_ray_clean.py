@@ -18,8 +18,8 @@ ray = pytest.importorskip("ray", reason='the Ray engine tests need Ray: pip inst
 
 import lengthscan
 from lengthscan.cli.main import main
-from lengthscan.engines.ray.audit import audit_ray
-from lengthscan.engines.ray.clean import clean_ray
+from lengthscan.engines.ray.api import audit_ray
+from lengthscan.engines.ray.api import clean_ray
 from lengthscan.measure.text.counter import TokenCounter
 from tests.test_ray import cluster, disk_dict, parquet_glob  # noqa: F401  (the two-node cluster, sources)
 
@@ -122,7 +122,7 @@ def test_jsonl_drop_same_as_local(cluster, tmp_path, tmp_path_factory, corpus_js
               limits=["input_tokens<=128", "target_tokens<=16"])
     local = _local_clean(tmp_path_factory, str(corpus_jsonl), **kw)
     result = clean_ray(str(corpus_jsonl), out=tmp_path / "ray", num_blocks=7, **kw)
-    assert result.published and result.decisions["splits"][0]["dropped"] > 0
+    assert result.published and result.decisions.to_dict()["splits"][0]["dropped"] > 0
     _same_outputs(local, tmp_path / "ray")
     _only_shards(tmp_path / "ray")
     assert len(list((tmp_path / "ray" / "dataset").glob("data-*.arrow"))) > 1  # one shard per block
@@ -134,7 +134,7 @@ def test_parquet_shards_truncate_and_tokenize_same_as_local(cluster, tmp_path, t
               limits=["input_tokens<=96", "target_tokens<=p90"])
     local = _local_clean(tmp_path_factory, parquet_glob, **kw)
     result = clean_ray(parquet_glob, out=tmp_path / "ray", num_blocks=5, **kw)
-    assert result.decisions["splits"][0]["truncated"] > 100
+    assert result.decisions.to_dict()["splits"][0]["truncated"] > 100
     _same_outputs(local, tmp_path / "ray")
     rejects = pq.read_table(local / "lengths.parquet").column("source_file").unique().to_pylist()
     assert len(rejects) == 3  # a multi-file source: rows located by file
@@ -155,7 +155,7 @@ def test_decide_only_same_as_local(cluster, tmp_path, tmp_path_factory, corpus_j
     kw = dict(tokenizer=str(bpe_dir), input="text", limits=["input_tokens<=64"])
     local = _local_clean(tmp_path_factory, str(corpus_jsonl), **kw)
     result = clean_ray(str(corpus_jsonl), out=tmp_path / "ray", num_blocks=6, **kw)
-    assert result.decisions["decide_only"]["on"] and result.decisions["decide_only"]["proof"]["input"]
+    assert result.decisions.to_dict()["decide_only"]["on"] and result.decisions.to_dict()["decide_only"]["proof"]["input"]
     _same_outputs(local, tmp_path / "ray")
 
 
@@ -171,7 +171,7 @@ def test_one_block_spread_over_actors(cluster, tmp_path, corpus_rows, bpe_dir, h
     """Ray reads a Parquet file as one block (up to ~128 MiB): its rows go to several actors in pieces."""
     import pyarrow as pa
 
-    from lengthscan.engines.ray.audit import block_pieces
+    from lengthscan.engines.ray.pool import block_pieces
 
     source = tmp_path / "one.parquet"
     pq.write_table(pa.Table.from_pylist(corpus_rows), source)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-#: Exit codes of every subcommand: success, a gate failed (CI can stop here), a usage error.
-EXIT_OK, EXIT_GATE, EXIT_USAGE = 0, 1, 2
+from lengthscan.cli.common import EXIT_GATE, EXIT_OK, EXIT_USAGE, ProgressBars
+from lengthscan.cli.flags import add_flags, add_source_argument
 
 
 def add_memory_parser(sub) -> None:
@@ -103,17 +103,10 @@ def _memory(args) -> int:
 
 def _add_memory_data_flags(m: argparse.ArgumentParser) -> None:
     """``lengthscan memory SRC``'s flags: the audit's fields, the epoch, the report and the export."""
-    m.add_argument("source", nargs="?", metavar="SRC",
-                   help="data mode: the training data (as audit takes it); without it, shape mode")
-    m.add_argument("--input", metavar="COL", help="data mode: column holding the model input text")
-    m.add_argument("--audio", metavar="COL", help="data mode: column holding the input audio")
-    m.add_argument("--target", metavar="COL", help="data mode: column holding the target text")
-    m.add_argument("--tokenizer", metavar="DIR_OR_NAME", help="data mode: tokenizer (default: --model's)")
-    m.add_argument("--sampling-rate", type=int, metavar="HZ", help="data mode: the model's audio sampling rate")
-    m.add_argument("--split", help="data mode: the split trained on (default train, else the first)")
-    m.add_argument("--max-chars", type=int, default=None, metavar="N", help="data mode: as audit's --max-chars")
-    m.add_argument("--no-cache", action="store_true", help="data mode: neither read nor write the length cache")
-    m.add_argument("--num-proc", type=int, default=1, metavar="N", help="data mode: measure in N worker processes")
+    add_source_argument(m, nargs="?", help="data mode: the training data (as audit takes it); without it, shape mode")
+    add_flags(m, "input", "audio", "target", "tokenizer", "sampling_rate", "split", "max_chars", "no_cache",
+              "num_proc", prefix="data mode: ",
+              split={"help": "the split trained on (default train, else the first)"})
     m.add_argument("--sampler", choices=("random", "group_by_length", "batch_rebalance"), default="random",
                    help="data mode: the Trainer's train_sampling_strategy (default random)")
     m.add_argument("--seed", type=int, default=42, help="data mode: the Trainer's args.seed (default 42)")
@@ -121,13 +114,12 @@ def _add_memory_data_flags(m: argparse.ArgumentParser) -> None:
     m.add_argument("--margin", type=float, default=0.1, help="share of --budget kept free (default 0.1)")
     m.add_argument("--export-worst-batch", metavar="DIR", help="data mode: save the worst batch's rows (save_to_disk)")
     m.add_argument("--out", metavar="DIR", help="data mode: write lengths.parquet, report.json and report.html here")
-    m.add_argument("--overwrite", action="store_true", help="data mode: replace --out / --export-worst-batch")
+    add_flags(m, "overwrite", overwrite={"help": "data mode: replace --out / --export-worst-batch"})
 
 
 def _memory_data(args, command: str) -> int:
     import json
 
-    from lengthscan.cli.main import _progress as progress_bars
     from lengthscan.measure.text.counter import DEFAULT_MAX_CHARS
     from lengthscan.memory.data import predict_dataset, summary_lines
 
@@ -137,7 +129,7 @@ def _memory_data(args, command: str) -> int:
     try:
         options = _options(args)
         budget = parse_size(args.budget) if args.budget else None
-        with progress_bars(disabled=args.json) as progress:
+        with ProgressBars(disabled=args.json) as progress:
             result = predict_dataset(
                 args.source, model=args.model, batch_size=args.batch_size, input=args.input, target=args.target,
                 audio=args.audio, tokenizer=args.tokenizer, sampling_rate=args.sampling_rate, split=args.split,

@@ -1,31 +1,52 @@
-"""The library entry point ``lengthscan.audit``: source -> sample -> measure -> stats -> outputs.
+"""``lengthscan.audit``: source -> sample -> measure -> stats -> (policy) -> outputs, on any engine.
+
+``audit`` keeps the keyword signature users call; it builds the option records once and hands
+them to ``run_audit`` with the engine (``LocalEngine``; ``engines.ray.api.audit_ray`` passes a
+``RayEngine``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from lengthscan.engines.loop import measure_split
-from lengthscan.engines.results import audit_result, decisions_dict, simulation_positions
-from lengthscan.engines.setup import prepare_with_rules, resolve_for
+from lengthscan.engines.loop import LocalEngine, measure_source
+from lengthscan.engines.options import (
+    MeasureOptions,
+    OutputOptions,
+    Progress,
+    RuleOptions,
+    RunOptions,
+    SampleOptions,
+    split_options,
+)
+from lengthscan.engines.results import DecisionReport, audit_result
+from lengthscan.engines.setup import prepare_run, resolve_for
 from lengthscan.measure.batch import ColumnError, check_columns
 from lengthscan.measure.text.counter import DEFAULT_MAX_CHARS
-from lengthscan.sources.opener import open_source
+from lengthscan.policy.decisions import special_lengths
 from lengthscan.sources.sampling import DEFAULT_SEED, plan_sample
 from lengthscan.sources.scan import BATCH_ROWS
 from lengthscan.stats.result import AuditResult
-from lengthscan.stats.tally import SplitTally
-from lengthscan.write.audit_output import _Output
 
-Progress = Callable[[str, int, int], None]
+__all__ = ["audit", "run_audit", "AuditOptions", "ColumnError"]
 
 
-"""Called as ``progress(split, rows_done, rows_total)`` while measuring."""
+@dataclass(frozen=True)
+class AuditOptions:
+    """Everything an audit is asked: what to measure, which rows, the rules, the outputs, the run."""
 
+    measure: MeasureOptions = MeasureOptions()
+    sample: SampleOptions = SampleOptions()
+    rules: RuleOptions = RuleOptions()
+    output: OutputOptions = OutputOptions()
+    run: RunOptions = RunOptions()
 
-__all__ = ["audit", "ColumnError"]
+    @classmethod
+    def of(cls, **kwargs) -> "AuditOptions":
+        """The records from ``audit``'s keyword arguments."""
+        return cls(*split_options(kwargs, MeasureOptions, SampleOptions, RuleOptions, OutputOptions, RunOptions))
 
 
 def audit(source, *, tokenizer=None, input: str | None = None, target: str | None = None,
@@ -48,46 +69,49 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
     every text of the data out of the report (row ids and lengths only). ``num_proc`` > 1 measures
     in worker processes (same results, same order).
     """
+    options = AuditOptions.of(**{k: v for k, v in locals().items() if k != "source"})
+    return run_audit(source, options, LocalEngine(num_proc))
+
+
+def run_audit(source, options: AuditOptions, engine) -> AuditResult:
+    """The audit of ``source`` as ``options`` ask, measured by ``engine``."""
+    from lengthscan.write.audit_output import AuditOutput
 
     started = time.perf_counter()
-    rules, gate_spec, setup = prepare_with_rules(limits, fail_over, tokenizer=tokenizer, input=input,
-                                                 target=target, audio=audio, model=model,
-                                                 sampling_rate=sampling_rate, max_chars=max_chars)
+    prepared = prepare_run(options.measure, options.rules)
+    setup, rules, sample = prepared.setup, options.rules, options.sample
+    out = options.output.out
     if out is not None:
         from lengthscan.write.staging import check_writable
 
-        check_writable(Path(out), overwrite=overwrite)
-    src = open_source(source, split=split)
-    check_columns(src, setup.fields)
-    ratios = tuple(dict.fromkeys(r.metric for r in rules if r.is_ratio))
+        check_writable(Path(out), overwrite=options.output.overwrite)
+    engine.check(source)
+    with engine.session():
+        src = engine.open(source, sample.split)
+        check_columns(src, setup.fields)
+        output = AuditOutput.start(Path(out) if out is not None else None, setup.fields, src,
+                                   measured_only=bool(prepared.rules), redact=options.output.redact)
+        try:
+            measurement = measure_source(
+                src, setup, engine, run=options.run, ratios=prepared.ratios, seed=sample.seed,
+                sinks=output.sinks(src),
+                plan_for=lambda s: plan_sample(s.num_rows, sample=sample.sample, full=sample.full, seed=sample.seed))
+            if setup.counter is not None and setup.counter.loaded:
+                special_lengths(setup.counter, setup.fields)  # free now; a clean on cached lengths needs it
+            decisions = None
+            if prepared.rules:
+                special = special_lengths(setup.counter, setup.fields)
+                resolved, basis = resolve_for(prepared.rules, src, measurement.tallies, setup, rules.action,
+                                              rules.crop_audio)
+                tallies = output.decide(src, measurement.plans, setup, resolved, special=special,
+                                        keep_empty_targets=rules.keep_empty_targets)
+                decisions = DecisionReport.of(resolved, basis, rules.action, tallies, rules.fail_over, prepared.gate)
+            result = audit_result(src, setup, measurement, seed=sample.seed, command=options.run.command, out=out,
+                                  tokenizer=engine.tokenizer_info(setup.counter, measurement.cached),
+                                  started=started, decisions=decisions)
+            output.finish(result.to_dict())
+            return result
+        except BaseException:
+            output.abort()
+            raise
 
-    output = _Output.start(Path(out) if out is not None else None, setup.fields, src,
-                           measured_only=bool(rules), redact=redact)
-    try:
-        splits, cached, tallies, plans = [], [], [], []
-        for split_src in src.splits:
-            plan = plan_sample(split_src.num_rows, sample=sample, full=full, seed=seed)
-            tally = SplitTally(setup.fields, setup.limits, ratios, keep_positions=simulation_positions(plan, seed))
-            cached += measure_split(split_src, plan, setup, tally, cache=cache, batch_rows=batch_rows,
-                                    output=output, progress=progress, with_split=src.has_splits,
-                                    num_proc=num_proc)
-            splits.append(tally.split_audit(split_src.name, plan, seed))
-            tallies.append(tally)
-            plans.append(plan)
-        if setup.counter is not None and setup.counter.loaded:
-            from lengthscan.policy.decisions import special_lengths
-
-            special_lengths(setup.counter, setup.fields)  # free now; a clean on cached lengths needs it
-        decisions = None
-        if rules:
-            resolved, basis = resolve_for(rules, src, tallies, setup, action, crop_audio)
-            dtallies = output.decide(src, plans, setup, resolved, keep_empty_targets)
-            decisions = decisions_dict(resolved, basis, action, dtallies, fail_over, gate_spec)
-        result = audit_result(src, setup, splits, tallies, seed=seed, command=command, cache_hits=len(cached),
-                              tokenizer=setup.counter.info(cached=set(cached)) if setup.counter else None,
-                              out=out, started=started, decisions=decisions)
-        output.finish(result)
-        return result
-    except BaseException:
-        output.abort()
-        raise

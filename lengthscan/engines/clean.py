@@ -1,32 +1,74 @@
 """``lengthscan.clean``: decide every row, then write a training-ready dataset with nothing lost.
+
+When every rule is absolute (a number, or the model's limit) and the engine's batches carry the
+source's columns (the local engine), one pass: the measuring loop hands each measured batch to
+``write.clean_writer.CleanWriter``, which decides each row, truncates the texts to truncate
+(verified by re-tokenizing), crops, and writes kept and truncated rows to ``dataset/``, dropped
+rows with their reasons to ``rejects/``, and every row's lengths and decision to
+``lengths.parquet``. Otherwise (a percentile or z-score rule needs the train split's
+distribution first; the Ray engine writes on its actors) two passes: the loop measures every row
+into ``.measured.parquet``, the rules are resolved, and the engine's ``write_pass`` reads the
+source again beside it. Everything goes to a staging directory beside ``--out`` and is renamed
+into place only after kept + truncated + dropped = source rows has been checked for every split.
 """
 
 from __future__ import annotations
 
+import math
+import shutil
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
-from types import SimpleNamespace
 
-from lengthscan.engines.audit import BATCH_ROWS
-from lengthscan.engines.loop import measure_split
+import pyarrow as pa
+
+from lengthscan.engines.loop import LocalEngine, measure_source
+from lengthscan.engines.options import (
+    DatasetOptions,
+    MeasureOptions,
+    OutputOptions,
+    RuleOptions,
+    RunOptions,
+    split_options,
+)
 from lengthscan.engines.results import (
     CleanResult,
+    DecisionReport,
     audit_result,
     clean_extra,
-    decisions_dict,
     publish_clean,
     simulate_batches,
 )
-from lengthscan.engines.setup import prepare_with_rules, resolve_for
+from lengthscan.engines.setup import Prepared, prepare_run, resolve_for
 from lengthscan.measure.batch import ColumnError, check_columns
 from lengthscan.measure.text.counter import DEFAULT_MAX_CHARS
-from lengthscan.sources.opener import open_source
 from lengthscan.sources.sampling import plan_sample
-from lengthscan.stats.tally import SplitTally
-from lengthscan.write.clean_rows import SecondPass
+from lengthscan.sources.scan import BATCH_ROWS
+from lengthscan.write.token_columns import TOKEN_COLUMNS
 
 #: Files and folders ``clean`` writes into ``--out``.
 CLEAN_FILES = {"dataset", "rejects", "lengths.parquet", "report.json", "report.html"}
+
+__all__ = ["clean", "run_clean", "CleanOptions", "CleanResult", "CLEAN_FILES"]
+
+
+@dataclass(frozen=True)
+class CleanOptions:
+    """Everything a clean is asked: what to measure, the split, the rules, the outputs, the dataset, the run."""
+
+    measure: MeasureOptions = MeasureOptions()
+    split: str | None = None
+    rules: RuleOptions = RuleOptions()
+    output: OutputOptions = OutputOptions()
+    dataset: DatasetOptions = DatasetOptions()
+    run: RunOptions = RunOptions()
+
+    @classmethod
+    def of(cls, *, split: str | None = None, **kwargs) -> "CleanOptions":
+        """The records from ``clean``'s keyword arguments."""
+        measure, rules, output, dataset, run = split_options(kwargs, MeasureOptions, RuleOptions, OutputOptions,
+                                                             DatasetOptions, RunOptions)
+        return cls(measure, split, rules, output, dataset, run)
 
 
 def clean(source, *, out, tokenizer=None, input: str | None = None, target: str | None = None,
@@ -48,128 +90,158 @@ def clean(source, *, out, tokenizer=None, input: str | None = None, target: str 
     dataset: the tokenizer's own ``__call__`` on the final texts, checked against their lengths.
     With only numeric upper limits on ``input_tokens`` (no percentile, z-score or ratio rule, no
     ``tokenize``, no explicit ``length_from``), ``decide_only`` counts inputs only as far as each
-    decision needs (see ``bounds.py``): same decisions, no ``length`` column.
-    ``format`` "parquet" writes ``dataset/`` and ``rejects/`` as Parquet shards (see ``parquet_out``).
+    decision needs (see ``measure.text.bounds``): same decisions, no ``length`` column.
+    ``format`` "parquet" writes ``dataset/`` and ``rejects/`` as Parquet shards (see ``write.parquet``).
     """
+    options = CleanOptions.of(**{k: v for k, v in locals().items() if k != "source"})
+    return run_clean(source, options, LocalEngine(num_proc))
+
+
+@dataclass(frozen=True)
+class DatasetPlan:
+    """What the written dataset gets, checked against the source once: the measurement filling
+    the length column (None: no column) and decide-only's caps (role -> upper token count)."""
+
+    length_from: str | None
+    decide_caps: dict
+
+
+def plan_dataset(prepared: Prepared, src, rules: RuleOptions, dataset: DatasetOptions) -> DatasetPlan:
+    """The length column, the token columns and decide-only mode, checked against ``src``."""
+    setup = prepared.setup
+    explicit_length = dataset.length_from is not None or dataset.length_column != "length"
+    length_from = length_source(setup, dataset.length_column, dataset.length_from, src)
+    if dataset.tokenize:
+        check_tokenize(setup, src)
+    caps = decide_caps(prepared.rules, setup, rules.action, wanted=dataset.decide_only and not dataset.tokenize
+                       and not explicit_length)
+    if caps and length_from == "input_tokens":
+        length_from = None  # exact lengths of every row are what decide-only skips
+    return DatasetPlan(length_from, caps)
+
+
+def run_clean(source, options: CleanOptions, engine) -> CleanResult:
+    """The clean of ``source`` as ``options`` ask, measured (and written) by ``engine``."""
+    from lengthscan.write.clean_rows import CleanSpec
     from lengthscan.write.parquet import check_format
     from lengthscan.write.staging import OutputError, staging_dir
 
-    check_format(format)
+    dataset, rules, run = options.dataset, options.rules, options.run
+    check_format(dataset.format)
     started = time.perf_counter()
-    rules, gate_spec, setup = prepare_with_rules(limits, fail_over, tokenizer=tokenizer, input=input,
-                                                 target=target, audio=audio, model=model,
-                                                 sampling_rate=sampling_rate, max_chars=max_chars)
-    final = Path(out)
-    if final.exists() and not overwrite:
-        raise OutputError(f"{final}: exists; clean never touches an existing directory without --overwrite")
-    src = open_source(source, split=split)
-    check_columns(src, setup.fields)
-    explicit_length = length_from is not None or length_column != "length"  # a length column asked for
-    length_from = _length_source(setup, length_column, length_from, src)
-    if tokenize:
-        _check_tokenize(setup, src)
-    decide_limits = _decide_only(rules, setup, action, tokenize, explicit_length, decide_only)
-    if decide_limits:
-        from dataclasses import replace
+    prepared = prepare_run(options.measure, rules)
+    out = Path(options.output.out)
+    if out.exists() and not options.output.overwrite:
+        raise OutputError(f"{out}: exists; clean never touches an existing directory without --overwrite")
+    final = out.resolve()  # Ray's workers may run in another working directory
+    engine.check(source)
+    with engine.session():
+        src = engine.open(source, options.split)
+        check_columns(src, prepared.setup.fields)
+        plan = plan_dataset(prepared, src, rules, dataset)
+        setup = replace(prepared.setup, decide_limits=plan.decide_caps)
+        prepared = replace(prepared, setup=setup)
+        staging = staging_dir(final)
+        try:
+            from lengthscan.policy.decisions import special_lengths
 
-        setup = replace(setup, decide_limits=decide_limits)
-        if length_from == "input_tokens":
-            length_from = None  # exact lengths of every row are what decide-only skips
+            def spec_for(resolved) -> CleanSpec:
+                return CleanSpec(setup, tuple(resolved), special_lengths(setup.counter, setup.fields), staging,
+                                 final, keep_empty_targets=rules.keep_empty_targets,
+                                 length_column=dataset.length_column, length_from=plan.length_from,
+                                 tokenize=dataset.tokenize, embed_audio=dataset.embed_audio,
+                                 redact=options.output.redact, format=dataset.format, batch_rows=run.batch_rows)
 
-    tmp = staging_dir(final)
-    options = dict(keep_empty_targets=keep_empty_targets, length_column=length_column, length_from=length_from,
-                   embed_audio=embed_audio, tokenize=tokenize, redact=redact, batch_rows=batch_rows,
-                   progress=progress)
+            if prepared.absolute and engine.single_pass:
+                measurement, outcome, resolved, basis = _single_pass(src, prepared, engine, run, rules, spec_for)
+            else:
+                measurement, outcome, resolved, basis = _two_passes(src, prepared, engine, run, rules, spec_for,
+                                                                    staging)
+            audit = audit_result(src, setup, measurement, seed=0, command=run.command,
+                                 tokenizer=engine.tokenizer_info(setup.counter, measurement.cached))
+            extra = clean_extra(dataset.length_column, plan.length_from, dataset.embed_audio, plan.decide_caps,
+                                engine.proofs(setup))
+            decisions = DecisionReport.of(resolved, basis, rules.action, outcome.decisions, rules.fail_over,
+                                          prepared.gate, **extra)
+            result = CleanResult(audit, decisions, outcome.after, str(final), published=False,
+                                 batches=simulate_batches(src, outcome.after_tallies, setup, 0, of="cleaned dataset"),
+                                 worst_rows=outcome.worst_rows())
+            return publish_clean(result, staging, final, started=started, redact=options.output.redact)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+
+def _single_pass(src, prepared: Prepared, engine, run: RunOptions, rules: RuleOptions, spec_for):
+    """Every threshold is known before any row is measured: one pass reads, measures, decides and
+    writes each batch (the source is read once, never tokenized twice)."""
+    from lengthscan.write.clean_writer import CleanWriter
+
+    setup = prepared.setup
+    resolved, basis = resolve_for(prepared.rules, src, None, setup, rules.action, rules.crop_audio)
+    writer = CleanWriter(spec_for(resolved), src)
+    sink = CleanSink(writer, lengths_schema_of(src, setup), with_split=src.has_splits)
     try:
-        if all(r.kind in ("number", "model") for r in rules):
-            # every threshold is known before any row is measured: one pass reads, measures,
-            # decides and writes each batch (the source is read once, never tokenized twice)
-            resolved, basis = resolve_for(rules, src, None, setup, action, crop_audio)
-            writer = SecondPass(src, setup, resolved, tmp, final, **{**options, "progress": None})
-            writer.output_format = format
-            audit = _single_pass(src, setup, rules, writer, cache=cache, batch_rows=batch_rows, progress=progress,
-                                 command=command, num_proc=num_proc)
-            dtallies, after, after_tallies = writer.finish()
-        else:
-            audit, tallies, plans = _measure_all(src, setup, rules, tmp, cache=cache, batch_rows=batch_rows,
-                                                 progress=progress, command=command, num_proc=num_proc)
-            resolved, basis = resolve_for(rules, src, tallies, setup, action, crop_audio)
-            writer = SecondPass(src, setup, resolved, tmp, final, **options)
-            writer.output_format = format  # dataset/ and rejects/ as Arrow (save_to_disk) or Parquet shards
-            dtallies, after, after_tallies = writer.run(plans)
-        extra = {"batches": simulate_batches(src, after_tallies, setup, 0, of="cleaned dataset"),
-                 "worst_rows": tuple(writer.worst.rows())}
-        decisions = decisions_dict(resolved, basis, action, dtallies, fail_over, gate_spec,
-                                   **clean_extra(length_column, length_from, embed_audio, decide_limits,
-                                                 _proofs(setup)))
-        return publish_clean(audit, decisions, after, final, tmp, extra, started=started, redact=redact)
+        measurement = measure_source(src, setup, engine, run=run, ratios=prepared.ratios, sinks=[sink],
+                                     plan_for=lambda s: plan_sample(s.num_rows, full=True), all_columns=True,
+                                     with_ids=writer.spec.tokenize)
     except BaseException:
-        _remove(tmp)
+        writer.abort()
         raise
+    return measurement, writer.finish(), resolved, basis
 
 
-def _single_pass(src, setup, rules, writer: SecondPass, *, cache, batch_rows, progress, command, num_proc=1):
-    """Measure every row and hand each batch, with its lengths, straight to ``writer``."""
-    import pyarrow as pa
+def _two_passes(src, prepared: Prepared, engine, run: RunOptions, rules: RuleOptions, spec_for, staging: Path):
+    """First pass: every row measured into ``.measured.parquet``; the rules resolved on the
+    distributions; then the engine's write pass reads the source again beside it."""
+    from lengthscan.write.lengths import LengthsSink, LengthsWriter
 
-    from lengthscan.engines.results import simulation_positions
-    from lengthscan.write.lengths import lengths_batch, lengths_schema
-
-    multi = any(s.multi_file for s in src.splits)
-    schema = lengths_schema(setup.fields, with_split=src.has_splits, multi_file=multi,
-                            bounded=tuple(setup.decide_limits))
-    ratios = tuple(dict.fromkeys(r.metric for r in rules if r.is_ratio))
-    splits, cached, tallies = [], [], []
-    for split_src in src.splits:
-        plan = plan_sample(split_src.num_rows, full=True)
-        tally = SplitTally(setup.fields, setup.limits, ratios, keep_positions=simulation_positions(plan, 0))
-        state = writer.open_split(split_src, plan)
-
-        def write(batch, measured, split_src=split_src, state=state):
-            located = split_src.locate(batch.rows) if split_src.multi_file else None
-            rows = lengths_batch(schema, batch.rows, split=split_src.name if src.has_splits else None,
-                                 located=located, measured=measured)
-            ids = {role: m.ids for role, m in measured.items() if m.ids is not None}
-            writer.write_batch(state, batch, pa.Table.from_batches([rows]), ids=ids or None)
-
-        cached += measure_split(split_src, plan, setup, tally, cache=cache, batch_rows=batch_rows,
-                                output=SimpleNamespace(lengths=None), progress=progress,
-                                with_split=src.has_splits, num_proc=num_proc, columns=split_src.column_names,
-                                on_batch=write, with_ids=writer.tokenize)
-        writer.close_split(state)
-        splits.append(tally.split_audit(split_src.name, plan, 0))
-        tallies.append(tally)
-    return audit_result(src, setup, splits, tallies, seed=0, command=command, cache_hits=len(cached),
-                        tokenizer=setup.counter.info(cached=set(cached)) if setup.counter else None)
+    setup = prepared.setup
+    measured_path = staging / ".measured.parquet"
+    lengths = LengthsWriter(measured_path, lengths_schema_of(src, setup))
+    try:
+        measurement = measure_source(src, setup, engine, run=run, ratios=prepared.ratios,
+                                     sinks=[LengthsSink(lengths, with_split=src.has_splits)],
+                                     plan_for=lambda s: plan_sample(s.num_rows, full=True))
+    finally:
+        lengths.close()
+    resolved, basis = resolve_for(prepared.rules, src, measurement.tallies, setup, rules.action, rules.crop_audio)
+    outcome = engine.write_pass(src, measurement.plans, spec_for(resolved), measured_path, progress=run.progress)
+    return measurement, outcome, resolved, basis
 
 
-def _measure_all(src, setup, rules, tmp: Path, *, cache, batch_rows, progress, command, num_proc=1):
-    """First pass: every row measured into ``.measured.parquet``; statistics per split."""
-    from lengthscan.write.lengths import LengthsWriter, lengths_schema
+def lengths_schema_of(src, setup):
+    """The schema of the measured lengths of ``src`` (with decide-only's bound columns)."""
+    from lengthscan.write.lengths import lengths_schema
 
     multi = any(s.multi_file for s in src.splits)
-    schema = lengths_schema(setup.fields, with_split=src.has_splits, multi_file=multi,
-                            bounded=tuple(setup.decide_limits))
-    sink = SimpleNamespace(lengths=LengthsWriter(tmp / ".measured.parquet", schema))
-    ratios = tuple(dict.fromkeys(r.metric for r in rules if r.is_ratio))
-    splits, cached, tallies, plans = [], [], [], []
-    from lengthscan.engines.results import simulation_positions
-
-    for split_src in src.splits:
-        plan = plan_sample(split_src.num_rows, full=True)
-        tally = SplitTally(setup.fields, setup.limits, ratios, keep_positions=simulation_positions(plan, 0))
-        cached += measure_split(split_src, plan, setup, tally, cache=cache, batch_rows=batch_rows, output=sink,
-                                progress=progress, with_split=src.has_splits, num_proc=num_proc)
-        splits.append(tally.split_audit(split_src.name, plan, 0))
-        tallies.append(tally)
-        plans.append(plan)
-    sink.lengths.close()
-    audit = audit_result(src, setup, splits, tallies, seed=0, command=command, cache_hits=len(cached),
-                         tokenizer=setup.counter.info(cached=set(cached)) if setup.counter else None)
-    return audit, tallies, plans
+    return lengths_schema(setup.fields, with_split=src.has_splits, multi_file=multi,
+                          bounded=tuple(setup.decide_limits))
 
 
-def _length_source(setup, length_column, length_from, src) -> str | None:
+class CleanSink:
+    """The single pass's sink: each measured batch, as its rows of the lengths file, to the writer."""
+
+    def __init__(self, writer, schema: pa.Schema, *, with_split: bool):
+        self.writer, self.schema, self.with_split = writer, schema, with_split
+
+    def open_split(self, split_src, plan) -> None:
+        self.writer.open_split(split_src, plan)
+
+    def write(self, split_src, batch, measured: dict) -> None:
+        from lengthscan.write.lengths import lengths_batch
+
+        located = split_src.locate(batch.rows) if split_src.multi_file else None
+        rows = lengths_batch(self.schema, batch.rows, split=split_src.name if self.with_split else None,
+                             located=located, measured=measured)
+        ids = {role: m.ids for role, m in measured.items() if m.ids is not None}
+        self.writer.write(split_src, batch, pa.Table.from_batches([rows]), ids=ids or None)
+
+    def close_split(self, split_src) -> None:
+        self.writer.close_split(split_src)
+
+
+def length_source(setup, length_column, length_from, src) -> str | None:
     """Which measurement fills the length column (None: no column); refuse to overwrite one."""
     if not length_column or length_from == "none":
         return None
@@ -187,13 +259,10 @@ def _length_source(setup, length_column, length_from, src) -> str | None:
     return length_from
 
 
-TOKEN_COLUMNS = ("input_ids", "attention_mask", "labels")
-
-
-def _decide_only(rules, setup, action, tokenize, explicit_length, wanted) -> dict:
-    """role -> limit when decide-only counting applies: numeric upper input-token limits only
-    (with any other rule, the written dataset keeps its exact ``length`` column by default)."""
-    if not wanted or tokenize or explicit_length or not rules or action != "drop":
+def decide_caps(rules, setup, action: str, *, wanted: bool) -> dict:
+    """role -> upper token count when decide-only counting applies: numeric upper input-token
+    limits only (with any other rule, the written dataset keeps its exact ``length`` column)."""
+    if not wanted or not rules or action != "drop":
         return {}
     caps = []
     for r in rules:
@@ -206,27 +275,14 @@ def _decide_only(rules, setup, action, tokenize, explicit_length, wanted) -> dic
             if limit is None:
                 return {}
             caps.append(float(limit.value) if r.op == "<=" else float(limit.value) - 1e-9)
-    import math
-
     return {"input": math.floor(min(caps))}
 
 
-def _proofs(setup) -> dict:
-    counter = setup.counter
-    return {role: (counter._bounds.get(role).to_dict() if counter._bounds.get(role) else None)
-            for role in setup.decide_limits}
-
-
-def _check_tokenize(setup, src) -> None:
+def check_tokenize(setup, src) -> None:
+    """``--tokenize`` needs a text column and a tokenizer, and never overwrites a column."""
     if setup.counter is None:
         raise ColumnError("--tokenize needs a text column (--input and/or --target) and a tokenizer")
     for split_src in src.splits:
         clash = [c for c in TOKEN_COLUMNS if c in split_src.column_names]
         if clash:
             raise ColumnError(f"{src.spec}: already has {', '.join(clash)}; --tokenize would overwrite them")
-
-
-def _remove(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)

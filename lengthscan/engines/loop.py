@@ -1,64 +1,113 @@
-"""One measuring pass over a split: cached lengths where there are, the measure step (in this
-process or in workers) for the rest, into a tally and the lengths file."""
+"""The measuring loop: every split of a source, measured by an engine, into tallies and sinks.
+
+One loop for audit, clean (its single pass and the first of its two passes) and, through
+``audit``, the memory data mode. What differs between running in this process, in worker
+processes or on Ray is one parameter, the engine, which turns a split and its sample plan into
+``(batch, measurements)`` in row order:
+
+    for split:   plan -> engine.measure(split, plan) -> cache -> tally.add -> sinks.write -> progress
+
+An engine has ``uses_cache`` and ``single_pass`` (whether its batches carry the source's columns, so
+that clean can write while measuring), ``check(source)``, ``session()``, ``open(source, split)``,
+``measure(...)``, ``tokenizer_info(counter, cached)`` and ``proofs(setup)``; ``LocalEngine`` here,
+``engines.ray.engine.RayEngine`` for Ray Data. A sink has ``open_split(split_src, plan)``,
+``write(split_src, batch, measured)`` and ``close_split(split_src)``.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
+from lengthscan.engines.options import RunOptions
+from lengthscan.engines.setup import Setup
 from lengthscan.measure.batch import measure_batch
 from lengthscan.measure.cache import CacheReader, CacheWriter, cached_path, field_key
-from lengthscan.measure.records import Measured
-from lengthscan.sources.sampling import SamplePlan
+from lengthscan.measure.records import FLAG_TOO_LONG, Measured
+from lengthscan.sources.sampling import SamplePlan, sample_indices
 from lengthscan.sources.scan import Batch, iter_batches
-from lengthscan.sources.source import SplitSource
+from lengthscan.sources.source import Source, SplitSource
+from lengthscan.stats.records import SplitAudit
 from lengthscan.stats.tally import SplitTally
 
-if TYPE_CHECKING:
-    from lengthscan.engines.setup import Setup
+#: Rows whose lengths the batch simulation keeps (a uniform sample beyond it: memory stays flat).
+SIMULATION_ROWS = 1_000_000
 
 
-def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally: SplitTally, *, cache: bool,
-                  batch_rows: int, output, progress, with_split: bool, num_proc: int = 1,
-                  columns: list[str] | None = None, on_batch=None, with_ids: bool = False) -> list[str]:
-    """Measure the plan's rows of one split into ``tally`` and ``output.lengths``; returns the
-    roles whose lengths came from the cache. ``columns`` (default: those measured) are read, and
-    ``on_batch(batch, measured)`` sees every batch after that (``clean``'s single pass), with the
-    token ids when ``with_ids``."""
-    fields, counter, settings = setup.fields, setup.counter, setup.settings
+@dataclass(frozen=True, eq=False)
+class Measurement:
+    """What measuring a source gave, per split in source order."""
+
+    splits: tuple[SplitAudit, ...]
+    tallies: tuple[SplitTally, ...]
+    plans: tuple[SamplePlan, ...]
+    cached: frozenset                 # roles whose lengths came from the length cache
+
+
+def measure_source(src: Source, setup: Setup, engine, *, plan_for: Callable[[SplitSource], SamplePlan],
+                   run: RunOptions, ratios: tuple = (), seed: int = 0, sinks=(), all_columns: bool = False,
+                   with_ids: bool = False) -> Measurement:
+    """Measure every split of ``src`` by its plan (``plan_for(split)``) with ``engine``; each
+    measured batch goes to every sink. ``all_columns`` reads every source column (clean's single
+    pass writes them); ``with_ids`` keeps the token ids measuring made (``clean --tokenize``)."""
+    splits, tallies, plans, cached = [], [], [], set()
+    for split_src in src.splits:
+        plan = plan_for(split_src)
+        tally = SplitTally(setup.fields, setup.limits, ratios, keep_positions=simulation_positions(plan, seed))
+        for sink in sinks:
+            sink.open_split(split_src, plan)
+        cached |= measure_split(split_src, plan, setup, tally, engine, run=run, sinks=sinks,
+                                columns=list(split_src.column_names) if all_columns else None, with_ids=with_ids)
+        for sink in sinks:
+            sink.close_split(split_src)
+        splits.append(tally.split_audit(split_src.name, plan, seed))
+        tallies.append(tally)
+        plans.append(plan)
+    return Measurement(tuple(splits), tuple(tallies), tuple(plans), frozenset(cached))
+
+
+def simulation_positions(plan: SamplePlan, seed: int):
+    """Positions (in measuring order) of the rows kept for the batch simulation; None: all."""
+    if plan.size <= SIMULATION_ROWS:
+        return None
+    return sample_indices(plan.size, SIMULATION_ROWS, seed)
+
+
+def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally: SplitTally, engine, *,
+                  run: RunOptions, sinks=(), columns: list[str] | None = None, with_ids: bool = False) -> set:
+    """Measure the plan's rows of one split into ``tally`` and the sinks; returns the roles whose
+    lengths came from the cache. ``columns`` (default: those measured) are read."""
+    fields, counter = setup.fields, setup.counter
     text = [f for f in fields if f.kind == "text"]
+    use_cache = run.cache and engine.uses_cache and text
     keys = {f.role: field_key(split_src.fingerprint, f.column, f.primary.name, counter.hash, counter.max_chars)
-            for f in text} if cache and text else {}
+            for f in text} if use_cache else {}
     readers = {role: CacheReader(p) for role, k in keys.items() if (p := cached_path(k)) is not None}
     writers = {role: CacheWriter(k) for role, k in keys.items()
                if plan.full and role not in readers and role not in setup.decide_limits}
-    to_measure = [f for f in fields if f.role not in readers]
+    to_measure = tuple(f for f in fields if f.role not in readers)
     if columns is None:
         columns = list(dict.fromkeys(f.column for f in to_measure))
-    batches = (iter_batches(split_src, columns, indices=plan.indices, batch_rows=batch_rows) if columns
-               else _row_batches(plan, batch_rows))
     done = 0
     try:
-        for batch, measured in _measured(batches, to_measure, split_src.layout(), counter, settings, num_proc,
-                                         setup.decide_limits, with_ids):
+        for batch, measured in engine.measure(split_src, plan, setup, to_measure, columns, batch_rows=run.batch_rows,
+                                              with_ids=with_ids):
             for f in fields:
                 if f.role in readers:
                     lengths, flags = readers[f.role].take(batch.rows)
-                    measured[f.role] = Measured({f.primary: lengths}, flags, _too_long_errors(flags, counter))
+                    measured[f.role] = Measured({f.primary: lengths}, flags, too_long_errors(flags, counter))
                 elif f.role in writers:
                     writers[f.role].write(measured[f.role].values[f.primary], measured[f.role].flags)
             tally.add(batch.rows, measured)
-            if output.lengths is not None:
-                located = split_src.locate(batch.rows) if split_src.multi_file else None
-                output.lengths.write(batch.rows, split=split_src.name if with_split else None,
-                                     located=located, measured=measured)
-            if on_batch is not None:
-                on_batch(batch, measured)
+            for sink in sinks:
+                sink.write(split_src, batch, measured)
             done += batch.rows.size
-            if progress is not None:
-                progress(split_src.name, done, plan.size)
+            if run.progress is not None:
+                run.progress(split_src.name, done, plan.size)
         if done != plan.size:
             raise RuntimeError(f"split {split_src.name}: measured {done} rows, expected {plan.size}")
     except BaseException:
@@ -67,63 +116,120 @@ def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally:
         raise
     for w in writers.values():
         w.commit()
-    return list(readers)
+    return set(readers)
 
 
-def _measured(batches, fields, layout, counter, settings, num_proc: int, decide_limits=None, with_ids=False):
-    """(batch, measurements) in row order: in this process, or in ``num_proc`` worker processes.
-
-    One process is the default and usually the fastest: the fast tokenizer threads over a batch
-    by itself. Workers (spawned, each loading the tokenizer once) run with those threads off, as
-    ``datasets.map(num_proc=...)`` does; results and their order are the same either way.
-    """
-    if num_proc <= 1 or not fields:
-        for batch in batches:
-            yield batch, measure_batch(batch, fields, layout, counter=counter, audio=settings,
-                                       decide_limits=decide_limits, with_ids=with_ids)
-        return
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    with ctx.Pool(num_proc, initializer=_worker_init,
-                  initargs=(counter, fields, layout, settings, decide_limits, with_ids)) as pool:
-        pending = []
-        for batch in batches:
-            pending.append((batch, pool.apply_async(_worker_measure, (batch,))))
-            if len(pending) >= 2 * num_proc:
-                head, job = pending.pop(0)
-                yield head, job.get()
-        for head, job in pending:
-            yield head, job.get()
-
-
-_WORKER: dict = {}
-
-
-def _worker_init(counter, fields, layout, settings, decide_limits, with_ids=False) -> None:
-    import os
-
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    _WORKER.update(counter=counter, fields=fields, layout=layout, settings=settings, decide_limits=decide_limits,
-                   with_ids=with_ids)
-
-
-def _worker_measure(batch):
-    w = _WORKER
-    return measure_batch(batch, w["fields"], w["layout"], counter=w["counter"], audio=w["settings"],
-                         decide_limits=w["decide_limits"], with_ids=w["with_ids"])
-
-
-def _too_long_errors(flags: np.ndarray, counter) -> list | None:
-    from lengthscan.measure.records import FLAG_TOO_LONG
-
+def too_long_errors(flags: np.ndarray, counter) -> list | None:
+    """Per-row messages for rows over ``--max-chars`` (None when there is none)."""
     if not (flags == FLAG_TOO_LONG).any():
         return None
     return [f"longer than --max-chars {counter.max_chars:,} characters" if k == FLAG_TOO_LONG else None
             for k in flags]
 
 
-def _row_batches(plan: SamplePlan, batch_rows: int):
+class LocalEngine:
+    """Measure in this process, or in ``num_proc`` worker processes.
+
+    One process is the default and usually the fastest: the fast tokenizer threads over a batch
+    by itself. Workers (spawned, each loading the tokenizer once) run with those threads off, as
+    ``datasets.map(num_proc=...)`` does; results and their order are the same either way.
+    """
+
+    name = "local"
+    uses_cache = True
+    single_pass = True
+
+    def __init__(self, num_proc: int = 1):
+        self.num_proc = max(1, int(num_proc or 1))
+
+    def check(self, source) -> None:
+        """Every source ``open_source`` opens is measured here."""
+
+    def session(self):
+        return nullcontext(self)
+
+    def open(self, source, split: str | None) -> Source:
+        from lengthscan.sources.opener import open_source
+
+        return open_source(source, split=split)
+
+    def measure(self, split_src: SplitSource, plan: SamplePlan, setup: Setup, fields: tuple, columns: list[str], *,
+                batch_rows: int, with_ids: bool = False):
+        """(batch, role -> Measured) for the plan's rows, in row order."""
+        batches = (iter_batches(split_src, columns, indices=plan.indices, batch_rows=batch_rows) if columns
+                   else row_batches(plan, batch_rows))
+        layout = split_src.layout()
+        if self.num_proc <= 1 or not fields:
+            for batch in batches:
+                yield batch, measure_batch(batch, fields, layout, counter=setup.counter, audio=setup.settings,
+                                           decide_limits=setup.decide_limits, with_ids=with_ids)
+            return
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        job = WorkerJob(setup, fields, layout, with_ids)
+        with ctx.Pool(self.num_proc, initializer=start_worker, initargs=(job,)) as pool:
+            pending = []
+            for batch in batches:
+                pending.append((batch, pool.apply_async(worker_measure, (batch,))))
+                if len(pending) >= 2 * self.num_proc:
+                    head, result = pending.pop(0)
+                    yield head, result.get()
+            for head, result in pending:
+                yield head, result.get()
+
+    def write_pass(self, src, plans, spec, measured_path, *, progress=None):
+        """clean's second pass: the source read again beside the measured lengths, written here."""
+        from lengthscan.write.clean_writer import CleanWriter, second_pass
+
+        return second_pass(CleanWriter(spec, src, progress=progress), plans, measured_path)
+
+    def tokenizer_info(self, counter, cached):
+        """The tokenizer's report entry (None without text fields)."""
+        return counter.info(cached=set(cached)) if counter is not None else None
+
+    def proofs(self, setup: Setup) -> dict:
+        """Decide-only mode: the proof of each role's bounds, as this process established it."""
+        return proofs_of(setup)
+
+
+def proofs_of(setup: Setup) -> dict:
+    """role -> the proof of its decide-only bounds (None where none was established)."""
+    counter = setup.counter
+    return {role: (counter.proof(role).to_dict() if counter is not None and counter.proof(role) else None)
+            for role in setup.decide_limits}
+
+
+@dataclass(frozen=True)
+class WorkerJob:
+    """What a measuring worker process gets once (small: the counter pickles by name)."""
+
+    setup: Setup
+    fields: tuple
+    layout: object
+    with_ids: bool = False
+
+
+_WORKER: list = []  # the job of this worker process (set once by ``start_worker``)
+
+
+def start_worker(job: WorkerJob) -> None:
+    """A worker process's initializer: tokenizer threads off (one process a core), the job kept."""
+    import os
+
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    _WORKER[:] = [job]
+
+
+def worker_measure(batch: Batch) -> dict:
+    """One batch measured in a worker process."""
+    job = _WORKER[0]
+    return measure_batch(batch, job.fields, job.layout, counter=job.setup.counter, audio=job.setup.settings,
+                         decide_limits=job.setup.decide_limits, with_ids=job.with_ids)
+
+
+def row_batches(plan: SamplePlan, batch_rows: int):
+    """Column-less batches of the plan's rows (every length came from the cache)."""
     rows = np.arange(plan.rows_total, dtype=np.int64) if plan.indices is None else plan.indices
     for k in range(0, rows.size, batch_rows):
         yield Batch(rows[k:k + batch_rows], pa.record_batch([], schema=pa.schema([])))

@@ -1,43 +1,56 @@
-"""The results both engines build from their measurements: one place, so the local and the Ray
-engine cannot drift apart in what ``report.json`` holds or in how a clean is published."""
+"""The results every engine builds from its measurements: one place, so the engines cannot drift
+apart in what ``report.json`` holds or in how a clean is published."""
 
 from __future__ import annotations
 
 import datetime as _dt
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from lengthscan import __version__
+from lengthscan.engines.loop import Measurement
 from lengthscan.engines.setup import Setup
-from lengthscan.sources.sampling import SamplePlan
 from lengthscan.stats.result import AuditResult
 
 
-def audit_result(src, setup, splits, tallies, *, tokenizer, seed: int, command, cache_hits: int,
-                 out=None, started: float | None = None, decisions: dict | None = None) -> AuditResult:
-    """The ``AuditResult`` of measured ``splits`` (``SplitAudit``) and their ``tallies``."""
-    from lengthscan.engines.results import simulate_batches
-
+def audit_result(src, setup: Setup, measurement: Measurement, *, tokenizer, seed: int, command,
+                 out=None, started: float | None = None, decisions: DecisionReport | None = None) -> AuditResult:
+    """The ``AuditResult`` of a source's ``measurement``."""
     return AuditResult(
-        source=src.spec, source_fingerprint=src.fingerprint, splits=tuple(splits), tokenizer=tokenizer,
+        source=src.spec, source_fingerprint=src.fingerprint, splits=measurement.splits, tokenizer=tokenizer,
         fields=setup.specs, seed=seed, command=command, version=__version__,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        out_dir=str(Path(out).resolve()) if out is not None else None, cache_hits=cache_hits,
+        out_dir=str(Path(out).resolve()) if out is not None else None, cache_hits=len(measurement.cached),
         seconds=time.perf_counter() - started if started is not None else 0.0,
-        model=setup.model_limits.to_dict() if setup.model_limits else None,
-        audio=setup.audio_dict(), decisions=decisions,
-        batches=simulate_batches(src, tallies, setup, seed, of="source"),
+        model=setup.model_limits, audio=setup.audio_dict(), decisions=decisions,
+        batches=simulate_batches(src, measurement.tallies, setup, seed, of="source"),
     )
 
 
-def decisions_dict(resolved, basis: str, action: str, dtallies, fail_over, gate_spec, **extra) -> dict:
-    """``report.json["decisions"]``: the resolved rules, counts per split and the gate's verdict."""
-    from lengthscan.policy.decisions import gate
+@dataclass(frozen=True)
+class DecisionReport:
+    """``report.json["decisions"]``: the resolved rules, rows per decision and reason for every
+    split, the gate's verdict, and what a clean adds (its length column, decide-only mode)."""
 
-    return {"rules": [r.to_dict() for r in resolved], "basis": basis, "action": action,
-            "splits": [t.to_dict() for t in dtallies], "fail_over": fail_over,
-            "gate": gate(gate_spec, dtallies), **extra}
+    rules: tuple                       # policy.rules.ResolvedRule
+    basis: str                         # the split the distribution rules were resolved on
+    action: str
+    tallies: tuple                     # policy.decisions.DecisionTally, one per split
+    fail_over: object
+    gate: str | None                   # the gate's failure message, None when it passed
+    clean: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, resolved, basis: str, action: str, tallies, fail_over, gate_spec, **clean) -> "DecisionReport":
+        from lengthscan.policy.decisions import gate
+
+        return cls(tuple(resolved), basis, action, tuple(tallies), fail_over, gate(gate_spec, tallies), clean)
+
+    def to_dict(self) -> dict:
+        return {"rules": [r.to_dict() for r in self.rules], "basis": self.basis, "action": self.action,
+                "splits": [t.to_dict() for t in self.tallies], "fail_over": self.fail_over, "gate": self.gate,
+                **self.clean}
 
 
 def clean_extra(length_column, length_from, embed_audio: bool, decide_limits: dict, proofs: dict) -> dict:
@@ -47,59 +60,47 @@ def clean_extra(length_column, length_from, embed_audio: bool, decide_limits: di
             "decide_only": {"on": True, "limits": decide_limits, "proof": proofs} if decide_limits else {"on": False}}
 
 
-def publish_clean(audit, decisions: dict, after, final: Path, tmp: Path, extra: dict, *, started: float,
-                  redact: bool):
-    """The ``CleanResult``: unpublished (staging removed) if the gate failed, else the report
-    written into the staging directory and the whole of it renamed into place."""
+@dataclass(frozen=True)
+class CleanResult:
+    """What ``lengthscan.clean`` returns and its ``report.json`` stores."""
+
+    audit: AuditResult                 # the source as measured (every row)
+    decisions: DecisionReport          # rules, basis, per-split counts by decision and reason, gate
+    after: tuple                       # SplitAudit of the written dataset (lengths after truncation)
+    out_dir: str
+    published: bool
+    batches: dict | None = None        # padding and batches of the written dataset
+    worst_rows: tuple = ()             # the longest rows of the source, with their decisions
+
+    @property
+    def gate_failed(self) -> str | None:
+        return self.decisions.gate
+
+    def to_dict(self) -> dict:
+        data = self.audit.to_dict()
+        data["decisions"] = self.decisions.to_dict()
+        data["clean"] = {"out_dir": self.out_dir, "published": self.published,
+                         "after": [s.to_dict() for s in self.after], "worst_rows": list(self.worst_rows),
+                         "batches_before": data.get("batches")}
+        data["batches"] = self.batches
+        return data
+
+
+def publish_clean(result: CleanResult, staging: Path, final: Path, *, started: float, redact: bool) -> CleanResult:
+    """``result`` unpublished (staging removed) if the gate failed, else the report written into the
+    staging directory and the whole of it renamed into place."""
     import shutil
-    from dataclasses import replace
 
-    from lengthscan.engines.results import CleanResult
-
-    audit = replace(audit, seconds=time.perf_counter() - started)
-    result = CleanResult(audit, decisions, tuple(after), str(final.resolve()), published=False, **extra)
+    result = replace(result, audit=replace(result.audit, seconds=time.perf_counter() - started))
     if result.gate_failed:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)
         return result
-    from lengthscan.report.html import write_html
-    from lengthscan.write.staging import publish, write_json
+    from lengthscan.write.staging import publish, write_report
 
     result = replace(result, published=True)
-    data = result.to_dict()
-    write_json(tmp / "report.json", data)
-    write_html(tmp / "report.html", data, redact=redact)
-    publish(tmp, final)
+    write_report(staging, result.to_dict(), redact=redact)
+    publish(staging, final)
     return result
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-#: Rows whose lengths the batch simulation keeps (a uniform sample beyond it: memory stays flat).
-SIMULATION_ROWS = 1_000_000
-
-
-def simulation_positions(plan: SamplePlan, seed: int):
-    """Positions (in measuring order) of the rows kept for the batch simulation; None: all."""
-    if plan.size <= SIMULATION_ROWS:
-        return None
-    from lengthscan.sources.sampling import sample_indices
-
-    return sample_indices(plan.size, SIMULATION_ROWS, seed)
 
 
 def simulate_batches(src, tallies, setup: Setup, seed: int, *, of: str) -> dict | None:
@@ -115,47 +116,3 @@ def simulate_batches(src, tallies, setup: Setup, seed: int, *, of: str) -> dict 
     out = simulate(x, y, rows=rows, seed=seed, unit="seconds" if audio else "tokens")
     out.update({"split": names[i], "of": of, "split_rows": src.splits[i].num_rows})
     return out
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-@dataclass(frozen=True)
-class CleanResult:
-    """What ``lengthscan.clean`` returns and its ``report.json`` stores."""
-
-    audit: AuditResult                 # the source as measured (every row)
-    decisions: dict                    # rules, basis, per-split counts by decision and reason, gate
-    after: tuple                       # SplitAudit of the written dataset (lengths after truncation)
-    out_dir: str
-    published: bool
-    batches: dict | None = None        # padding and batches of the written dataset
-    worst_rows: tuple = ()             # the longest rows of the source, with their decisions
-
-    @property
-    def gate_failed(self) -> str | None:
-        return self.decisions.get("gate")
-
-    def to_dict(self) -> dict:
-        data = self.audit.to_dict()
-        data["decisions"] = self.decisions
-        data["clean"] = {"out_dir": self.out_dir, "published": self.published,
-                         "after": [s.to_dict() for s in self.after], "worst_rows": list(self.worst_rows),
-                         "batches_before": data.get("batches")}
-        data["batches"] = self.batches
-        return data

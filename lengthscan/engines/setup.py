@@ -3,9 +3,10 @@ the token counter and the limits, resolved once from the user's options."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from lengthscan.engines.options import MeasureOptions, RuleOptions
 from lengthscan.measure.batch import AudioSettings, ColumnError, role_fields
 from lengthscan.measure.text.counter import DEFAULT_MAX_CHARS, TokenCounter
 from lengthscan.stats.records import Limit
@@ -103,33 +104,35 @@ def _rule_dict(rule) -> dict | None:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(rule).items()}
 
 
-def prepare_with_rules(limits, fail_over, **options):
-    """(rules, gate, setup): ``--limit`` and ``--fail-over`` parsed, the set-up prepared, and every
-    rule's metric checked to be measured, as audit and clean (on either engine) all begin."""
+@dataclass(frozen=True)
+class Prepared:
+    """The rules parsed, the gate, and the set-up: how audit and clean (on any engine) begin."""
+
+    rules: tuple                  # policy.rules.Rule
+    gate: tuple | None            # parsed --fail-over
+    setup: Setup
+
+    @property
+    def ratios(self) -> tuple[str, ...]:
+        """Ratio metrics (``a/b``) whose distributions the rules need."""
+        return tuple(dict.fromkeys(r.metric for r in self.rules if r.is_ratio))
+
+    @property
+    def absolute(self) -> bool:
+        """Every threshold is known before any row is measured (numbers and model limits only)."""
+        return all(r.kind in ("number", "model") for r in self.rules)
+
+
+def prepare_run(measure: MeasureOptions, rules: RuleOptions) -> Prepared:
+    """``--limit`` and ``--fail-over`` parsed, the set-up prepared, and every rule's metric checked
+    to be measured."""
     from lengthscan.policy.decisions import check_rule_metrics, parse_fail_over, parse_rules
 
-    rules = parse_rules(limits)
-    gate_spec = parse_fail_over(fail_over)
-    setup = prepare(**options)
-    check_rule_metrics(rules, setup.fields)
-    return rules, gate_spec, setup
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
+    parsed = parse_rules(rules.limits)
+    gate_spec = parse_fail_over(rules.fail_over)
+    setup = prepare(**{f.name: getattr(measure, f.name) for f in fields(measure)})
+    check_rule_metrics(parsed, setup.fields)
+    return Prepared(parsed, gate_spec, setup)
 
 
 def resolve_for(rules, src, tallies, setup: Setup, action: str, crop_audio: bool):

@@ -189,11 +189,11 @@ def _verdict(config, epoch: Epoch, lengths: dict, budget_bytes: int, margin: flo
     usable = usable_bytes(budget_bytes, margin)
     lay = epoch.layout
     caps = {}
-    for lim in (result.model or {}).get("limits") or []:  # the model's own, else the tokenizer's
+    for lim in result.model.limits if result.model is not None else ():  # the model's own, else the tokenizer's
         side = {"input_tokens": "a" if lay.a_name in ("input_tokens", "input_tokens+target_tokens") else None,
-                "target_tokens": "b" if lay.b_name == "target_tokens" else None}.get(lim["name"])
+                "target_tokens": "b" if lay.b_name == "target_tokens" else None}.get(lim.name)
         if side:
-            caps[side] = min(caps.get(side, lim["value"]), int(lim["value"]))
+            caps[side] = min(caps.get(side, lim.value), int(lim.value))
     parts = None
     if lay.a_name == "input_tokens+target_tokens":
         parts = tuple(int(lengths[n][lay.known].max()) for n in ("input_tokens", "target_tokens"))

@@ -85,6 +85,15 @@ class DecisionTally:
                 key = (DECISIONS[int(code)], reason)
                 self.by_reason[key] = self.by_reason.get(key, 0) + 1
 
+    def merge(self, other: "DecisionTally") -> "DecisionTally":
+        """Add ``other``'s counts (other rows of the same split) into this tally."""
+        self.measured += other.measured
+        for name, n in other.counts.items():
+            self.counts[name] += n
+        for key, n in other.by_reason.items():
+            self.by_reason[key] = self.by_reason.get(key, 0) + n
+        return self
+
     @property
     def changed(self) -> int:
         """Rows dropped or truncated."""
@@ -176,3 +185,28 @@ def gate(fail_over, tallies: list[DecisionTally]) -> str | None:
 
 __all__ = ["DROP", "KEEP", "TRUNCATE", "DecisionTally", "MeasuredCursor", "base_and_flags", "decide",
            "decision_columns", "gate", "parse_fail_over", "parse_rules", "special_lengths"]
+
+
+def decide_file(measured_path, splits, fields, resolved, *, special: dict, keep_empty_targets: bool,
+                out_path=None) -> list[DecisionTally]:
+    """The decide pass: the measured lengths at ``measured_path`` (every split's rows in order;
+    ``splits`` is ``[(name, rows_total, rows_measured)]``) decided by ``resolved``, counted per
+    split, and written with their decision columns to ``out_path`` (None: counted only)."""
+    cursor = MeasuredCursor(measured_path)
+    writer, tallies = None, []
+    for name, rows_total, size in splits:
+        tally = DecisionTally(name, rows_total)
+        for start in range(0, size, 65536):
+            table = cursor.take(min(65536, size - start))
+            base, flags = base_and_flags(table, fields)
+            d = decide(base, flags, resolved, special=special, keep_empty_targets=keep_empty_targets)
+            tally.add(d)
+            if out_path is not None:
+                for col_name, col in decision_columns(d).items():
+                    table = table.append_column(col_name, col)
+                writer = writer or pq.ParquetWriter(out_path, table.schema)
+                writer.write_table(table)
+        tallies.append(tally)
+    if writer is not None:
+        writer.close()
+    return tallies

@@ -28,9 +28,9 @@ class AuditResult:
     out_dir: str | None = None
     cache_hits: int = 0
     seconds: float = 0.0
-    model: dict | None = None
+    model: object = None               # policy.model_limits.ModelLimits (to_dict() in report.json)
     audio: dict | None = None
-    decisions: dict | None = None
+    decisions: object = None           # engines.results.DecisionReport (with --limit)
     batches: dict | None = None
 
     def split(self, name: str) -> SplitAudit:
@@ -53,13 +53,13 @@ class AuditResult:
             "tokenizer": self.tokenizer.to_dict() if self.tokenizer else None,
             "fields": [{"name": f.name, "role": f.role, "column": f.column, "unit": f.unit, "kind": f.kind}
                        for f in self.fields],
-            "model": self.model,
+            "model": self.model.to_dict() if self.model is not None else None,
             "audio": self.audio,
             "seed": self.seed,
             "sample_size": self.rows_measured,
             "cache_hits": self.cache_hits,
             "seconds": round(self.seconds, 3),
             "splits": [s.to_dict() for s in self.splits],
-            "decisions": self.decisions,
+            "decisions": self.decisions.to_dict() if self.decisions is not None else None,
             "batches": self.batches,
         }

@@ -83,6 +83,16 @@ class LimitTally:
         if self.rows.size > 4 * WORST_ROWS:
             self._prune()
 
+    def merge(self, other: "LimitTally") -> "LimitTally":
+        """Add ``other``'s rows (the same limit, other rows) into this tally."""
+        self.over += other.over
+        self.unknown += other.unknown
+        self.rows = np.concatenate([self.rows, other.rows])
+        self.values = np.concatenate([self.values, other.values])
+        if self.rows.size > 4 * WORST_ROWS:
+            self._prune()
+        return self
+
     def _prune(self) -> None:
         order = np.lexsort((self.rows, -self.values))[:WORST_ROWS]
         self.rows, self.values = self.rows[order], self.values[order]
@@ -130,12 +140,12 @@ class SplitTally:
                 bucket = self.parts.setdefault(spec, [])
                 bucket.append(stats_from_lengths(spec, values, m.flags, m.decoded))
                 if len(bucket) >= 32:
-                    bucket[:] = [_merge_all(bucket)]
+                    bucket[:] = [merge_all(bucket)]
         if len(self.fields) == 2:
             x, y = self.fields
             self.pairs.append(pair_from_lengths(x.primary, y.primary, by_name[x.primary.name], by_name[y.primary.name]))
             if len(self.pairs) >= 32:
-                self.pairs[:] = [_merge_all(self.pairs)]
+                self.pairs[:] = [merge_all(self.pairs)]
         for lt in self.limit_tallies:
             lt.add(rows, by_name[lt.limit.measure], bounds.get(lt.limit.measure))
         self._keep_lengths(rows, by_name)
@@ -146,6 +156,30 @@ class SplitTally:
             bucket.append(Histogram.of(ratio_units_of(metric_values(metric, by_name))))
             if len(bucket) >= 32:
                 bucket[:] = [merge_histograms(bucket)]
+
+    def merge(self, other: "SplitTally") -> "SplitTally":
+        """Add ``other`` (a tally of other rows of the same split and fields, e.g. a block measured
+        by another worker) into this one; every part merges exactly. The lengths ``other`` kept for
+        the batch simulation are appended after this tally's own."""
+        for spec, stats in other.parts.items():
+            self._bucket(self.parts.setdefault(spec, []), stats)
+        self._bucket(self.pairs, other.pairs)
+        for lt, part in zip(self.limit_tallies, other.limit_tallies):
+            lt.merge(part)
+        for metric, hists in other.ratio_parts.items():
+            bucket = self.ratio_parts.setdefault(metric, [])
+            bucket.extend(hists)
+            if len(bucket) >= 32:
+                bucket[:] = [merge_histograms(bucket)]
+        self.kept.extend(other.kept)
+        self.seen += other.seen
+        return self
+
+    @staticmethod
+    def _bucket(bucket: list, items: list) -> None:
+        bucket.extend(items)
+        if len(bucket) >= 32:
+            bucket[:] = [merge_all(bucket)]
 
     def _keep_lengths(self, rows: np.ndarray, by_name: dict) -> None:
         """Keep the primary lengths of (a bounded, uniform subset of) the rows for the batch simulation."""
@@ -175,24 +209,25 @@ class SplitTally:
         for f in self.fields:
             for spec in f.specs:
                 parts = self.parts.get(spec)
-                out[spec.name] = (_merge_all(parts).histogram if parts else Histogram(), spec.scale)
+                out[spec.name] = (merge_all(parts).histogram if parts else Histogram(), spec.scale)
         for metric in self.ratios:
             out[metric] = (merge_histograms(self.ratio_parts.get(metric, [])), RATIO_SCALE)
         return out
 
     def split_audit(self, name: str, plan: SamplePlan, seed: int) -> SplitAudit:
         sample = SampleInfo(plan.full, plan.rows_total, plan.size, seed, plan.requested, plan.reason)
-        stats = tuple(_merge_all(self.parts[s]) if self.parts.get(s) else FieldStats(s)
+        stats = tuple(merge_all(self.parts[s]) if self.parts.get(s) else FieldStats(s)
                       for f in self.fields for s in f.specs)
         pair = None
         if len(self.fields) == 2:
             x, y = self.fields
-            pair = _merge_all(self.pairs) if self.pairs else PairStats(
+            pair = merge_all(self.pairs) if self.pairs else PairStats(
                 x.primary.name, y.primary.name, x_scale=x.primary.scale, y_scale=y.primary.scale)
         return SplitAudit(name, sample, stats, pair, tuple(lt.check(sample) for lt in self.limit_tallies))
 
 
-def _merge_all(items):
+def merge_all(items):
+    """``items[0].merge(items[1]).merge(...)``: one record of many mergeable ones."""
     out = items[0]
     for item in items[1:]:
         out = out.merge(item)

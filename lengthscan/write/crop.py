@@ -61,3 +61,23 @@ def _store(value, blob: bytes, ext: str, staging: Path, final: Path):
     (staging / "dataset" / "audio").mkdir(parents=True, exist_ok=True)
     (staging / "dataset" / "audio" / name).write_bytes(blob)
     return str(final / "dataset" / "audio" / name)
+
+
+def crop_rows(table, field, settings, seconds: np.ndarray, final: dict, staging: Path, out: Path, *,
+              base_dir: str | None = None):
+    """``table`` with the audio of ``field`` cropped to ``seconds`` per row (NaN: untouched); its
+    seconds, samples and frames in ``final`` recomputed from the frames written."""
+    from lengthscan.measure.audio.durations import resampled_length
+
+    column, frames, rates = crop_column(table.column(field.column), seconds, staging, out, base_dir=base_dir)
+    table = table.set_column(table.schema.get_field_index(field.column), field.column, column)
+    done = frames >= 0
+    for spec in field.specs:
+        if spec.unit == "seconds":
+            final[spec.name][done] = frames[done] / rates[done]
+        elif spec.unit == "samples":
+            final[spec.name][done] = resampled_length(frames[done], rates[done], settings.sampling_rate)
+        elif spec.unit == "frames":
+            samples = resampled_length(frames[done], rates[done], settings.sampling_rate)
+            final[spec.name][done] = settings.frame_rule.frames(samples)
+    return table

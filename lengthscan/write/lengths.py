@@ -72,3 +72,21 @@ class LengthsWriter:
 
     def close(self) -> None:
         self._writer.close()
+
+
+class LengthsSink:
+    """A sink of the measuring loop (``engines.loop``): every measured batch into a ``LengthsWriter``."""
+
+    def __init__(self, writer: LengthsWriter, *, with_split: bool):
+        self.writer, self.with_split = writer, with_split
+
+    def open_split(self, split_src, plan) -> None:
+        """Nothing to do: one file holds every split."""
+
+    def write(self, split_src, batch, measured: dict) -> None:
+        located = split_src.locate(batch.rows) if split_src.multi_file else None
+        self.writer.write(batch.rows, split=split_src.name if self.with_split else None, located=located,
+                          measured=measured)
+
+    def close_split(self, split_src) -> None:
+        """Nothing to do: the file is closed by its owner."""

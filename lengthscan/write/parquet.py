@@ -11,7 +11,7 @@ no data"), a limit of ``datasets`` (``load_from_disk`` of the Arrow layout loads
 ``ParquetDatasetWriter`` has ``writer.DatasetWriter``'s interface (``write(table)``,
 ``close(fingerprint)``, ``rows``, ``features``). As there, plain columns are written with pyarrow
 alone; richer features (``Audio`` ...) and ``embed_local_files`` go through ``datasets``' own
-Parquet writer. ``writer_class`` is the hook ``clean``'s second pass chooses its writer with.
+Parquet writer.
 """
 
 from __future__ import annotations
@@ -39,15 +39,6 @@ def check_format(fmt: str) -> str:
 
         raise OutputError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
     return fmt
-
-
-def writer_class(second_pass):
-    """The writer class of ``second_pass`` (a ``clean_pass.SecondPass``): its ``writer_factory``
-    when one is set (the Ray engine's feature probe), else by its ``output_format`` (default arrow)."""
-    factory = getattr(second_pass, "writer_factory", None)
-    if factory is not None:
-        return factory
-    return dataset_writer(getattr(second_pass, "output_format", "arrow"))
 
 
 def dataset_writer(fmt: str):

@@ -69,3 +69,11 @@ def _is_stale(path: Path) -> bool:
     except PermissionError:
         return False
     return False
+
+
+def write_report(staging: Path, data: dict, *, redact: bool = False) -> None:
+    """``report.json`` and ``report.html`` of ``data`` (a result's ``to_dict()``) into ``staging``."""
+    from lengthscan.report.html import write_html
+
+    write_json(staging / "report.json", data)
+    write_html(staging / "report.html", data, redact=redact)

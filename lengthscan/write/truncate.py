@@ -235,3 +235,25 @@ def _offsets(tok, windows: list[str], role: str):
     except NotImplementedError:
         return None
     return enc.get("offset_mapping")
+
+
+def truncate_rows(table, fields, counter, truncate_to: dict, final: dict):
+    """``table`` with each text to truncate replaced by its verified prefix. ``truncate_to`` is the
+    decisions' role -> cap per row (-1: none); ``final`` (measurement -> values) gets the new lengths."""
+    import pyarrow as pa
+
+    for f in fields:
+        caps = truncate_to.get(f.role)
+        if f.kind != "text" or caps is None:
+            continue
+        idx = np.flatnonzero((caps >= 0) & (final[f.primary.name] > caps))
+        if idx.size == 0:
+            continue
+        texts = table.column(f.column).to_pylist()
+        done = truncate_texts(counter, [texts[i] for i in idx], caps[idx], f.role)
+        for i, t in zip(idx, done):
+            texts[i] = t.text
+            final[f.primary.name][i] = t.tokens
+        position = table.schema.get_field_index(f.column)
+        table = table.set_column(position, f.column, pa.array(texts, table.schema.field(f.column).type))
+    return table

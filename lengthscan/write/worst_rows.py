@@ -1,5 +1,4 @@
-"""The longest rows of the source, kept for the report, with their decisions.
-"""
+"""The longest rows of the source, kept for the report, with their decisions."""
 
 from __future__ import annotations
 
@@ -43,7 +42,14 @@ class WorstRows:
                 self.best[f.primary.name].append((float(values[i]), -entry["row"], entry))
             self.best[f.primary.name] = sorted(self.best[f.primary.name], key=lambda t: (-t[0], -t[1]))[:WORST_ROWS]
 
+    def merge(self, other: "WorstRows") -> "WorstRows":
+        """The longest rows of both (``other`` from another block or worker), ordered as ``add`` orders them."""
+        for name, items in other.best.items():
+            self.best[name] = sorted(self.best[name] + items, key=lambda t: (-t[0], -t[1]))[:WORST_ROWS]
+        return self
+
     def rows(self) -> list[dict]:
+        """The kept rows' report entries, by field, longest first."""
         return [entry for items in self.best.values() for _, _, entry in items]
 
 

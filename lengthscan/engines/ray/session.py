@@ -39,7 +39,7 @@ def ray_session(ray, ray_address: str | None):
             ray.shutdown()
 
 
-def _import_ray():
+def import_ray():
     try:
         import ray
         import ray.data

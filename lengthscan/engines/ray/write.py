@@ -1,13 +1,20 @@
-"""The writing side of ``clean`` on Ray: what each writing actor gets, does and returns, and the
-assembly of its block shards into a split folder on the driver (see ``engine_ray_clean``).
+"""clean's second pass on Ray: blocks of the source read again, cleaned and written by actors,
+assembled on the driver.
 
-An actor holds a ``clean_pass.SecondPass``, the local engine's own second pass, and runs its
-``_batch`` over a whole block: ``policy.decide``, verified truncation, cropping, the length and
-token columns, the rejects' reasons. The block's kept rows and rejects go through the local
-engine's writer (``writer.DatasetWriter``, or ``parquet_out.ParquetDatasetWriter``) into a scratch
-folder of its own, then are renamed to ``block-NNNNNN-MMM.<format>``: a name fixed by the block's
-position, so a task Ray retries after its worker died writes the same name again, atomically,
-never a second copy.
+The driver hands each block, by reference, with its rows' measured lengths (read in order from
+``.measured.parquet``) to a pool of writing actors. An actor runs the local engine's own per-batch
+unit (``write.clean_rows.clean_batch``) over the block and writes its kept rows and rejects through
+the local writer (``write.arrow_dataset.DatasetWriter``, or ``write.parquet.ParquetDatasetWriter``)
+into a scratch folder of its own, renamed to ``block-NNNNNN-MMM.<format>``: a name fixed by the
+block's position, so a task Ray retries after its worker died writes the same name again,
+atomically, never a second copy. It returns the block's lengths-with-decisions table, its
+``CleanTally`` and its shard sizes. The driver writes ``lengths.parquet``, merges the tallies,
+checks kept + truncated + dropped = rows for every block and split and every shard's size on
+disk, renames the shards to ``data-NNNNN-of-MMMMM`` in row order and writes ``state.json``/
+``dataset_info.json`` listing them, as the local writer does.
+
+Workers write into the staging directory, so ``--out`` must be on a file system every node shares
+(one machine, NFS, a cluster file system); the driver's size check refuses to publish otherwise.
 """
 
 from __future__ import annotations
@@ -16,30 +23,19 @@ import json
 import os
 import shutil
 import uuid
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from lengthscan.sources.scan import Batch
-
-
-@dataclass(frozen=True)
-class Job:
-    """What every writing actor gets once, in its constructor (small: the counter pickles by name)."""
-
-    setup: object
-    resolved: tuple
-    tmp: Path
-    final: Path
-    options: dict        # SecondPass's keyword arguments
-    format: str
+from lengthscan.engines.ray.pool import block_pieces, block_refs, start_actors, table_batches
+from lengthscan.write.clean_rows import CleanSpec, CleanTally, clean_batch, output_features, output_fingerprint
 
 
 @dataclass(frozen=True)
 class SplitOutput:
-    """One split's output folders and features (from the local second pass's own ``_writers``, given
-    a writer class that records them and writes nothing), its layout and columns."""
+    """One split's output folders and features, its layout and columns."""
 
     layout: object
     columns: list
@@ -49,75 +45,51 @@ class SplitOutput:
     rejects_features: dict
 
 
-class FeatureProbe:
-    """Stands in for the writer class in ``SecondPass._writers``: records folder and features."""
-
-    def __init__(self, path, features, *, embed_local_files: bool = False):
-        self.path = Path(path)
-        self.features = features.to_dict() if hasattr(features, "to_dict") else features
-
-
-def second_pass(job: Job, src=None):
-    """The local engine's second pass with the job's options (``src`` only where ``_writers`` runs)."""
-    from lengthscan.write.clean_rows import SecondPass
-
-    return SecondPass(src, job.setup, job.resolved, job.tmp, job.final, **job.options)
-
-
 @dataclass
 class BlockResult:
     """What a writing actor returns for one block."""
 
     index: int
+    rows: int
     lengths: object      # pa.Table: the block's rows of lengths.parquet, with their decisions
-    dtally: object       # decisions.DecisionTally
-    after: object        # tally.SplitTally of the kept rows after cleaning (with their lengths)
-    worst: dict          # clean_pass.WorstRows.best of the block
+    tally: CleanTally
     dataset: tuple       # (rows, [(shard file, bytes)])
     rejects: tuple
 
 
 class Writer:
-    """A writing actor: the local engine's ``SecondPass``, built once, run on whole blocks."""
+    """A writing actor: ``clean_batch`` over whole blocks, their rows written as block shards."""
 
-    def __init__(self, job: Job, spec: SplitOutput):
+    def __init__(self, spec: CleanSpec, split: SplitOutput):
         os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one CPU per actor
-        self.job, self.spec = job, spec
-        self.second = second_pass(job)
+        self.spec, self.split = spec, split
 
     def write(self, block, start: int, offset: int, measured, index: int) -> BlockResult:
         """The block's rows from ``start`` on (as many as ``measured`` holds), whose first row is the
         split's row ``offset``; its shards are named by ``index``."""
         import pyarrow as pa
 
-        from lengthscan.policy.decisions import DecisionTally
-        from lengthscan.stats.tally import SplitTally
-        from lengthscan.write.worst_rows import WorstRows
-
         if not isinstance(block, pa.Table):  # a pandas block: back to Arrow
             block = pa.Table.from_pandas(block, preserve_index=False)
-        table = block.select(self.spec.columns).slice(start, measured.num_rows)
-        n, step = table.num_rows, self.job.options["batch_rows"]
+        table = block.select(self.split.columns).slice(start, measured.num_rows)
+        n, step = table.num_rows, self.spec.batch_rows
         rows = offset + np.arange(n, dtype=np.int64)
         if not np.array_equal(measured.column("row").to_numpy(), rows):
             raise RuntimeError(f"block {index}: its measured lengths are not its rows")
-        fields = self.job.setup.fields
-        self.second.worst = WorstRows(fields, redact=self.job.options["redact"])
-        dtally, after = DecisionTally(self.spec.layout.name, n), SplitTally(fields, [])
-        ds_w = BlockShard(self.spec.dataset, index, self.spec.dataset_features, self.job)
-        rej_w = BlockShard(self.spec.rejects, index, self.spec.rejects_features, self.job)
+        layout = self.split.layout
+        tally = CleanTally.start(layout.name, n, self.spec.fields, redact=self.spec.redact)
+        ds_w = BlockShard(self.split.dataset, index, self.split.dataset_features, self.spec)
+        rej_w = BlockShard(self.split.rejects, index, self.split.rejects_features, self.spec)
         pieces = []
         try:
-            for k in range(0, n, step):
-                part = table.slice(k, step).combine_chunks()
-                rb = part.to_batches()[0] if part.num_rows else pa.RecordBatch.from_pylist([], schema=part.schema)
-                lengths, kept, rejects = self.second._batch(self.spec.layout, Batch(rows[k:k + step], rb),
-                                                            measured.slice(k, step), dtally, after)
-                pieces.append(lengths)
-                ds_w.write(kept)
-                rej_w.write(rejects)
-            return BlockResult(index, pa.concat_tables(pieces), dtally, after, self.second.worst.best,
-                                ds_w.finish(), rej_w.finish())
+            for k, batch in zip(range(0, n, step), table_batches(table, rows, step)):
+                cleaned = clean_batch(self.spec, layout, batch.rows, pa.Table.from_batches([batch.table]),
+                                      measured.slice(k, step))
+                tally.add(cleaned)
+                pieces.append(cleaned.lengths)
+                ds_w.write(cleaned.kept)
+                rej_w.write(cleaned.rejects)
+            return BlockResult(index, n, pa.concat_tables(pieces), tally, ds_w.finish(), rej_w.finish())
         finally:
             ds_w.discard()
             rej_w.discard()
@@ -127,13 +99,12 @@ class BlockShard:
     """A block's rows for one folder: the local writer into a scratch folder of its own, then its data
     file renamed to ``block-NNNNNN-MMM.<format>`` (atomic, the same name on every attempt)."""
 
-    def __init__(self, folder: Path, index: int, features, job: Job):
+    def __init__(self, folder: Path, index: int, features, spec: CleanSpec):
         from lengthscan.write.parquet import dataset_writer
 
-        self.folder, self.index, self.format = Path(folder), index, job.format
+        self.folder, self.index, self.format = Path(folder), index, spec.format
         self.scratch = self.folder / f".block-{index:06d}-{uuid.uuid4().hex[:8]}"
-        self.writer = dataset_writer(job.format)(self.scratch, features,
-                                                 embed_local_files=job.options["embed_audio"])
+        self.writer = dataset_writer(spec.format)(self.scratch, features, embed_local_files=spec.embed_audio)
 
     def write(self, table) -> None:
         self.writer.write(table)
@@ -152,7 +123,113 @@ class BlockShard:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-def assemble(folder: Path, features, files: list, job: Job, fingerprint: str) -> None:
+def write_pass(engine, src, plans, spec: CleanSpec, measured_path: Path, *, progress=None):
+    """Every split through the writing actors; returns the ``CleanOutcome`` the local writer returns."""
+    import pyarrow.parquet as pq
+
+    from lengthscan.policy.decisions import MeasuredCursor
+    from lengthscan.write.arrow_dataset import write_dataset_dict_index
+    from lengthscan.write.clean_writer import CleanOutcome, after_audit
+
+    cursor = MeasuredCursor(measured_path)
+    lengths = []  # the one ParquetWriter of lengths.parquet, once the first table gives its schema
+
+    def write_lengths(table):
+        if not lengths:
+            lengths.append(pq.ParquetWriter(spec.staging / "lengths.parquet", table.schema))
+        lengths[0].write_table(table)
+
+    tallies, afters = [], []
+    try:
+        for split_src, plan in zip(src.splits, plans):
+            split = split_output(spec, src, split_src)
+            tally, counts = _write_split(engine, split_src, plan, spec, split, cursor, write_lengths,
+                                         progress=progress)
+            fingerprint = output_fingerprint(split_src.fingerprint, spec.resolved)
+            assemble(split.dataset, split.dataset_features, counts["dataset"][1], spec, fingerprint)
+            assemble(split.rejects, split.rejects_features, counts["rejects"][1], spec, fingerprint[::-1])
+            tallies.append(tally)
+            afters.append(after_audit(split_src.name, tally, counts["dataset"][0]))
+    finally:
+        if lengths:
+            lengths[0].close()
+    measured_path.unlink()
+    if src.has_splits:
+        names = [s.name for s in src.splits]
+        write_dataset_dict_index(spec.staging / "dataset", names)
+        write_dataset_dict_index(spec.staging / "rejects", names)
+    return CleanOutcome(tuple(tallies), tuple(afters))
+
+
+def split_output(spec: CleanSpec, src, split_src) -> SplitOutput:
+    """The split's folders in the staging directory and their features (as the local writer's)."""
+    dataset_f, rejects_f = output_features(spec, split_src.parts[0].features(), multi_file=split_src.multi_file,
+                                           source_name=src.spec)
+    sub = split_src.name if src.has_splits else ""
+    return SplitOutput(split_src.layout(), list(split_src.column_names), spec.staging / "dataset" / sub,
+                       spec.staging / "rejects" / sub, plain(dataset_f), plain(rejects_f))
+
+
+def plain(features) -> dict:
+    """Features as plain JSON dicts (a ``datasets.Features`` gives its own ``to_dict()``)."""
+    return features.to_dict() if hasattr(features, "to_dict") else features
+
+
+def _write_split(engine, split_src, plan, spec: CleanSpec, split: SplitOutput, cursor, write_lengths, *, progress):
+    """Blocks of one split through the writing actors; results merged in row order."""
+    from lengthscan.engines.ray.sources import read_split
+
+    ray = engine.ray
+    ds = read_split(ray, split_src, split.columns, engine.num_blocks)
+    actors = start_actors(ray, Writer, spec, split)
+    tally = CleanTally.start(split_src.name, plan.rows_total, spec.fields, redact=spec.redact)
+    counts = {"dataset": [0, []], "rejects": [0, []]}
+    pending: deque = deque()
+    offset = done = 0
+
+    def collect(item):
+        nonlocal done
+        index, n, ref = item
+        res = ray.get(ref)
+        decided = res.tally.decisions.measured
+        if res.index != index or decided != n or res.dataset[0] + res.rejects[0] != n:
+            raise RuntimeError(f"split {split_src.name}, block {index}: {n} rows read, {decided} "
+                               f"decided, {res.dataset[0]} kept, {res.rejects[0]} rejected: refusing to publish")
+        write_lengths(res.lengths)
+        tally.merge(res.tally)
+        for key in counts:
+            rows, files = getattr(res, key)
+            counts[key][0] += rows
+            counts[key][1] += files
+        done += n
+        if progress is not None:
+            progress(f"{split_src.name} (writing)", done, plan.size)
+
+    try:
+        index = 0
+        for ref, n in block_refs(ray, ds):
+            for lo, hi in block_pieces(n, len(actors), spec.batch_rows):
+                call = actors[index % len(actors)].write.remote(ref, lo, offset + lo, cursor.take(hi - lo), index)
+                pending.append((index, hi - lo, call))
+                index += 1
+            offset += n
+            while len(pending) > 2 * len(actors):
+                collect(pending.popleft())
+        while pending:
+            collect(pending.popleft())
+    finally:
+        for a in actors:
+            ray.kill(a)
+    decisions = tally.decisions.counts
+    if not (offset == done == plan.size == tally.decisions.measured
+            and counts["dataset"][0] == decisions["keep"] + decisions["truncate"]
+            and counts["rejects"][0] == decisions["drop"]):
+        raise RuntimeError(f"split {split_src.name}: {offset} rows read, {counts['dataset'][0]} kept, "
+                           f"{counts['rejects'][0]} rejected, {plan.size} in the source: refusing to publish")
+    return tally, counts
+
+
+def assemble(folder: Path, features, files: list, spec: CleanSpec, fingerprint: str) -> None:
     """The block shards ``files`` ((name, bytes), in row order) of one split folder, renamed
     ``data-NNNNN-of-MMMMM``, with the metadata the local writer writes (``state.json`` listing them,
     ``dataset_info.json``)."""
@@ -165,10 +242,10 @@ def assemble(folder: Path, features, files: list, job: Job, fingerprint: str) ->
                                f"{path.stat().st_size if path.exists() else 'no file'}; --out must be on a "
                                "file system every node of the cluster shares: refusing to publish")
     meta = folder / f".meta-{uuid.uuid4().hex[:8]}"
-    writer = dataset_writer(job.format)(meta, features, embed_local_files=job.options["embed_audio"])
+    writer = dataset_writer(spec.format)(meta, features, embed_local_files=spec.embed_audio)
     writer.close(fingerprint)  # no rows: the metadata and one schema-only file
     sources = [folder / name for name, _ in files] or sorted(p for p in meta.iterdir() if p.name.startswith("data-"))
-    names = [shard_name(k, len(sources), job.format) for k in range(len(sources))]
+    names = [shard_name(k, len(sources), spec.format) for k in range(len(sources))]
     for path, name in zip(sources, names):
         os.replace(path, folder / name)
     for path in meta.iterdir():

@@ -237,6 +237,10 @@ class TokenCounter:
         """The backend tokenizer ``role`` is counted with (after its method is decided)."""
         return self._methods[role].backend
 
+    def proof(self, role: str):
+        """The decide-only proof already established for ``role`` (None: none, or not yet)."""
+        return self._bounds.get(role)
+
     def bounds(self, role: str, probe: list[str]):
         """The proven decide-only shortcuts for ``role`` (None: none; count everything)."""
         if role in self._bounds:

@@ -1,0 +1,114 @@
+"""Every flag shared by two subcommands, declared once, and the option records built from them."""
+
+from __future__ import annotations
+
+import argparse
+
+#: name -> (flag, argparse keyword arguments); ``help`` may be prefixed per subcommand ("data mode: ").
+FLAGS: dict[str, tuple[str, dict]] = {
+    "input": ("--input", dict(metavar="COL", help="column holding the model input text")),
+    "audio": ("--audio", dict(metavar="COL", help="column holding the input audio: paths (relative to the "
+                                                   "manifest), bytes, or an HF Audio column")),
+    "target": ("--target", dict(metavar="COL", help="column holding the target text (tokenized with text_target)")),
+    "tokenizer": ("--tokenizer", dict(metavar="DIR_OR_NAME", help="tokenizer directory or hub name "
+                                                                   "(default: --model)")),
+    "model": ("--model", dict(metavar="DIR_OR_NAME", help="model directory, hub name or config.json: its limits, "
+                                                          "sampling rate and frame rule")),
+    "sampling_rate": ("--sampling-rate", dict(
+        type=int, metavar="HZ", help="the model's audio sampling rate (default: the --model feature extractor's)")),
+    "split": ("--split", dict(help="measure only this split of a multi-split source")),
+    "sample": ("--sample", dict(metavar="N|FRACTION", help="measure a uniform random sample: a row count (600) "
+                                                           "or a fraction (0.01)")),
+    "full": ("--full", dict(action="store_true", help="measure every row")),
+    "seed": ("--seed", dict(type=int, default=0, help="sample seed (default 0)")),
+    "max_chars": ("--max-chars", dict(type=int, default=None, metavar="N",
+                                      help="texts longer than N characters are recorded as too long, not tokenized "
+                                           "(default 10,000,000)")),
+    "no_cache": ("--no-cache", dict(action="store_true", help="neither read nor write the per-row length cache")),
+    "engine": ("--engine", dict(choices=("local", "ray"), default="local",
+                                help="local (default) or ray: the same measurement on Ray Data "
+                                     "(pip install \"lengthscan[ray]\")")),
+    "ray_address": ("--ray-address", dict(metavar="ADDR", help="with --engine ray: a cluster to join ('auto' for a "
+                                                               "running one; default: start a local Ray)")),
+    "num_proc": ("--num-proc", dict(type=int, default=1, metavar="N",
+                                    help="measure in N worker processes (default 1: one process whose tokenizer "
+                                         "uses every core)")),
+    "limit": ("--limit", dict(action="append", default=[], metavar="RULE",
+                              help="METRIC OP VALUE[:ACTION], e.g. 'input_tokens<=1024', "
+                                   "'target_tokens<=p99:truncate', 'target_tokens/input_seconds<=z4' (repeatable)")),
+    "action": ("--action", dict(choices=("drop", "truncate"), default="drop",
+                                help="what a row over an upper token limit gets (default drop)")),
+    "keep_empty_targets": ("--keep-empty-targets", dict(
+        action="store_true", help="keep rows whose target has no content tokens (dropped by default)")),
+    "crop_audio": ("--crop-audio", dict(action="store_true", help="crop audio over an input_seconds limit instead "
+                                                                  "of dropping the row (classification)")),
+    "fail_over": ("--fail-over", dict(metavar="SHARE|ROWS", help="exit 1 when more than this share (1%%) or number "
+                                                                 "of rows would be dropped or truncated")),
+    "json": ("--json", dict(action="store_true", help="print report.json to stdout and nothing else there")),
+    "quiet": ("--quiet", dict(action="store_true", help="no progress bar and no summary")),
+    "redact": ("--redact", dict(action="store_true", help="keep every text of the data out of the report "
+                                                          "(row ids and lengths only)")),
+    "overwrite": ("--overwrite", dict(action="store_true", help="replace --out even if it holds other files")),
+}
+
+#: The flags of every command that measures a source (``model`` apart: memory requires it).
+SOURCE_FLAGS = ("input", "audio", "target", "tokenizer", "model", "sampling_rate", "split", "sample", "full",
+                "seed", "max_chars", "no_cache", "engine", "ray_address", "num_proc")
+#: audit (what clean would do) and clean (what it does).
+RULE_FLAGS = ("limit", "action", "keep_empty_targets", "crop_audio", "fail_over")
+#: How the report is printed and what it may hold.
+REPORT_FLAGS = ("json", "quiet", "redact")
+
+
+def add_flags(parser: argparse.ArgumentParser, *names: str, prefix: str = "", **overrides) -> None:
+    """Add the shared flags ``names`` to ``parser``; ``prefix`` starts each help text, and
+    ``overrides`` (name -> keyword arguments) change one flag for this parser."""
+    for name in names:
+        flag, kwargs = FLAGS[name]
+        kwargs = {**kwargs, **overrides.get(name, {})}
+        if prefix and "help" in kwargs:
+            kwargs["help"] = prefix + kwargs["help"]
+        parser.add_argument(flag, **kwargs)
+
+
+def add_source_argument(parser: argparse.ArgumentParser, **kwargs) -> None:
+    """The positional ``SRC``."""
+    parser.add_argument("source", metavar="SRC", **{
+        "help": "JSONL/JSON, CSV/TSV or Parquet file or glob, a save_to_disk or data-file directory, "
+                "or a hub dataset id", **kwargs})
+
+
+def measure_options(args):
+    """``MeasureOptions`` from the parsed flags."""
+    from lengthscan.engines.options import MeasureOptions
+    from lengthscan.measure.text.counter import DEFAULT_MAX_CHARS
+
+    return MeasureOptions(input=args.input, target=args.target, audio=args.audio, tokenizer=args.tokenizer,
+                          model=args.model, sampling_rate=args.sampling_rate,
+                          max_chars=args.max_chars or DEFAULT_MAX_CHARS)
+
+
+def rule_options(args):
+    """``RuleOptions`` from the parsed flags."""
+    from lengthscan.engines.options import RuleOptions
+
+    return RuleOptions(limits=tuple(args.limit), action=args.action, keep_empty_targets=args.keep_empty_targets,
+                       crop_audio=args.crop_audio, fail_over=args.fail_over)
+
+
+def run_options(args, *, progress, command: str):
+    """``RunOptions`` from the parsed flags."""
+    from lengthscan.engines.options import RunOptions
+
+    return RunOptions(cache=not args.no_cache, num_proc=args.num_proc, progress=progress, command=command)
+
+
+def engine_for(args):
+    """The measuring loop's engine the flags ask for."""
+    if getattr(args, "engine", "local") == "ray":
+        from lengthscan.engines.ray.engine import RayEngine
+
+        return RayEngine(args.ray_address)
+    from lengthscan.engines.loop import LocalEngine
+
+    return LocalEngine(args.num_proc)

@@ -1,0 +1,101 @@
+"""Option records: what to measure, how to sample, the rules, the outputs, the run.
+
+Built once at the edge (the CLI, or the keyword arguments of ``lengthscan.audit``/``clean``/
+``audit_ray``/``clean_ray``) and passed down whole, so that no layer re-passes 30 keyword
+arguments. Every record is frozen; ``replace`` makes a changed copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from lengthscan.measure.text.counter import DEFAULT_MAX_CHARS
+from lengthscan.sources.sampling import DEFAULT_SEED
+from lengthscan.sources.scan import BATCH_ROWS
+
+Progress = Callable[[str, int, int], None]
+"""Called as ``progress(split, rows_done, rows_total)`` while measuring or writing."""
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    """What to measure: the columns by role, the tokenizer and model they are counted for."""
+
+    input: str | None = None
+    target: str | None = None
+    audio: str | None = None
+    tokenizer: object = None          # a directory, a hub name, a loaded tokenizer or a TokenCounter
+    model: str | None = None
+    sampling_rate: int | None = None
+    max_chars: int = DEFAULT_MAX_CHARS
+
+
+@dataclass(frozen=True)
+class SampleOptions:
+    """Which rows: the split, and a seeded uniform sample or every row."""
+
+    split: str | None = None
+    sample: object = None             # a row count, a fraction or a percentage text
+    full: bool = False
+    seed: int = DEFAULT_SEED
+
+
+@dataclass(frozen=True)
+class RuleOptions:
+    """The ``--limit`` rules and what rows failing them get."""
+
+    limits: tuple = ()
+    action: str = "drop"
+    keep_empty_targets: bool = False
+    crop_audio: bool = False
+    fail_over: object = None          # '1%' or a row count: the gate
+
+    def __post_init__(self):
+        object.__setattr__(self, "limits", tuple(self.limits or ()))
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """Where the outputs go and what the report may hold."""
+
+    out: str | Path | None = None
+    overwrite: bool = False
+    redact: bool = False
+
+
+@dataclass(frozen=True)
+class DatasetOptions:
+    """What ``clean`` writes into ``dataset/`` beside the source's columns, and how."""
+
+    length_column: str | None = "length"
+    length_from: str | None = None
+    embed_audio: bool = False
+    tokenize: bool = False
+    format: str = "arrow"
+    decide_only: bool = True
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run: the length cache, batch size, worker processes, progress and the command line."""
+
+    cache: bool = True
+    batch_rows: int = BATCH_ROWS
+    num_proc: int = 1
+    progress: Progress | None = None
+    command: str | None = None
+
+
+RECORDS = (MeasureOptions, SampleOptions, RuleOptions, OutputOptions, DatasetOptions, RunOptions)
+
+
+def split_options(kwargs: dict, *records) -> tuple:
+    """The records ``records`` built from one flat dict of keyword arguments (the public functions'
+    signatures); a keyword that none of them has is a TypeError, as in any Python call."""
+    known = {f.name: r for r in records for f in fields(r)}
+    unknown = sorted(set(kwargs) - set(known))
+    if unknown:
+        raise TypeError(f"unexpected keyword argument {unknown[0]!r}")
+    return tuple(r(**{k: v for k, v in kwargs.items() if known[k] is r}) for r in records)

@@ -1,0 +1,69 @@
+"""``clean --tokenize``: ``input_ids``/``attention_mask``/``labels`` columns, each checked against
+the row's measured length."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pyarrow as pa
+
+#: The columns ``--tokenize`` adds (a source that has one of them is refused).
+TOKEN_COLUMNS = ("input_ids", "attention_mask", "labels")
+
+
+def id_lists(ids: list) -> tuple:
+    """``list<int32>`` ids and ``list<int8>`` all-ones mask columns, built from flat numpy arrays
+    (no Python list per token: a corpus holds tens of millions)."""
+    sizes = np.fromiter(map(len, ids), np.int64, len(ids))
+    total = int(sizes.sum())
+    if total >= 2**31:  # past 32-bit offsets: let pyarrow chunk it
+        return (pa.chunked_array([pa.array(ids, pa.list_(pa.int32()))]),
+                pa.chunked_array([pa.array([[1] * len(a) for a in ids], pa.list_(pa.int8()))]))
+    offsets = pa.array(np.concatenate(([0], np.cumsum(sizes))).astype(np.int32))
+    flat = np.fromiter(itertools.chain.from_iterable(ids), np.int32, total)
+    return (pa.ListArray.from_arrays(offsets, pa.array(flat)),
+            pa.ListArray.from_arrays(offsets, pa.array(np.ones(total, np.int8))))
+
+
+def add_token_columns(kept: pa.Table, fields, counter, lengths: dict, given: dict, changed: np.ndarray) -> pa.Table:
+    """``kept`` with the token columns as the tokenizer's ``__call__`` gives them: the ids measuring
+    gave (``given``, role -> ids per kept row) where the text is unchanged, a tokenization of the
+    truncated text (or of every text, without them). ``lengths`` (measurement -> values per kept
+    row) are what each must match: a mismatch refuses to write inconsistent data."""
+    for f in fields:
+        if f.kind != "text":
+            continue
+        ids = given.get(f.role)
+        todo = range(kept.num_rows) if ids is None else np.flatnonzero(changed)
+        ids = list(ids) if ids is not None else [None] * kept.num_rows
+        if len(todo):
+            texts = kept.column(f.column).to_pylist()
+            for i, row in zip(todo, counter.ids([texts[i] for i in todo], f.role)):
+                ids[i] = row
+        expected = lengths[f.primary.name]
+        bad = next((i for i, (a, n) in enumerate(zip(ids, expected)) if len(a) != n), None)
+        if bad is not None:
+            raise RuntimeError(f"--tokenize: {f.column} of a kept row gives {len(ids[bad])} ids, "
+                               f"measured {expected[bad]}: refusing to write inconsistent data")
+        column, mask = id_lists(ids)
+        if f.role == "target":
+            kept = kept.append_column("labels", column)
+        else:
+            kept = kept.append_column("input_ids", column)
+            kept = kept.append_column("attention_mask", mask)
+    return kept
+
+
+def token_features(fields) -> dict:
+    """The features of the token columns for the text roles of ``fields``."""
+    from lengthscan.sources.features import list_of, value
+
+    roles = {f.role for f in fields if f.kind == "text"}
+    out = {}
+    if "input" in roles:
+        out["input_ids"] = list_of(value("int32"))
+        out["attention_mask"] = list_of(value("int8"))
+    if "target" in roles:
+        out["labels"] = list_of(value("int32"))
+    return out
