@@ -78,8 +78,13 @@ def path_lines(b) -> list[Row]:
     k = 100 if b.quick else 400  # decoding is slow: the first k files (k/4 clips in 4 formats)
     manifest, files = _manifest(b, n)
     small, small_files = _manifest(b, k)
-    loop = lambda method, m: b.script("audio_loop.py", method, "--manifest", str(m))
-    cold = lambda fs: (lambda: evict(fs))
+
+    def loop(method, m):
+        return b.script("audio_loop.py", method, "--manifest", str(m))
+
+    def cold(fs):
+        return lambda: evict(fs)
+
     sides = {"ours": b.side(loop("ours", manifest), before=cold(files)),
              "soundfile": b.side(loop("soundfile", manifest), before=cold(files)),
              "ours (warm)": b.side(loop("ours", manifest) + ["--passes", "3"]),
@@ -114,8 +119,13 @@ def bytes_lines(b) -> list[Row]:
     arrow = b.data / "speech" / "audio_disk"
     n = b.meta["speech"]["files"]
     k = 100 if b.quick else 400
-    loop = lambda method, *extra: b.script("audio_loop.py", method, "--arrow", str(arrow), *extra)
-    cold = lambda: evict(files_under(arrow))
+
+    def loop(method, *extra):
+        return b.script("audio_loop.py", method, "--arrow", str(arrow), *extra)
+
+    def cold():
+        return evict(files_under(arrow))
+
     # the bytes are in memory before the clock starts: 3 passes a process steady the small times
     sides = {"ours": b.side(loop("ours", "--passes", "3"), before=cold),
              "soundfile": b.side(loop("soundfile", "--passes", "3"), before=cold)}

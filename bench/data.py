@@ -15,8 +15,8 @@ target), combined from
 
 shuffled with a fixed seed. Written as JSONL, Parquet and ``save_to_disk``, full size and a
 ``quick`` prefix, each also 10x (the rows repeated 10 times) as Parquet and ``save_to_disk`` for
-the scaling lines (Parquet in row groups of 1,000 rows, as ``Dataset.to_parquet`` writes). A byte-level BPE tokenizer (``lengthscan.demo.train_bpe_tokenizer``) is trained
-on a sample of the rows.
+the scaling lines (Parquet in row groups of 1,000 rows, as ``Dataset.to_parquet`` writes). A
+byte-level BPE tokenizer (``lengthscan.demo.train_bpe_tokenizer``) is trained on a sample of the rows.
 
 Speech: espeak-ng reads sentences of the corpus (several voices, speeds and pitches, a long tail of
 lengths) into WAV (22.05 kHz), then soundfile writes FLAC (resampled to 16 kHz), OGG Vorbis and MP3

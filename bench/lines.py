@@ -123,7 +123,8 @@ def _naive_rows(b, ours: list, map1: list, mapn: list) -> list[Row]:
                 if not isinstance(m, str) and not isinstance(c, str)]
     rows.append(Row("full audit vs Dataset.map, its best num_proc, whole process (s)",
                     seconds([p.wall for p in ok]) if ok else "-", seconds(best) if best else "-",
-                    ratios, ">= 1.0", error=err or e2, cpu_ratios=_cpu(ok, best_cpu) if len(best_cpu) == len(ok) else []))
+                    ratios, ">= 1.0", error=err or e2,
+                    cpu_ratios=_cpu(ok, best_cpu) if len(best_cpu) == len(ok) else []))
     m_ok = [p for p in map1 + mapn if not isinstance(p, str)]
     if ok and m_ok:
         rows.append(Row("peak RSS: full audit vs Dataset.map (lowest of its num_proc runs)",
@@ -233,7 +234,9 @@ def cache_lines(b) -> list[Row]:
     r2, e2 = _pairs(cold, warm, lambda a, c: a.wall / c.wall)
     ok = {k: [p.wall for p in _ok(v)[0]] for k, v in
           {"first": first, "second": second, "warm": warm, "cold": cold}.items()}
-    show = lambda k: seconds(ok[k]) if ok[k] else "-"
+    def show(k):
+        return seconds(ok[k]) if ok[k] else "-"
+
     return [Row("second audit of the same source and tokenizer vs the first, cold (s)", show("second"),
                 show("first"), r1, ">= 10", error=e1, cpu_ratios=_cpu(second, first)),
             Row("clean after an audit (cached lengths) vs clean cold (s)", show("warm"), show("cold"), r2,

@@ -10,7 +10,7 @@
 Each case builds a random-initialised model from a config (no download), runs one unmeasured
 training step (so the optimizer state exists), then measures the next one: the bytes live before
 it plus the highest running sum of the allocation events of ``torch.profiler.profile(
-profile_memory=True)``, with the CPU kernels aligned with CUDA's (lengthscan/memory/measure.py and
+profile_memory=True)``, with the CPU kernels aligned with CUDA's (lengthscan/memory/cpu_peak.py and
 docs/memory.md). Cases run in worker processes, one thread each.
 """
 
@@ -302,7 +302,8 @@ def summary(rows: list[dict]) -> str:
 def _run_workers(todo: list, args) -> list[dict]:
     """Cases in fresh processes (a few each), ``args.workers`` at a time; rows in case order."""
     chunks = [list(range(i, min(i + 3, len(todo)))) for i in range(0, len(todo), 3)]
-    base = [sys.executable, __file__] + (["--quick"] if args.quick else []) + (["--only", args.only] if args.only else [])
+    base = ([sys.executable, __file__] + (["--quick"] if args.quick else [])
+            + (["--only", args.only] if args.only else []))
 
     def run(chunk):
         out = subprocess.run([*base, "--worker", ",".join(map(str, chunk))], capture_output=True, text=True,

@@ -15,7 +15,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from lengthscan.measure.cache import cache_root
+from lengthscan.sources.cache_dir import cache_root
 
 SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
 

@@ -12,21 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.texts import EDGE_TEXTS
+
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-# Rows that stress tokenizers: Unicode that normalizers change, emoji, CJK, whitespace runs.
-EDGE_TEXTS = [
-    "",
-    " ",
-    "naïve café – “quoted” déjà vu",
-    "e\u0301 combining and A\u030a",
-    "ＡＢＣ ﬁ ½ Ⅻ ㎏",
-    "emoji 😀👍🏽 family 👨‍👩‍👧 flags 🇫🇷",
-    "中文字符测试，日本語のテキスト。한국어",
-    "tabs\tand\nnewlines\r\n  nbsp\u00a0here",
-    "<s> literal special tokens </s> [CLS] [SEP]",
-]
 
 
 def _docstrings(limit: int) -> list[dict]:
@@ -188,6 +177,19 @@ def marian_dir(tmp_path_factory, train_texts) -> Path:
             vocab.setdefault(sp.id_to_piece(i), len(vocab))
     (out / "vocab.json").write_text(json.dumps(vocab))
     (out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "MarianTokenizer"}))
+    return out
+
+
+@pytest.fixture(scope="session")
+def bart_dir(tmp_path_factory) -> Path:
+    """A tiny BART config (no weights): the model the ``lengthscan memory`` tests price."""
+    from transformers import BartConfig
+
+    out = tmp_path_factory.mktemp("bart")
+    config = BartConfig(d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=3000,
+                        max_position_embeddings=256)
+    config.save_pretrained(out)
     return out
 
 

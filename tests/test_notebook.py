@@ -5,6 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+# Each test runs a whole notebook (one in a real Jupyter kernel): tens of seconds.
+pytestmark = pytest.mark.slow
+
 NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "walkthrough.ipynb"
 
 
@@ -22,8 +27,6 @@ def test_walkthrough_runs(tmp_path, monkeypatch):
 
 def test_quickstart_executes_with_a_real_kernel(tmp_path, monkeypatch):
     """notebooks/quickstart.ipynb run by nbclient in a real Jupyter kernel, so it cannot rot."""
-    import pytest
-
     nbformat = pytest.importorskip("nbformat", reason="nbformat not installed (test extras)")
     nbclient = pytest.importorskip("nbclient", reason="nbclient not installed (test extras)")
     path = NOTEBOOK.parent / "quickstart.ipynb"

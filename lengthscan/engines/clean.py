@@ -139,7 +139,7 @@ def run_clean(source, options: CleanOptions, engine) -> CleanResult:
         src = engine.open(source, options.split)
         check_columns(src, prepared.setup.fields)
         plan = plan_dataset(prepared, src, rules, dataset)
-        setup = replace(prepared.setup, decide_limits=plan.decide_caps)
+        setup = replace(prepared.setup, decide_caps=plan.decide_caps)
         prepared = replace(prepared, setup=setup)
         staging = staging_dir(final)
         try:
@@ -216,7 +216,7 @@ def lengths_schema_of(src, setup):
 
     multi = any(s.multi_file for s in src.splits)
     return lengths_schema(setup.fields, with_split=src.has_splits, multi_file=multi,
-                          bounded=tuple(setup.decide_limits))
+                          bounded=tuple(setup.decide_caps))
 
 
 class CleanSink:

@@ -57,7 +57,7 @@ def measure_source(src: Source, setup: Setup, engine, *, plan_for: Callable[[Spl
     splits, tallies, plans, cached = [], [], [], set()
     for split_src in src.splits:
         plan = plan_for(split_src)
-        tally = SplitTally(setup.fields, setup.limits, ratios, keep_positions=simulation_positions(plan, seed))
+        tally = SplitTally(setup.fields, setup.ceilings, ratios, keep_positions=simulation_positions(plan, seed))
         for sink in sinks:
             sink.open_split(split_src, plan)
         cached |= measure_split(split_src, plan, setup, tally, engine, run=run, sinks=sinks,
@@ -88,7 +88,7 @@ def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally:
             for f in text} if use_cache else {}
     readers = {role: CacheReader(p) for role, k in keys.items() if (p := cached_path(k)) is not None}
     writers = {role: CacheWriter(k) for role, k in keys.items()
-               if plan.full and role not in readers and role not in setup.decide_limits}
+               if plan.full and role not in readers and role not in setup.decide_caps}
     to_measure = tuple(f for f in fields if f.role not in readers)
     if columns is None:
         columns = list(dict.fromkeys(f.column for f in to_measure))
@@ -162,7 +162,7 @@ class LocalEngine:
         if self.num_proc <= 1 or not fields:
             for batch in batches:
                 yield batch, measure_batch(batch, fields, layout, counter=setup.counter, audio=setup.settings,
-                                           decide_limits=setup.decide_limits, with_ids=with_ids)
+                                           decide_caps=setup.decide_caps, with_ids=with_ids)
             return
         import multiprocessing as mp
 
@@ -197,7 +197,7 @@ def proofs_of(setup: Setup) -> dict:
     """role -> the proof of its decide-only bounds (None where none was established)."""
     counter = setup.counter
     return {role: (counter.proof(role).to_dict() if counter is not None and counter.proof(role) else None)
-            for role in setup.decide_limits}
+            for role in setup.decide_caps}
 
 
 @dataclass(frozen=True)
@@ -225,7 +225,7 @@ def worker_measure(batch: Batch) -> dict:
     """One batch measured in a worker process."""
     job = _WORKER[0]
     return measure_batch(batch, job.fields, job.layout, counter=job.setup.counter, audio=job.setup.settings,
-                         decide_limits=job.setup.decide_limits, with_ids=job.with_ids)
+                         decide_caps=job.setup.decide_caps, with_ids=job.with_ids)
 
 
 def row_batches(plan: SamplePlan, batch_rows: int):

@@ -53,11 +53,11 @@ class DecisionReport:
                 **self.clean}
 
 
-def clean_extra(length_column, length_from, embed_audio: bool, decide_limits: dict, proofs: dict) -> dict:
+def clean_extra(length_column, length_from, embed_audio: bool, decide_caps: dict, proofs: dict) -> dict:
     """What a clean adds to the decisions: the length column and the decide-only mode."""
     return {"length_column": length_column if length_from else None, "length_from": length_from,
             "audio_embedded": embed_audio,
-            "decide_only": {"on": True, "limits": decide_limits, "proof": proofs} if decide_limits else {"on": False}}
+            "decide_only": {"on": True, "limits": decide_caps, "proof": proofs} if decide_caps else {"on": False}}
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class CleanResult:
     after: tuple                       # SplitAudit of the written dataset (lengths after truncation)
     out_dir: str
     published: bool
-    batches: dict | None = None        # padding and batches of the written dataset
+    batches: BatchReport | None = None  # padding and batches of the written dataset
     worst_rows: tuple = ()             # the longest rows of the source, with their decisions
 
     @property
@@ -82,7 +82,7 @@ class CleanResult:
         data["clean"] = {"out_dir": self.out_dir, "published": self.published,
                          "after": [s.to_dict() for s in self.after], "worst_rows": list(self.worst_rows),
                          "batches_before": data.get("batches")}
-        data["batches"] = self.batches
+        data["batches"] = self.batches.to_dict() if self.batches is not None else None
         return data
 
 
@@ -103,7 +103,20 @@ def publish_clean(result: CleanResult, staging: Path, final: Path, *, started: f
     return result
 
 
-def simulate_batches(src, tallies, setup: Setup, seed: int, *, of: str) -> dict | None:
+@dataclass(frozen=True)
+class BatchReport:
+    """Padding and batches of one split as the installed Trainer builds them: ``report.json["batches"]``."""
+
+    split: str
+    of: str                            # "source" or "cleaned dataset"
+    split_rows: int
+    simulation: dict                   # training.batches.simulate's documented result
+
+    def to_dict(self) -> dict:
+        return {**self.simulation, "split": self.split, "of": self.of, "split_rows": self.split_rows}
+
+
+def simulate_batches(src, tallies, setup: Setup, seed: int, *, of: str) -> BatchReport | None:
     """Padding and batches of the train split (else the first) as the installed Trainer builds them."""
     from lengthscan.training.batches import simulate
 
@@ -113,6 +126,5 @@ def simulate_batches(src, tallies, setup: Setup, seed: int, *, of: str) -> dict 
     if x is None or rows.size == 0:
         return None
     audio = any(f.kind == "audio" and f.role == "input" for f in setup.fields)
-    out = simulate(x, y, rows=rows, seed=seed, unit="seconds" if audio else "tokens")
-    out.update({"split": names[i], "of": of, "split_rows": src.splits[i].num_rows})
-    return out
+    simulation = simulate(x, y, rows=rows, seed=seed, unit="seconds" if audio else "tokens")
+    return BatchReport(names[i], of, src.splits[i].num_rows, simulation)

@@ -9,7 +9,7 @@ from pathlib import Path
 from lengthscan.engines.options import MeasureOptions, RuleOptions
 from lengthscan.measure.batch import AudioSettings, ColumnError, role_fields
 from lengthscan.measure.text.counter import DEFAULT_MAX_CHARS, TokenCounter
-from lengthscan.stats.records import Limit
+from lengthscan.stats.records import Ceiling
 
 
 @dataclass(frozen=True)
@@ -20,8 +20,8 @@ class Setup:
     counter: TokenCounter | None
     settings: AudioSettings
     model_limits: object | None  # limits.ModelLimits
-    limits: list[Limit]
-    decide_limits: dict = field(default_factory=dict)  # role -> upper token limit (decide-only mode)
+    ceilings: list[Ceiling]      # the upper bounds the audit counts rows over (the model's limits)
+    decide_caps: dict = field(default_factory=dict)  # role -> upper token limit (decide-only mode)
 
     @property
     def specs(self) -> tuple:
@@ -84,15 +84,15 @@ def _counter(fields, tokenizer, model, ctx, max_chars: int):
     return TokenCounter(tokenizer, max_chars=max_chars)
 
 
-def _limits(fields, counter, model_limits) -> list[Limit]:
+def _limits(fields, counter, model_limits) -> list[Ceiling]:
     measured = {s.name for f in fields for s in f.specs}
     limits = []
     if model_limits is not None:
-        limits += [Limit(m.name, m.value, m.origin) for m in model_limits.limits if m.name in measured]
+        limits += [Ceiling(m.name, m.value, m.origin) for m in model_limits.limits if m.name in measured]
     elif counter is not None and "input_tokens" in measured:
         max_len = counter.model_max_length()
         if max_len is not None:
-            limits.append(Limit("input_tokens", max_len, "tokenizer.model_max_length"))
+            limits.append(Ceiling("input_tokens", max_len, "tokenizer.model_max_length"))
     return limits
 
 

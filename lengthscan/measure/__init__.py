@@ -1,1 +1,2 @@
-"""Measure stage: one record batch in, per-role lengths out (``text/`` tokens, ``audio/`` durations), and the length cache."""
+"""Measure stage: one record batch in, per-role lengths out (``text/`` tokens, ``audio/``
+durations), and the length cache."""

@@ -1,7 +1,7 @@
 """The measure step: one Arrow record batch in, per-role measurements out.
 
 Text columns are counted by ``TokenCounter``; audio columns are measured from file headers by
-``audio.py`` (seconds), then converted by arithmetic to samples at the model's rate and to the
+``audio/durations.py`` (seconds), then converted by arithmetic to samples at the model's rate and to the
 model's frames. Values that are not what the column should hold raise ``ColumnError`` naming the
 row; files that cannot be read are recorded per row with their reason, and the audit goes on.
 """
@@ -28,7 +28,7 @@ class AudioSettings:
     """How audio becomes samples and frames: the model's sampling rate and frame rule, if known."""
 
     sampling_rate: int | None = None
-    frame_rule: object | None = None  # audio.FrameRule
+    frame_rule: object | None = None  # measure.audio.durations.FrameRule
 
     def units(self) -> tuple[str, ...]:
         units = ["seconds"]
@@ -72,12 +72,12 @@ def role_fields(*, input: str | None = None, target: str | None = None, audio: s
 
 
 def measure_batch(batch: Batch, fields, split_src, *, counter=None,
-                  audio: AudioSettings = AudioSettings(), decide_limits: dict | None = None,
+                  audio: AudioSettings = AudioSettings(), decide_caps: dict | None = None,
                   with_ids: bool = False) -> dict[str, Measured]:
     """Measure every field of ``batch``: role -> ``Measured``.
 
     ``split_src`` is a ``SplitSource`` or its picklable ``SplitLayout`` (for error messages and
-    relative audio paths). ``decide_limits`` (role -> upper token limit) turns on decide-only
+    relative audio paths). ``decide_caps`` (role -> upper token limit) turns on decide-only
     counting for those roles: rows proven within or over the limit keep a bound, not a length.
     ``with_ids`` keeps the token ids of text roles (``Measured.ids``).
     """
@@ -85,7 +85,7 @@ def measure_batch(batch: Batch, fields, split_src, *, counter=None,
     for f in fields:
         if f.kind == "text":
             texts = column_texts(batch, f.column, split_src)
-            limit = (decide_limits or {}).get(f.role)
+            limit = (decide_caps or {}).get(f.role)
             bounds = ids = None
             try:
                 if with_ids:

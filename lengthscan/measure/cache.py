@@ -18,13 +18,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lengthscan import __version__
-from lengthscan.measure import arrays
+from lengthscan.sources import arrays
+from lengthscan.sources.cache_dir import cache_root
 
 _SCHEMA = pa.schema([("length", pa.int64()), ("flag", pa.int8())])
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("LENGTHSCAN_CACHE") or Path.home() / ".cache" / "lengthscan")
 
 
 def field_key(split_fingerprint: str, column: str, name: str, tokenizer_hash: str, max_chars: int) -> str:

@@ -53,7 +53,7 @@ def cuda_like():
         yield
     finally:
         F.dropout, F.scaled_dot_product_attention = original_dropout, original_sdpa
-        lib._destroy()
+        lib._destroy()  # torch.library.Library's own private: no public way to unregister the kernels
 
 
 def _fused_dropout(torch):
@@ -79,7 +79,7 @@ def _fused_dropout(torch):
 
 
 def _register_fp32_autocast(torch):
-    from torch._C import DispatchKey, DispatchKeySet, _ExcludeDispatchKeyGuard
+    from torch._C import DispatchKey, DispatchKeySet, _ExcludeDispatchKeyGuard  # torch's own (no public guard)
 
     low = (torch.bfloat16, torch.float16)
     keys = DispatchKeySet(DispatchKey.AutocastCPU)

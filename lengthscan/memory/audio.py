@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lengthscan.memory import ops
 from lengthscan.memory.blocks import Attn, attention, lm_loss, mask, mlp
-from lengthscan.memory.ops import _kind
+from lengthscan.memory.ops import op_kind
 from lengthscan.memory.tape import Tape, Tensor
 
 WAV2VEC2_TYPES = ("wav2vec2", "hubert", "wavlm", "data2vec-audio")
@@ -45,7 +45,7 @@ def trace_wav2vec2(t: Tape, c, batch: int, samples: int, tgt: int, opts, padding
     return _rest(t, c, h, batch, frames, d, prefix, opts, padding, with_mask, tgt, amask)
 
 
-@_kind("activations_feature_encoder")
+@op_kind("activations_feature_encoder")
 def _features(t: Tape, c, x, batch: int, lengths: list, prefix: str, frozen: bool, ckpt: bool):
     """The convolutional feature encoder (checkpointed layer by layer with gradient checkpointing)."""
     channels = 1
@@ -72,7 +72,7 @@ def _rest(t: Tape, c, h, batch, frames, d, prefix, opts, padding, with_mask, tgt
         if getattr(c, "apply_spec_augment", True) and c.mask_time_prob > 0:
             # hidden_states[mask] = masked_spec_embed: in place; keeps the (batch x frames) mask
             out = Tensor(h.numel, h.dtype, True, h.storage)
-            t._node([h, spec], [out], [t.new(batch * frames, "bool", False)])
+            t.node([h, spec], [out], [t.new(batch * frames, "bool", False)])
             h = out
     if with_mask:
         t.new(batch * frames * d, "bool", False)  # attention_mask.unsqueeze(-1).repeat(...): a transient
@@ -85,7 +85,7 @@ def _rest(t: Tape, c, h, batch, frames, d, prefix, opts, padding, with_mask, tgt
         labels = t.input(batch * tgt)
         alpha = t.new(batch * frames * (2 * tgt + 1), "f32", False)  # ctc_loss keeps log_alpha
         loss = t.new(1, "f32", True)
-        t._node([logp], [loss], [logp, alpha, labels], workspace=batch * frames * (2 * tgt + 1) * 4)
+        t.node([logp], [loss], [logp, alpha, labels], workspace=batch * frames * (2 * tgt + 1) * 4)
     t.finish(loss, keep=[logits, amask])
 
 
@@ -100,7 +100,7 @@ def _encoder(t: Tape, c, h, batch: int, frames: int, d: int, name: str, opts, m)
         g = t.param(f"{pos}.parametrizations.weight.original0", k)
         v = t.param(f"{pos}.parametrizations.weight.original1", d * d // groups * k)
         w = t.new(v.numel, "f32", True)  # torch._weight_norm(v, g, dim=2): keeps v, g and the norms
-        t._node([v, g], [w], [v, g, t.new(k, "f32", False)])
+        t.node([v, g], [w], [v, g, t.new(k, "f32", False)])
         out_len = frames + (1 if k % 2 == 0 else 0)
         p = ops.conv1d(t, h, d, d, k, batch, out_len, pos, groups=groups, weight=w)
         p = ops.copy(t, ops.activation(t, p, c.feat_extract_activation), batch * frames * d)
@@ -151,7 +151,7 @@ def _data2vec_positions(t: Tape, c, h, batch: int, frames: int, d: int, name: st
     return p
 
 
-@_kind("activations_attention")
+@op_kind("activations_attention")
 def _wavlm_attention(t: Tape, c, x, bias, batch: int, frames: int, d: int, name: str):
     """WavLM: a gated relative position bias (the first layer's, repeated per row, reused by the others)
     added inside ``F.multi_head_attention_forward`` (eager, attention weights returned); returns (out, bias)."""
@@ -163,7 +163,7 @@ def _wavlm_attention(t: Tape, c, x, bias, batch: int, frames: int, d: int, name:
         bias = ops.copy(t, values, scores_n)
     g = ops.linear(t, x, hd, 8, f"{name}.gru_rel_pos_linear")  # per head: (batch, heads, frames, 8)
     pairs = t.new(g.numel // 4, g.dtype, True)  # view(..., 2, 4).sum(-1)
-    t._node([g], [pairs], [])
+    t.node([g], [pairs], [])
     g = ops.unary(t, pairs, "output")  # sigmoid
     const = t.param(f"{name}.gru_rel_pos_const", heads)
     gate_a, gate_b = ops.split(t, g, (1, 1))
@@ -176,15 +176,15 @@ def _wavlm_attention(t: Tape, c, x, bias, batch: int, frames: int, d: int, name:
     dtype = t.compute(q, k)
     qc, kc, gc = t.cast(q, dtype), t.cast(k, dtype), t.cast(gated, dtype)
     scores = t.new(scores_n, dtype, True)  # baddbmm(bias, q, k^T)
-    t._node([qc, kc, gc], [scores], [qc, kc])
+    t.node([qc, kc, gc], [scores], [qc, kc])
     probs = ops.dropout(t, ops.softmax(t, scores), c.attention_dropout)
     dtype = t.compute(probs, v)
     pc, vc = t.cast(probs, dtype), t.cast(v, dtype)
     out = t.new(batch * frames * d, dtype, True)
-    t._node([pc, vc], [out], [pc, vc])
+    t.node([pc, vc], [out], [pc, vc])
     out = ops.linear(t, ops.copy(t, out), d, d, f"{name}.out_proj")
     mean = t.new(probs.numel // heads, probs.dtype, True)  # the returned weights' mean over heads (dropped)
-    t._node([probs], [mean], [])
+    t.node([probs], [mean], [])
     t.use(mean)
     return out, bias
 

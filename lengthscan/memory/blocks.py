@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lengthscan.memory import ops
-from lengthscan.memory.ops import _kind
+from lengthscan.memory.ops import op_kind
 from lengthscan.memory.tape import Tape, Tensor
 
 
@@ -33,7 +33,7 @@ def mask(t: Tape, batch: int, q_len: int, k_len: int, attention: str) -> Tensor:
     return t.new(batch * q_len * k_len, "bool" if attention != "eager" else "f32", False, "activations_masks")
 
 
-@_kind("activations_attention")
+@op_kind("activations_attention")
 def attention(t: Tape, x: Tensor, kv: Tensor | None, a: Attn, name: str, batch: int, q_len: int, k_len: int, *,
               attention: str, mask4d: Tensor | None, causal: bool, rotary: tuple | None = None,
               fused_qkv: bool = False, eager_softmax_fp32: bool = False, qk_norm: tuple | None = None,
@@ -91,7 +91,7 @@ def attention(t: Tape, x: Tensor, kv: Tensor | None, a: Attn, name: str, batch: 
 def _rotary_slice(t: Tape, x: Tensor, part: float) -> Tensor:
     """``x[..., :rotary_dim]`` (and ``x[..., rotary_dim:]``, even empty): slices, see :func:`ops.split`."""
     out = Tensor(int(x.numel * part), x.dtype, x.requires_grad, x.storage)
-    t._node([t.use(x)], [out], [], workspace=x.nbytes)
+    t.node([t.use(x)], [out], [], workspace=x.nbytes)
     return out
 
 
@@ -113,7 +113,7 @@ def _sdpa(t: Tape, q: Tensor, k: Tensor, v: Tensor, out_numel: int, rows: int, m
         bias = t.new(mask4d.numel, dtype, False)
     out = t.new(out_numel, dtype, True)
     lse = t.new(rows, "f32", False)
-    t._node([q, k, v], [out], [q, k, v, out, lse, bias])
+    t.node([q, k, v], [out], [q, k, v, out, lse, bias])
     return out
 
 
@@ -122,7 +122,7 @@ def _eager(t: Tape, q, k, v, scores_numel: int, mask4d, p: float, causal: bool, 
     dtype = t.compute(q, k)
     qc, kc = t.cast(q, dtype), t.cast(k, dtype)
     scores = t.new(scores_numel, dtype, True)
-    t._node([qc, kc], [scores], [qc, kc])
+    t.node([qc, kc], [scores], [qc, kc])
     scores = ops.scale(t, scores)
     if mask4d is not None:
         scores = ops.binary(t, scores, mask4d)
@@ -133,11 +133,11 @@ def _eager(t: Tape, q, k, v, scores_numel: int, mask4d, p: float, causal: bool, 
     dtype = t.compute(probs, v)
     pc, vc = t.cast(probs, dtype), t.cast(v, dtype)
     out = t.new(out_numel, dtype, True)
-    t._node([pc, vc], [out], [pc, vc])
+    t.node([pc, vc], [out], [pc, vc])
     return ops.copy(t, out)  # transpose(1, 2).contiguous()
 
 
-@_kind("activations_mlp")
+@op_kind("activations_mlp")
 def mlp(t: Tape, x: Tensor, d: int, ffn: int, name: str, act: str, *, bias: bool = True, act_dropout: float = 0.0,
         names: tuple = ("fc1", "fc2")) -> Tensor:
     """``fc2(dropout(act(fc1(x))))``."""
@@ -146,7 +146,7 @@ def mlp(t: Tape, x: Tensor, d: int, ffn: int, name: str, act: str, *, bias: bool
     return ops.linear(t, h, ffn, d, f"{name}.{names[1]}", bias)
 
 
-@_kind("activations_mlp")
+@op_kind("activations_mlp")
 def gated_mlp(t: Tape, x: Tensor, d: int, ffn: int, name: str, act: str, *, bias: bool = False,
               names: tuple = ("gate_proj", "up_proj", "down_proj"), act_dropout: float = 0.0) -> Tensor:
     """``down(act(gate(x)) * up(x))`` (Llama's SwiGLU, T5 v1.1's gated GELU)."""
@@ -156,7 +156,7 @@ def gated_mlp(t: Tape, x: Tensor, d: int, ffn: int, name: str, act: str, *, bias
     return ops.linear(t, h, ffn, d, f"{name}.{names[2]}", bias)
 
 
-@_kind("activations_mlp")
+@op_kind("activations_mlp")
 def fused_gated_mlp(t: Tape, x: Tensor, d: int, ffn: int, name: str, act: str, *,
                     names: tuple = ("gate_up_proj", "down_proj")) -> Tensor:
     """Phi-3: ``gate, up = gate_up(x).chunk(2)``, ``down(up * act(gate))`` (views of one projection)."""
@@ -165,7 +165,7 @@ def fused_gated_mlp(t: Tape, x: Tensor, d: int, ffn: int, name: str, act: str, *
     return ops.linear(t, h, ffn, d, f"{name}.{names[1]}", False)
 
 
-@_kind("logits_loss")
+@op_kind("logits_loss")
 def lm_loss(t: Tape, h: Tensor, d: int, vocab: int, rows: int, labels: Tensor, *, name: str = "lm_head",
             tie: str | None = None, bias_buffer: bool = False, upcast: bool = True, bias: bool = False,
             vocab_bias: str | None = None) -> tuple:

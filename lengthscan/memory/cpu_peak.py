@@ -125,7 +125,7 @@ def measure_step(model, batch: dict, options: MemoryOptions = MemoryOptions(), *
 def _peak(prof, live_before: int) -> Measurement:
     import torch
 
-    kind = torch._C._profiler._EventType
+    kind = torch._C._profiler._EventType  # torch's own private: the profiler tree's event kinds
     allocations, ranges = [], {}
 
     def walk(nodes):

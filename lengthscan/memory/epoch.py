@@ -166,9 +166,9 @@ def check_sampler(sampler: str) -> None:
     if sampler not in SAMPLERS:
         raise LayoutError(f"sampler must be one of {', '.join(SAMPLERS)}, not {sampler!r}")
     if sampler == "batch_rebalance" and not rebalance_available():
-        from lengthscan.training.batches import _transformers_version
+        from lengthscan.training.batches import transformers_version
 
-        version = _transformers_version()
+        version = transformers_version()
         raise LayoutError(f"--sampler batch_rebalance: the installed transformers "
                           f"({version or 'not installed'}) has no BatchRebalanceSampler "
                           "(train_sampling_strategy='batch_rebalance'); use random or group_by_length")

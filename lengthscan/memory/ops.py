@@ -11,8 +11,8 @@ import functools
 from lengthscan.memory.tape import Tape, Tensor
 
 
-def _kind(kind: str):
-    """Report the activations an op allocates as ``kind``."""
+def op_kind(kind: str):
+    """Decorator: report the activations the op allocates as ``kind`` (a row of the memory breakdown)."""
     def wrap(fn):
         @functools.wraps(fn)
         def op(t: Tape, *args, **kwargs):
@@ -33,7 +33,7 @@ def unary(t: Tape, x: Tensor, save: str = "", dtype: str | None = None) -> Tenso
     """An elementwise op; ``save`` is "input", "output" or "" (what its backward needs)."""
     x = t.use(x)
     out = t.new(x.numel, dtype or x.dtype, x.requires_grad)
-    t._node([x], [out], [x] if save == "input" else [out] if save == "output" else [])
+    t.node([x], [out], [x] if save == "input" else [out] if save == "output" else [])
     return out
 
 
@@ -47,7 +47,7 @@ def binary(t: Tape, a: Tensor, b: Tensor, saves: bool = False) -> Tensor:
     out = t.new(max(a.numel, b.numel), dtype, _rg(a, b))
     saved = [b if a.requires_grad else None, a if b.requires_grad else None] if saves else []
     upcast = sum(x.numel * 4 for x in (a, b) if dtype == "f32" and x.dtype in ("bf16", "f16"))
-    t._node([a, b], [out], saved, forward_workspace=upcast)
+    t.node([a, b], [out], saved, forward_workspace=upcast)
     return out
 
 
@@ -59,7 +59,7 @@ def scale(t: Tape, x: Tensor) -> Tensor:
 def view(t: Tape, x: Tensor, numel: int | None = None) -> Tensor:
     """A view (reshape of a contiguous tensor, transpose, expand ...): no allocation."""
     out = Tensor(numel or x.numel, x.dtype, x.requires_grad, x.storage)
-    t._node([t.use(x)], [out], [], alias=True)
+    t.node([t.use(x)], [out], [], alias=True)
     return out
 
 
@@ -71,21 +71,21 @@ def split(t: Tape, x: Tensor, widths: tuple, slices: bool = False) -> list:
     """
     total = sum(widths)
     outs = [Tensor(x.numel // total * w, x.dtype, x.requires_grad, x.storage) for w in widths]
-    t._node([t.use(x)], outs, [], workspace=x.nbytes if slices else 0)
+    t.node([t.use(x)], outs, [], workspace=x.nbytes if slices else 0)
     return outs
 
 
 def select(t: Tape, x: Tensor, numel: int) -> Tensor:
     """``x[:, 0]``: a view; backward writes its gradient into zeros shaped like ``x``."""
     out = Tensor(numel, x.dtype, x.requires_grad, x.storage)
-    t._node([t.use(x)], [out], [])
+    t.node([t.use(x)], [out], [])
     return out
 
 
 def copy(t: Tape, x: Tensor, numel: int | None = None) -> Tensor:
     """``contiguous()`` of a strided view, ``clone()``, a reshape that must copy."""
     out = t.new(numel or x.numel, x.dtype, x.requires_grad)
-    t._node([t.use(x)], [out], [])
+    t.node([t.use(x)], [out], [])
     return out
 
 
@@ -112,7 +112,7 @@ def dropout(t: Tape, x: Tensor, p: float) -> Tensor:
     x = t.use(x)
     out = t.new(x.numel, x.dtype, True)
     mask = t.new(x.numel, "bool", False)
-    t._node([x], [out], [mask])
+    t.node([x], [out], [mask])
     return out
 
 
@@ -129,7 +129,7 @@ def linear(t: Tape, x: Tensor, n_in: int, n_out: int, name: str, bias: bool = Tr
     bc = t.cast(b, dtype) if b is not None else None
     out = t.new(x.numel // n_in * n_out, dtype, _rg(x, w, b))
     t.use(x)  # autocast cast a copy; the caller still holds the original until the op returns
-    t._node([xc, wc, bc], [out], [xc if w.requires_grad else None, wc if x.requires_grad else None],
+    t.node([xc, wc, bc], [out], [xc if w.requires_grad else None, wc if x.requires_grad else None],
             transposed=True)
     return out
 
@@ -162,12 +162,12 @@ def conv1d(t: Tape, x: Tensor, c_in: int, c_out: int, kernel: int, batch: int, o
     if strided_input:  # a transposed input is copied contiguous, in forward and again in backward
         scratch += xb
         forward_scratch += xb
-    t._node([xc, wc, bc], [out], [xc if w.requires_grad else None, wc if x.requires_grad else None],
+    t.node([xc, wc, bc], [out], [xc if w.requires_grad else None, wc if x.requires_grad else None],
             workspace=scratch, forward_workspace=forward_scratch)
     return out
 
 
-@_kind("activations_norms")
+@op_kind("activations_norms")
 def layer_norm(t: Tape, x: Tensor, dim: int, name: str, bias: bool = True, trainable: bool = True,
                strided: bool = False, weightless: bool = False) -> Tensor:
     """``nn.LayerNorm(dim)``: autocast runs it in fp32; keeps input, weight, mean and rstd.
@@ -183,12 +183,12 @@ def layer_norm(t: Tape, x: Tensor, dim: int, name: str, bias: bool = True, train
     rows = x.numel // dim
     mean, rstd = t.new(rows, "f32", False), t.new(rows, "f32", False)
     t.use(x)
-    t._node([xf, w, b], [out], [xf if w is not None or x.requires_grad else None, w, b, mean, rstd], workspace=2 * xf.nbytes if strided else 0,
-            forward_workspace=xf.nbytes if strided else 0)
+    t.node([xf, w, b], [out], [xf if w is not None or x.requires_grad else None, w, b, mean, rstd],
+           workspace=2 * xf.nbytes if strided else 0, forward_workspace=xf.nbytes if strided else 0)
     return out
 
 
-@_kind("activations_norms")
+@op_kind("activations_norms")
 def group_norm(t: Tape, x: Tensor, channels: int, groups_numel: int, name: str, trainable: bool = True) -> Tensor:
     """``nn.GroupNorm``: fp32 under autocast; keeps input, weight, mean and rstd (batch x groups)."""
     w = t.param(f"{name}.weight", channels, trainable)
@@ -197,11 +197,11 @@ def group_norm(t: Tape, x: Tensor, channels: int, groups_numel: int, name: str, 
     out = t.new(x.numel, "f32" if t.low else x.dtype, _rg(x, w, b))
     mean, rstd = t.new(groups_numel, "f32", False), t.new(groups_numel, "f32", False)
     t.use(x)
-    t._node([xf, w, b], [out], [xf, w, b, mean, rstd])
+    t.node([xf, w, b], [out], [xf, w, b, mean, rstd])
     return out
 
 
-@_kind("activations_norms")
+@op_kind("activations_norms")
 def rms_norm(t: Tape, x: Tensor, dim: int, name: str, plus_one: bool = False) -> Tensor:
     """The transformers RMSNorm (Llama/T5): fp32 variance, ``weight * normed.to(input dtype)``."""
     w = t.param(f"{name}.weight", dim)
@@ -209,7 +209,7 @@ def rms_norm(t: Tape, x: Tensor, dim: int, name: str, plus_one: bool = False) ->
     rows = x.numel // dim
     sq = unary(t, h, "input")  # pow(2) keeps h
     variance = t.new(rows, "f32", sq.requires_grad)  # mean: keeps nothing
-    t._node([sq], [variance], [])
+    t.node([sq], [variance], [])
     r = unary(t, unary(t, variance), "output")  # + eps, rsqrt keeps its result
     normed = binary(t, h, r, saves=True)
     if plus_one:  # Gemma: (normed * (1.0 + weight.float())).type_as(x), the product in fp32
@@ -218,13 +218,13 @@ def rms_norm(t: Tape, x: Tensor, dim: int, name: str, plus_one: bool = False) ->
     return binary(t, w, normed, saves=True)
 
 
-@_kind("activations_embeddings")
+@op_kind("activations_embeddings")
 def embedding(t: Tape, ids: Tensor, n_ids: int, vocab: int, dim: int, name: str, tie: str | None = None,
               trainable: bool = True) -> Tensor:
     """``nn.Embedding(vocab, dim)`` looked up at ``n_ids`` positions (keeps the indices)."""
     w = t.param(f"{name}.weight", vocab * dim, trainable, tie=tie)
     out = t.new(n_ids * dim, w.dtype, w.requires_grad)
-    t._node([t.use(w)], [out], [ids])
+    t.node([t.use(w)], [out], [ids])
     return out
 
 
@@ -233,7 +233,7 @@ def softmax(t: Tape, x: Tensor, log: bool = False) -> Tensor:
     xf = t.fp32(x)
     out = t.new(xf.numel, xf.dtype, xf.requires_grad)
     t.use(x)
-    t._node([xf], [out], [out])
+    t.node([xf], [out], [out])
     return out
 
 
@@ -241,5 +241,5 @@ def cross_entropy(t: Tape, logits: Tensor, labels: Tensor) -> Tensor:
     """``F.cross_entropy``: log_softmax (fp32, kept) then nll_loss (keeps target and total weight)."""
     logp = softmax(t, logits, log=True)
     loss = t.new(1, "f32", True)
-    t._node([logp], [loss], [labels])
+    t.node([logp], [loss], [labels])
     return loss

@@ -199,16 +199,16 @@ def _t5_attend(t: Tape, c, q, k, v, pb, m, batch, q_len, k_len, opts, causal):
         q, k, v = t.cast(q, "f32"), t.cast(k, "f32"), t.cast(v, "f32")
         qs, ks = ops.scale(t, q), ops.scale(t, k)  # q and k times sqrt(scale)
         scores = t.new(scores_n, "f32", True)
-        t._node([qs, ks], [scores], [qs, ks])
+        t.node([qs, ks], [scores], [qs, ks])
         probs = ops.softmax(t, ops.binary(t, scores, pb))
         out = t.new(q.numel, "f32", True)
-        t._node([probs, v], [out], [probs, v])
+        t.node([probs, v], [out], [probs, v])
         return ops.copy(t, t.cast(out, t.low or "f32"))
     else:
         dtype = t.compute(q, k)
         qc, kc = t.cast(q, dtype), t.cast(k, dtype)
         scores = t.new(scores_n, dtype, True)
-        t._node([qc, kc], [scores], [qc, kc])
+        t.node([qc, kc], [scores], [qc, kc])
         scores = ops.binary(t, ops.scale(t, scores), pb)
         if m is not None:
             scores = ops.binary(t, scores, m)
@@ -216,7 +216,7 @@ def _t5_attend(t: Tape, c, q, k, v, pb, m, batch, q_len, k_len, opts, causal):
     dtype = t.compute(probs, v)
     pc, vc = t.cast(probs, dtype), t.cast(v, dtype)
     out = t.new(q.numel, dtype, True)
-    t._node([pc, vc], [out], [pc, vc])
+    t.node([pc, vc], [out], [pc, vc])
     return ops.copy(t, out)
 
 
@@ -225,5 +225,5 @@ def _flash(t: Tape, q, k, v, bias, rows: int):
     q, k, v = t.cast(q, dtype), t.cast(k, dtype), t.cast(v, dtype)
     out = t.new(q.numel, dtype, True)
     lse = t.new(rows, "f32", False)
-    t._node([q, k, v], [out], [q, k, v, out, lse, bias])
+    t.node([q, k, v], [out], [q, k, v, out, lse, bias])
     return out

@@ -34,7 +34,8 @@ class Tensor:
     __slots__ = ("dtype", "numel", "param", "requires_grad", "storage")
 
     def __init__(self, numel: int, dtype: str, requires_grad: bool, storage: Storage | None, param=None):
-        self.numel, self.dtype, self.requires_grad, self.storage, self.param = numel, dtype, requires_grad, storage, param
+        self.numel, self.dtype, self.requires_grad = numel, dtype, requires_grad
+        self.storage, self.param = storage, param
 
     @property
     def nbytes(self) -> int:
@@ -121,7 +122,10 @@ class Tape:
             t.param.used = True
         return t
 
-    def _node(self, inputs, outputs, saved, alias=False, workspace=0, forward_workspace=0, transposed=False) -> None:
+    def node(self, inputs, outputs, saved, alias=False, workspace=0, forward_workspace=0, transposed=False) -> None:
+        """Record one op: ``inputs`` are used (live until it is done); if any needs a gradient, an
+        autograd node producing theirs that keeps ``saved`` for backward (None entries skipped) and
+        ``workspace`` bytes of scratch in backward; ``forward_workspace`` bytes of scratch now."""
         for x in inputs:  # every input lives until the op is done, scratch included
             if x is not None:
                 self.use(x)
@@ -153,11 +157,11 @@ class Tape:
             cached = x.param.cast.get(dtype)
             if cached is None:
                 cached = x.param.cast[dtype] = self.new(x.numel, dtype, x.requires_grad, "weight_copies")
-                self._node([x], [cached], [])
+                self.node([x], [cached], [])
             x.param.used = True
             return cached
         out = self.new(x.numel, dtype, x.requires_grad)
-        self._node([self.use(x)], [out], [])
+        self.node([self.use(x)], [out], [])
         return out
 
     def compute(self, *xs: Tensor) -> str:

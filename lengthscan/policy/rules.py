@@ -1,4 +1,4 @@
-"""Limit rules and the per-row decision table: pure functions, no I/O.
+"""Limit rules (``--limit``) and the per-row decision table: pure functions, no I/O.
 
 A rule is ``METRIC OP VALUE[:ACTION]``; ``parse_rule`` reads it, ``resolve_rules`` turns its value
 into an absolute threshold (a percentile of the train split, the model's own limit, a robust
@@ -32,7 +32,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lengthscan.stats.histograms import RATIO_SCALE, Histogram, nearest_rank_index, value_at_rank
+from lengthscan.stats.histograms import (
+    Histogram,
+    metric_values,
+    nearest_rank_index,
+    value_at_rank,
+)
 
 KEEP, TRUNCATE, DROP = 0, 1, 2
 DECISIONS = {KEEP: "keep", TRUNCATE: "truncate", DROP: "drop"}
@@ -185,30 +190,6 @@ def _abs_dev(hist: Histogram, center: int) -> Histogram:
     from lengthscan.stats.histograms import merge_histograms
 
     return merge_histograms([Histogram(np.abs(hist.values - center), hist.counts.copy())])
-
-
-def metric_values(metric: str, base: dict[str, np.ndarray]) -> np.ndarray:
-    """A measurement's values (NaN where none), or a ratio: x/0 is +inf for x > 0 and NaN for 0/0."""
-    if "/" not in metric:
-        return _as_float(base[metric])
-    num_name, den_name = metric.split("/")
-    num, den = _as_float(base[num_name]), _as_float(base[den_name])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = num / den
-    out[(den == 0) & (num == 0)] = np.nan
-    return out
-
-
-def ratio_units_of(metric_values_: np.ndarray) -> np.ndarray:
-    """Finite ratio values in integer units of 1/RATIO_SCALE (for percentile and z resolution)."""
-    v = metric_values_[np.isfinite(metric_values_)]
-    return np.rint(v * RATIO_SCALE).astype(np.int64)
-
-
-def _as_float(values: np.ndarray) -> np.ndarray:
-    out = values.astype(np.float64)
-    out[~(out >= 0)] = np.nan
-    return out
 
 
 @dataclass(frozen=True, eq=False)

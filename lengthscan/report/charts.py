@@ -39,7 +39,8 @@ CONFIG = {
 }
 
 
-def _base(height: int = HEIGHT) -> dict:
+def base_spec(height: int = HEIGHT) -> dict:
+    """The Vega-Lite settings every chart starts from: the container's width, ``height`` pixels tall."""
     return {"width": "container", "height": height, "autosize": {"type": "fit-x", "contains": "padding"}}
 
 
@@ -121,7 +122,7 @@ def histogram_spec(field: dict, *, limits=(), rules=(), after: dict | None = Non
         bar["encoding"]["order"] = {"field": "series", "sort": "descending"}
     else:
         bar["mark"]["color"] = BLUE
-    spec = _base()
+    spec = base_spec()
     spec["layer"] = [bar, *_line_layers(lines, lo, room)]
     spec["usermeta"] = {"toggle": {"x": {"log x": log_x, "linear x": lin_x},
                                    "y": {"linear y": lin_y, "log y": log_y}}}
@@ -211,7 +212,7 @@ def joint_spec(pair: dict, *, x_limits=(), y_limits=()) -> dict:
         transform += [{"calculate": f"max({lo}, {hi} / 2) / {scale}", "as": f"{axis}0"},
                       {"calculate": f"{hi} / {scale}", "as": f"{axis}1"},
                       {"calculate": _range_expr(lo, hi, scale, name), "as": f"{axis}r"}]
-    spec = _base(300)
+    spec = base_spec(300)
     spec["params"] = [{"name": "edges", "value": edges[:top + 2]}]
     rect = {
         "data": {"values": cells},
@@ -220,10 +221,12 @@ def joint_spec(pair: dict, *, x_limits=(), y_limits=()) -> dict:
         "params": [{"name": "zoom", "select": "interval", "bind": "scales"}],
         "encoding": {
             "x": {"field": "x0", "type": "quantitative", "scale": {"type": "log", "nice": False},
-                  "title": f"{pair['x']} ({unit(pair['x'])})", "axis": {"format": axis_format(pair["x"]), "grid": False}},
+                  "title": f"{pair['x']} ({unit(pair['x'])})",
+                  "axis": {"format": axis_format(pair["x"]), "grid": False}},
             "x2": {"field": "x1"},
             "y": {"field": "y0", "type": "quantitative", "scale": {"type": "log", "nice": False},
-                  "title": f"{pair['y']} ({unit(pair['y'])})", "axis": {"format": axis_format(pair["y"]), "grid": False}},
+                  "title": f"{pair['y']} ({unit(pair['y'])})",
+                  "axis": {"format": axis_format(pair["y"]), "grid": False}},
             "y2": {"field": "y1"},
             "color": {"field": "n", "type": "quantitative", "title": "rows",
                       "scale": {"type": "log", "scheme": "blues"},
@@ -270,7 +273,7 @@ def decisions_spec(decisions: dict) -> dict:
                {"field": "share", "format": ".2%"}]
     if any("estimate" in v for v in values):
         tooltip.append({"field": "estimate", "title": "whole split"})
-    spec = _base(34 * len(decisions["splits"]) + 10)
+    spec = base_spec(34 * len(decisions["splits"]) + 10)
     spec.update({
         "data": {"values": values},
         "mark": {"type": "bar", "height": {"band": 0.7}},
@@ -302,7 +305,7 @@ def batches_spec(batches: dict, part: str, *, before: dict | None = None) -> dic
         return None
     colors = {**(BEFORE_COLORS if before else {}), **STRATEGY_COLORS}
     what = "label" if part == "target" else "input"
-    spec = _base(170)
+    spec = base_spec(170)
     spec.update({
         "data": {"values": values},
         "mark": {"type": "bar"},

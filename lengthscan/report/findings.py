@@ -44,7 +44,8 @@ def findings(data: dict) -> list[str]:
         out += _tail_findings(split, multi=multi)
     out += _padding_findings(data.get("batches"), (clean or {}).get("batches_before"))
     model = data.get("model") or {}
-    out += [f"Model note: {note}" + ("" if note.endswith((".", "!", "?")) else ".") for note in model.get("notes") or []]
+    out += [f"Model note: {note}" + ("" if note.endswith((".", "!", "?")) else ".")
+            for note in model.get("notes") or []]
     if splits and not model and not any(s.get("limits") for s in splits):
         out.append("No model or tokenizer limit was checked: pass --model to compare the lengths with the model's "
                    "own limits.")
@@ -90,8 +91,9 @@ def _limit_findings(split: dict, batches: dict | None, *, multi: bool) -> list[s
         if is_sample:
             lo, hi = check["interval"]
             est = check["estimated_over"]
-            text = (f"About {count(est)} {_noun(m, est)}{where} exceed {with_unit(limit, m)} ({_short(check['origin'])}; "
-                    f"95% interval {count(lo)}-{count(hi)}, from {n:,} of {check['measured']:,} sampled rows)"
+            text = (f"About {count(est)} {_noun(m, est)}{where} exceed {with_unit(limit, m)} "
+                    f"({_short(check['origin'])}; 95% interval {count(lo)}-{count(hi)}, "
+                    f"from {n:,} of {check['measured']:,} sampled rows)"
                     f"{longest.replace('the longest is', 'the longest seen is')}")
         else:
             verb = "exceeds" if n == 1 else "exceed"
@@ -217,7 +219,8 @@ def _flag_findings(split: dict, *, multi: bool) -> list[str]:
             tail = " (nothing to learn from; clean drops them by default)" if role == "target" else ""
             out.append(f"{empty:,} {what} empty{where}{tail}.")
         if r.get("decoded"):
-            out.append(f"{r['decoded']:,} clips{where} were measured by decoding (their header has no reliable length).")
+            out.append(f"{r['decoded']:,} clips{where} were measured by decoding "
+                       "(their header has no reliable length).")
     return out
 
 
@@ -237,8 +240,8 @@ def _ratio_findings(split: dict, *, multi: bool) -> list[str]:
         parts.append(f"the lowest is {num(low)}")
     if not parts:
         return []
-    text = (f"{ratio['name']}{where}: median {num(median)}, but {' and '.join(parts)}: check those rows for transcripts "
-            f"that do not match their audio (a rule such as {ratio['name']}<=z4 drops them).")
+    text = (f"{ratio['name']}{where}: median {num(median)}, but {' and '.join(parts)}: check those rows for "
+            f"transcripts that do not match their audio (a rule such as {ratio['name']}<=z4 drops them).")
     return [text]
 
 

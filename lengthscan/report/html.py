@@ -144,7 +144,8 @@ def _memory_view(memory: dict | None, add) -> dict | None:
         return None
     worst = memory["worst_batch"]
     total = worst["peak_bytes"] or 1
-    terms = [{"name": k, "bytes": v, "share": v / total} for k, v in sorted(worst["terms"].items(), key=lambda kv: -kv[1])]
+    terms = [{"name": k, "bytes": v, "share": v / total}
+             for k, v in sorted(worst["terms"].items(), key=lambda kv: -kv[1])]
     names = list(worst.get("lengths") or {})
     rows = [{"row": r, "lengths": [worst["lengths"][n][i] for n in names]} for i, r in enumerate(worst["rows"])]
     spec = memory_spec(memory)
@@ -154,7 +155,8 @@ def _memory_view(memory: dict | None, add) -> dict | None:
 def shape_text(shape: dict, sides: dict) -> str:
     """``8 rows × 1,024 input_tokens × 128 target_tokens``."""
     parts = [f"{shape['batch_size']:,} rows"]
-    parts += [f"{shape[k]:,} {sides[k]}" for k in ("input_len", "target_len") if k in sides and shape.get(k) is not None]
+    parts += [f"{shape[k]:,} {sides[k]}" for k in ("input_len", "target_len")
+              if k in sides and shape.get(k) is not None]
     return " × ".join(parts)
 
 

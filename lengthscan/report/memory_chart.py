@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from lengthscan.report.charts import BLUE, INK, ORANGE, RED, _base
+from lengthscan.report.charts import BLUE, INK, ORANGE, RED, base_spec
 from lengthscan.report.fmt import size
 
 #: Bars drawn for the per-batch memory chart: past this, each bar is the highest of a run of batches.
@@ -82,7 +82,7 @@ def memory_spec(memory: dict) -> dict | None:
                        "encoding": {"x": {"value": {"expr": "width"}} if right else {"value": 0},
                                     "y": {"field": "value", "type": "quantitative", **y},
                                     "text": {"field": "label"}}})
-    spec = _base(230)
+    spec = base_spec(230)
     spec["layer"] = layers
     spec["usermeta"] = {"toggle": {"y": options}}
     return spec

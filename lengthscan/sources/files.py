@@ -9,6 +9,7 @@ import json
 import os
 from pathlib import Path
 
+from lengthscan.sources.cache_dir import cache_root
 from lengthscan.sources.source import (
     FORMATS,
     TRANSCRIPT_SUFFIXES,
@@ -105,8 +106,6 @@ def _jsonl_part_list(files, rows_of, schemas) -> list[Part]:
 def _jsonl_manifest_path(fingerprint: str) -> Path:
     import pyarrow as pa
 
-    from lengthscan.measure.cache import cache_root
-
     return cache_root() / "sources" / f"{fingerprint}-jsonl-pyarrow{pa.__version__}.json"
 
 
@@ -155,8 +154,6 @@ def _load_parts(spec, files, builder, options, suffix, fingerprint) -> list[Part
 
 def _manifest_path(fingerprint: str) -> Path:
     from importlib.metadata import version
-
-    from lengthscan.measure.cache import cache_root
 
     return cache_root() / "sources" / f"{fingerprint}-datasets{version('datasets')}.json"
 

@@ -110,6 +110,8 @@ def _single(name: str, ds) -> SplitSource:
 def _dataset_fingerprint(ds) -> str:
     """Content identity of a Dataset: its Arrow files' stamps when on disk, else its fingerprint."""
     files = [c["filename"] for c in ds.cache_files]
+    # ``_indices`` and ``_fingerprint`` are datasets' own private attributes: there is no public
+    # accessor for an indices mapping on top of the files, nor for the content fingerprint.
     if files and ds._indices is None:
         stamp = [(os.path.abspath(f), os.path.getsize(f), os.stat(f).st_mtime_ns) for f in files]
         return digest(json.dumps([stamp, ds.column_names, len(ds)]))[:16]

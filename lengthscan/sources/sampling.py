@@ -54,7 +54,8 @@ def parse_sample(value: str | int | float | None) -> int | float | None:
             try:
                 number = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
             except ValueError:
-                raise SampleError(f"--sample {value!r}: give a row count (600) or a fraction in (0, 1) (0.01)") from None
+                raise SampleError(f"--sample {value!r}: give a row count (600) or a fraction in (0, 1) (0.01)"
+                                  ) from None
     else:
         number = value
     if isinstance(number, bool):
@@ -91,9 +92,12 @@ def plan_sample(n_rows: int, *, sample=None, full: bool = False, seed: int = DEF
         indices = sample_indices(n_rows, DEFAULT_SAMPLE_ROWS, seed)
         return SamplePlan(
             indices, n_rows, None,
-            f"default: {DEFAULT_SAMPLE_ROWS:,}-row sample of {n_rows:,} rows (over {FULL_UP_TO:,}); --full measures all",
+            f"default: {DEFAULT_SAMPLE_ROWS:,}-row sample of {n_rows:,} rows (over {FULL_UP_TO:,}); "
+            "--full measures all",
         )
     n = amount if isinstance(amount, int) else max(1, int(round(amount * n_rows)))
     if n >= n_rows:
-        return SamplePlan(None, n_rows, str(sample), f"--sample {sample}: covers all {n_rows:,} rows, every row measured")
-    return SamplePlan(sample_indices(n_rows, n, seed), n_rows, str(sample), f"--sample {sample}: {n:,} of {n_rows:,} rows, seed {seed}")
+        return SamplePlan(None, n_rows, str(sample),
+                          f"--sample {sample}: covers all {n_rows:,} rows, every row measured")
+    return SamplePlan(sample_indices(n_rows, n, seed), n_rows, str(sample),
+                      f"--sample {sample}: {n:,} of {n_rows:,} rows, seed {seed}")

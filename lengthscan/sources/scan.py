@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from lengthscan.measure import arrays
+from lengthscan.sources import arrays
 from lengthscan.sources.source import SplitSource
 
 #: Rows per batch handed to the measure step (the tokenizer threads over a batch).
@@ -49,7 +49,8 @@ def iter_batches(split: SplitSource, columns: list[str], *, indices: np.ndarray 
                 yield Batch(np.arange(offset, offset + rb.num_rows, dtype=np.int64), rb)
                 offset += rb.num_rows
             if offset != part.start + part.rows:
-                raise RuntimeError(f"read {offset - part.start} rows of {part.path or split.name}, expected {part.rows}")
+                raise RuntimeError(f"read {offset - part.start} rows of {part.path or split.name}, "
+                                   f"expected {part.rows}")
         else:
             lo, hi = np.searchsorted(indices, [part.start, part.start + part.rows])
             local = indices[lo:hi] - part.start
@@ -174,7 +175,7 @@ def _jsonl_batches(part, columns: list[str], indices, batch_rows: int) -> Iterat
 
 
 def _part_batches(ds, columns: list[str], batch_rows: int) -> Iterator[pa.RecordBatch]:
-    files = _plain_arrow_files(ds)
+    files = plain_arrow_files(ds)
     if files is None:
         for table in ds.with_format("arrow").iter(batch_size=batch_rows):
             yield _one_batch(table.select(columns))
@@ -192,8 +193,10 @@ def _part_batches(ds, columns: list[str], batch_rows: int) -> Iterator[pa.Record
 _HARMLESS_REPLAYS = {"replace_schema_metadata"}
 
 
-def _plain_arrow_files(ds) -> list[str] | None:
+def plain_arrow_files(ds) -> list[str] | None:
     """The Arrow files that hold exactly ``ds``'s rows in order, or None if ``ds`` has transforms."""
+    # ``_indices`` (a select/shuffle mapping) and ``_data`` (its Arrow table) are datasets' own private
+    # attributes: no public API says whether a Dataset's rows are exactly its cache files'.
     if ds._indices is not None:
         return None
     from datasets.table import ConcatenationTable, InMemoryTable, MemoryMappedTable

@@ -215,6 +215,30 @@ def ratio_units(numer: np.ndarray, denom: np.ndarray) -> np.ndarray:
     return np.rint(numer.astype(np.float64) * RATIO_SCALE / denom.astype(np.float64)).astype(np.int64)
 
 
+def metric_values(metric: str, base: dict[str, np.ndarray]) -> np.ndarray:
+    """A measurement's values (NaN where none), or a ratio: x/0 is +inf for x > 0 and NaN for 0/0."""
+    if "/" not in metric:
+        return _as_float(base[metric])
+    num_name, den_name = metric.split("/")
+    num, den = _as_float(base[num_name]), _as_float(base[den_name])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = num / den
+    out[(den == 0) & (num == 0)] = np.nan
+    return out
+
+
+def ratio_units_of(metric_values_: np.ndarray) -> np.ndarray:
+    """Finite ratio values in integer units of 1/RATIO_SCALE (for percentile and z resolution)."""
+    v = metric_values_[np.isfinite(metric_values_)]
+    return np.rint(v * RATIO_SCALE).astype(np.int64)
+
+
+def _as_float(values: np.ndarray) -> np.ndarray:
+    out = values.astype(np.float64)
+    out[~(out >= 0)] = np.nan
+    return out
+
+
 @dataclass(frozen=True, eq=False)
 class JointHistogram:
     """Counts of (input bin, target bin) pairs on shared log-spaced integer bins.

@@ -157,8 +157,10 @@ class SampleInfo:
 
 
 @dataclass(frozen=True)
-class Limit:
-    """An upper bound on one measurement: a row is over it when its value is greater."""
+class Ceiling:
+    """An upper bound the audit counts rows over, with where it comes from: a model's limit
+    (``policy.model_limits.ModelLimit``) or the tokenizer's ``model_max_length``. (A user's
+    ``--limit`` is a ``policy.rules.Rule``, resolved to a number as a ``ResolvedRule``.)"""
 
     measure: str
     value: float
@@ -171,10 +173,10 @@ class Limit:
 
 
 @dataclass(frozen=True)
-class LimitCheck:
-    """Rows over one limit, the longest of them, and, when sampled, the whole split's estimate."""
+class CeilingCheck:
+    """Rows over one ceiling, the longest of them, and, when sampled, the whole split's estimate."""
 
-    limit: Limit
+    limit: Ceiling
     over: int
     measured: int
     estimate: float
@@ -209,7 +211,7 @@ class SplitAudit:
     sample: SampleInfo
     fields: tuple[FieldStats, ...]
     pair: PairStats | None
-    limits: tuple[LimitCheck, ...] = ()
+    limits: tuple[CeilingCheck, ...] = ()
 
     def _roles(self) -> dict:
         """Per role (input, target): its column and why rows have no length (the flags it shares)."""

@@ -31,7 +31,7 @@ class AuditResult:
     model: object = None               # policy.model_limits.ModelLimits (to_dict() in report.json)
     audio: dict | None = None
     decisions: object = None           # engines.results.DecisionReport (with --limit)
-    batches: dict | None = None
+    batches: object = None             # engines.results.BatchReport of the source
 
     def split(self, name: str) -> SplitAudit:
         for s in self.splits:
@@ -61,5 +61,5 @@ class AuditResult:
             "seconds": round(self.seconds, 3),
             "splits": [s.to_dict() for s in self.splits],
             "decisions": self.decisions.to_dict() if self.decisions is not None else None,
-            "batches": self.batches,
+            "batches": self.batches.to_dict() if self.batches is not None else None,
         }

@@ -16,10 +16,12 @@ from lengthscan.stats.histograms import (
     Histogram,
     JointHistogram,
     merge_histograms,
+    metric_values,
     proportion_interval,
     ratio_units,
+    ratio_units_of,
 )
-from lengthscan.stats.records import FieldStats, Limit, LimitCheck, PairStats, SampleInfo, SplitAudit
+from lengthscan.stats.records import Ceiling, CeilingCheck, FieldStats, PairStats, SampleInfo, SplitAudit
 
 #: Longest rows kept per limit for the report (all of them are in ``lengths.parquet``).
 WORST_ROWS = 100
@@ -54,10 +56,10 @@ def pair_from_lengths(x_spec: FieldSpec, y_spec: FieldSpec, x: np.ndarray, y: np
 
 
 @dataclass
-class LimitTally:
+class CeilingTally:
     """Rows over one limit: their count and the ``WORST_ROWS`` longest (row, value)."""
 
-    limit: Limit
+    limit: Ceiling
     over: int = 0
     unknown: int = 0  # rows decided by a decide-only bound that says nothing about this limit
     rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -83,7 +85,7 @@ class LimitTally:
         if self.rows.size > 4 * WORST_ROWS:
             self._prune()
 
-    def merge(self, other: "LimitTally") -> "LimitTally":
+    def merge(self, other: "CeilingTally") -> "CeilingTally":
         """Add ``other``'s rows (the same limit, other rows) into this tally."""
         self.over += other.over
         self.unknown += other.unknown
@@ -97,13 +99,13 @@ class LimitTally:
         order = np.lexsort((self.rows, -self.values))[:WORST_ROWS]
         self.rows, self.values = self.rows[order], self.values[order]
 
-    def check(self, sample: SampleInfo) -> LimitCheck:
+    def check(self, sample: SampleInfo) -> CeilingCheck:
         self._prune()
         n, total = sample.rows_measured, sample.rows_total
         lo, hi = proportion_interval(self.over, n, total)
         estimate = self.over / n * total if n else 0.0
         worst = tuple((int(r), _plain(v)) for r, v in zip(self.rows, self.values))
-        return LimitCheck(self.limit, self.over, n, estimate, (lo * total, hi * total), worst, self.unknown)
+        return CeilingCheck(self.limit, self.over, n, estimate, (lo * total, hi * total), worst, self.unknown)
 
 
 def _plain(v: float):
@@ -115,18 +117,18 @@ class SplitTally:
     """Mergeable statistics of one split, accumulated batch by batch (merged every few batches)."""
 
     fields: tuple
-    limits: list[Limit]
+    ceilings: list[Ceiling]
     ratios: tuple[str, ...] = ()  # ratio metrics (``a/b``) whose distribution rules need
     parts: dict = field(default_factory=dict)
     pairs: list[PairStats] = field(default_factory=list)
-    limit_tallies: list[LimitTally] = field(default_factory=list)
+    ceiling_tallies: list[CeilingTally] = field(default_factory=list)
     ratio_parts: dict = field(default_factory=dict)
     keep_positions: np.ndarray | None = None  # which measured rows to keep lengths of (None: all)
     kept: list = field(default_factory=list)  # (rows, input values, target values) per batch
     seen: int = 0
 
     def __post_init__(self):
-        self.limit_tallies = [LimitTally(limit) for limit in self.limits]
+        self.ceiling_tallies = [CeilingTally(limit) for limit in self.ceilings]
 
     def add(self, rows: np.ndarray, measured: dict[str, Measured]) -> None:
         by_name, bounds = {}, {}
@@ -146,12 +148,10 @@ class SplitTally:
             self.pairs.append(pair_from_lengths(x.primary, y.primary, by_name[x.primary.name], by_name[y.primary.name]))
             if len(self.pairs) >= 32:
                 self.pairs[:] = [merge_all(self.pairs)]
-        for lt in self.limit_tallies:
+        for lt in self.ceiling_tallies:
             lt.add(rows, by_name[lt.limit.measure], bounds.get(lt.limit.measure))
         self._keep_lengths(rows, by_name)
         for metric in self.ratios:
-            from lengthscan.policy.rules import metric_values, ratio_units_of
-
             bucket = self.ratio_parts.setdefault(metric, [])
             bucket.append(Histogram.of(ratio_units_of(metric_values(metric, by_name))))
             if len(bucket) >= 32:
@@ -164,7 +164,7 @@ class SplitTally:
         for spec, stats in other.parts.items():
             self._bucket(self.parts.setdefault(spec, []), stats)
         self._bucket(self.pairs, other.pairs)
-        for lt, part in zip(self.limit_tallies, other.limit_tallies):
+        for lt, part in zip(self.ceiling_tallies, other.ceiling_tallies):
             lt.merge(part)
         for metric, hists in other.ratio_parts.items():
             bucket = self.ratio_parts.setdefault(metric, [])
@@ -223,7 +223,7 @@ class SplitTally:
             x, y = self.fields
             pair = merge_all(self.pairs) if self.pairs else PairStats(
                 x.primary.name, y.primary.name, x_scale=x.primary.scale, y_scale=y.primary.scale)
-        return SplitAudit(name, sample, stats, pair, tuple(lt.check(sample) for lt in self.limit_tallies))
+        return SplitAudit(name, sample, stats, pair, tuple(lt.check(sample) for lt in self.ceiling_tallies))
 
 
 def merge_all(items):

@@ -107,7 +107,7 @@ def permutation(n: int, seed: int, *, draws_before: int = 0) -> np.ndarray:
 def _permutation(n: int, seed: int, draws_before: int) -> np.ndarray:
     """:func:`permutation`, kept for the report's several batch sizes over the same rows."""
     bits = np.random.MT19937()
-    bits._legacy_seeding(int(seed))
+    bits._legacy_seeding(int(seed))  # numpy's own private: RandomState(seed)'s seeding, torch's too
     if draws_before:
         bits.random_raw(2 * int(draws_before))
     raw = bits.random_raw(max(int(n) - 1, 0)).astype(np.uint64)
@@ -126,7 +126,7 @@ def exact_permutation() -> bool:
 
 def random_batches(n: int, batch_size: int, *, seed: int = 0, drop_last: bool = False) -> Batches:
     """``RandomSampler(generator=Generator().manual_seed(seed))`` cut into batches of ``batch_size``."""
-    _check_size(batch_size)
+    check_batch_size(batch_size)
     return _cut("random", batch_size, batch_size, permutation(n, seed), drop_last)
 
 
@@ -139,8 +139,8 @@ def grouped_batches(lengths, batch_size: int, *, grad_accum: int = 1, seed: int 
     sorted longest first (stably, as Python's ``sorted(reverse=True)``), then the longest row of all
     is swapped to the very front, so the first batch holds it (an OOM shows at step 0).
     """
-    _check_size(batch_size)
-    lengths = _as_lengths(lengths)
+    check_batch_size(batch_size)
+    lengths = as_lengths(lengths)
     group = batch_size * grad_accum
     n = lengths.size
     if mega_batch_mult is None:
@@ -190,7 +190,7 @@ def simulate(input_lengths, target_lengths=None, *, batch_sizes=(8, 16, 32), see
     inputs, rows = inputs[known], rows[known]
     out = {"rows": int(known.size), "simulated_rows": int(inputs.size), "left_out": int((~known).sum()),
            "seed": seed, "grad_accum": grad_accum, "pad_to_multiple_of": pad_to_multiple_of, "unit": unit,
-           "exact_permutation": exact_permutation(), "transformers": _transformers_version(),
+           "exact_permutation": exact_permutation(), "transformers": transformers_version(),
            "drop_last": drop_last, "as_trainer": as_trainer, "by_batch_size": []}
     draws = TRAINER_DRAWS_BEFORE_GROUPING if as_trainer else 0
     for bs in batch_sizes:
@@ -251,7 +251,8 @@ def _round_up(length, multiple: int | None):
     return -(-np.asarray(length) // multiple) * multiple
 
 
-def _as_lengths(values) -> np.ndarray:
+def as_lengths(values) -> np.ndarray:
+    """Lengths as a flat array: float64 if they are seconds (a float dtype), else int64 tokens."""
     arr = np.asarray(values).ravel()
     return arr.astype(np.float64) if arr.dtype.kind == "f" else arr.astype(np.int64)
 
@@ -273,13 +274,15 @@ def _plain(value):
     return value.item() if hasattr(value, "item") else value
 
 
-def _check_size(batch_size: int) -> None:
+def check_batch_size(batch_size: int) -> None:
+    """Raise ``ValueError`` unless ``batch_size`` is a positive integer."""
     if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, not {batch_size!r}")
 
 
-def _transformers_version() -> str | None:
-    # The version is read from the package metadata: importing transformers would take seconds.
+def transformers_version() -> str | None:
+    """The installed transformers' version, or None; read from the package metadata, since
+    importing transformers would take seconds."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:

@@ -50,6 +50,7 @@ def add_lengths(dataset, *, tokenizer: str, input: str | None = None, target: st
 
 
 def _map(ds, kwargs: dict, batch_size: int, num_proc):
+    # ``_fingerprint`` is datasets' own private attribute (no public accessor): the map's cache key
     key = json.dumps([ds._fingerprint, kwargs, __version__], sort_keys=True)
     fingerprint = hashlib.sha256(key.encode()).hexdigest()[:16]
     return ds.map(token_lengths, batched=True, batch_size=batch_size, fn_kwargs=kwargs,

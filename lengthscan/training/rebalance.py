@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lengthscan.training.batches import Batches, _as_lengths, _check_size, permutation
+from lengthscan.training.batches import Batches, as_lengths, check_batch_size, permutation
 
 #: ``BatchRebalanceSampler``'s default seed, which the Trainer leaves as is.
 TRAINER_REBALANCE_SEED = 42
@@ -60,10 +60,10 @@ def rebalance_batches(lengths, batch_size: int, *, grad_accum: int = 1, seed: in
     Trainer reads: the ``length`` column, else ``len(input_ids)``. A padded last global batch
     repeats rows, so ``order`` may hold a row twice.
     """
-    _check_size(batch_size)
+    check_batch_size(batch_size)
     if not isinstance(grad_accum, (int, np.integer)) or grad_accum < 1:
         raise ValueError(f"grad_accum must be a positive integer, not {grad_accum!r}")
-    lengths = _as_lengths(lengths)
+    lengths = as_lengths(lengths)
     n, k, size = lengths.size, int(grad_accum), int(batch_size) * int(grad_accum)
     order = permutation(n, seed)
     full, rest = divmod(n, size)

@@ -1,1 +1,2 @@
-"""Write stage: staging and atomic publish, lengths.parquet, Arrow/Parquet datasets, clean's rows, truncation, cropping."""
+"""Write stage: staging and atomic publish, lengths.parquet, Arrow/Parquet datasets, clean's rows,
+truncation, cropping."""

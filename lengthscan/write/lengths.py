@@ -9,14 +9,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lengthscan.measure import arrays
 from lengthscan.measure.records import FLAG_NAMES
+from lengthscan.sources import arrays
 
 _FLAG_LOOKUP = np.array([FLAG_NAMES[k] for k in sorted(FLAG_NAMES)], dtype=object)
 
 
 def lengths_schema(fields, *, with_split: bool, multi_file: bool, bounded=()) -> pa.Schema:
-    """Columns of ``lengths.parquet`` for these role fields (``measure.RoleField``); ``bounded``
+    """Columns of ``lengths.parquet`` for these role fields (``measure.batch.RoleField``); ``bounded``
     roles (decide-only mode) also get ``{name}_at_least`` and ``{name}_at_most``."""
     cols = [("row", pa.int64())]
     if with_split:
@@ -35,7 +35,7 @@ def lengths_schema(fields, *, with_split: bool, multi_file: bool, bounded=()) ->
 def lengths_batch(schema: pa.Schema, rows: np.ndarray, *, split: str | None,
                   located: tuple[list[str], np.ndarray] | None, measured: dict) -> pa.RecordBatch:
     """One batch of ``lengths.parquet`` rows (``schema`` from ``lengths_schema``): ``measured``
-    maps role -> ``records.Measured``; ``located`` is (source files, rows in them) or None."""
+    maps role -> ``measure.records.Measured``; ``located`` is (source files, rows in them) or None."""
     cols: dict[str, pa.Array] = {"row": arrays.numeric(rows, pa.int64())}
     if "split" in schema.names:
         cols["split"] = arrays.strings([split] * rows.size)
@@ -66,7 +66,7 @@ class LengthsWriter:
 
     def write(self, rows: np.ndarray, *, split: str | None, located: tuple[list[str], np.ndarray] | None,
               measured: dict) -> None:
-        """One batch: ``measured`` maps role -> ``records.Measured``."""
+        """One batch: ``measured`` maps role -> ``measure.records.Measured``."""
         self._writer.write_batch(lengths_batch(self.schema, rows, split=split, located=located, measured=measured))
         self.rows += rows.size
 

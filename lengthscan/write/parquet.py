@@ -8,7 +8,7 @@ has splits). An empty split is still one file holding the schema and no row grou
 pandas or polars read it; ``datasets.load_dataset`` refuses a split without rows ("corresponds to
 no data"), a limit of ``datasets`` (``load_from_disk`` of the Arrow layout loads empty splits).
 
-``ParquetDatasetWriter`` has ``writer.DatasetWriter``'s interface (``write(table)``,
+``ParquetDatasetWriter`` has ``arrow_dataset.DatasetWriter``'s interface (``write(table)``,
 ``close(fingerprint)``, ``rows``, ``features``). As there, plain columns are written with pyarrow
 alone; richer features (``Audio`` ...) and ``embed_local_files`` go through ``datasets``' own
 Parquet writer.
@@ -42,7 +42,7 @@ def check_format(fmt: str) -> str:
 
 
 def dataset_writer(fmt: str):
-    """``writer.DatasetWriter`` for arrow, ``ParquetDatasetWriter`` for parquet."""
+    """``arrow_dataset.DatasetWriter`` for arrow, ``ParquetDatasetWriter`` for parquet."""
     if check_format(fmt) == "parquet":
         return ParquetDatasetWriter
     from lengthscan.write.arrow_dataset import DatasetWriter
@@ -51,7 +51,7 @@ def dataset_writer(fmt: str):
 
 
 class ParquetDatasetWriter:
-    """One split as one Parquet shard, a batch at a time (``writer.DatasetWriter``'s interface)."""
+    """One split as one Parquet shard, a batch at a time (``arrow_dataset.DatasetWriter``'s interface)."""
 
     def __init__(self, path: Path, features, *, embed_local_files: bool = False):
         from lengthscan.sources import features as feats

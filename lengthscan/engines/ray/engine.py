@@ -85,7 +85,7 @@ class RayEngine:
             while pending:
                 yield from _pieces(ray.get(pending.popleft()))
             self.infos += [i for i in ray.get([a.info.remote() for a in actors]) if i is not None]
-            if self.first_proofs is None and setup.decide_limits:
+            if self.first_proofs is None and setup.decide_caps:
                 # the actor of the first block measured the local engine's first batch: same texts checked
                 self.first_proofs = ray.get(actors[0].proofs.remote())
         finally:
@@ -117,7 +117,7 @@ class RayEngine:
         """Decide-only mode: the proofs as the actor that measured the first block established them."""
         if self.first_proofs is not None:
             return self.first_proofs
-        return {role: None for role in setup.decide_limits}
+        return {role: None for role in setup.decide_caps}
 
 
 def _pieces(pieces):
@@ -148,7 +148,7 @@ class Measurer:
         pieces = []
         for batch in table_batches(table, rows, self.batch_rows):
             measured = measure_batch(batch, self.fields, self.layout, counter=self.setup.counter,
-                                     audio=self.setup.settings, decide_limits=self.setup.decide_limits)
+                                     audio=self.setup.settings, decide_caps=self.setup.decide_caps)
             pieces.append((batch.rows, measured))
         return pieces
 

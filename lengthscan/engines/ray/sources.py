@@ -84,9 +84,9 @@ def read_split(ray, split_src: SplitSource, columns: list[str], num_blocks: int 
     if all(paths) and all(format_of(p.path) in (".csv", ".tsv") for p in parts):
         return ray.data.read_csv(paths, file_extensions=None, **csv_options(split_src), **kw).select_columns(columns)
     if len(parts) == 1 and parts[0].path is None:
-        from lengthscan.sources.scan import _plain_arrow_files
+        from lengthscan.sources.scan import plain_arrow_files
 
-        files = _plain_arrow_files(parts[0].dataset)
+        files = plain_arrow_files(parts[0].dataset)
         if files is not None:
             items = ray.data.from_items([{"path": f} for f in files], override_num_blocks=len(files))
             return items.map_batches(_arrow_file_batches, batch_size=1, batch_format="pyarrow",

@@ -22,10 +22,10 @@ suffices. What libsndfile 1.2.2 (soundfile 0.14) reports, measured against decod
   soundfile's own decoding stops at that estimate too. We walk the MPEG frame headers instead
   (frames x samples per frame, what mpg123 decodes in full) and set ``decoded=True``.
 
-Speed: ``read_info`` first tries ``audio_headers.probe``, pure-Python parsers that replicate the
+Speed: ``read_info`` first tries ``headers.probe``, pure-Python parsers that replicate the
 above for complete WAV/WAVEX, FLAC, Ogg Vorbis/Opus and LAME-tagged MP3 files (a few reads, no
 libsndfile, no decoding) and return None for anything else, truncated or damaged files included;
-then ``libsndfile_info`` below decides. Same results either way (tests/test_audio_headers.py).
+then ``libsndfile_info`` below decides. Same results either way (tests/measure/audio/test_headers.py).
 
 Resampling follows ``librosa.resample`` (see ``resampled_length``); model frames follow
 transformers' own formulas (``conv_frames``, ``mel_frames``, ``frame_rule``).
@@ -41,8 +41,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from lengthscan.measure.audio.headers import hint, probe
-from lengthscan.measure.audio.mpeg import mpeg_frame as _mpeg_frame  # noqa: F401 (tests/audio_fixtures.py uses these)
-from lengthscan.measure.audio.mpeg import mpeg_start as _mpeg_start  # noqa: F401
 from lengthscan.measure.audio.mpeg import untagged_mp3_samples
 
 if TYPE_CHECKING:  # numpy is imported where arrays are made: reading durations does not need it
@@ -123,7 +121,7 @@ def libsndfile_info(data: bytes | None, path: str | None) -> AudioInfo:
     """The reference path for a resolved source: libsndfile opens it (and decodes where needed).
 
     ``read_info`` returns exactly this for every source; it skips libsndfile where
-    ``audio_headers.probe`` can parse the header itself (tests/test_audio_headers.py compares them).
+    ``headers.probe`` can parse the header itself (tests/measure/audio/test_headers.py compares them).
     """
     try:
         return _measure(data, path)
@@ -134,7 +132,7 @@ def libsndfile_info(data: bytes | None, path: str | None) -> AudioInfo:
 def read_infos(sources: list, *, base_dir: str | None = None, threads: int = 1, prefetch: int = 32) -> list[AudioInfo]:
     """``read_info`` of every source, in order; the same results whatever ``threads`` and ``prefetch``.
 
-    Most files are parsed in pure Python (``audio_headers``): 10-100 us a file in page cache, so a
+    Most files are parsed in pure Python (``headers``): 10-100 us a file in page cache, so a
     cold read costs the disk's latency. ``prefetch`` overlaps it without threads: before each file
     the kernel is asked (posix_fadvise WILLNEED) to start reading what ``read_info`` will read of the
     file that many places ahead. Measured on the speech bench (wav/flac/ogg/mp3 files), 2 CPUs, ext4
@@ -247,7 +245,8 @@ def _decoded_frames(data: bytes | None, path: str | None, claimed: int) -> int:
                 n += len(block)
         except Exception as exc:
             message = getattr(exc, "error_string", None) or str(exc)
-            raise RuntimeError(f"decoding failed at or after frame {n} of the {claimed} the header claims: {message}") from exc
+            raise RuntimeError(f"decoding failed at or after frame {n} of the {claimed} the header claims: "
+                               f"{message}") from exc
 
 
 def _readable_at(f, position: int) -> bool:

@@ -3,7 +3,7 @@
 ``probe(data, path)`` returns ``(frames, samplerate, channels, format, subtype)`` for a complete,
 well-formed file of a common kind: exactly what ``lengthscan.measure.audio.durations``'s libsndfile path reports for
 it (libsndfile 1.2.2's own arithmetic, replicated here and compared with it file by file in
-tests/test_audio_headers.py). For anything else (another container or codec, an unusual chunk, a
+tests/measure/audio/test_headers.py). For anything else (another container or codec, an unusual chunk, a
 truncated or damaged file, any inconsistency) it returns None and the caller asks libsndfile, so
 results do not change: this module only answers faster where the answer is certain. The libsndfile
 path also seeks to the last sample of a compressed file to catch truncation, and decodes when that
@@ -182,7 +182,8 @@ def _wav_fmt(body: bytes):
     channels = int.from_bytes(body[2:4], "little")
     rate = int.from_bytes(body[4:8], "little")
     align, bits = int.from_bytes(body[12:14], "little"), int.from_bytes(body[14:16], "little")
-    if not 1 <= channels < 1024 or not 1 <= rate <= MAX_RATE or bits not in (8, 16, 24, 32, 64) or align != channels * bits // 8:
+    if (not 1 <= channels < 1024 or not 1 <= rate <= MAX_RATE or bits not in (8, 16, 24, 32, 64)
+            or align != channels * bits // 8):
         return None
     width, container = bits // 8, "WAV"
     if tag == 0xFFFE:  # WAVE_FORMAT_EXTENSIBLE: the sub-format GUID decides

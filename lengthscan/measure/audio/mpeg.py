@@ -80,7 +80,7 @@ def _walk(data: bytes, pos: int, end: int, header: int) -> int:
     return count if pos == end else -1
 
 
-# -- MP3 without a tag: lengthscan.measure.audio.durations counts its frames (see lengthscan.measure.audio.durations) ----------------
+# -- MP3 without a tag: lengthscan.measure.audio.durations counts its frames ----------------------------------------
 _VBR_TAGS = (b"Xing", b"Info", b"VBRI")
 
 
@@ -134,7 +134,8 @@ def mp3_info(src):
     size, spf = found
     lsf, mono, version = (header >> 19) & 3 != 3, (header >> 6) & 3 == 3, (header >> 19) & 3
     off = 4 + ((9 if lsf else 17) if mono else (17 if lsf else 32))  # mpg123's check_lame_tag
-    if len(frame) < size or size - 4 < off - 4 + 8 or any(frame[6:off]) or frame[off : off + 4] not in (b"Xing", b"Info"):
+    if (len(frame) < size or size - 4 < off - 4 + 8 or any(frame[6:off])
+            or frame[off : off + 4] not in (b"Xing", b"Info")):
         return None
     flags, p = int.from_bytes(frame[off + 4 : off + 8], "big"), off + 8
     if flags & 3 != 3:

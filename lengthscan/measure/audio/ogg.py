@@ -90,7 +90,8 @@ def ogg_info(src):
     if len(first) != 1 or partial is not None:  # BOS page: the identification header only
         return None
     ident = first[0]
-    codec = _vorbis_ident(ident) if ident[:7] == b"\x01vorbis" else _opus_head(ident) if ident[:8] == b"OpusHead" else None
+    codec = (_vorbis_ident(ident) if ident[:7] == b"\x01vorbis"
+             else _opus_head(ident) if ident[:8] == b"OpusHead" else None)
     if codec is None:
         return None
     texts, piece, i = [], None, 1  # header packets: the last must end its page

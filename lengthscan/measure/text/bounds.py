@@ -154,7 +154,8 @@ def prove(backend, specials: int) -> Bounds:
         reasons.append("no pre-tokenizer: the model sees the whole text at once")
     for p in pre:
         t = p.get("type")
-        ok = t in _SPLITTERS or (t == "ByteLevel" and p.get("use_regex", True)) or (t == "Metaspace" and p.get("split", True))
+        ok = (t in _SPLITTERS or (t == "ByteLevel" and p.get("use_regex", True))
+              or (t == "Metaspace" and p.get("split", True)))
         if not ok:
             prefix_ok = False
             reasons.append(f"pre-tokenizer {t} is not known to split at every space")

@@ -25,7 +25,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from lengthscan.measure.records import FLAG_EMPTY, FLAG_MISSING, FLAG_TOO_LONG, TokenizerInfo
-from lengthscan.measure.text.loading import _model_max_length, hash_tokenizer, load_tokenizer
+from lengthscan.measure.text.loading import hash_tokenizer, load_tokenizer, tokenizer_max_length
 
 #: Texts longer than this many characters are recorded as too long instead of tokenized, so one
 #: pathological row cannot hang the audit or exhaust memory (``--max-chars`` raises it).
@@ -120,19 +120,19 @@ class TokenCounter:
         methods.update({role: m.method for role, m in self._methods.items()})
         if self.loaded:
             tok = self._tokenizer
-            cls, fast, max_len = type(tok).__name__, bool(getattr(tok, "is_fast", False)), _model_max_length(tok)
+            cls, fast, max_len = type(tok).__name__, bool(getattr(tok, "is_fast", False)), tokenizer_max_length(tok)
         else:
             config = self._config()
             cls, fast = f"{config.get('tokenizer_class', '?')} (not loaded)", False
-            max_len = _model_max_length(SimpleNamespace(model_max_length=config.get("model_max_length")))
+            max_len = tokenizer_max_length(SimpleNamespace(model_max_length=config.get("model_max_length")))
         return TokenizerInfo(name=self.name, cls=cls, is_fast=fast, hash=self.hash, methods=methods,
                              model_max_length=max_len)
 
     def model_max_length(self) -> int | None:
         """The tokenizer's real ``model_max_length`` (None for transformers' placeholder)."""
         if self.loaded:
-            return _model_max_length(self._tokenizer)
-        return _model_max_length(SimpleNamespace(model_max_length=self._config().get("model_max_length")))
+            return tokenizer_max_length(self._tokenizer)
+        return tokenizer_max_length(SimpleNamespace(model_max_length=self._config().get("model_max_length")))
 
     def _config(self) -> dict:
         import json
@@ -208,7 +208,7 @@ class TokenCounter:
         run on cached lengths does not load the tokenizer just for it."""
         import json
 
-        from lengthscan.measure.cache import cache_root
+        from lengthscan.sources.cache_dir import cache_root
 
         path = cache_root() / "tokenizers" / f"{self.hash}.json"
         try:
@@ -310,6 +310,7 @@ class TokenCounter:
         cls = type(tok)
         if cls.__call__ is not PreTrainedTokenizerBase.__call__:
             return f"{cls.__name__} overrides __call__"
+        # transformers' own privates: __call__ goes through _encode_plus and the _switch_to_*_mode hooks
         if cls._encode_plus is not TokenizersBackend._encode_plus:
             return f"{cls.__name__} overrides _encode_plus"
         if role == "target" and hasattr(tok, "_switch_to_target_mode"):
@@ -327,7 +328,7 @@ class TokenCounter:
         from tokenizers import Tokenizer
 
         tok = self.tokenizer
-        if hasattr(tok, "_switch_to_input_mode"):
+        if hasattr(tok, "_switch_to_input_mode"):  # transformers' own private hook, as __call__ runs it
             tok._switch_to_input_mode()
         backend = Tokenizer.from_str(tok.backend_tokenizer.to_str())
         backend.no_truncation()

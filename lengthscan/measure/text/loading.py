@@ -46,7 +46,7 @@ def _hash_dir(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _model_max_length(tokenizer) -> int | None:
+def tokenizer_max_length(tokenizer) -> int | None:
     """The tokenizer's ``model_max_length`` when real, not transformers' 1e30 placeholder."""
     value = getattr(tokenizer, "model_max_length", None)
     if isinstance(value, int) and 0 < value < 10**9:

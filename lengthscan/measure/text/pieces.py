@@ -32,7 +32,7 @@ Two counted positions never fall in one piece, so ``run starts <= pieces <= toke
 (the post-processor must add a fixed number). The runs are counted on the normalized text of a
 prefix cut at a space (a character-wise normalizer cannot act across it), so the prefix's runs
 are runs of the whole normalized text. Texts holding an added token near the counted part are
-left out (an added token is one token however many runs it spells). ``tests/test_bounds.py``
+left out (an added token is one token however many runs it spells). ``tests/measure/text/test_bounds.py``
 checks the claim against the pre-tokenizer's own pieces on thousands of adversarial texts.
 """
 
@@ -42,8 +42,10 @@ import numpy as np
 
 #: The pre-tokenizer regexes of the ``llama3`` rule, exactly as ``tokenizer.json`` spells them.
 LLAMA3_PATTERNS = {
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
 }
 UNKNOWN, LETTER, DIGIT, OTHER, SPACE = range(5)
 #: Characters per allowed token looked at (a piece is about 5-6 characters of English).

@@ -1,0 +1,51 @@
+"""Fixtures of the Ray engine tests: a real two-node cluster on one machine, and the corpus as
+Parquet shards and as a ``save_to_disk`` DatasetDict (sources the Ray engine reads in blocks).
+
+Module-scoped, as they were when each test module defined or imported them: every test module
+starts its own cluster and shuts it down after its last test.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+RAY_REASON = 'the Ray engine tests need Ray: pip install "lengthscan[ray]"'
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray = pytest.importorskip("ray", reason=RAY_REASON)
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    c.add_node(num_cpus=2)
+    c.wait_for_nodes()
+    ray.init(address=c.address, log_to_driver=False)
+    assert len([n for n in ray.nodes() if n["Alive"]]) == 2
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+@pytest.fixture(scope="module")
+def parquet_glob(tmp_path_factory, corpus_rows):
+    """The corpus as three Parquet shards of unequal size, several row groups each."""
+    folder = tmp_path_factory.mktemp("shards")
+    cuts = [0, 700, 1900, len(corpus_rows)]
+    for i in range(3):
+        table = pa.Table.from_pylist(corpus_rows[cuts[i]:cuts[i + 1]],
+                                     schema=pa.schema([("text", pa.string()), ("summary", pa.string())]))
+        pq.write_table(table, folder / f"part-{i}.parquet", row_group_size=300)
+    return str(folder / "part-*.parquet")
+
+
+@pytest.fixture(scope="module")
+def disk_dict(tmp_path_factory, corpus_rows):
+    from datasets import Dataset, DatasetDict
+
+    path = tmp_path_factory.mktemp("disk") / "dd"
+    DatasetDict({"train": Dataset.from_list(corpus_rows[:1800]),
+                 "validation": Dataset.from_list(corpus_rows[1800:])}).save_to_disk(str(path))
+    return str(path)

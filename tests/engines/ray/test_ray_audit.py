@@ -1,0 +1,108 @@
+"""The Ray engine on a real two-node cluster (one machine) gives the local engine's answers, row for row."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+import lengthscan
+from lengthscan.engines.ray.api import audit_ray
+from lengthscan.engines.ray.session import EngineError
+
+# lengthscan.engines.ray imports Ray only when a run starts (test_core_package_never_imports_ray), so the
+# imports above work without it; the cluster, parquet_glob and disk_dict fixtures are in conftest.py.
+pytest.importorskip("ray", reason='the Ray engine tests need Ray: pip install "lengthscan[ray]"')
+pytestmark = pytest.mark.ray
+
+#: Report fields that differ between any two runs (clock, command, output folder).
+VOLATILE = {"created", "seconds", "command"}
+
+
+def _stable(result) -> dict:
+    d = result.to_dict()
+    for k in VOLATILE:
+        d.pop(k, None)
+    return json.loads(json.dumps(d))
+
+
+def _compare(tmp_path, source, **kw):
+    local = lengthscan.audit(source, out=tmp_path / "local", **kw)
+    distributed = audit_ray(source, out=tmp_path / "ray", num_blocks=7, **kw)
+    a = pq.read_table(tmp_path / "local" / "lengths.parquet")
+    b = pq.read_table(tmp_path / "ray" / "lengths.parquet")
+    assert a.schema == b.schema
+    assert a.num_rows == b.num_rows == local.rows_measured
+    assert a.to_pylist() == b.to_pylist()
+    want, got = _stable(local), _stable(distributed)
+    for ls, rs in zip(want["splits"], got["splits"]):
+        assert rs["fields"] == ls["fields"]
+        assert rs["pair"] == ls["pair"]
+        assert rs["limits"] == ls["limits"]
+    want.pop("splits"), got.pop("splits")
+    assert got == want
+    report = json.loads((tmp_path / "ray" / "report.json").read_text())
+    assert report["splits"] == distributed.to_dict()["splits"]
+    assert (tmp_path / "ray" / "report.html").stat().st_size > 0
+    return local, distributed
+
+
+@pytest.mark.parametrize("how", [{"full": True}, {"sample": 300, "seed": 7}], ids=["full", "sample"])
+def test_jsonl_same_answers(cluster, tmp_path, corpus_jsonl, bpe_dir, how):
+    _, result = _compare(tmp_path, str(corpus_jsonl), tokenizer=str(bpe_dir), input="text", target="summary",
+                         **how)
+    assert result.splits[0].sample.rows_measured == (300 if "sample" in how else result.splits[0].sample.rows_total)
+
+
+@pytest.mark.parametrize("how", [{"full": True}, {"sample": 300, "seed": 7}], ids=["full", "sample"])
+def test_parquet_shards_same_answers(cluster, tmp_path, parquet_glob, marian_dir, how):
+    _compare(tmp_path, parquet_glob, tokenizer=str(marian_dir), input="text", target="summary", **how)
+
+
+@pytest.mark.parametrize("how", [{"full": True}, {"sample": 300, "seed": 7}], ids=["full", "sample"])
+def test_save_to_disk_dict_same_answers(cluster, tmp_path, disk_dict, bpe_dir, how):
+    _, result = _compare(tmp_path, disk_dict, tokenizer=str(bpe_dir), input="text", target="summary", **how)
+    assert [s.split for s in result.splits] == ["train", "validation"]
+
+
+def test_limits_and_decisions_match(cluster, tmp_path, parquet_glob, bpe_dir):
+    local, distributed = _compare(tmp_path, parquet_glob, tokenizer=str(bpe_dir), input="text", target="summary",
+                                  full=True, limits=["input_tokens<=p99", "target_tokens<=40"])
+    assert distributed.decisions == local.decisions
+
+
+def test_hub_id_is_refused(cluster, bpe_dir):
+    with pytest.raises(EngineError, match="distributed"):
+        audit_ray("someone/some-dataset", tokenizer=str(bpe_dir), input="text")
+
+
+def test_missing_ray_gives_the_install_command(monkeypatch, corpus_jsonl, bpe_dir):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_ray(name, *args, **kwargs):
+        if name == "ray" or name.startswith("ray."):
+            raise ImportError("No module named 'ray'")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    with pytest.raises(EngineError, match=r'pip install "lengthscan\[ray\]"'):
+        audit_ray(str(corpus_jsonl), tokenizer=str(bpe_dir), input="text")
+    from lengthscan.engines.ray.api import clean_ray
+
+    with pytest.raises(EngineError, match=r'pip install "lengthscan\[ray\]"'):
+        clean_ray(str(corpus_jsonl), out="never-written", tokenizer=str(bpe_dir), input="text")
+
+
+def test_core_package_never_imports_ray():
+    import subprocess
+    import sys
+
+    code = ("import sys, lengthscan, lengthscan.engines.ray.api, lengthscan.engines.ray.engine, "
+            "lengthscan.engines.ray.sources, lengthscan.engines.ray.write, lengthscan.write.parquet, "
+            "lengthscan.cli.main; "
+            "print('ray' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() \
+        == "False"
