@@ -318,6 +318,9 @@ def build_speech(rows: list[dict], folder: Path, clips: int) -> dict:
         wav = folder / "wav" / f"clip{i:04d}.wav"
         subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "-p", str(pitch), "-w", str(wav), text],
                        check=True, capture_output=True)
+        if not wav.exists() or wav.stat().st_size == 0:  # some espeak-ng builds write nothing: retry in plain en
+            subprocess.run(["espeak-ng", "-v", "en", "-s", str(speed), "-p", str(pitch), "-w", str(wav), text],
+                           check=True, capture_output=True)
         audio, sr = sf.read(wav, dtype="float32")
         _write(folder / "flac" / f"clip{i:04d}.flac", librosa.resample(audio, orig_sr=sr, target_sr=16000),
                16000, "FLAC", "PCM_16")
