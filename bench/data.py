@@ -316,11 +316,9 @@ def build_speech(rows: list[dict], folder: Path, clips: int) -> dict:
         text = _clip_text(rng, sentences)
         voice, speed, pitch = rng.choice(_VOICES), rng.randint(120, 240), rng.randint(20, 80)
         wav = folder / "wav" / f"clip{i:04d}.wav"
-        subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "-p", str(pitch), "-w", str(wav), text],
-                       check=True, capture_output=True)
-        if not wav.exists() or wav.stat().st_size == 0:  # some espeak-ng builds write nothing: retry in plain en
-            subprocess.run(["espeak-ng", "-v", "en", "-s", str(speed), "-p", str(pitch), "-w", str(wav), text],
-                           check=True, capture_output=True)
+        # the text on stdin: one that starts with "-" would be read as an option (and write no file)
+        subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "-p", str(pitch), "-w", str(wav), "--stdin"],
+                       input=text.encode(), check=True, capture_output=True)
         audio, sr = sf.read(wav, dtype="float32")
         _write(folder / "flac" / f"clip{i:04d}.flac", librosa.resample(audio, orig_sr=sr, target_sr=16000),
                16000, "FLAC", "PCM_16")

@@ -47,6 +47,14 @@ class DecisionReport:
 
         return cls(tuple(resolved), basis, action, tuple(tallies), fail_over, gate(gate_spec, tallies), clean)
 
+    def __getitem__(self, key: str):
+        """``report.json["decisions"][key]``: the report's own reading (``result.decisions["splits"]``),
+        as code written against the dict this record replaced reads it."""
+        return self.to_dict()[key]
+
+    def get(self, key: str, default=None):
+        return self.to_dict().get(key, default)
+
     def to_dict(self) -> dict:
         return {"rules": [r.to_dict() for r in self.rules], "basis": self.basis, "action": self.action,
                 "splits": [t.to_dict() for t in self.tallies], "fail_over": self.fail_over, "gate": self.gate,
