@@ -26,6 +26,7 @@ def print_result(result, *, json_out: bool, quiet: bool) -> None:
 def is_usage_error(exc: Exception) -> bool:
     """Errors that mean bad usage or unreadable input (exit 2, one line, no traceback)."""
     from lengthscan.measure.batch import ColumnError
+    from lengthscan.measure.chat.template import ChatTemplateError
     from lengthscan.measure.text.loading import TokenizerError
     from lengthscan.policy.model_limits import ModelError
     from lengthscan.policy.rules import RuleError
@@ -34,7 +35,7 @@ def is_usage_error(exc: Exception) -> bool:
     from lengthscan.write.staging import OutputError
 
     return isinstance(exc, (ColumnError, SampleError, SourceError, TokenizerError, OutputError, ModelError,
-                            RuleError))
+                            RuleError, ChatTemplateError))
 
 
 class ProgressBars:

@@ -10,6 +10,17 @@ FLAGS: dict[str, tuple[str, dict]] = {
     "audio": ("--audio", dict(metavar="COL", help="column holding the input audio: paths (relative to the "
                                                    "manifest), bytes, or an HF Audio column")),
     "target": ("--target", dict(metavar="COL", help="column holding the target text (tokenized with text_target)")),
+    "messages": ("--messages", dict(metavar="COL", help="column holding conversations: lists of messages "
+                                                        "{role, content} (ShareGPT {from, value} is converted)")),
+    "prompt": ("--prompt", dict(metavar="COL", help="TRL's prompt-completion form: the prompt column (messages or "
+                                                    "text), with --completion")),
+    "completion": ("--completion", dict(metavar="COL", help="the completion column, with --prompt")),
+    "tools": ("--tools", dict(metavar="COL", help="column of per-row tool definitions (a list or a JSON string)")),
+    "chat_template": ("--chat-template", dict(metavar="FILE", help="a Jinja chat template to render conversations "
+                                                                   "with (default: the tokenizer's)")),
+    "train_on": ("--train-on", dict(choices=("assistant", "last", "all"), default="assistant",
+                                    help="which tokens of a conversation are trained: every assistant message "
+                                         "(default), the last one, or all tokens")),
     "tokenizer": ("--tokenizer", dict(metavar="DIR_OR_NAME", help="tokenizer directory or hub name "
                                                                    "(default: --model)")),
     "model": ("--model", dict(metavar="DIR_OR_NAME", help="model directory, hub name or config.json: its limits, "
@@ -36,8 +47,10 @@ FLAGS: dict[str, tuple[str, dict]] = {
     "limit": ("--limit", dict(action="append", default=[], metavar="RULE",
                               help="METRIC OP VALUE[:ACTION], e.g. 'input_tokens<=1024', "
                                    "'target_tokens<=p99:truncate', 'target_tokens/input_seconds<=z4' (repeatable)")),
-    "action": ("--action", dict(choices=("drop", "truncate"), default="drop",
-                                help="what a row over an upper token limit gets (default drop)")),
+    "action": ("--action", dict(choices=("drop", "truncate", "drop-turns"), default="drop",
+                                help="what a row over an upper token limit gets (default drop); drop-turns: a "
+                                     "conversation keeps its longest prefix ending with an assistant message "
+                                     "that fits")),
     "keep_empty_targets": ("--keep-empty-targets", dict(
         action="store_true", help="keep rows whose target has no content tokens (dropped by default)")),
     "crop_audio": ("--crop-audio", dict(action="store_true", help="crop audio over an input_seconds limit instead "
@@ -52,7 +65,8 @@ FLAGS: dict[str, tuple[str, dict]] = {
 }
 
 #: The flags of every command that measures a source (``model`` apart: memory requires it).
-SOURCE_FLAGS = ("input", "audio", "target", "tokenizer", "model", "sampling_rate", "split", "sample", "full",
+SOURCE_FLAGS = ("input", "audio", "target", "messages", "prompt", "completion", "tools", "chat_template",
+                "train_on", "tokenizer", "model", "sampling_rate", "split", "sample", "full",
                 "seed", "max_chars", "no_cache", "engine", "ray_address", "num_proc")
 #: audit (what clean would do) and clean (what it does).
 RULE_FLAGS = ("limit", "action", "keep_empty_targets", "crop_audio", "fail_over")
@@ -85,7 +99,9 @@ def measure_options(args):
 
     return MeasureOptions(input=args.input, target=args.target, audio=args.audio, tokenizer=args.tokenizer,
                           model=args.model, sampling_rate=args.sampling_rate,
-                          max_chars=args.max_chars or DEFAULT_MAX_CHARS)
+                          max_chars=args.max_chars or DEFAULT_MAX_CHARS, messages=args.messages,
+                          prompt=args.prompt, completion=args.completion, tools=args.tools,
+                          chat_template=args.chat_template, train_on=args.train_on)
 
 
 def rule_options(args):

@@ -91,7 +91,7 @@ def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally:
                if plan.full and role not in readers and role not in setup.decide_caps}
     to_measure = tuple(f for f in fields if f.role not in readers)
     if columns is None:
-        columns = list(dict.fromkeys(f.column for f in to_measure))
+        columns = list(dict.fromkeys(c for f in to_measure for c in f.columns))
     done = 0
     try:
         for batch, measured in engine.measure(split_src, plan, setup, to_measure, columns, batch_rows=run.batch_rows,
@@ -162,7 +162,7 @@ class LocalEngine:
         if self.num_proc <= 1 or not fields:
             for batch in batches:
                 yield batch, measure_batch(batch, fields, layout, counter=setup.counter, audio=setup.settings,
-                                           decide_caps=setup.decide_caps, with_ids=with_ids)
+                                           decide_caps=setup.decide_caps, with_ids=with_ids, chat=setup.chat)
             return
         import multiprocessing as mp
 
@@ -225,7 +225,7 @@ def worker_measure(batch: Batch) -> dict:
     """One batch measured in a worker process."""
     job = _WORKER[0]
     return measure_batch(batch, job.fields, job.layout, counter=job.setup.counter, audio=job.setup.settings,
-                         decide_caps=job.setup.decide_caps, with_ids=job.with_ids)
+                         decide_caps=job.setup.decide_caps, with_ids=job.with_ids, chat=job.setup.chat)
 
 
 def row_batches(plan: SamplePlan, batch_rows: int):

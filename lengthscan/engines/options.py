@@ -30,6 +30,12 @@ class MeasureOptions:
     model: str | None = None
     sampling_rate: int | None = None
     max_chars: int = DEFAULT_MAX_CHARS
+    messages: str | None = None       # a column of conversations (lists of messages)
+    prompt: str | None = None         # TRL's prompt-completion form: the prompt column ...
+    completion: str | None = None     # ... and the completion column
+    tools: str | None = None          # per-row tool definitions (a list or a JSON string)
+    chat_template: str | None = None  # a Jinja file (default: the tokenizer's chat template)
+    train_on: str = "assistant"       # which tokens are trained: assistant, last or all
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ class Setup:
     model_limits: object | None  # limits.ModelLimits
     ceilings: list[Ceiling]      # the upper bounds the audit counts rows over (the model's limits)
     decide_caps: dict = field(default_factory=dict)  # role -> upper token limit (decide-only mode)
+    chat: object | None = None   # measure.chat.counter.ChatCounter, for a conversation field
 
     @property
     def specs(self) -> tuple:
@@ -34,14 +35,45 @@ class Setup:
 
 
 def prepare(*, tokenizer=None, input=None, target=None, audio=None, model=None, sampling_rate=None,
-            max_chars: int = DEFAULT_MAX_CHARS) -> Setup:
+            max_chars: int = DEFAULT_MAX_CHARS, messages=None, prompt=None, completion=None, tools=None,
+            chat_template=None, train_on: str = "assistant") -> Setup:
     """Load the model's context, choose the fields and their measurements, the counter and limits."""
+    fmt = _chat_format(messages, prompt, completion, tools, chat_template)
     ctx = _model_context(model, tokenizer)
     settings = _audio_settings(ctx, sampling_rate) if audio else AudioSettings()
-    fields = role_fields(input=input, target=target, audio=audio, audio_settings=settings)
+    fields = role_fields(input=input, target=target, audio=audio, audio_settings=settings, chat=fmt)
     counter = _counter(fields, tokenizer, model, ctx, max_chars)
+    chat = _chat_counter(counter, fmt, chat_template, train_on)
     model_limits = _model_limits(ctx)
-    return Setup(fields, counter, settings, model_limits, _limits(fields, counter, model_limits))
+    return Setup(fields, counter, settings, model_limits, _limits(fields, counter, model_limits), chat=chat)
+
+
+def _chat_format(messages, prompt, completion, tools, chat_template):
+    """The conversation columns asked for (None: no conversation field)."""
+    if not (messages or prompt or completion):
+        if tools or chat_template:
+            raise ColumnError("--tools and --chat-template go with a conversation: --messages COL, or --prompt COL "
+                              "--completion COL")
+        return None
+    if messages and (prompt or completion):
+        raise ColumnError("give --messages COL, or --prompt COL with --completion COL, not both")
+    if not messages and not (prompt and completion):
+        raise ColumnError("TRL's prompt-completion form needs both --prompt COL and --completion COL")
+    from lengthscan.measure.chat.conversations import ChatFormat
+
+    return ChatFormat(messages=messages, prompt=prompt, completion=completion, tools=tools)
+
+
+def _chat_counter(counter, fmt, chat_template, train_on: str):
+    if fmt is None:
+        return None
+    from lengthscan.measure.chat.counter import TRAIN_ON, ChatCounter, ChatOptions
+
+    if train_on not in TRAIN_ON:
+        raise ColumnError(f"--train-on {train_on!r}: choose {', '.join(TRAIN_ON)}")
+    chat = ChatCounter(counter, ChatOptions(fmt, str(chat_template) if chat_template else None, train_on))
+    chat.check()  # the template (and offsets where spans are needed) now, before any row is read
+    return chat
 
 
 def _model_context(model, tokenizer):
@@ -72,7 +104,7 @@ def _audio_settings(ctx, sampling_rate: int | None) -> AudioSettings:
 
 def _counter(fields, tokenizer, model, ctx, max_chars: int):
     """The token counter text fields need: the given tokenizer, else the model's own."""
-    if not any(f.kind == "text" for f in fields):
+    if not any(f.kind in ("text", "chat") for f in fields):
         return None
     if isinstance(tokenizer, TokenCounter):
         return tokenizer
@@ -80,7 +112,8 @@ def _counter(fields, tokenizer, model, ctx, max_chars: int):
         name = tokenizer if isinstance(tokenizer, (str, Path)) else model
         return TokenCounter(ctx.tokenizer, max_chars=max_chars, name=str(name))
     if tokenizer is None:
-        raise ColumnError("text columns need a tokenizer: --tokenizer DIR_OR_NAME (or a --model that has one)")
+        raise ColumnError("text columns and conversations need a tokenizer: --tokenizer DIR_OR_NAME (or a --model "
+                          "that has one)")
     return TokenCounter(tokenizer, max_chars=max_chars)
 
 
@@ -89,10 +122,11 @@ def _limits(fields, counter, model_limits) -> list[Ceiling]:
     limits = []
     if model_limits is not None:
         limits += [Ceiling(m.name, m.value, m.origin) for m in model_limits.limits if m.name in measured]
-    elif counter is not None and "input_tokens" in measured:
+    elif counter is not None and measured & {"input_tokens", "sequence_tokens"}:
         max_len = counter.model_max_length()
         if max_len is not None:
-            limits.append(Ceiling("input_tokens", max_len, "tokenizer.model_max_length"))
+            name = "input_tokens" if "input_tokens" in measured else "sequence_tokens"
+            limits.append(Ceiling(name, max_len, "tokenizer.model_max_length"))
     return limits
 
 

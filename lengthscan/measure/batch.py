@@ -45,19 +45,42 @@ class RoleField:
 
     role: str
     column: str
-    kind: str  # "text" or "audio"
+    kind: str  # "text", "audio" or "chat"
     specs: tuple[FieldSpec, ...]
+    extra: tuple[str, ...] = ()  # other columns read with it (chat: completion, tools)
 
     @property
     def primary(self) -> FieldSpec:
         return self.specs[0]
 
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return (self.column, *self.extra)
+
+    @property
+    def notes(self) -> dict:
+        """Per-row side columns (name -> Arrow type name) this field writes to lengths.parquet."""
+        if self.kind != "chat":
+            return {}
+        from lengthscan.measure.chat.counter import NOTES
+
+        return NOTES
+
 
 def role_fields(*, input: str | None = None, target: str | None = None, audio: str | None = None,
-                audio_settings: AudioSettings = AudioSettings()) -> tuple[RoleField, ...]:
-    """The measured fields for ``--input``/``--audio`` and ``--target`` column names."""
+                audio_settings: AudioSettings = AudioSettings(), chat=None) -> tuple[RoleField, ...]:
+    """The measured fields for ``--input``/``--audio`` and ``--target`` column names, or for a
+    conversation (``chat``: a ``measure.chat.conversations.ChatFormat``)."""
     if input and audio:
         raise ColumnError("give the input as text (--input) or as audio (--audio), not both")
+    if chat is not None:
+        if input or audio or target:
+            raise ColumnError("give conversations (--messages, or --prompt with --completion) or text and audio "
+                              "columns (--input, --target, --audio), not both")
+        from lengthscan.measure.chat.counter import chat_specs
+
+        extra = tuple(c for c in chat.columns if c != chat.column)
+        return (RoleField("chat", chat.column, "chat", chat_specs(chat.column), extra),)
     fields = []
     if input:
         fields.append(RoleField("input", input, "text", (FieldSpec("input", input, "tokens"),)))
@@ -73,7 +96,7 @@ def role_fields(*, input: str | None = None, target: str | None = None, audio: s
 
 def measure_batch(batch: Batch, fields, split_src, *, counter=None,
                   audio: AudioSettings = AudioSettings(), decide_caps: dict | None = None,
-                  with_ids: bool = False) -> dict[str, Measured]:
+                  with_ids: bool = False, chat=None) -> dict[str, Measured]:
     """Measure every field of ``batch``: role -> ``Measured``.
 
     ``split_src`` is a ``SplitSource`` or its picklable ``SplitLayout`` (for error messages and
@@ -83,7 +106,10 @@ def measure_batch(batch: Batch, fields, split_src, *, counter=None,
     """
     out = {}
     for f in fields:
-        if f.kind == "text":
+        if f.kind == "chat":
+            columns = {c: column_values(batch, c) for c in f.columns}
+            out[f.role] = chat.measure(columns, {s.name: s for s in f.specs}, with_ids=with_ids)
+        elif f.kind == "text":
             texts = column_texts(batch, f.column, split_src)
             limit = (decide_caps or {}).get(f.role)
             bounds = ids = None
@@ -161,6 +187,15 @@ def column_audio(batch: Batch, column: str, split_src: SplitSource) -> list:
 
 # -- text -------------------------------------------------------------------------------------------
 
+def column_values(batch: Batch, column: str) -> list:
+    """A column's values as Python objects; a JSON column (datasets' ``arrow.json`` extension, which
+    holds values of mixed types as JSON text) decoded."""
+    col = batch.table.column(column)
+    if getattr(col.type, "extension_name", None) == "arrow.json":
+        return [None if v is None else json.loads(v) for v in col.storage.to_pylist()]
+    return col.to_pylist()
+
+
 def column_texts(batch: Batch, column: str, split_src: SplitSource) -> list:
     """The column's values as Python strings (None kept); anything that is not text is an error."""
     col = batch.table.column(column)
@@ -196,8 +231,9 @@ def check_columns(src, fields) -> None:
     for split_src in src.splits:
         have = split_src.column_names
         for f in fields:
-            if f.column not in have:
-                where = f" (split {split_src.name})" if src.has_splits else ""
-                flag = "--audio" if f.kind == "audio" else f"--{f.role}"
-                raise ColumnError(f"{src.spec}{where}: no column {f.column!r} for {flag}; "
-                                  f"columns are: {', '.join(have)}")
+            for column in f.columns:
+                if column not in have:
+                    where = f" (split {split_src.name})" if src.has_splits else ""
+                    flag = "--audio" if f.kind == "audio" else "a conversation" if f.kind == "chat" else f"--{f.role}"
+                    raise ColumnError(f"{src.spec}{where}: no column {column!r} for {flag}; "
+                                      f"columns are: {', '.join(have)}")

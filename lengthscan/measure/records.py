@@ -13,13 +13,15 @@ ROLES = ("input", "target")
 #: Per-row flag codes, as stored in ``lengths.parquet`` (``{role}_flag``). A row is measured
 #: (has a length) when its flag is OK or EMPTY; every other flag means no length, with a reason.
 (FLAG_OK, FLAG_MISSING, FLAG_EMPTY, FLAG_TOO_LONG, FLAG_MISSING_FILE, FLAG_UNREADABLE, FLAG_TRUNCATED,
- FLAG_WITHIN_BOUND, FLAG_OVER_BOUND, FLAG_OVER_PIECES) = range(10)
+ FLAG_WITHIN_BOUND, FLAG_OVER_BOUND, FLAG_OVER_PIECES, FLAG_INVALID_CONVERSATION, FLAG_TEMPLATE_ERROR,
+ FLAG_UNSUPPORTED_CONTENT) = range(13)
 
 
 FLAG_NAMES = {FLAG_OK: None, FLAG_MISSING: "missing", FLAG_EMPTY: "empty", FLAG_TOO_LONG: "too_long",
               FLAG_MISSING_FILE: "missing_file", FLAG_UNREADABLE: "unreadable", FLAG_TRUNCATED: "truncated",
               FLAG_WITHIN_BOUND: "within_by_bound", FLAG_OVER_BOUND: "over_by_prefix",
-              FLAG_OVER_PIECES: "over_by_pieces"}
+              FLAG_OVER_PIECES: "over_by_pieces", FLAG_INVALID_CONVERSATION: "invalid_conversation",
+              FLAG_TEMPLATE_ERROR: "template_error", FLAG_UNSUPPORTED_CONTENT: "unsupported_content"}
 
 
 #: Flags of rows decided without a full count (decide-only mode): a bound, no exact length.
@@ -50,10 +52,11 @@ class FieldSpec:
     role: str
     column: str
     unit: str = "tokens"
+    metric: str | None = None  # the measurement's name when it is not ``{role}_{unit}`` (chat metrics)
 
     @property
     def name(self) -> str:
-        return f"{self.role}_{self.unit}"
+        return self.metric or f"{self.role}_{self.unit}"
 
     @property
     def kind(self) -> str:
@@ -80,6 +83,8 @@ class Measured:
     decoded: np.ndarray | None = None
     bounds: dict | None = None  # FieldSpec -> (at_least, at_most) arrays (-1: none), decide-only mode
     ids: list | None = None     # token ids per row (None where no length), kept for ``clean --tokenize``
+    notes: dict | None = None   # per-row side columns of a chat field (name -> array), see ``RoleField.notes``
+    labels: list | None = None  # chat: the labels per row (-100 outside the trained tokens), with ``ids``
 
     @property
     def rows(self) -> int:

@@ -23,6 +23,12 @@ def numeric(values, type: pa.DataType, mask=None) -> pa.Array:
     return pa.Array.from_buffers(type, data.size, [validity, pa.py_buffer(data)], null_count=nulls)
 
 
+def booleans(values) -> pa.Array:
+    """``pa.array(values, pa.bool_())`` for a numpy array of bools (no nulls)."""
+    data = np.asarray(values, bool)
+    return pa.Array.from_buffers(pa.bool_(), data.size, [None, pa.py_buffer(np.packbits(data, bitorder="little"))])
+
+
 def strings(values) -> pa.Array:
     """``pa.array(values, pa.string())`` for a sequence of ``str`` or ``None``."""
     n = len(values)

@@ -212,6 +212,7 @@ class SplitAudit:
     fields: tuple[FieldStats, ...]
     pair: PairStats | None
     limits: tuple[CeilingCheck, ...] = ()
+    chat: dict | None = None  # ``stats.chat.ChatTally.to_dict()`` of a conversation field
 
     def _roles(self) -> dict:
         """Per role (input, target): its column and why rows have no length (the flags it shares)."""
@@ -237,4 +238,5 @@ class SplitAudit:
             "roles": self._roles(),
             "pair": self.pair.to_dict(sampled) if self.pair else None,
             "limits": [c.to_dict() for c in self.limits],
+            **({"chat": self.chat} if self.chat is not None else {}),
         }

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lengthscan.measure.records import FLAG_NAMES, FLAG_OK, FieldSpec, Measured
+from lengthscan.stats.chat import ChatTally
 from lengthscan.sources.sampling import SamplePlan
 from lengthscan.stats.histograms import (
     RATIO_SCALE,
@@ -123,12 +124,26 @@ class SplitTally:
     pairs: list[PairStats] = field(default_factory=list)
     ceiling_tallies: list[CeilingTally] = field(default_factory=list)
     ratio_parts: dict = field(default_factory=dict)
+    chat: ChatTally | None = None  # conversation counts (a chat field)
     keep_positions: np.ndarray | None = None  # which measured rows to keep lengths of (None: all)
     kept: list = field(default_factory=list)  # (rows, input values, target values) per batch
     seen: int = 0
 
     def __post_init__(self):
         self.ceiling_tallies = [CeilingTally(limit) for limit in self.ceilings]
+        if self.chat is None and any(f.kind == "chat" for f in self.fields):
+            self.chat = ChatTally()
+
+    def _pair_fields(self):
+        """The (x, y) measurements of the pair statistics: input x target, or a conversation's
+        prompt x completion tokens (None: no pair)."""
+        if len(self.fields) == 2:
+            return self.fields[0].primary, self.fields[1].primary
+        chat = self.fields[0] if len(self.fields) == 1 and self.fields[0].kind == "chat" else None
+        if chat is None:
+            return None
+        by_name = {s.name: s for s in chat.specs}
+        return by_name["prompt_tokens"], by_name["completion_tokens"]
 
     def add(self, rows: np.ndarray, measured: dict[str, Measured]) -> None:
         by_name, bounds = {}, {}
@@ -143,11 +158,15 @@ class SplitTally:
                 bucket.append(stats_from_lengths(spec, values, m.flags, m.decoded))
                 if len(bucket) >= 32:
                     bucket[:] = [merge_all(bucket)]
-        if len(self.fields) == 2:
-            x, y = self.fields
-            self.pairs.append(pair_from_lengths(x.primary, y.primary, by_name[x.primary.name], by_name[y.primary.name]))
+        pair = self._pair_fields()
+        if pair is not None:
+            x, y = pair
+            self.pairs.append(pair_from_lengths(x, y, by_name[x.name], by_name[y.name]))
             if len(self.pairs) >= 32:
                 self.pairs[:] = [merge_all(self.pairs)]
+        if self.chat is not None:
+            m = measured[self.fields[0].role]
+            self.chat.add(by_name, m.notes)
         for lt in self.ceiling_tallies:
             lt.add(rows, by_name[lt.limit.measure], bounds.get(lt.limit.measure))
         self._keep_lengths(rows, by_name)
@@ -171,6 +190,8 @@ class SplitTally:
             bucket.extend(hists)
             if len(bucket) >= 32:
                 bucket[:] = [merge_histograms(bucket)]
+        if self.chat is not None and other.chat is not None:
+            self.chat.merge(other.chat)
         self.kept.extend(other.kept)
         self.seen += other.seen
         return self
@@ -183,7 +204,7 @@ class SplitTally:
 
     def _keep_lengths(self, rows: np.ndarray, by_name: dict) -> None:
         """Keep the primary lengths of (a bounded, uniform subset of) the rows for the batch simulation."""
-        inputs = [f for f in self.fields if f.role == "input"]
+        inputs = [f for f in self.fields if f.role in ("input", "chat")]
         targets = [f for f in self.fields if f.role == "target"]
         x = by_name[inputs[0].primary.name] if inputs else None
         y = by_name[targets[0].primary.name] if targets else None
@@ -219,11 +240,12 @@ class SplitTally:
         stats = tuple(merge_all(self.parts[s]) if self.parts.get(s) else FieldStats(s)
                       for f in self.fields for s in f.specs)
         pair = None
-        if len(self.fields) == 2:
-            x, y = self.fields
-            pair = merge_all(self.pairs) if self.pairs else PairStats(
-                x.primary.name, y.primary.name, x_scale=x.primary.scale, y_scale=y.primary.scale)
-        return SplitAudit(name, sample, stats, pair, tuple(lt.check(sample) for lt in self.ceiling_tallies))
+        if (xy := self._pair_fields()) is not None:
+            x, y = xy
+            pair = merge_all(self.pairs) if self.pairs else PairStats(x.name, y.name, x_scale=x.scale,
+                                                                      y_scale=y.scale)
+        return SplitAudit(name, sample, stats, pair, tuple(lt.check(sample) for lt in self.ceiling_tallies),
+                          chat=self.chat.to_dict() if self.chat is not None else None)
 
 
 def merge_all(items):

@@ -28,6 +28,7 @@ def lengths_schema(fields, *, with_split: bool, multi_file: bool, bounded=()) ->
             cols.append((spec.name, pa.float64() if spec.unit == "seconds" else pa.int64()))
             if f.role in bounded and spec.unit == "tokens":
                 cols += [(f"{spec.name}_at_least", pa.int64()), (f"{spec.name}_at_most", pa.int64())]
+        cols += [(name, pa.bool_() if kind == "bool" else pa.int64()) for name, kind in f.notes.items()]
         cols += [(f"{f.role}_flag", pa.string()), (f"{f.role}_error", pa.string())]
     return pa.schema(cols)
 
@@ -51,6 +52,11 @@ def lengths_batch(schema: pa.Schema, rows: np.ndarray, *, split: str | None,
                 lo, hi = (m.bounds or {}).get(spec, (np.full(rows.size, -1), np.full(rows.size, -1)))
                 cols[f"{spec.name}_at_least"] = arrays.numeric(lo, pa.int64(), mask=lo < 0)
                 cols[f"{spec.name}_at_most"] = arrays.numeric(hi, pa.int64(), mask=hi < 0)
+        for name, values in (m.notes or {}).items():
+            if values.dtype == bool:
+                cols[name] = arrays.booleans(values)
+            else:
+                cols[name] = arrays.numeric(values, pa.int64(), mask=values < 0)
         cols[f"{role}_flag"] = arrays.strings(_FLAG_LOOKUP[m.flags])
         cols[f"{role}_error"] = arrays.strings(m.errors if m.errors is not None else [None] * rows.size)
     return pa.record_batch([cols[n] for n in schema.names], schema=schema)

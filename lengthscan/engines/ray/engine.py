@@ -63,7 +63,7 @@ class RayEngine:
         from lengthscan.engines.ray.sources import read_split
 
         ray = self.ray
-        columns = columns or list(dict.fromkeys(f.column for f in fields))
+        columns = columns or list(dict.fromkeys(c for f in fields for c in f.columns))
         ds = read_split(ray, split_src, columns, self.num_blocks)
         # the job is small (a TokenCounter pickles by name), passed inline so a restarted actor has it
         actors = start_actors(ray, Measurer, setup, fields, split_src.layout(), columns, batch_rows)
@@ -148,7 +148,8 @@ class Measurer:
         pieces = []
         for batch in table_batches(table, rows, self.batch_rows):
             measured = measure_batch(batch, self.fields, self.layout, counter=self.setup.counter,
-                                     audio=self.setup.settings, decide_caps=self.setup.decide_caps)
+                                     audio=self.setup.settings, decide_caps=self.setup.decide_caps,
+                                     chat=self.setup.chat)
             pieces.append((batch.rows, measured))
         return pieces
 

@@ -35,6 +35,8 @@ DEFAULT_MAX_CHARS = 10_000_000
 CHUNK_CHARS = 4_000_000
 
 METHOD_FAST = "backend.encode_batch_fast"
+#: The role of rendered chat texts: tokenized as ``apply_chat_template`` does, without special tokens.
+CHAT_ROLE = "chat"
 METHOD_CALL = "__call__"
 
 PROBES = (
@@ -277,7 +279,31 @@ class TokenCounter:
         tok = self.tokenizer
         if role == "target":
             return tok(text_target=texts)["input_ids"]
+        if role == CHAT_ROLE:
+            return tok(texts, add_special_tokens=False)["input_ids"]
         return tok(texts)["input_ids"]
+
+    def encode_rendered(self, texts: list[str], *, offsets: bool = False) -> list[tuple[list, list | None]]:
+        """(ids, character offsets or None) of rendered chat texts, as ``apply_chat_template``
+        tokenizes them (``add_special_tokens=False``), by the proven fast path where there is one.
+        ``offsets`` needs a fast tokenizer: ``NotImplementedError`` otherwise."""
+        if not texts:
+            return []
+        method = self._methods.get(CHAT_ROLE) or self._decide(CHAT_ROLE, texts)
+        out: list = []
+        for start, stop in _chunks(texts, CHUNK_CHARS):
+            part = texts[start:stop]
+            if method.method == METHOD_FAST:
+                if offsets:
+                    out += [(e.ids, e.offsets) for e in method.backend.encode_batch(part, add_special_tokens=False)]
+                else:
+                    out += [(e.ids, None) for e in method.backend.encode_batch_fast(part, add_special_tokens=False)]
+            elif offsets:
+                enc = self.tokenizer(part, add_special_tokens=False, return_offsets_mapping=True)
+                out += list(zip(enc["input_ids"], enc["offset_mapping"]))
+            else:
+                out += [(ids, None) for ids in self._call_ids(part, CHAT_ROLE)]
+        return out
 
     # -- proof of the fast path ---------------------------------------------------------------
     def _decide(self, role: str, texts: list[str]) -> _RoleMethod:
@@ -285,7 +311,7 @@ class TokenCounter:
         if reason is None:
             backend = self._backend_snapshot()
             probe = list(PROBES) + self._special_token_probes() + [t for t in texts[:64] if len(t) <= 20_000]
-            fast_ids = [e.ids for e in backend.encode_batch(probe, add_special_tokens=True)]
+            fast_ids = [e.ids for e in backend.encode_batch(probe, add_special_tokens=role != CHAT_ROLE)]
             call_ids = [list(ids) for ids in self._call_ids(probe, role)]
             bad = next((i for i, (a, b) in enumerate(zip(fast_ids, call_ids)) if a != b), None)
             if bad is None:

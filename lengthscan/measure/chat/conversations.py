@@ -1,0 +1,205 @@
+"""Conversations as a chat template receives them, from the values of a batch's columns.
+
+Two forms (``ChatFormat``):
+
+* ``messages``: a list of messages ``{role, content, ...}`` (the OpenAI/TRL form). ShareGPT lists of
+  ``{from, value}`` are converted with a role map (``SHAREGPT_ROLES``: human -> user, gpt -> assistant,
+  function_call -> an assistant tool call, observation -> tool), where TRL only renames the keys;
+* ``prompt``/``completion``: TRL's prompt-completion form, each a list of messages or a string.
+
+Messages are handed over as ``apply_chat_template`` hands them: keys whose value is None are
+dropped (an Arrow struct holds every key any message had, the missing ones as null; nested dicts too,
+since a JSON reader fills them the same way). Reasoning is aliased by transformers' own renderer.
+A row that is not a conversation gets an ``invalid_conversation`` reason naming what is wrong; content
+given as parts of another type than text gets ``unsupported_content``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+#: Roles a conversation may use (the ones chat templates of current model families render).
+KNOWN_ROLES = frozenset({"system", "user", "assistant", "tool", "developer", "function", "ipython"})
+
+#: ShareGPT ``from`` values and the roles they become (LLaMA-Factory's and FastChat's names).
+SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+                  "chatgpt": "assistant", "bing": "assistant", "bard": "assistant", "model": "assistant",
+                  "system": "system", "function_call": "assistant", "observation": "tool", "tool": "tool",
+                  "function": "tool"}
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    """Which columns hold the conversation: ``messages``, or ``prompt`` and ``completion``; ``tools``."""
+
+    messages: str | None = None
+    prompt: str | None = None
+    completion: str | None = None
+    tools: str | None = None
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        named = (self.messages, self.prompt, self.completion, self.tools)
+        return tuple(c for c in named if c)
+
+    @property
+    def column(self) -> str:
+        """The column the conversation is named by (messages, or prompt)."""
+        return self.messages or self.prompt
+
+
+@dataclass
+class Conversation:
+    """One row ready to render: ``messages`` (for prompt-completion rows: prompt + completion),
+    ``split_at`` (prompt-completion: where the completion starts), ``text`` (string prompt-completion:
+    (prompt, completion)), ``tools``, and what was done to it."""
+
+    messages: list | None = None
+    tools: list | None = None
+    split_at: int | None = None
+    text: tuple[str, str] | None = None
+    sharegpt: bool = False
+    has_parts: bool = False
+
+
+class RowProblem(ValueError):
+    """The row is not a conversation a template can take; ``flag`` names the reason."""
+
+    def __init__(self, flag: str, message: str):
+        super().__init__(message)
+        self.flag = flag
+
+
+def conversations(columns: dict, fmt: ChatFormat) -> list:
+    """Per row: a ``Conversation``, None (the conversation is missing), or a ``RowProblem``."""
+    n = len(next(iter(columns.values())))
+    tools = columns.get(fmt.tools) if fmt.tools else None
+    out: list = []
+    for i in range(n):
+        try:
+            out.append(_row(columns, fmt, i, tools[i] if tools is not None else None))
+        except RowProblem as problem:
+            out.append(problem)
+    return out
+
+
+def _row(columns: dict, fmt: ChatFormat, i: int, tools):
+    if fmt.messages:
+        value = columns[fmt.messages][i]
+        if value is None:
+            return None
+        conv = Conversation(tools=parse_tools(tools))
+        conv.messages = messages_of(value, conv)
+        if not conv.messages:
+            raise RowProblem("invalid_conversation", "the conversation has no message")
+        return conv
+    prompt, completion = columns[fmt.prompt][i], columns[fmt.completion][i]
+    if prompt is None or completion is None:
+        return None
+    if isinstance(prompt, str) and isinstance(completion, str):
+        return Conversation(text=(prompt, completion))
+    if isinstance(prompt, str) or isinstance(completion, str):
+        raise RowProblem("invalid_conversation", "prompt and completion must both be strings or both lists of "
+                                                 "messages")
+    conv = Conversation(tools=parse_tools(tools))
+    head = messages_of(prompt, conv, what="prompt")
+    tail = messages_of(completion, conv, what="completion")
+    if not tail:
+        raise RowProblem("invalid_conversation", "the completion has no message")
+    conv.messages, conv.split_at = head + tail, len(head)
+    return conv
+
+
+def parse_tools(value) -> list | None:
+    """Tool definitions: a list, or a JSON string of one (parsed first, as TRL does)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise RowProblem("invalid_conversation", f"tools: not valid JSON ({exc})") from None
+        if value is None:
+            return None
+    if not isinstance(value, list):
+        raise RowProblem("invalid_conversation", f"tools: a {type(value).__name__}, not a list of definitions")
+    return [_without_nulls(t) for t in value]
+
+
+def messages_of(value, conv: Conversation, what: str = "conversation") -> list[dict]:
+    """The messages of one list value, checked and normalized; ShareGPT converted."""
+    if not isinstance(value, (list, tuple)):
+        raise RowProblem("invalid_conversation", f"the {what} is a {type(value).__name__}, not a list of messages")
+    out = []
+    for k, message in enumerate(value):
+        if not isinstance(message, dict):
+            raise RowProblem("invalid_conversation",
+                             f"{what} message {k} is a {type(message).__name__}, not a dict")
+        message = _without_nulls(message)
+        if "role" not in message and "from" in message:
+            message = _from_sharegpt(message)
+            conv.sharegpt = True
+        role = message.get("role")
+        if role is None:
+            raise RowProblem("invalid_conversation", f"{what} message {k} has no 'role'")
+        if not isinstance(role, str) or role not in KNOWN_ROLES:
+            raise RowProblem("invalid_conversation", f"{what} message {k} has an unknown role {role!r} "
+                                                     f"(known: {', '.join(sorted(KNOWN_ROLES))})")
+        if "content" not in message and not ({"tool_calls", "reasoning_content", "thinking", "reasoning"}
+                                             & message.keys()):
+            raise RowProblem("invalid_conversation", f"{what} message {k} ({role}) has no 'content'")
+        content = message.get("content")
+        if isinstance(content, (list, tuple)):
+            conv.has_parts = True
+            for part in content:
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                if kind != "text":
+                    raise RowProblem("unsupported_content", f"{what} message {k} ({role}) has a content part of "
+                                                            f"type {kind!r}: only text parts are measured for now")
+        out.append(message)
+    return out
+
+
+def part_texts(messages: list[dict]) -> list[str]:
+    """The texts of every content part (to check that the rendering holds them)."""
+    return [p["text"] for m in messages if isinstance(m.get("content"), (list, tuple))
+            for p in m["content"] if isinstance(p.get("text"), str) and p["text"].strip()]
+
+
+def _from_sharegpt(message: dict) -> dict:
+    source = message.pop("from")
+    value = message.pop("value", None)
+    role = SHAREGPT_ROLES.get(source, source) if isinstance(source, str) else source
+    out = {"role": role, **message}
+    if source == "function_call" and isinstance(value, str):
+        calls = _tool_calls(value)
+        if calls is not None:
+            out["content"] = ""
+            out["tool_calls"] = calls
+            return out
+    if value is not None:
+        out["content"] = value
+    return out
+
+
+def _tool_calls(value: str) -> list | None:
+    """A ShareGPT function_call value (JSON: a call or a list of calls) as tool_calls, else None."""
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return None
+    calls = parsed if isinstance(parsed, list) else [parsed]
+    if not calls or not all(isinstance(c, dict) and "name" in c for c in calls):
+        return None
+    return [{"type": "function", "function": {"name": c["name"], "arguments": c.get("arguments", {})}}
+            for c in calls]
+
+
+def _without_nulls(value):
+    """Dicts without their None-valued keys, at every depth (lists keep their None items)."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value

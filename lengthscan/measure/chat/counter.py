@@ -1,0 +1,348 @@
+"""Chat measurements exactly as the model sees them: the template's rendering, tokenized as
+``apply_chat_template`` tokenizes it, and which of its tokens are trained.
+
+Per row (metrics, see ``CHAT_METRICS``):
+
+* ``sequence_tokens``: ``len(apply_chat_template(messages, tools=..., tokenize=True)["input_ids"])``;
+* ``completion_tokens`` (the trained tokens, ``--train-on``) and ``prompt_tokens`` (the rest):
+  - a template with ``{% generation %}`` blocks: the assistant mask's sum (every token overlapping
+    a generation span; ``last``: the last span only), from one rendering and its offsets;
+  - a template without them: TRL's common-prefix rule per trained assistant message i, the tokens
+    of q = render(messages[:i+1]) past the common prefix of q and p = render(messages[:i],
+    add_generation_prompt=True), counted only where q is a token prefix of the whole rendering;
+    otherwise the template rewrites earlier turns (note ``rewrites_history``) and the row has no
+    completion count;
+  - prompt-completion rows: TRL's rule (the prompt rendered with the generation prompt, the
+    completion being the rest past the common prefix); strings: no template, the completion gets
+    the EOS text, both tokenized with special tokens;
+  - ``all``: every token;
+* ``turns``, ``assistant_turns``; ``longest_message_tokens`` (a message's text content tokenized
+  alone, without special tokens);
+* side columns (``NOTES``): ``trained_from`` (the first trained token's position), ``final_eot_at``
+  (where the end-of-turn token closes the last trained token), ``ends_with_eot``,
+  ``rewrites_history``, ``parts_not_rendered``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lengthscan.measure.chat.conversations import ChatFormat, Conversation, RowProblem, conversations, part_texts
+from lengthscan.measure.chat.spans import assistant_mask, common_prefix, eot_position, is_prefix
+from lengthscan.measure.records import (
+    FLAG_CODES,
+    FLAG_MISSING,
+    FLAG_TEMPLATE_ERROR,
+    FLAG_TOO_LONG,
+    FieldSpec,
+    Measured,
+)
+
+#: The chat measurements (lengths.parquet columns, rule metrics), primary first.
+CHAT_METRICS = ("sequence_tokens", "prompt_tokens", "completion_tokens", "turns", "assistant_turns",
+                "longest_message_tokens")
+#: Per-row side columns of a chat field: name -> Arrow type name.
+NOTES = {"trained_from": "int64", "final_eot_at": "int64", "ends_with_eot": "bool", "rewrites_history": "bool",
+         "parts_not_rendered": "bool", "system_tokens": "int64", "user_tokens": "int64", "assistant_tokens": "int64",
+         "tool_tokens": "int64"}
+#: Message roles whose content tokens get a side column (``{role}_tokens``).
+CONTENT_ROLES = ("system", "user", "assistant", "tool")
+TRAIN_ON = ("assistant", "last", "all")
+
+
+@dataclass(frozen=True)
+class ChatOptions:
+    """What a chat field measures: the columns, the template file (None: the tokenizer's), what is trained."""
+
+    format: ChatFormat
+    template: str | None = None
+    train_on: str = "assistant"
+
+
+def chat_specs(column: str) -> tuple[FieldSpec, ...]:
+    units = {"turns": "turns", "assistant_turns": "turns"}
+    return tuple(FieldSpec("chat", column, units.get(m, "tokens"), metric=m) for m in CHAT_METRICS)
+
+
+@dataclass
+class _Row:
+    """Work for one row: its renderings (indices into the batch's text list) and what they gave."""
+
+    conv: Conversation
+    full: int = -1                       # the whole rendering
+    pairs: list = field(default_factory=list)   # (p, q) per trained assistant message (no generation blocks)
+    spans: list = field(default_factory=list)   # generation spans of the whole rendering
+    ref: int = -1                        # ``all``: the rendering that ends with the last assistant turn
+
+
+class ChatCounter:
+    """Measures conversations for one tokenizer (a ``TokenCounter``) and template; picklable."""
+
+    def __init__(self, counter, options: ChatOptions):
+        self.counter = counter
+        self.options = options
+        self._renderer = None
+        self._eot: tuple | None = None
+
+    # -- set-up -----------------------------------------------------------------------------
+    @property
+    def renderer(self):
+        if self._renderer is None:
+            from lengthscan.measure.chat.template import Renderer, load_template
+
+            tok = self.counter.tokenizer
+            self._renderer = Renderer(load_template(tok, self.options.template), tok.special_tokens_map)
+        return self._renderer
+
+    @property
+    def template(self):
+        return self.renderer.template
+
+    @property
+    def rule(self) -> str:
+        """How the trained tokens are counted (said in the report)."""
+        if self.options.train_on == "all":
+            return "all tokens (--train-on all)"
+        if self.template.has_generation:
+            return "assistant mask: tokens overlapping the template's {% generation %} spans"
+        return "TRL's common-prefix rule per assistant message (the template has no {% generation %} blocks)"
+
+    def check(self) -> None:
+        """Fail early (exit 2) on what no row can fix: no template, no offsets where spans are needed."""
+        renderer = self.renderer
+        if renderer.template.has_generation and self.options.train_on != "all":
+            try:
+                self.counter.encode_rendered(["probe"], offsets=True)
+            except NotImplementedError:
+                from lengthscan.measure.chat.template import ChatTemplateError
+
+                raise ChatTemplateError(
+                    f"{type(self.counter.tokenizer).__name__} gives no character offsets, which the assistant spans "
+                    f"of a {{% generation %}} template need: use the model's fast tokenizer (tokenizer.json)") from None
+
+    @property
+    def eot_id(self) -> int | None:
+        """The end-of-turn token: the first added token the template writes after an assistant
+        message, else EOS (None: neither)."""
+        if self._eot is None:
+            self._eot = (self._find_eot(),)
+        return self._eot[0]
+
+    def _find_eot(self) -> int | None:
+        tok = self.counter.tokenizer
+        marker = "lengthscan-end-probe"
+        try:
+            text, _ = self.renderer.render([{"role": "user", "content": "hello"},
+                                            {"role": "assistant", "content": marker}])
+        except Exception:  # noqa: BLE001 - a template that refuses the probe: fall back to EOS
+            text = ""
+        after = text[text.rfind(marker) + len(marker):] if marker in text else ""
+        added = {t: i for t, i in tok.get_added_vocab().items() if t.strip()}
+        found = [(after.find(t), -len(t), i) for t, i in added.items() if t in after]
+        if found:
+            return min(found)[2]
+        return getattr(tok, "eos_token_id", None)
+
+    # -- measuring --------------------------------------------------------------------------
+    def measure(self, columns: dict, spec_of: dict, *, with_ids: bool = False) -> Measured:
+        """One batch: ``columns`` maps column name -> Python values; ``spec_of`` metric -> FieldSpec."""
+        convs = conversations(columns, self.options.format)
+        n = len(convs)
+        values = {m: np.full(n, -1, np.int64) for m in CHAT_METRICS}
+        notes = {"trained_from": np.full(n, -1, np.int64), "final_eot_at": np.full(n, -1, np.int64),
+                 "ends_with_eot": np.zeros(n, bool), "rewrites_history": np.zeros(n, bool),
+                 "parts_not_rendered": np.zeros(n, bool),
+                 **{f"{r}_tokens": np.full(n, -1, np.int64) for r in CONTENT_ROLES}}
+        flags = np.zeros(n, np.int8)
+        errors: list = [None] * n
+        texts: list[str] = []          # rendered chat texts (tokenized without special tokens)
+        plain: list[str] = []          # string prompt-completion texts (tokenized with special tokens)
+        work: dict[int, _Row] = {}
+        for i, conv in enumerate(convs):
+            if conv is None:
+                flags[i] = FLAG_MISSING
+                continue
+            if isinstance(conv, RowProblem):
+                flags[i], errors[i] = FLAG_CODES[conv.flag], str(conv)
+                continue
+            try:
+                work[i] = self._render_row(conv, texts, plain)
+            except _TooLong as exc:
+                flags[i], errors[i] = FLAG_TOO_LONG, str(exc)
+            except Exception as exc:  # noqa: BLE001 - the template's own message, per row
+                flags[i], errors[i] = FLAG_TEMPLATE_ERROR, _template_message(exc)
+        encoded = self._encode(texts, {w.full for w in work.values() if self._spans_wanted(w.conv)})
+        plain_ids = self.counter.ids(plain, "input") if plain else []
+        longest = self._message_tokens(work, notes)
+        ids_out: list | None = [None] * n if with_ids else None
+        labels_out: list | None = [None] * n if with_ids else None
+        for i, w in work.items():
+            ids = plain_ids[w.full] if w.conv.text is not None else encoded[w.full][0]
+            if len(ids) == 0:
+                flags[i], errors[i] = FLAG_TEMPLATE_ERROR, "the template rendered nothing"
+                continue
+            values["sequence_tokens"][i] = len(ids)
+            msgs = w.conv.messages or []
+            values["turns"][i] = len(msgs) if w.conv.text is None else 2
+            values["assistant_turns"][i] = sum(1 for m in msgs if m.get("role") == "assistant") \
+                if w.conv.text is None else 1
+            values["longest_message_tokens"][i] = longest.get(i, -1)
+            if w.conv.has_parts and _parts_missing(texts[w.full], msgs):
+                notes["parts_not_rendered"][i] = True
+            trained = self._trained(w, ids, encoded, plain_ids)
+            if trained is None:
+                notes["rewrites_history"][i] = True
+                continue
+            mask, last_ref = trained
+            completion = int(mask.sum())
+            values["completion_tokens"][i] = completion
+            values["prompt_tokens"][i] = len(ids) - completion
+            hits = np.flatnonzero(mask)
+            notes["trained_from"][i] = int(hits[0]) if hits.size else -1
+            eot = eot_position(ids, last_ref, self.eot_id)
+            notes["final_eot_at"][i] = eot
+            notes["ends_with_eot"][i] = eot >= 0
+            if with_ids:
+                ids_out[i] = list(ids)
+                labels_out[i] = np.where(mask.astype(bool), np.asarray(ids, np.int64), -100).tolist()
+        return Measured({spec_of[m]: values[m] for m in CHAT_METRICS}, flags,
+                        errors if any(e is not None for e in errors) else None, notes=notes, ids=ids_out,
+                        labels=labels_out)
+
+    def _render_row(self, conv: Conversation, texts: list, plain: list) -> _Row:
+        limit = self.counter.max_chars
+        row = _Row(conv)
+        if conv.text is not None:
+            prompt, completion = conv.text
+            eos = self.counter.tokenizer.eos_token
+            if eos and not completion.endswith(eos):
+                completion += eos
+            if len(prompt) + len(completion) > limit:
+                raise _TooLong(f"longer than --max-chars {limit:,} characters")
+            row.full = _add(plain, prompt + completion)
+            row.pairs = [(_add(plain, prompt), row.full)]
+            return row
+
+        def render(messages, **kw):
+            text, spans = self.renderer.render(messages, conv.tools, **kw)
+            if len(text) > limit:
+                raise _TooLong(f"the rendering is longer than --max-chars {limit:,} characters")
+            return text, spans
+
+        msgs, train_on = conv.messages, self.options.train_on
+        text, row.spans = render(msgs, spans=self._spans_wanted(conv))
+        row.full = _add(texts, text)
+        if conv.split_at is not None:  # conversational prompt-completion: TRL's rule
+            prompt, _ = render(msgs[:conv.split_at], add_generation_prompt=True)
+            row.pairs = [(_add(texts, prompt), row.full)]
+            return row
+        assistants = [k for k, m in enumerate(msgs) if m.get("role") == "assistant"]
+        if not assistants or self._spans_wanted(conv):
+            return row
+        if train_on == "all":  # every token; the last assistant turn's end is where its EOT should be
+            k = assistants[-1]
+            row.ref = row.full if k == len(msgs) - 1 else _add(texts, render(msgs[:k + 1])[0])
+            return row
+        for k in (assistants if train_on == "assistant" else assistants[-1:]):
+            q = row.full if k == len(msgs) - 1 else _add(texts, render(msgs[:k + 1])[0])
+            p = _add(texts, render(msgs[:k], add_generation_prompt=True)[0]) if k else -1
+            row.pairs.append((p, q))
+        return row
+
+    def _spans_wanted(self, conv: Conversation) -> bool:
+        """The row's trained tokens come from the template's generation spans."""
+        return self.template.has_generation and self.options.train_on != "all" and conv.split_at is None \
+            and conv.text is None
+
+    def _encode(self, texts: list[str], with_offsets: set) -> list:
+        """(ids, offsets) per text: offsets only for the ``with_offsets`` indices."""
+        out: list = [None] * len(texts)
+        idx_off = sorted(with_offsets)
+        idx_plain = [k for k in range(len(texts)) if k not in with_offsets]
+        for k, enc in zip(idx_off, self.counter.encode_rendered([texts[k] for k in idx_off], offsets=True)):
+            out[k] = enc
+        for k, enc in zip(idx_plain, self.counter.encode_rendered([texts[k] for k in idx_plain])):
+            out[k] = enc
+        return out
+
+    def _trained(self, w: _Row, ids, encoded, plain_ids):
+        """(0/1 mask of trained tokens, the last trained position of the final assistant turn), or
+        None when the template rewrites earlier turns (no count)."""
+        n = len(ids)
+        mask = np.zeros(n, np.int8)
+        every = self.options.train_on == "all"
+        if w.conv.text is not None or w.conv.split_at is not None:  # prompt-completion: TRL's rule
+            prompt = plain_ids[w.pairs[0][0]] if w.conv.text is not None else encoded[w.pairs[0][0]][0]
+            mask[0 if every else common_prefix(prompt, ids):] = 1
+            return mask, n - 1
+        if every:
+            mask[:] = 1
+            return mask, (len(encoded[w.ref][0]) - 1 if w.ref >= 0 else -1)
+        if self._spans_wanted(w.conv):
+            spans = w.spans[-1:] if self.options.train_on == "last" else w.spans
+            mask = assistant_mask(encoded[w.full][1], spans)
+            hits = np.flatnonzero(mask)
+            return mask, (int(hits[-1]) if hits.size else -1)
+        last = -1
+        for p, q in w.pairs:
+            q_ids = encoded[q][0]
+            if q != w.full and not is_prefix(q_ids, ids):
+                return None
+            start = common_prefix(encoded[p][0], q_ids) if p >= 0 else 0
+            mask[start:len(q_ids)] = 1
+            last = len(q_ids) - 1
+        return mask, last
+
+    def _message_tokens(self, work: dict, notes: dict) -> dict:
+        """row -> tokens of its longest message text (each tokenized alone, without special tokens);
+        the content tokens per role go to ``notes`` (``{role}_tokens``)."""
+        texts, owners = [], []
+        for i, w in work.items():
+            if w.conv.text is not None:
+                texts += list(w.conv.text)
+                owners += [(i, "user"), (i, "assistant")]
+                continue
+            for m in w.conv.messages:
+                content = m.get("content")
+                if isinstance(content, (list, tuple)):
+                    content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+                if isinstance(content, str) and content:
+                    texts.append(content)
+                    owners.append((i, m.get("role")))
+        longest: dict = {i: 0 for i in work}
+        for i in work:
+            for r in CONTENT_ROLES:
+                notes[f"{r}_tokens"][i] = 0
+        for (i, role), (ids, _) in zip(owners, self.counter.encode_rendered(texts)):
+            longest[i] = max(longest[i], len(ids))
+            if role in CONTENT_ROLES:
+                notes[f"{role}_tokens"][i] += len(ids)
+        return longest
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_renderer"] = None
+        return state
+
+
+class _TooLong(ValueError):
+    pass
+
+
+def _add(texts: list, text: str) -> int:
+    texts.append(text)
+    return len(texts) - 1
+
+
+def _parts_missing(rendered: str, messages: list) -> bool:
+    """Content parts that the rendering does not hold as text (or holds as a Python repr)."""
+    if "{'type': " in rendered or "'text': " in rendered:
+        return True
+    return any(t.strip() not in rendered for t in part_texts(messages))
+
+
+def _template_message(exc: Exception) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]

@@ -1,0 +1,99 @@
+"""The chat template: which one (the tokenizer's, or a Jinja file), and rendering it exactly as
+``tokenizer.apply_chat_template`` does.
+
+Rendering goes through transformers' own ``render_jinja_template`` with the tokenizer's special
+tokens as template variables, as ``apply_chat_template`` calls it, so the text (and, for templates
+with ``{% generation %}`` blocks, the assistant spans) is the installed transformers' own; the
+template is compiled once (transformers caches the compiled template by its text).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_GENERATION = re.compile(r"\{%-?\s*generation\s*-?%\}")
+
+
+class ChatTemplateError(ValueError):
+    """No usable chat template (exit code 2); the message says how to give one."""
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """A chat template's text, where it came from, and whether it marks generation spans."""
+
+    text: str
+    origin: str  # "tokenizer" or the file's path
+
+    @property
+    def has_generation(self) -> bool:
+        """The template wraps assistant output in ``{% generation %}`` blocks (assistant masks)."""
+        return bool(_GENERATION.search(self.text))
+
+    @property
+    def hash(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict:
+        return {"origin": self.origin, "hash": self.hash, "generation_blocks": self.has_generation}
+
+
+def load_template(tokenizer, path: str | Path | None) -> ChatTemplate:
+    """``--chat-template FILE`` if given, else the tokenizer's own (its default one when it has
+    several); ChatTemplateError with the fix when there is none or the file cannot be read."""
+    if path is not None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ChatTemplateError(f"--chat-template {path}: cannot read it ({exc}); give a Jinja file, e.g. a "
+                                    f"model's chat_template.jinja or TRL's trl/chat_templates/*_training.jinja") from None
+        if not text.strip():
+            raise ChatTemplateError(f"--chat-template {path}: the file is empty")
+        template = ChatTemplate(text, str(path))
+    else:
+        own = getattr(tokenizer, "chat_template", None)
+        if isinstance(own, dict):
+            own = own.get("default")
+        if not own:
+            raise ChatTemplateError(f"the tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template: "
+                                    f"give one with --chat-template FILE (a Jinja file, e.g. the model's "
+                                    f"chat_template.jinja)")
+        template = ChatTemplate(own, "tokenizer")
+    check_syntax(template)
+    return template
+
+
+def check_syntax(template: ChatTemplate) -> None:
+    """Compile the template once (transformers' environment: its sandbox, filters and the
+    ``generation`` extension) by rendering a probe; a syntax error is a ChatTemplateError (a probe
+    that the template refuses for its content is fine: rows report their own errors)."""
+    from jinja2 import TemplateSyntaxError
+
+    try:
+        Renderer(template, {}).render([{"role": "user", "content": "probe"}], spans=template.has_generation)
+    except TemplateSyntaxError as exc:
+        raise ChatTemplateError(f"chat template ({template.origin}) does not compile: {exc}") from None
+    except Exception:  # noqa: BLE001 - the template's own refusal of the probe conversation
+        pass
+
+
+class Renderer:
+    """Renders conversations with one template and one tokenizer's special tokens."""
+
+    def __init__(self, template: ChatTemplate, special_tokens: dict):
+        self.template = template
+        self.special_tokens = dict(special_tokens)
+
+    def render(self, messages: list, tools=None, *, add_generation_prompt: bool = False,
+               spans: bool = False) -> tuple[str, list]:
+        """(text, generation spans as (start, end) characters; [] unless ``spans``)."""
+        from transformers.utils.chat_template_utils import render_jinja_template
+
+        texts, indices = render_jinja_template(
+            conversations=[messages], tools=tools, documents=None, chat_template=self.template.text,
+            return_assistant_tokens_mask=spans, add_generation_prompt=add_generation_prompt,
+            **self.special_tokens)
+        return texts[0], (indices[0] if spans else [])

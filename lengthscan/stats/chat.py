@@ -1,0 +1,62 @@
+"""Conversation statistics that are not a length distribution: trained-token shares, rows with no
+trained token or no final end-of-turn token, templates that rewrite history, content tokens per
+message role. Counts only, so they merge exactly across batches, processes and machines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lengthscan.measure.chat.counter import CONTENT_ROLES as ROLE_TOTALS
+
+
+@dataclass
+class ChatTally:
+    """Counts over the measured conversations of one split."""
+
+    measured: int = 0                 # rows with a sequence length
+    counted: int = 0                  # rows with a completion count
+    sequence_tokens: int = 0          # over counted rows
+    completion_tokens: int = 0        # over counted rows
+    no_trained_tokens: int = 0
+    without_final_eot: int = 0        # counted rows with trained tokens but no end-of-turn token after them
+    rewrites_history: int = 0
+    parts_not_rendered: int = 0
+    by_role: dict = field(default_factory=lambda: {r: 0 for r in ROLE_TOTALS})
+
+    def add(self, values: dict, notes: dict) -> None:
+        """One batch: ``values`` metric -> per-row values (-1: none), ``notes`` the side columns."""
+        seq, comp = values["sequence_tokens"], values["completion_tokens"]
+        measured, counted = seq >= 0, comp >= 0
+        self.measured += int(measured.sum())
+        self.counted += int(counted.sum())
+        self.sequence_tokens += int(seq[counted].sum())
+        self.completion_tokens += int(comp[counted].sum())
+        self.no_trained_tokens += int((comp == 0).sum())
+        if notes is None:
+            return
+        self.without_final_eot += int((counted & (comp > 0) & ~notes["ends_with_eot"]).sum())
+        self.rewrites_history += int(notes["rewrites_history"].sum())
+        self.parts_not_rendered += int(notes["parts_not_rendered"].sum())
+        for role in ROLE_TOTALS:
+            column = notes.get(f"{role}_tokens")
+            if column is not None:
+                self.by_role[role] += int(np.maximum(column, 0).sum())
+
+    def merge(self, other: "ChatTally") -> "ChatTally":
+        for name in ("measured", "counted", "sequence_tokens", "completion_tokens", "no_trained_tokens",
+                     "without_final_eot", "rewrites_history", "parts_not_rendered"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for role, n in other.by_role.items():
+            self.by_role[role] = self.by_role.get(role, 0) + n
+        return self
+
+    def to_dict(self) -> dict:
+        share = self.completion_tokens / self.sequence_tokens if self.sequence_tokens else None
+        return {"measured": self.measured, "counted": self.counted, "sequence_tokens": self.sequence_tokens,
+                "completion_tokens": self.completion_tokens, "trained_share": share,
+                "no_trained_tokens": self.no_trained_tokens, "without_final_eot": self.without_final_eot,
+                "rewrites_history": self.rewrites_history, "parts_not_rendered": self.parts_not_rendered,
+                "content_tokens_by_role": dict(self.by_role)}
