@@ -235,6 +235,7 @@ class CleanSink:
         rows = lengths_batch(self.schema, batch.rows, split=split_src.name if self.with_split else None,
                              located=located, measured=measured)
         ids = {role: m.ids for role, m in measured.items() if m.ids is not None}
+        ids.update({f"{role}_labels": m.labels for role, m in measured.items() if m.labels is not None})
         self.writer.write(split_src, batch, pa.Table.from_batches([rows]), ids=ids or None)
 
     def close_split(self, split_src) -> None:
@@ -247,7 +248,8 @@ def length_source(setup, length_column, length_from, src) -> str | None:
         return None
     measured = [s.name for s in setup.specs]
     if length_from is None:
-        length_from = next((m for m in ("input_tokens", "input_samples", "input_frames") if m in measured), None)
+        length_from = next((m for m in ("input_tokens", "sequence_tokens", "input_samples", "input_frames")
+                            if m in measured), None)
         if length_from is None:
             return None
     if length_from not in measured:

@@ -166,6 +166,12 @@ def prepare_run(measure: MeasureOptions, rules: RuleOptions) -> Prepared:
     gate_spec = parse_fail_over(rules.fail_over)
     setup = prepare(**{f.name: getattr(measure, f.name) for f in fields(measure)})
     check_rule_metrics(parsed, setup.fields)
+    if rules.action == "drop-turns" or any(r.action == "drop-turns" for r in parsed):
+        from lengthscan.policy.rules import RuleError
+
+        if setup.chat is None or not setup.chat.options.format.messages:
+            raise RuleError("drop-turns cuts conversations by their turns: it needs --messages COL (a prompt-completion "
+                            "row has no turns to drop; use drop or truncate)")
     return Prepared(parsed, gate_spec, setup)
 
 

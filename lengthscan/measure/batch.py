@@ -192,7 +192,8 @@ def column_values(batch: Batch, column: str) -> list:
     holds values of mixed types as JSON text) decoded."""
     col = batch.table.column(column)
     if getattr(col.type, "extension_name", None) == "arrow.json":
-        return [None if v is None else json.loads(v) for v in col.storage.to_pylist()]
+        chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+        return [None if v is None else json.loads(v) for c in chunks for v in c.storage.to_pylist()]
     return col.to_pylist()
 
 

@@ -54,7 +54,18 @@ def base_and_flags(table: pa.Table, fields) -> tuple[dict[str, np.ndarray], dict
                 base[spec.name] = values
         names = table.column(f"{f.role}_flag").to_pylist()
         flags[f.role] = np.asarray([FLAG_CODES[x] if x else 0 for x in names], np.int8)
+        for name in f.notes:  # a conversation's side columns: where training starts, its end-of-turn token
+            if name in table.column_names:
+                col = table.column(name)
+                base[name] = (col.fill_null(False).to_numpy(zero_copy_only=False).astype(np.int64)
+                              if pa.types.is_boolean(col.type) else col.fill_null(-1).to_numpy().astype(np.int64))
     return base, flags
+
+
+def row_errors(table: pa.Table, fields) -> dict:
+    """role -> the per-row messages of conversation fields (the template's own words), which their
+    reasons carry."""
+    return {f.role: table.column(f"{f.role}_error").to_pylist() for f in fields if f.kind == "chat"}
 
 
 def decision_columns(d: Decisions) -> dict[str, pa.Array]:
@@ -130,7 +141,8 @@ def check_rule_metrics(rules, fields) -> None:
             if part not in measured:
                 hint = {"input_tokens": "--input", "target_tokens": "--target", "input_seconds": "--audio",
                         "input_samples": "--audio with --sampling-rate or --model",
-                        "input_frames": "--audio with a --model that has a frame rule"}[part]
+                        "input_frames": "--audio with a --model that has a frame rule"}.get(
+                    part, "--messages COL, or --prompt COL --completion COL")
                 raise RuleError(f"limit rule {r.text!r}: {part} is not measured (add {hint}); "
                                 f"measured here: {', '.join(sorted(measured))}")
 
@@ -199,7 +211,8 @@ def decide_file(measured_path, splits, fields, resolved, *, special: dict, keep_
         for start in range(0, size, 65536):
             table = cursor.take(min(65536, size - start))
             base, flags = base_and_flags(table, fields)
-            d = decide(base, flags, resolved, special=special, keep_empty_targets=keep_empty_targets)
+            d = decide(base, flags, resolved, special=special, keep_empty_targets=keep_empty_targets,
+                       errors=row_errors(table, fields))
             tally.add(d)
             if out_path is not None:
                 for col_name, col in decision_columns(d).items():

@@ -42,22 +42,28 @@ from lengthscan.stats.histograms import (
 KEEP, TRUNCATE, DROP = 0, 1, 2
 DECISIONS = {KEEP: "keep", TRUNCATE: "truncate", DROP: "drop"}
 _DECISION_NAMES = np.array([DECISIONS.get(i, "") for i in range(max(DECISIONS) + 1)], dtype=object)
-ACTIONS = ("drop", "truncate")
+ACTIONS = ("drop", "truncate", "drop-turns")
 TOKEN_METRICS = ("input_tokens", "target_tokens")
 AUDIO_METRICS = ("input_seconds", "input_samples", "input_frames")
-MEASUREMENTS = TOKEN_METRICS + AUDIO_METRICS
+#: A conversation's measurements (``measure.chat.counter.CHAT_METRICS``); upper limits on
+#: ``sequence_tokens`` may truncate (as TRL slices) or drop turns.
+CHAT_METRICS = ("sequence_tokens", "prompt_tokens", "completion_tokens", "turns", "assistant_turns",
+                "longest_message_tokens")
+SEQUENCE = "sequence_tokens"
+MEASUREMENTS = TOKEN_METRICS + AUDIO_METRICS + CHAT_METRICS
 MAD_SCALE = 1.4826  # MAD x 1.4826 estimates the standard deviation of a normal distribution
 
 RULE_FORMS = """a limit rule is METRIC OP VALUE[:ACTION]
   METRIC  a measurement: input_tokens, target_tokens, input_seconds, input_samples, input_frames;
-          or a ratio of two: target_tokens/input_seconds, target_tokens/input_tokens
+          conversations: sequence_tokens, prompt_tokens, completion_tokens, turns, assistant_turns,
+          longest_message_tokens; or a ratio of two: target_tokens/input_seconds, target_tokens/input_tokens
   OP      <=  <  >=  >            (the rows to keep)
   VALUE   a number (1024, 0.5); pNN (p99, p99.9: that percentile of the train split);
           model (the --model's own limit); zK (z4: median + 4 x 1.4826 x MAD, median - ... for >=)
-  ACTION  drop or truncate, overriding --action for this rule
-  e.g.    'input_tokens<=1024'  'target_tokens<=p99:truncate'  'target_tokens/input_seconds<=z4'"""
+  ACTION  drop, truncate or drop-turns (sequence_tokens only), overriding --action for this rule
+  e.g.    'input_tokens<=1024'  'target_tokens<=p99:truncate'  'sequence_tokens<=4096:drop-turns'"""
 
-_RULE = re.compile(r"^\s*([a-z_]+(?:\s*/\s*[a-z_]+)?)\s*(<=|>=|<|>)\s*([^:\s]+)\s*(?::\s*([a-z]+))?\s*$")
+_RULE = re.compile(r"^\s*([a-z_]+(?:\s*/\s*[a-z_]+)?)\s*(<=|>=|<|>)\s*([^:\s]+)\s*(?::\s*([a-z-]+))?\s*$")
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 OPS = {"<=": np.less_equal, "<": np.less, ">=": np.greater_equal, ">": np.greater}
 
@@ -111,9 +117,12 @@ def parse_rule(text: str) -> Rule:
     if not ok:
         raise RuleError(f"limit rule {text!r}: cannot read the value {value!r}\n{RULE_FORMS}")
     rule = Rule(text.strip(), metric, op, value, action)
-    if action == "truncate" and not (rule.upper and metric in TOKEN_METRICS and rule.kind != "z"):
-        raise RuleError(f"limit rule {text!r}: truncate applies to upper limits (<=, <) on input_tokens or "
-                        f"target_tokens, not to {'z-scores' if rule.kind == 'z' else metric + ' ' + op}")
+    if action == "truncate" and not (rule.upper and metric in TOKEN_METRICS + (SEQUENCE,) and rule.kind != "z"):
+        raise RuleError(f"limit rule {text!r}: truncate applies to upper limits (<=, <) on input_tokens, "
+                        f"target_tokens or sequence_tokens, not to "
+                        f"{'z-scores' if rule.kind == 'z' else metric + ' ' + op}")
+    if action == "drop-turns" and not (rule.upper and metric == SEQUENCE and rule.kind != "z"):
+        raise RuleError(f"limit rule {text!r}: drop-turns applies to upper limits (<=, <) on sequence_tokens")
     if rule.kind == "model" and rule.is_ratio:
         raise RuleError(f"limit rule {text!r}: a model has no limit on a ratio")
     return rule
@@ -137,8 +146,10 @@ def effective_action(rule: Rule, default: str, crop_audio: bool) -> str:
     """What a failing row gets: truncate only for upper token limits, crop for audio when asked."""
     wanted = rule.action or default
     if rule.upper and rule.kind != "z" and not rule.is_ratio:
-        if rule.metric in TOKEN_METRICS and wanted == "truncate":
+        if rule.metric in TOKEN_METRICS + (SEQUENCE,) and wanted == "truncate":
             return "truncate"
+        if rule.metric == SEQUENCE and wanted == "drop-turns":
+            return "drop-turns"
         if rule.metric == "input_seconds" and crop_audio:
             return "crop"
     return "drop"
@@ -201,18 +212,20 @@ class Decisions:
     reasons: list
     truncate_to: dict = field(default_factory=dict)  # role -> int64 limit per row (-1: none)
     crop_seconds: np.ndarray | None = None           # seconds per row (NaN: none)
+    drop_turns: np.ndarray | None = None             # conversations cut by turns, not tokens (bool per row)
 
     def names(self) -> list[str]:
         return _DECISION_NAMES[self.decision].tolist()
 
 
 def decide(base: dict[str, np.ndarray], flags: dict[str, np.ndarray], rules, *, special: dict[str, int],
-           keep_empty_targets: bool = False) -> Decisions:
+           keep_empty_targets: bool = False, errors: dict | None = None) -> Decisions:
     """The decision table (see the module docstring) over one batch of rows.
 
     ``base``: measurement -> values (-1/NaN where none; in decide-only mode a proven bound stands
     in for the exact length of rows decided without a full count); ``flags``: role -> flag codes;
-    ``special``: role -> length of the empty string for that role (its special tokens).
+    ``special``: role -> length of the empty string for that role (its special tokens); ``errors``:
+    role -> per-row messages that the reasons of rows without a length carry (conversations).
     """
     from lengthscan.measure.records import BOUNDED_FLAGS, FLAG_MISSING, FLAG_NAMES, FLAG_OK, MEASURED_FLAGS
 
@@ -227,25 +240,42 @@ def decide(base: dict[str, np.ndarray], flags: dict[str, np.ndarray], rules, *, 
         fail(codes == FLAG_MISSING, f"{role}_missing", "drop")
         for code in np.unique(codes):
             if int(code) not in MEASURED_FLAGS + BOUNDED_FLAGS and int(code) not in (FLAG_MISSING, FLAG_OK):
+                if (errors or {}).get(role) is not None:  # the template's (or the check's) own message
+                    for i in np.flatnonzero(codes == code):
+                        failed[i].append((f"{FLAG_NAMES[int(code)]}: {errors[role][i]}", "drop"))
+                    continue
                 fail(codes == code, f"{role}_{FLAG_NAMES[int(code)]}", "drop")
     if "target_tokens" in base and not keep_empty_targets and "target" in special:
         t = base["target_tokens"]
         fail((t >= 0) & (t <= special["target"]), "empty_target", "drop")
+    if SEQUENCE in base:
+        chat_conditions(base, fail, keep_empty_targets)
 
     truncate_to = {role: np.full(n, -1, np.int64) for role in ("input", "target") if f"{role}_tokens" in base}
+    if SEQUENCE in base:
+        truncate_to["chat"] = np.full(n, -1, np.int64)
+    turns = np.zeros(n, bool)
     crop = np.full(n, np.nan)
     for r in rules:
         values = metric_values(r.rule.metric, base)
         bad = ~OPS[r.rule.op](values, r.threshold) & ~np.isnan(values)
         if not bad.any():
             continue
-        if r.action == "truncate":
-            role = r.rule.metric.split("_")[0]
+        if r.action in ("truncate", "drop-turns"):
+            role = "chat" if r.rule.metric == SEQUENCE else r.rule.metric.split("_")[0]
             cap = int_cap(r.threshold, r.rule.op)
             if cap < special.get(role, 0):
                 fail(bad, f"{r.rule.text} (below the {special[role]} special tokens)", "drop")
                 continue
+            if r.action == "truncate" and role == "chat":
+                # as TRL slices: a conversation whose trained tokens all lie past the cut is dropped
+                start = base["trained_from"]
+                lost = bad & (base["completion_tokens"] >= 0) & ((start < 0) | (start >= cap))
+                fail(lost, f"no_trained_tokens (after truncating to {cap:,} tokens)", "drop")
+                bad = bad & ~lost
             fail(bad, r.rule.text, "truncate")
+            if r.action == "drop-turns":
+                turns |= bad
             current = truncate_to[role]
             current[bad] = np.where(current[bad] < 0, cap, np.minimum(current[bad], cap))
         elif r.action == "crop":
@@ -265,8 +295,18 @@ def decide(base: dict[str, np.ndarray], flags: dict[str, np.ndarray], rules, *, 
     for role, caps in truncate_to.items():
         caps[decision == DROP] = -1
     crop[decision == DROP] = np.nan
+    turns &= decision == TRUNCATE
     return Decisions(decision, reason, [[name for name, _ in items] for items in failed], truncate_to,
-                     crop if np.isfinite(crop).any() else None)
+                     crop if np.isfinite(crop).any() else None, turns if turns.any() else None)
+
+
+def chat_conditions(base: dict, fail, keep_empty: bool) -> None:
+    """The decision table's conversation rows: content parts the template did not render, and
+    conversations with no trained token (no loss to compute; TRL drops or refuses them)."""
+    if "parts_not_rendered" in base:
+        fail(base["parts_not_rendered"] > 0, "content_parts_not_rendered", "drop")
+    if not keep_empty:
+        fail(base["completion_tokens"] == 0, "no_trained_tokens", "drop")
 
 
 def int_cap(threshold: float, op: str) -> int:

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lengthscan.measure.records import FLAG_NAMES, FLAG_OK, FieldSpec, Measured
-from lengthscan.stats.chat import ChatTally
 from lengthscan.sources.sampling import SamplePlan
+from lengthscan.stats.chat import ChatTally
 from lengthscan.stats.histograms import (
     RATIO_SCALE,
     Histogram,

@@ -20,7 +20,7 @@ import pyarrow as pa
 from lengthscan import __version__
 from lengthscan.measure.batch import ColumnError
 from lengthscan.measure.records import Measured
-from lengthscan.policy.decisions import DecisionTally, base_and_flags, decision_columns
+from lengthscan.policy.decisions import DecisionTally, base_and_flags, decision_columns, row_errors
 from lengthscan.policy.rules import DROP, TRUNCATE, Decisions, decide
 from lengthscan.stats.tally import SplitTally
 from lengthscan.write.worst_rows import WorstRows
@@ -71,14 +71,20 @@ def clean_batch(spec: CleanSpec, layout, rows: np.ndarray, table: pa.Table, meas
     rows of the measured lengths, ``ids`` (role -> token ids per row) what measuring them gave."""
     setup = spec.setup
     base, flags = base_and_flags(measured, setup.fields)
-    d = decide(base, flags, spec.resolved, special=spec.special, keep_empty_targets=spec.keep_empty_targets)
+    d = decide(base, flags, spec.resolved, special=spec.special, keep_empty_targets=spec.keep_empty_targets,
+               errors=row_errors(measured, setup.fields))
     final = {name: values.copy() for name, values in base.items()}
     source = table
     out = _truncated(spec, table, d, final)
+    chat_tokens = None
+    if setup.chat is not None:
+        from lengthscan.write.chat_rows import clean_chat
+
+        out, d, chat_tokens = clean_chat(setup.chat, setup.fields[0], out, d, final, ids, tokenize=spec.tokenize)
     if d.crop_seconds is not None:
         out = _cropped(spec, out, d, final, layout.base_dir(rows))
     keep = d.decision != DROP
-    kept = _with_columns(spec, out.filter(pa.array(keep)), d, keep, final, ids)
+    kept = _with_columns(spec, out.filter(pa.array(keep)), d, keep, final, ids, chat_tokens)
     rejects = rejects_table(out.filter(pa.array(~keep)), rows[~keep], d, ~keep, layout)
     return CleanedBatch(rows, lengths_with_decisions(spec, measured, d, final), kept, rejects, d, base, final,
                         flags, source)
@@ -99,10 +105,20 @@ def _cropped(spec: CleanSpec, table: pa.Table, d: Decisions, final: dict, base_d
 
 
 def _with_columns(spec: CleanSpec, kept: pa.Table, d: Decisions, keep: np.ndarray, final: dict,
-                  ids: dict | None) -> pa.Table:
+                  ids: dict | None, chat_tokens: dict | None = None) -> pa.Table:
     """The kept rows with the length column and, with ``tokenize``, the token columns."""
     if spec.length_from:
         kept = kept.append_column(spec.length_column, pa.array(final[spec.length_from][keep]))
+    if spec.tokenize and chat_tokens is not None:
+        from lengthscan.write.chat_rows import token_columns
+
+        index = np.flatnonzero(keep)
+        row_ids = [chat_tokens["ids"][i] for i in index]
+        bad = next((k for k, i in enumerate(index) if len(row_ids[k]) != final["sequence_tokens"][i]), None)
+        if bad is not None:
+            raise RuntimeError(f"--tokenize: a kept conversation gives {len(row_ids[bad])} ids, measured "
+                               f"{final['sequence_tokens'][index[bad]]}: refusing to write inconsistent data")
+        return token_columns(kept, row_ids, [chat_tokens["labels"][i] for i in index])
     if spec.tokenize:
         from lengthscan.write.token_columns import add_token_columns
 
@@ -131,9 +147,14 @@ def lengths_with_decisions(spec: CleanSpec, measured: pa.Table, d: Decisions, fi
     for name, col in decision_columns(d).items():
         table = table.append_column(name, col)
     for f in spec.fields:
-        if f.kind == "text":
-            after = np.where(d.decision == TRUNCATE, final[f.primary.name], -1)
-            table = table.append_column(f"{f.primary.name}_after", pa.array(after, pa.int64(), mask=after < 0))
+        names = [f.primary.name] if f.kind == "text" else []
+        if f.kind == "chat":
+            from lengthscan.write.chat_rows import AFTER
+
+            names = [f.primary.name, *AFTER]
+        for name in names:
+            after = np.where(d.decision == TRUNCATE, final[name], -1)
+            table = table.append_column(f"{name}_after", pa.array(after, pa.int64(), mask=after < 0))
     return table
 
 
@@ -178,6 +199,9 @@ def output_features(spec: CleanSpec, source_features: dict, *, multi_file: bool,
         from lengthscan.write.token_columns import token_features
 
         features.update(token_features(spec.fields))
+        if spec.setup.chat is not None:
+            features.update({"input_ids": list_of(value("int32")), "attention_mask": list_of(value("int8")),
+                             "labels": list_of(value("int32"))})
     extra = {"row": value("int64")}
     if multi_file:
         extra.update({"source_file": value("string"), "file_row": value("int64")})

@@ -48,8 +48,9 @@ def load_template(tokenizer, path: str | Path | None) -> ChatTemplate:
         try:
             text = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise ChatTemplateError(f"--chat-template {path}: cannot read it ({exc}); give a Jinja file, e.g. a "
-                                    f"model's chat_template.jinja or TRL's trl/chat_templates/*_training.jinja") from None
+            raise ChatTemplateError(f"--chat-template {path}: cannot read it ({exc}); give a Jinja file, e.g. "
+                                    f"a model's chat_template.jinja or TRL's trl/chat_templates/*_training.jinja"
+                                    ) from None
         if not text.strip():
             raise ChatTemplateError(f"--chat-template {path}: the file is empty")
         template = ChatTemplate(text, str(path))
