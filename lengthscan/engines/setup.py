@@ -170,8 +170,8 @@ def prepare_run(measure: MeasureOptions, rules: RuleOptions) -> Prepared:
         from lengthscan.policy.rules import RuleError
 
         if setup.chat is None or not setup.chat.options.format.messages:
-            raise RuleError("drop-turns cuts conversations by their turns: it needs --messages COL (a prompt-completion "
-                            "row has no turns to drop; use drop or truncate)")
+            raise RuleError("drop-turns cuts conversations by their turns: it needs --messages COL (a "
+                            "prompt-completion row has no turns to drop; use drop or truncate)")
     return Prepared(parsed, gate_spec, setup)
 
 
