@@ -24,6 +24,7 @@ def audit_result(src, setup: Setup, measurement: Measurement, *, tokenizer, seed
         out_dir=str(Path(out).resolve()) if out is not None else None, cache_hits=len(measurement.cached),
         seconds=time.perf_counter() - started if started is not None else 0.0,
         model=setup.model_limits, audio=setup.audio_dict(), decisions=decisions,
+        chat=setup.chat.to_dict() if setup.chat is not None else None,
         batches=simulate_batches(src, measurement.tallies, setup, seed, of="source"),
     )
 

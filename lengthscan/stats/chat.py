@@ -24,6 +24,7 @@ class ChatTally:
     without_final_eot: int = 0        # counted rows with trained tokens but no end-of-turn token after them
     rewrites_history: int = 0
     parts_not_rendered: int = 0
+    from_sharegpt: int = 0
     by_role: dict = field(default_factory=lambda: {r: 0 for r in ROLE_TOTALS})
 
     def add(self, values: dict, notes: dict) -> None:
@@ -40,6 +41,7 @@ class ChatTally:
         self.without_final_eot += int((counted & (comp > 0) & ~notes["ends_with_eot"]).sum())
         self.rewrites_history += int(notes["rewrites_history"].sum())
         self.parts_not_rendered += int(notes["parts_not_rendered"].sum())
+        self.from_sharegpt += int(notes["from_sharegpt"].sum())
         for role in ROLE_TOTALS:
             column = notes.get(f"{role}_tokens")
             if column is not None:
@@ -47,7 +49,7 @@ class ChatTally:
 
     def merge(self, other: "ChatTally") -> "ChatTally":
         for name in ("measured", "counted", "sequence_tokens", "completion_tokens", "no_trained_tokens",
-                     "without_final_eot", "rewrites_history", "parts_not_rendered"):
+                     "without_final_eot", "rewrites_history", "parts_not_rendered", "from_sharegpt"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for role, n in other.by_role.items():
             self.by_role[role] = self.by_role.get(role, 0) + n
@@ -59,4 +61,5 @@ class ChatTally:
                 "completion_tokens": self.completion_tokens, "trained_share": share,
                 "no_trained_tokens": self.no_trained_tokens, "without_final_eot": self.without_final_eot,
                 "rewrites_history": self.rewrites_history, "parts_not_rendered": self.parts_not_rendered,
+                "from_sharegpt": self.from_sharegpt,
                 "content_tokens_by_role": dict(self.by_role)}

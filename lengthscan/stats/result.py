@@ -32,6 +32,7 @@ class AuditResult:
     audio: dict | None = None
     decisions: object = None           # engines.results.DecisionReport (with --limit)
     batches: object = None             # engines.results.BatchReport of the source
+    chat: dict | None = None           # how conversations were measured (template, format, rule)
 
     def split(self, name: str) -> SplitAudit:
         for s in self.splits:
@@ -42,6 +43,15 @@ class AuditResult:
     @property
     def rows_measured(self) -> int:
         return sum(s.sample.rows_measured for s in self.splits)
+
+    def _chat(self) -> dict:
+        converted = sum((s.chat or {}).get("from_sharegpt", 0) for s in self.splits)
+        out = {**self.chat, "sharegpt_converted": converted > 0}
+        if converted:
+            out["sharegpt_note"] = (f"{converted:,} ShareGPT conversations ({{from, value}}) were converted with a "
+                                    f"role map (human -> user, gpt -> assistant, observation -> tool); TRL itself only "
+                                    f"renames the keys, so its template sees the roles 'human' and 'gpt'")
+        return out
 
     def to_dict(self) -> dict:
         return {
@@ -55,6 +65,7 @@ class AuditResult:
                        for f in self.fields],
             "model": self.model.to_dict() if self.model is not None else None,
             "audio": self.audio,
+            **({"chat": self._chat()} if self.chat is not None else {}),
             "seed": self.seed,
             "sample_size": self.rows_measured,
             "cache_hits": self.cache_hits,

@@ -45,7 +45,7 @@ CHAT_METRICS = ("sequence_tokens", "prompt_tokens", "completion_tokens", "turns"
                 "longest_message_tokens")
 #: Per-row side columns of a chat field: name -> Arrow type name.
 NOTES = {"trained_from": "int64", "final_eot_at": "int64", "ends_with_eot": "bool", "rewrites_history": "bool",
-         "parts_not_rendered": "bool", "system_tokens": "int64", "user_tokens": "int64", "assistant_tokens": "int64",
+         "parts_not_rendered": "bool", "from_sharegpt": "bool", "system_tokens": "int64", "user_tokens": "int64", "assistant_tokens": "int64",
          "tool_tokens": "int64"}
 #: Message roles whose content tokens get a side column (``{role}_tokens``).
 CONTENT_ROLES = ("system", "user", "assistant", "tool")
@@ -109,6 +109,17 @@ class ChatCounter:
             return "assistant mask: tokens overlapping the template's {% generation %} spans"
         return "TRL's common-prefix rule per assistant message (the template has no {% generation %} blocks)"
 
+    def to_dict(self) -> dict:
+        """What the report says of how conversations were measured."""
+        fmt = self.options.format
+        tok = self.counter.tokenizer
+        eot = self.eot_id
+        return {"format": "messages" if fmt.messages else "prompt-completion",
+                "columns": {k: v for k, v in (("messages", fmt.messages), ("prompt", fmt.prompt),
+                                              ("completion", fmt.completion), ("tools", fmt.tools)) if v},
+                "template": self.template.to_dict(), "train_on": self.options.train_on, "trained_tokens": self.rule,
+                "end_of_turn_token": tok.convert_ids_to_tokens(eot) if eot is not None else None}
+
     def check(self) -> None:
         """Fail early (exit 2) on what no row can fix: no template, no offsets where spans are needed."""
         renderer = self.renderer
@@ -153,7 +164,7 @@ class ChatCounter:
         values = {m: np.full(n, -1, np.int64) for m in CHAT_METRICS}
         notes = {"trained_from": np.full(n, -1, np.int64), "final_eot_at": np.full(n, -1, np.int64),
                  "ends_with_eot": np.zeros(n, bool), "rewrites_history": np.zeros(n, bool),
-                 "parts_not_rendered": np.zeros(n, bool),
+                 "parts_not_rendered": np.zeros(n, bool), "from_sharegpt": np.zeros(n, bool),
                  **{f"{r}_tokens": np.full(n, -1, np.int64) for r in CONTENT_ROLES}}
         flags = np.zeros(n, np.int8)
         errors: list = [None] * n
@@ -184,6 +195,7 @@ class ChatCounter:
                 flags[i], errors[i] = FLAG_TEMPLATE_ERROR, "the template rendered nothing"
                 continue
             values["sequence_tokens"][i] = len(ids)
+            notes["from_sharegpt"][i] = w.conv.sharegpt
             msgs = w.conv.messages or []
             values["turns"][i] = len(msgs) if w.conv.text is None else 2
             values["assistant_turns"][i] = sum(1 for m in msgs if m.get("role") == "assistant") \

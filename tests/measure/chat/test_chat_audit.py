@@ -1,0 +1,185 @@
+"""``lengthscan audit --messages``: every count equals a direct ``apply_chat_template`` call (and
+TRL's common-prefix rule), for real templates with and without ``{% generation %}`` blocks."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from lengthscan.cli.main import main
+from tests.support.chat import conversations, has_generation, reference, trl_template, write_jsonl
+
+#: TRL's templates: with generation blocks (qwen3_training, llama3_training, gptoss_training) and
+#: without (qwen2_5, qwen3, which renders <think> only on the last turn, llama3_1, gemma3, gptoss).
+TEMPLATES = ["qwen3_training", "llama3_training", "gptoss_training", "qwen2_5", "qwen3", "llama3_1", "gemma3",
+             "gptoss"]
+
+
+def _audit(*args) -> int:
+    return main(["audit", *map(str, args), "--quiet", "--no-cache"])
+
+
+@pytest.fixture(scope="module")
+def rows(docs):
+    return conversations(docs, 160, seed=3)
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_counts_equal_apply_chat_template(tmp_path, chat_tok_dir, chat_tok, rows, name):
+    template = trl_template(name)
+    src = write_jsonl(tmp_path / "chat.jsonl", rows)
+    out = tmp_path / "out"
+    assert _audit(src, "--tokenizer", chat_tok_dir, "--chat-template", template, "--messages", "messages",
+                  "--tools", "tools", "--full", "--out", out) == 0
+    table = pq.read_table(out / "lengths.parquet").to_pydict()
+    rendered = counted = 0
+    for i, row in enumerate(rows):
+        seq, comp = reference(chat_tok, template, row["messages"], row.get("tools"))
+        assert table["sequence_tokens"][i] == seq, (name, i, table["chat_error"][i])
+        assert table["completion_tokens"][i] == comp, (name, i)
+        if seq is not None:
+            rendered += 1
+            assert table["prompt_tokens"][i] == (seq - comp if comp is not None else None)
+            assert table["turns"][i] == len(row["messages"])
+            assert table["assistant_turns"][i] == sum(m["role"] == "assistant" for m in row["messages"])
+            assert table["rewrites_history"][i] == (comp is None)
+        else:
+            assert table["chat_flag"][i] == "template_error" and table["chat_error"][i]
+        counted += comp is not None
+    assert rendered > len(rows) // 2
+    report = json.loads((out / "report.json").read_text())
+    chat = report["splits"][0]["chat"]
+    assert chat["measured"] == rendered and chat["counted"] == counted
+    if name == "qwen3":  # renders <think> only on the last assistant turn: multi-turn rows are not counted
+        assert counted < rendered
+    assert report["chat"]["template"]["generation_blocks"] == has_generation(template)
+
+
+@pytest.mark.parametrize("train_on", ["last", "all"])
+@pytest.mark.parametrize("name", ["qwen3_training", "qwen2_5"])
+def test_train_on(tmp_path, chat_tok_dir, chat_tok, rows, name, train_on):
+    template = trl_template(name)
+    src = write_jsonl(tmp_path / "chat.jsonl", rows[:60])
+    out = tmp_path / "out"
+    assert _audit(src, "--tokenizer", chat_tok_dir, "--chat-template", template, "--messages", "messages",
+                  "--tools", "tools", "--train-on", train_on, "--full", "--out", out) == 0
+    table = pq.read_table(out / "lengths.parquet").to_pydict()
+    for i, row in enumerate(rows[:60]):
+        seq, comp = reference(chat_tok, template, row["messages"], row.get("tools"), train_on=train_on)
+        assert (table["sequence_tokens"][i], table["completion_tokens"][i]) == (seq, comp), (i, train_on)
+
+
+def test_end_of_turn_and_side_columns(tmp_path, chat_tok_dir, chat_tok, rows):
+    src = write_jsonl(tmp_path / "chat.jsonl", rows[:40])
+    out = tmp_path / "out"
+    assert _audit(src, "--tokenizer", chat_tok_dir, "--chat-template", trl_template("qwen3_training"),
+                  "--messages", "messages", "--full", "--out", out) == 0
+    table = pq.read_table(out / "lengths.parquet").to_pydict()
+    eot = chat_tok.convert_tokens_to_ids("<|im_end|>")
+    for i, row in enumerate(rows[:40]):
+        ids = chat_tok.apply_chat_template(row["messages"], chat_template=trl_template("qwen3_training").read_text(),
+                                           tokenize=True)["input_ids"]
+        assert table["ends_with_eot"][i] is True and ids[table["final_eot_at"][i]] == eot
+        first = table["trained_from"][i]
+        assert ids[:first] == chat_tok.apply_chat_template(
+            row["messages"][:[m["role"] for m in row["messages"]].index("assistant")],
+            chat_template=trl_template("qwen3_training").read_text(), tokenize=True,
+            add_generation_prompt=True)["input_ids"][:first]
+        contents = [m["content"] for m in row["messages"] if m.get("content")]
+        assert table["longest_message_tokens"][i] == max(
+            len(chat_tok(c, add_special_tokens=False)["input_ids"]) for c in contents)
+        by_role = sum(table[f"{r}_tokens"][i] for r in ("system", "user", "assistant", "tool"))
+        assert by_role == sum(len(chat_tok(c, add_special_tokens=False)["input_ids"]) for c in contents)
+
+
+def test_sharegpt_prompt_completion_and_bad_rows(tmp_path, chat_tok_dir, chat_tok):
+    template = trl_template("qwen2_5")
+    rows = [
+        {"conversations": [{"from": "system", "value": "Be short."}, {"from": "human", "value": "Hi"},
+                           {"from": "gpt", "value": "Hello."}]},
+        {"conversations": [{"from": "human", "value": "Weather?"},
+                           {"from": "function_call", "value": json.dumps({"name": "get_weather",
+                                                                          "arguments": {"city": "Oslo"}})},
+                           {"from": "observation", "value": "rain"}, {"from": "gpt", "value": "It rains."}]},
+        {"conversations": "not a list"},
+        {"conversations": [{"from": "human", "value": "x"}, {"from": "wizard", "value": "y"}]},
+        {"conversations": [{"value": "no role"}]},
+        {"conversations": [{"from": "human", "value": [{"type": "image", "url": "a.png"}]}]},
+        {"conversations": None},
+    ]
+    src = write_jsonl(tmp_path / "share.jsonl", rows)
+    out = tmp_path / "out"
+    assert _audit(src, "--tokenizer", chat_tok_dir, "--chat-template", template, "--messages", "conversations",
+                  "--full", "--out", out) == 0
+    table = pq.read_table(out / "lengths.parquet").to_pydict()
+    converted = [
+        [{"role": "system", "content": "Be short."}, {"role": "user", "content": "Hi"},
+         {"role": "assistant", "content": "Hello."}],
+        [{"role": "user", "content": "Weather?"},
+         {"role": "assistant", "content": "", "tool_calls": [
+             {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},
+         {"role": "tool", "content": "rain"}, {"role": "assistant", "content": "It rains."}]]
+    for i, messages in enumerate(converted):
+        assert (table["sequence_tokens"][i], table["completion_tokens"][i]) == reference(chat_tok, template, messages)
+    assert table["chat_flag"][2:] == ["invalid_conversation", "invalid_conversation", "invalid_conversation",
+                                      "unsupported_content", "missing"]
+    assert "not a list" in table["chat_error"][2] and "'wizard'" in table["chat_error"][3]
+    assert "no 'role'" in table["chat_error"][4] and "'image'" in table["chat_error"][5]
+    report = json.loads((out / "report.json").read_text())
+    assert report["chat"]["sharegpt_converted"] is True
+
+    pc = [{"prompt": [{"role": "user", "content": "2+2?"}], "completion": [{"role": "assistant", "content": "4"}]},
+          {"prompt": "The sky is", "completion": " blue."}]
+    src = write_jsonl(tmp_path / "pc.jsonl", pc)
+    assert _audit(src, "--tokenizer", chat_tok_dir, "--chat-template", template, "--prompt", "prompt",
+                  "--completion", "completion", "--full", "--out", out, "--overwrite") == 0
+    table = pq.read_table(out / "lengths.parquet").to_pydict()
+    text = template.read_text()
+    p = chat_tok.apply_chat_template(pc[0]["prompt"], chat_template=text, add_generation_prompt=True)["input_ids"]
+    pcids = chat_tok.apply_chat_template(pc[0]["prompt"] + pc[0]["completion"], chat_template=text)["input_ids"]
+    from trl.data_utils import common_prefix_length
+
+    assert table["sequence_tokens"][0] == len(pcids)
+    assert table["completion_tokens"][0] == len(pcids) - common_prefix_length(p, pcids)
+    full = chat_tok("The sky is blue." + chat_tok.eos_token)["input_ids"]
+    assert table["sequence_tokens"][1] == len(full)
+    assert table["completion_tokens"][1] == len(full) - common_prefix_length(chat_tok("The sky is")["input_ids"], full)
+
+
+def test_content_parts(tmp_path, chat_tok_dir, chat_tok):
+    parts = [{"role": "user", "content": [{"type": "text", "text": "What is in the text?"}]},
+             {"role": "assistant", "content": [{"type": "text", "text": "Nothing much."}]}]
+    src = write_jsonl(tmp_path / "parts.jsonl", [{"messages": parts}])
+    expect = {"qwen2_5": "template_error", "qwen3": "parts_not_rendered", "llama3_1": "parts_not_rendered",
+              "qwen3_training": "parts_not_rendered", "gemma3": None, "qwen3_6": None}
+    for name, what in expect.items():
+        out = tmp_path / name
+        assert _audit(src, "--tokenizer", chat_tok_dir, "--chat-template", trl_template(name), "--messages",
+                      "messages", "--full", "--out", out) == 0
+        table = pq.read_table(out / "lengths.parquet").to_pydict()
+        seq, _ = reference(chat_tok, trl_template(name), parts)
+        assert table["sequence_tokens"][0] == seq
+        if what == "template_error":
+            assert table["chat_flag"][0] == "template_error"
+        else:
+            assert table["parts_not_rendered"][0] is (what == "parts_not_rendered"), name
+
+
+@pytest.mark.parametrize("case", ["no_template", "bad_file", "syntax", "target_too"])
+def test_usage_errors_exit_2(tmp_path, chat_tok_dir, capsys, case):
+    src = write_jsonl(tmp_path / "c.jsonl", [{"messages": [{"role": "user", "content": "hi"}], "t": "x"}])
+    args = ["--tokenizer", chat_tok_dir, "--messages", "messages", "--out", tmp_path / "o"]
+    if case == "bad_file":
+        args += ["--chat-template", tmp_path / "missing.jinja"]
+    elif case == "syntax":
+        (tmp_path / "bad.jinja").write_text("{% for m in messages %}{{ m.content }")
+        args += ["--chat-template", tmp_path / "bad.jinja"]
+    elif case == "target_too":
+        args += ["--chat-template", trl_template("qwen2_5"), "--target", "t"]
+    assert _audit(src, *args) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.startswith("lengthscan: error:")
+    assert {"no_template": "--chat-template FILE", "bad_file": "cannot read", "syntax": "does not compile",
+            "target_too": "not both"}[case] in err
