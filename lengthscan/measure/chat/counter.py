@@ -45,8 +45,8 @@ CHAT_METRICS = ("sequence_tokens", "prompt_tokens", "completion_tokens", "turns"
                 "longest_message_tokens")
 #: Per-row side columns of a chat field: name -> Arrow type name.
 NOTES = {"trained_from": "int64", "final_eot_at": "int64", "ends_with_eot": "bool", "rewrites_history": "bool",
-         "parts_not_rendered": "bool", "from_sharegpt": "bool", "system_tokens": "int64", "user_tokens": "int64", "assistant_tokens": "int64",
-         "tool_tokens": "int64"}
+         "parts_not_rendered": "bool", "from_sharegpt": "bool", "system_tokens": "int64", "user_tokens": "int64",
+         "assistant_tokens": "int64", "tool_tokens": "int64"}
 #: Message roles whose content tokens get a side column (``{role}_tokens``).
 CONTENT_ROLES = ("system", "user", "assistant", "tool")
 TRAIN_ON = ("assistant", "last", "all")
