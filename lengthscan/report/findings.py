@@ -9,6 +9,7 @@ a sample. The HTML page shows them at the top; the terminal summary can reuse th
 from __future__ import annotations
 
 from lengthscan.measure.records import BOUNDED_FLAGS, FLAG_NAMES
+from lengthscan.report.chat_findings import chat_findings
 from lengthscan.report.fmt import count, num, share, times, unit, with_unit
 
 #: Flags of rows decide-only mode decided by a proven bound (they have bounds, not lengths).
@@ -35,6 +36,7 @@ def findings(data: dict) -> list[str]:
     for split in splits:
         own = source_batches if _batches_of(source_batches, split["split"], splits) else None
         out += [before + t for t in _limit_findings(split, own, multi=multi)]
+    out += chat_findings(data)
     out += _decision_findings(data.get("decisions"), cleaned=clean is not None)
     out += _clean_findings(data)
     for split in splits:

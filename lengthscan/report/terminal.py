@@ -16,8 +16,18 @@ def render_summary(data: dict, console: Console) -> None:
                                 ("source ", "dim"), data["source"]["spec"]))
     methods = ", ".join(f"{role}: {m}" for role, m in tok.get("methods", {}).items())
     console.print(Text.assemble(("tokenizer ", "dim"), f"{tok.get('name')} ({tok.get('class')}; {methods})"))
-    columns = ", ".join(f"{f['name']} <- {f['column']}" for f in data.get("fields", []))
+    by_column: dict = {}
+    for f in data.get("fields", []):
+        by_column.setdefault(f["column"], []).append(f["name"])
+    columns = "; ".join(f"{', '.join(names)} <- {column}" for column, names in by_column.items())
     console.print(Text.assemble(("fields ", "dim"), columns))
+    chat = data.get("chat")
+    if chat:
+        template = chat["template"]
+        blocks = "with" if template["generation_blocks"] else "without"
+        console.print(Text.assemble(("chat ", "dim"), f"template {template['origin']} ({blocks} generation blocks); "
+                                    f"--train-on {chat['train_on']}: {chat['trained_tokens']}; end of turn "
+                                    f"{chat.get('end_of_turn_token') or '-'}"))
     model = data.get("model")
     if model:
         console.print(Text.assemble(("model ", "dim"), f"{model.get('model')} ({model.get('model_type')}, "

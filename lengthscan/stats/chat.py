@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lengthscan.measure.chat.counter import CONTENT_ROLES as ROLE_TOTALS
+from lengthscan.stats.histograms import Histogram, merge_histograms
 
 
 @dataclass
@@ -26,6 +27,9 @@ class ChatTally:
     parts_not_rendered: int = 0
     from_sharegpt: int = 0
     by_role: dict = field(default_factory=lambda: {r: 0 for r in ROLE_TOTALS})
+    #: where the first trained token is (rows with one): a cut at L leaves no trained token in the
+    #: rows whose first trained token is at L or later
+    trained_from: Histogram = field(default_factory=Histogram)
 
     def add(self, values: dict, notes: dict) -> None:
         """One batch: ``values`` metric -> per-row values (-1: none), ``notes`` the side columns."""
@@ -42,6 +46,8 @@ class ChatTally:
         self.rewrites_history += int(notes["rewrites_history"].sum())
         self.parts_not_rendered += int(notes["parts_not_rendered"].sum())
         self.from_sharegpt += int(notes["from_sharegpt"].sum())
+        start = notes["trained_from"]
+        self.trained_from = merge_histograms([self.trained_from, Histogram.of(start[start >= 0])])
         for role in ROLE_TOTALS:
             column = notes.get(f"{role}_tokens")
             if column is not None:
@@ -53,6 +59,7 @@ class ChatTally:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for role, n in other.by_role.items():
             self.by_role[role] = self.by_role.get(role, 0) + n
+        self.trained_from = merge_histograms([self.trained_from, other.trained_from])
         return self
 
     def to_dict(self) -> dict:
@@ -62,4 +69,4 @@ class ChatTally:
                 "no_trained_tokens": self.no_trained_tokens, "without_final_eot": self.without_final_eot,
                 "rewrites_history": self.rewrites_history, "parts_not_rendered": self.parts_not_rendered,
                 "from_sharegpt": self.from_sharegpt,
-                "content_tokens_by_role": dict(self.by_role)}
+                "content_tokens_by_role": dict(self.by_role), "trained_from": self.trained_from.to_dict()}
