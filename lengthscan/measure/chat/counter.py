@@ -30,7 +30,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lengthscan.measure.chat.conversations import ChatFormat, Conversation, RowProblem, conversations, part_texts
-from lengthscan.measure.chat.spans import assistant_mask, common_prefix, eot_position, is_prefix
+from lengthscan.measure.chat.encoding import rendered_ids
+from lengthscan.measure.chat.ranges import message_ranges
+from lengthscan.measure.chat.spans import common_prefix, eot_position, is_prefix
+from lengthscan.measure.chat.views import EncodingView, IdsView, views
 from lengthscan.measure.records import (
     FLAG_CODES,
     FLAG_MISSING,
@@ -50,6 +53,8 @@ NOTES = {"trained_from": "int64", "final_eot_at": "int64", "ends_with_eot": "boo
 #: Message roles whose content tokens get a side column (``{role}_tokens``).
 CONTENT_ROLES = ("system", "user", "assistant", "tool")
 TRAIN_ON = ("assistant", "last", "all")
+#: Rows on which token ranges read with ``char_to_token`` are checked against the full offsets.
+PROOF_ROWS = 64
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,7 @@ class ChatCounter:
         self.options = options
         self._renderer = None
         self._eot: tuple | None = None
+        self._exact: bool | None = None  # token ranges from the full offsets (None: not checked yet)
 
     # -- set-up -----------------------------------------------------------------------------
     @property
@@ -124,14 +130,14 @@ class ChatCounter:
         """Fail early (exit 2) on what no row can fix: no template, no offsets where spans are needed."""
         renderer = self.renderer
         if renderer.template.has_generation and self.options.train_on != "all":
-            try:
-                self.counter.encode_rendered(["probe"], offsets=True)
-            except NotImplementedError:
+            from lengthscan.measure.chat.encoding import rendered_encodings
+
+            if rendered_encodings(self.counter, ["probe"]) is None:
                 from lengthscan.measure.chat.template import ChatTemplateError
 
                 raise ChatTemplateError(
                     f"{type(self.counter.tokenizer).__name__} gives no character offsets, which the assistant spans "
-                    f"of a {{% generation %}} template need: use the model's fast tokenizer (tokenizer.json)") from None
+                    f"of a {{% generation %}} template need: use the model's fast tokenizer (tokenizer.json)")
 
     @property
     def eot_id(self) -> int | None:
@@ -184,17 +190,19 @@ class ChatCounter:
                 flags[i], errors[i] = FLAG_TOO_LONG, str(exc)
             except Exception as exc:  # noqa: BLE001 - the template's own message, per row
                 flags[i], errors[i] = FLAG_TEMPLATE_ERROR, _template_message(exc)
-        encoded = self._encode(texts, {w.full for w in work.values() if self._spans_wanted(w.conv)})
-        plain_ids = self.counter.ids(plain, "input") if plain else []
-        longest = self._message_tokens(work, notes)
+        encoded = self._views(texts, work)
+        plain_ids = [IdsView(ids) for ids in self.counter.ids(plain, "input")] if plain else []
+        longest = self._message_tokens(work, notes, encoded)
         ids_out: list | None = [None] * n if with_ids else None
         labels_out: list | None = [None] * n if with_ids else None
+        eot = self.eot_id
+        eot_text = self.counter.tokenizer.convert_ids_to_tokens(eot) if eot is not None else None
         for i, w in work.items():
-            ids = plain_ids[w.full] if w.conv.text is not None else encoded[w.full][0]
-            if len(ids) == 0:
+            view = plain_ids[w.full] if w.conv.text is not None else encoded[w.full]
+            if len(view) == 0:
                 flags[i], errors[i] = FLAG_TEMPLATE_ERROR, "the template rendered nothing"
                 continue
-            values["sequence_tokens"][i] = len(ids)
+            values["sequence_tokens"][i] = len(view)
             notes["from_sharegpt"][i] = w.conv.sharegpt
             msgs = w.conv.messages or []
             values["turns"][i] = len(msgs) if w.conv.text is None else 2
@@ -203,22 +211,20 @@ class ChatCounter:
             values["longest_message_tokens"][i] = longest.get(i, -1)
             if w.conv.has_parts and _parts_missing(texts[w.full], msgs):
                 notes["parts_not_rendered"][i] = True
-            trained = self._trained(w, ids, encoded, plain_ids)
+            trained = self._trained(w, view, encoded, plain_ids, with_ids)
             if trained is None:
                 notes["rewrites_history"][i] = True
                 continue
-            mask, last_ref = trained
-            completion = int(mask.sum())
+            completion, first, last, mask = trained
             values["completion_tokens"][i] = completion
-            values["prompt_tokens"][i] = len(ids) - completion
-            hits = np.flatnonzero(mask)
-            notes["trained_from"][i] = int(hits[0]) if hits.size else -1
-            eot = eot_position(ids, last_ref, self.eot_id)
-            notes["final_eot_at"][i] = eot
-            notes["ends_with_eot"][i] = eot >= 0
+            values["prompt_tokens"][i] = len(view) - completion
+            notes["trained_from"][i] = first
+            at = eot_position(view, last, eot, eot_text)
+            notes["final_eot_at"][i] = at
+            notes["ends_with_eot"][i] = at >= 0
             if with_ids:
-                ids_out[i] = list(ids)
-                labels_out[i] = np.where(mask.astype(bool), np.asarray(ids, np.int64), -100).tolist()
+                ids_out[i] = list(view.ids)
+                labels_out[i] = np.where(mask.astype(bool), np.asarray(view.ids, np.int64), -100).tolist()
         return Measured({spec_of[m]: values[m] for m in CHAT_METRICS}, flags,
                         errors if any(e is not None for e in errors) else None, notes=notes, ids=ids_out,
                         labels=labels_out)
@@ -268,70 +274,91 @@ class ChatCounter:
         return self.template.has_generation and self.options.train_on != "all" and conv.split_at is None \
             and conv.text is None
 
-    def _encode(self, texts: list[str], with_offsets: set) -> list:
-        """(ids, offsets) per text: offsets only for the ``with_offsets`` indices."""
-        out: list = [None] * len(texts)
-        idx_off = sorted(with_offsets)
-        idx_plain = [k for k in range(len(texts)) if k not in with_offsets]
-        for k, enc in zip(idx_off, self.counter.encode_rendered([texts[k] for k in idx_off], offsets=True)):
-            out[k] = enc
-        for k, enc in zip(idx_plain, self.counter.encode_rendered([texts[k] for k in idx_plain])):
-            out[k] = enc
+    def _views(self, texts: list[str], work: dict) -> list:
+        """The tokenized renderings. Token ranges come from ``char_to_token`` once the first rows of
+        the run have shown them equal to the full offsets' (spans and messages), else from the offsets."""
+        if self._exact is not None:
+            return views(self.counter, texts, exact=self._exact)
+        out = views(self.counter, texts, exact=True)
+        checked = 0
+        for w in work.values():
+            view = out[w.full] if w.conv.text is None and w.full < len(out) else None
+            if not isinstance(view, EncodingView) or checked >= PROOF_ROWS:
+                continue
+            fast = EncodingView(view.enc, view.text, exact=False)
+            probes = [(s, e) for s, e in w.spans] + [r for _, r in message_ranges(view.text, w.conv.messages or [])
+                                                     if isinstance(r, tuple)]
+            if fast.count(w.spans) != view.count(w.spans) or any(fast.overlap(*r) != view.overlap(*r)
+                                                                  for r in probes):
+                self._exact = True
+                return out
+            checked += 1
+        if checked:
+            self._exact = False
+            for v in out:
+                if isinstance(v, EncodingView):
+                    v.exact = False
         return out
 
-    def _trained(self, w: _Row, ids, encoded, plain_ids):
-        """(0/1 mask of trained tokens, the last trained position of the final assistant turn), or
-        None when the template rewrites earlier turns (no count)."""
-        n = len(ids)
-        mask = np.zeros(n, np.int8)
+    def _trained(self, w: _Row, view, encoded, plain_ids, with_mask: bool):
+        """(trained tokens, first, last trained position of the final assistant turn, the 0/1 mask
+        when ``with_mask``), or None when the template rewrites earlier turns (no count)."""
+        n = len(view)
         every = self.options.train_on == "all"
         if w.conv.text is not None or w.conv.split_at is not None:  # prompt-completion: TRL's rule
-            prompt = plain_ids[w.pairs[0][0]] if w.conv.text is not None else encoded[w.pairs[0][0]][0]
-            mask[0 if every else common_prefix(prompt, ids):] = 1
-            return mask, n - 1
+            prompt = plain_ids[w.pairs[0][0]] if w.conv.text is not None else encoded[w.pairs[0][0]]
+            start = 0 if every else common_prefix(prompt.ids, view.ids)
+            return n - start, (start if start < n else -1), n - 1, _ones(n, start, n) if with_mask else None
         if every:
-            mask[:] = 1
-            return mask, (len(encoded[w.ref][0]) - 1 if w.ref >= 0 else -1)
+            last = len(encoded[w.ref]) - 1 if w.ref >= 0 else -1
+            return n, 0, last, _ones(n, 0, n) if with_mask else None
         if self._spans_wanted(w.conv):
             spans = w.spans[-1:] if self.options.train_on == "last" else w.spans
-            mask = assistant_mask(encoded[w.full][1], spans)
-            hits = np.flatnonzero(mask)
-            return mask, (int(hits[-1]) if hits.size else -1)
+            total, first, last = view.count(spans)
+            return total, first, last, view.mask(spans) if with_mask else None
+        mask = np.zeros(n, np.int8)
         last = -1
         for p, q in w.pairs:
-            q_ids = encoded[q][0]
-            if q != w.full and not is_prefix(q_ids, ids):
+            q_ids = encoded[q].ids
+            if q != w.full and not is_prefix(q_ids, view.ids):
                 return None
-            start = common_prefix(encoded[p][0], q_ids) if p >= 0 else 0
+            start = common_prefix(encoded[p].ids, q_ids) if p >= 0 else 0
             mask[start:len(q_ids)] = 1
             last = len(q_ids) - 1
-        return mask, last
+        hits = np.flatnonzero(mask)
+        return int(hits.size), (int(hits[0]) if hits.size else -1), last, mask
 
-    def _message_tokens(self, work: dict, notes: dict) -> dict:
-        """row -> tokens of its longest message text (each tokenized alone, without special tokens);
-        the content tokens per role go to ``notes`` (``{role}_tokens``)."""
-        texts, owners = [], []
-        for i, w in work.items():
-            if w.conv.text is not None:
-                texts += list(w.conv.text)
-                owners += [(i, "user"), (i, "assistant")]
-                continue
-            for m in w.conv.messages:
-                content = m.get("content")
-                if isinstance(content, (list, tuple)):
-                    content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-                if isinstance(content, str) and content:
-                    texts.append(content)
-                    owners.append((i, m.get("role")))
+    def _message_tokens(self, work: dict, notes: dict, encoded: list) -> dict:
+        """row -> the tokens of its longest message; the tokens of each role's messages go to
+        ``notes`` (``{role}_tokens``). A message's tokens are the rendering's tokens overlapping its
+        text; a text the rendering does not hold as written (or a tokenizer without offsets) is
+        tokenized alone, without special tokens."""
         longest: dict = {i: 0 for i in work}
-        for i in work:
+        apart, owners = [], []
+        for i, w in work.items():
             for r in CONTENT_ROLES:
                 notes[f"{r}_tokens"][i] = 0
-        for (i, role), (ids, _) in zip(owners, self.counter.encode_rendered(texts)):
-            longest[i] = max(longest[i], len(ids))
-            if role in CONTENT_ROLES:
-                notes[f"{role}_tokens"][i] += len(ids)
+            if w.conv.text is not None:
+                pieces = [("user", w.conv.text[0]), ("assistant", w.conv.text[1])]
+            else:
+                view = encoded[w.full]
+                pieces = message_ranges(view.text, w.conv.messages) if isinstance(view, EncodingView) else [
+                    (m.get("role"), m["content"]) for m in w.conv.messages if isinstance(m.get("content"), str)]
+            for role, where in pieces:
+                if isinstance(where, tuple):
+                    self._add_tokens(i, role, encoded[w.full].overlap(*where), longest, notes)
+                elif where:
+                    apart.append(where)
+                    owners.append((i, role))
+        for (i, role), (ids, _) in zip(owners, rendered_ids(self.counter, apart)):
+            self._add_tokens(i, role, len(ids), longest, notes)
         return longest
+
+    @staticmethod
+    def _add_tokens(i: int, role, tokens: int, longest: dict, notes: dict) -> None:
+        longest[i] = max(longest[i], tokens)
+        if role in CONTENT_ROLES:
+            notes[f"{role}_tokens"][i] += tokens
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -341,6 +368,12 @@ class ChatCounter:
 
 class _TooLong(ValueError):
     pass
+
+
+def _ones(n: int, start: int, stop: int) -> np.ndarray:
+    mask = np.zeros(n, np.int8)
+    mask[start:stop] = 1
+    return mask
 
 
 def _add(texts: list, text: str) -> int:

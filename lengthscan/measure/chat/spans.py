@@ -57,16 +57,17 @@ def is_prefix(head, whole) -> bool:
     return len(head) <= len(whole) and common_prefix(head, whole) == len(head)
 
 
-def eot_position(ids, last_trained: int, eot_id: int | None) -> int:
+def eot_position(view, last_trained: int, eot_id: int | None, eot_text: str | None) -> int:
     """The position of the end-of-turn token that closes the last trained token (-1: none).
 
     It is the last trained token itself (templates whose generation block holds it), the token
     after it (the prompt side holds it), or one of the two before it (a template that writes a
-    newline after it, which the common-prefix rule trains as part of the turn).
+    newline after it, which the common-prefix rule trains as part of the turn). ``view`` answers
+    ``token_is(position, id, text)``.
     """
     if eot_id is None or last_trained < 0:
         return -1
     for pos in (last_trained, last_trained + 1, last_trained - 1, last_trained - 2):
-        if 0 <= pos < len(ids) and ids[pos] == eot_id:
+        if view.token_is(pos, eot_id, eot_text):
             return pos
     return -1

@@ -184,7 +184,7 @@ class TokenCounter:
         if method.method != METHOD_FAST:
             return [list(ids) for ids in self._call_ids(texts, role)]
         out = []
-        for start, stop in _chunks(texts, CHUNK_CHARS):
+        for start, stop in chunks(texts, CHUNK_CHARS):
             out += [e.ids for e in method.backend.encode_batch_fast(texts[start:stop], add_special_tokens=True)]
         return out
 
@@ -266,7 +266,7 @@ class TokenCounter:
         """Exact lengths of non-empty strings (no triage of None, "" or over-long texts)."""
         method = self._methods.get(role) or self._decide(role, texts)
         out = np.empty(len(texts), np.int64)
-        for start, stop in _chunks(texts, CHUNK_CHARS):
+        for start, stop in chunks(texts, CHUNK_CHARS):
             part = texts[start:stop]
             if method.method == METHOD_FAST:
                 encodings = method.backend.encode_batch_fast(part, add_special_tokens=True)
@@ -283,27 +283,11 @@ class TokenCounter:
             return tok(texts, add_special_tokens=False)["input_ids"]
         return tok(texts)["input_ids"]
 
-    def encode_rendered(self, texts: list[str], *, offsets: bool = False) -> list[tuple[list, list | None]]:
-        """(ids, character offsets or None) of rendered chat texts, as ``apply_chat_template``
-        tokenizes them (``add_special_tokens=False``), by the proven fast path where there is one.
-        ``offsets`` needs a fast tokenizer: ``NotImplementedError`` otherwise."""
-        if not texts:
-            return []
-        method = self._methods.get(CHAT_ROLE) or self._decide(CHAT_ROLE, texts)
-        out: list = []
-        for start, stop in _chunks(texts, CHUNK_CHARS):
-            part = texts[start:stop]
-            if method.method == METHOD_FAST:
-                if offsets:
-                    out += [(e.ids, e.offsets) for e in method.backend.encode_batch(part, add_special_tokens=False)]
-                else:
-                    out += [(e.ids, None) for e in method.backend.encode_batch_fast(part, add_special_tokens=False)]
-            elif offsets:
-                enc = self.tokenizer(part, add_special_tokens=False, return_offsets_mapping=True)
-                out += list(zip(enc["input_ids"], enc["offset_mapping"]))
-            else:
-                out += [(ids, None) for ids in self._call_ids(part, CHAT_ROLE)]
-        return out
+    def fast_backend(self, role: str, probe: list[str]):
+        """The backend ``role`` is counted with when the fast path is proven for it (None: use
+        ``__call__``); ``probe`` texts take part in the proof when it is made now."""
+        method = self._methods.get(role) or self._decide(role, probe)
+        return method.backend if method.method == METHOD_FAST else None
 
     # -- proof of the fast path ---------------------------------------------------------------
     def _decide(self, role: str, texts: list[str]) -> _RoleMethod:
@@ -380,7 +364,7 @@ class TokenCounter:
         self.__dict__.update(state)
 
 
-def _chunks(texts: list[str], budget: int):
+def chunks(texts: list[str], budget: int):
     """(start, stop) ranges of ``texts`` with at most ``budget`` characters each (>= 1 text)."""
     start, size = 0, 0
     for i, text in enumerate(texts):
