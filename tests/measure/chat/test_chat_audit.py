@@ -87,11 +87,21 @@ def test_end_of_turn_and_side_columns(tmp_path, chat_tok_dir, chat_tok, rows):
             row["messages"][:[m["role"] for m in row["messages"]].index("assistant")],
             chat_template=trl_template("qwen3_training").read_text(), tokenize=True,
             add_generation_prompt=True)["input_ids"][:first]
-        contents = [m["content"] for m in row["messages"] if m.get("content")]
-        assert table["longest_message_tokens"][i] == max(
-            len(chat_tok(c, add_special_tokens=False)["input_ids"]) for c in contents)
-        by_role = sum(table[f"{r}_tokens"][i] for r in ("system", "user", "assistant", "tool"))
-        assert by_role == sum(len(chat_tok(c, add_special_tokens=False)["input_ids"]) for c in contents)
+        # a message's tokens: the rendering's tokens overlapping its text (found in order)
+        text = chat_tok.apply_chat_template(row["messages"], chat_template=trl_template("qwen3_training").read_text(),
+                                            tokenize=False)
+        offsets = chat_tok(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        counts, cursor = [], 0
+        for m in row["messages"]:
+            if not m.get("content"):
+                continue
+            needle = m["content"] if m["content"] in text[cursor:] else m["content"].strip()
+            start = text.index(needle, cursor)
+            cursor = start + len(needle)
+            counts.append((m["role"], sum(1 for a, b in offsets if b > start and a < cursor)))
+        assert table["longest_message_tokens"][i] == max(n for _, n in counts)
+        for r in ("system", "user", "assistant", "tool"):
+            assert table[f"{r}_tokens"][i] == sum(n for role, n in counts if role == r)
 
 
 def test_sharegpt_prompt_completion_and_bad_rows(tmp_path, chat_tok_dir, chat_tok):
