@@ -68,7 +68,9 @@ def _memory(args) -> int:
     from lengthscan.memory import Shape, estimate, load_config, usable_bytes
 
     data_only = [flag for flag, value in (("--input", args.input), ("--audio", args.audio), ("--target", args.target),
-                                          ("--out", args.out), ("--export-worst-batch", args.export_worst_batch))
+                                          ("--messages", args.messages), ("--prompt", args.prompt),
+                                          ("--completion", args.completion), ("--out", args.out),
+                                          ("--export-worst-batch", args.export_worst_batch))
                  if value is not None]
     if data_only:
         print(f"lengthscan: error: {', '.join(data_only)} need SRC (data mode)", file=sys.stderr)
@@ -104,8 +106,8 @@ def _memory(args) -> int:
 def _add_memory_data_flags(m: argparse.ArgumentParser) -> None:
     """``lengthscan memory SRC``'s flags: the audit's fields, the epoch, the report and the export."""
     add_source_argument(m, nargs="?", help="data mode: the training data (as audit takes it); without it, shape mode")
-    add_flags(m, "input", "audio", "target", "tokenizer", "sampling_rate", "split", "max_chars", "no_cache",
-              "num_proc", prefix="data mode: ",
+    add_flags(m, "input", "audio", "target", "messages", "prompt", "completion", "tools", "chat_template", "train_on",
+              "tokenizer", "sampling_rate", "split", "max_chars", "no_cache", "num_proc", prefix="data mode: ",
               split={"help": "the split trained on (default train, else the first)"})
     m.add_argument("--sampler", choices=("random", "group_by_length", "batch_rebalance"), default="random",
                    help="data mode: the Trainer's train_sampling_strategy (default random)")
@@ -137,7 +139,9 @@ def _memory_data(args, command: str) -> int:
                 budget_bytes=budget, margin=args.margin, out=args.out, overwrite=args.overwrite,
                 export_worst_batch=args.export_worst_batch, cache=not args.no_cache,
                 max_chars=args.max_chars or DEFAULT_MAX_CHARS, num_proc=args.num_proc, progress=progress,
-                command=command)
+                command=command, chat={"messages": args.messages, "prompt": args.prompt, "completion": args.completion,
+                                       "tools": args.tools, "chat_template": args.chat_template,
+                                       "train_on": args.train_on if args.messages or args.prompt else None})
     except ValueError as exc:
         print(f"lengthscan: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -55,7 +55,9 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
           limits=(), action: str = "drop", keep_empty_targets: bool = False, crop_audio: bool = False,
           fail_over=None, out: str | Path | None = None, overwrite: bool = False, cache: bool = True,
           max_chars: int = DEFAULT_MAX_CHARS, batch_rows: int = BATCH_ROWS, redact: bool = False,
-          num_proc: int = 1, progress: Progress | None = None, command: str | None = None) -> AuditResult:
+          num_proc: int = 1, progress: Progress | None = None, command: str | None = None, messages: str | None = None,
+          prompt: str | None = None, completion: str | None = None, tools: str | None = None,
+          chat_template: str | None = None, train_on: str = "assistant") -> AuditResult:
     """Measure the lengths of the ``input``/``audio`` and ``target`` columns of ``source``.
 
     ``source`` is anything ``open_source`` opens (path, glob, directory, audio folder, hub id,
@@ -67,7 +69,9 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
     result failed when more rows would be dropped or truncated. With ``out``, writes
     ``lengths.parquet``, ``report.json`` and ``report.html`` there atomically; ``redact`` keeps
     every text of the data out of the report (row ids and lengths only). ``num_proc`` > 1 measures
-    in worker processes (same results, same order).
+    in worker processes (same results, same order). Conversations instead of text columns:
+    ``messages`` (or ``prompt`` and ``completion``), ``tools``, ``chat_template`` (a Jinja file;
+    default: the tokenizer's) and ``train_on`` (assistant, last or all); see README "Chat data".
     """
     options = AuditOptions.of(**{k: v for k, v in locals().items() if k != "source"})
     return run_audit(source, options, LocalEngine(num_proc))

@@ -79,7 +79,9 @@ def clean(source, *, out, tokenizer=None, input: str | None = None, target: str 
           overwrite: bool = False, format: str = "arrow",
           cache: bool = True, max_chars: int = DEFAULT_MAX_CHARS, batch_rows: int = BATCH_ROWS,
           redact: bool = False, num_proc: int = 1, decide_only: bool = True, progress=None,
-          command: str | None = None) -> CleanResult:
+          command: str | None = None, messages: str | None = None,
+          prompt: str | None = None, completion: str | None = None, tools: str | None = None,
+          chat_template: str | None = None, train_on: str = "assistant") -> CleanResult:
     """Decide every row of ``source`` by ``limits`` and write the result to ``out``.
 
     Options as ``audit``; ``action`` is what rows over an upper token limit get (drop or

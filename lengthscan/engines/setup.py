@@ -122,6 +122,9 @@ def _limits(fields, counter, model_limits) -> list[Ceiling]:
     limits = []
     if model_limits is not None:
         limits += [Ceiling(m.name, m.value, m.origin) for m in model_limits.limits if m.name in measured]
+        sequence = model_limits.get("sequence_tokens") if "sequence_tokens" in measured else None
+        if sequence is not None:  # a decoder-only model sees the rendered conversation as its input
+            limits.append(Ceiling("sequence_tokens", sequence.value, sequence.origin))
     elif counter is not None and measured & {"input_tokens", "sequence_tokens"}:
         max_len = counter.model_max_length()
         if max_len is not None:

@@ -52,7 +52,7 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
                     seed: int = TRAINER_SEED, pad_to_multiple_of: int | None = None, budget_bytes: int | None = None,
                     margin: float = 0.1, out=None, overwrite: bool = False, export_worst_batch=None,
                     cache: bool = True, max_chars: int = DEFAULT_MAX_CHARS, num_proc: int = 1, progress=None,
-                    command: str | None = None) -> MemoryPrediction:
+                    command: str | None = None, chat: dict | None = None) -> MemoryPrediction:
     """Predict the peak memory of every batch of one training epoch of ``model`` on ``source``.
 
     Every row of the train split (else the first; ``split`` to choose) is measured by the audit
@@ -61,7 +61,10 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
     ``train_sampling_strategy = sampler``, in per-device batches of ``batch_size`` (gradient
     accumulation from ``options``). ``budget_bytes`` adds the verdict and limits that fit with
     ``margin``; ``out`` writes the audit's files with the memory section; ``export_worst_batch``
-    saves the worst batch's source rows with ``save_to_disk``.
+    saves the worst batch's source rows with ``save_to_disk``. ``chat`` (audit's conversation
+    options: ``messages`` or ``prompt``/``completion``, ``tools``, ``chat_template``, ``train_on``)
+    measures conversations: a decoder-only model's input is the rendered sequence
+    (``sequence_tokens``), and the limits found are stated on it.
     """
     from lengthscan.engines.audit import audit
     from lengthscan.sources.opener import open_source
@@ -86,9 +89,11 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
         split = "train" if "train" in names else names[0]
     work = staging_dir(final) if final is not None else Path(tempfile.mkdtemp(prefix="lengthscan-memory-"))
     try:
+        chat = {k: v for k, v in (chat or {}).items() if v is not None}
         result = audit(source, tokenizer=tokenizer, input=input, target=target, audio=audio, model=model,
                        sampling_rate=sampling_rate, split=split, full=True, seed=seed, out=work, overwrite=True,
-                       cache=cache, max_chars=max_chars, num_proc=num_proc, progress=progress, command=command)
+                       cache=cache, max_chars=max_chars, num_proc=num_proc, progress=progress, command=command,
+                       **chat)
         rows, lengths, total = _read_lengths(work / "lengths.parquet", split)
         layout = layout_for(config, pad_to_multiple_of=pad_to_multiple_of, **lengths)
         rows = rows[layout.known]
@@ -101,9 +106,12 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
         memory["budget_bytes"], memory["margin"], memory["fits"], memory["limits"] = budget_bytes, margin, None, None
         if budget_bytes is not None:
             memory.update(_verdict(config, epoch, lengths, budget_bytes, margin, options, result))
+            if result.chat is not None:  # the decoder's input is the conversation's sequence
+                memory["limits"]["rules"] = [r.replace("input_tokens", "sequence_tokens")
+                                             for r in memory["limits"]["rules"]]
             memory["limits"]["clean_command"] = clean_command(
                 source, memory["limits"]["rules"], input=input, target=target, audio=audio, tokenizer=tokenizer,
-                model=model, sampling_rate=sampling_rate)
+                model=model, sampling_rate=sampling_rate, **chat)
         if export is not None:
             memory["export"] = export_rows(source, split, memory["worst_batch"]["rows"], export, overwrite=overwrite)
         prediction = MemoryPrediction(result, epoch, memory)
@@ -134,6 +142,8 @@ def _read_lengths(path: Path, split: str) -> tuple[np.ndarray, dict, int]:
     if "input_samples" in names:
         names.remove("input_seconds")  # seconds only where samples are unknown (no sampling rate)
     arrays = {n: np.asarray(table[n].to_numpy(zero_copy_only=False), np.float64) for n in names}
+    if "sequence_tokens" in table.column_names:  # a conversation: the model's input is the rendered sequence
+        arrays["input_tokens"] = np.asarray(table["sequence_tokens"].to_numpy(zero_copy_only=False), np.float64)
     return np.asarray(table["row"]), {n: np.nan_to_num(a, nan=-1.0) if n != "input_seconds" else a
                                       for n, a in arrays.items()}, table.num_rows
 

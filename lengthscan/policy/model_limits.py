@@ -58,7 +58,10 @@ class ModelLimits:
     sampling_rate: int | None
 
     def get(self, name: str) -> ModelLimit | None:
-        """The limit on measurement ``name``, or None when the model has none."""
+        """The limit on measurement ``name``, or None when the model has none. A conversation's
+        ``sequence_tokens`` is a decoder-only model's input: its ``input_tokens`` limit applies."""
+        if name == "sequence_tokens" and self.family == DECODER_ONLY:
+            name = "input_tokens"
         return next((limit for limit in self.limits if limit.name == name), None)
 
     def to_dict(self) -> dict:

@@ -43,7 +43,10 @@ def _sequence_limits(data: dict, split: dict) -> list[tuple[int, str]]:
         if r["metric"] == "sequence_tokens" and r["op"] in ("<=", "<"):
             cap = math.floor(r["threshold"]) if r["op"] == "<=" else math.ceil(r["threshold"]) - 1
             limits.append((cap, f"--limit {r['rule']}"))
-    return list(dict.fromkeys(limits))
+    out: dict = {}
+    for value, origin in limits:  # one sentence a value: the first origin (the model's) names it
+        out.setdefault(value, origin)
+    return list(out.items())
 
 
 def _over_sentence(split: dict, limit: int, origin: str, where: str) -> str:
