@@ -26,7 +26,16 @@ import pyarrow as pa
 from lengthscan.engines.options import RunOptions
 from lengthscan.engines.setup import Setup
 from lengthscan.measure.batch import measure_batch
-from lengthscan.measure.cache import CacheReader, CacheWriter, cached_path, field_key
+from lengthscan.measure.cache import (
+    CacheReader,
+    CacheWriter,
+    TableCacheReader,
+    TableCacheWriter,
+    cached_path,
+    chat_key,
+    field_key,
+)
+from lengthscan.measure.chat import stored as chat_stored
 from lengthscan.measure.records import FLAG_TOO_LONG, Measured
 from lengthscan.sources.sampling import SamplePlan, sample_indices
 from lengthscan.sources.scan import Batch, iter_batches
@@ -82,12 +91,12 @@ def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally:
     """Measure the plan's rows of one split into ``tally`` and the sinks; returns the roles whose
     lengths came from the cache. ``columns`` (default: those measured) are read."""
     fields, counter = setup.fields, setup.counter
-    text = [f for f in fields if f.kind == "text"]
-    use_cache = run.cache and engine.uses_cache and text
-    keys = {f.role: field_key(split_src.fingerprint, f.column, f.primary.name, counter.hash, counter.max_chars)
-            for f in text} if use_cache else {}
-    readers = {role: CacheReader(p) for role, k in keys.items() if (p := cached_path(k)) is not None}
-    writers = {role: CacheWriter(k) for role, k in keys.items()
+    cached = [f for f in fields if f.kind in ("text", "chat")]
+    use_cache = run.cache and engine.uses_cache and cached
+    keys = {f.role: cache_key(split_src, f, setup) for f in cached} if use_cache else {}
+    kinds = {f.role: f for f in cached}
+    readers = {role: cache_reader(kinds[role], p) for role, k in keys.items() if (p := cached_path(k)) is not None}
+    writers = {role: cache_writer(kinds[role], k) for role, k in keys.items()
                if plan.full and role not in readers and role not in setup.decide_caps}
     to_measure = tuple(f for f in fields if f.role not in readers)
     if columns is None:
@@ -97,9 +106,13 @@ def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally:
         for batch, measured in engine.measure(split_src, plan, setup, to_measure, columns, batch_rows=run.batch_rows,
                                               with_ids=with_ids):
             for f in fields:
-                if f.role in readers:
+                if f.role in readers and f.kind == "chat":
+                    measured[f.role] = chat_stored.from_table(f, readers[f.role].take(batch.rows))
+                elif f.role in readers:
                     lengths, flags = readers[f.role].take(batch.rows)
                     measured[f.role] = Measured({f.primary: lengths}, flags, too_long_errors(flags, counter))
+                elif f.role in writers and f.kind == "chat":
+                    writers[f.role].write(chat_stored.to_batch(f, measured[f.role]))
                 elif f.role in writers:
                     writers[f.role].write(measured[f.role].values[f.primary], measured[f.role].flags)
             tally.add(batch.rows, measured)
@@ -117,6 +130,22 @@ def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally:
     for w in writers.values():
         w.commit()
     return set(readers)
+
+
+def cache_key(split_src: SplitSource, f, setup: Setup) -> str:
+    """The length cache's key of one field of a split."""
+    counter = setup.counter
+    if f.kind == "chat":
+        return chat_key(split_src.fingerprint, f.columns, setup.chat.signature(), counter.hash, counter.max_chars)
+    return field_key(split_src.fingerprint, f.column, f.primary.name, counter.hash, counter.max_chars)
+
+
+def cache_reader(f, path):
+    return TableCacheReader(path) if f.kind == "chat" else CacheReader(path)
+
+
+def cache_writer(f, key: str):
+    return TableCacheWriter(key, chat_stored.schema(f)) if f.kind == "chat" else CacheWriter(key)
 
 
 def too_long_errors(flags: np.ndarray, counter) -> list | None:

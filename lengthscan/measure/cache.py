@@ -85,3 +85,54 @@ class CacheReader:
         self._lengths, self._flags = self._lengths[drop:], self._flags[drop:]
         self._start += drop
         return out
+
+
+def chat_key(split_fingerprint: str, columns, signature: str, tokenizer_hash: str, max_chars: int) -> str:
+    """The cache key of a conversation field: its columns, how it is measured (template, format,
+    what is trained), the tokenizer and ``--max-chars``."""
+    payload = json.dumps([__version__, split_fingerprint, list(columns), "chat", signature, tokenizer_hash, max_chars])
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+class TableCacheWriter:
+    """Streams record batches of any schema to a temporary file; ``commit`` publishes it."""
+
+    def __init__(self, key: str, schema: pa.Schema):
+        self.final = cache_root() / "lengths" / f"{key}.parquet"
+        self.final.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = self.final.with_name(f".{self.final.name}.{os.getpid()}.tmp")
+        self._writer = pq.ParquetWriter(self.tmp, schema)
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self._writer.write_batch(batch)
+
+    def commit(self) -> None:
+        self._writer.close()
+        os.replace(self.tmp, self.final)
+
+    def abort(self) -> None:
+        try:
+            self._writer.close()
+        finally:
+            self.tmp.unlink(missing_ok=True)
+
+
+class TableCacheReader:
+    """Reads cached rows at sorted positions, each request at or after the previous ones."""
+
+    def __init__(self, path: Path):
+        self._batches = pq.ParquetFile(path).iter_batches(batch_size=65536)
+        self._start = 0
+        self._buffer: pa.Table | None = None
+
+    def take(self, rows: np.ndarray) -> pa.Table:
+        if self._buffer is None:
+            self._buffer = pa.Table.from_batches([next(self._batches)])
+        end = int(rows[-1]) + 1 if rows.size else self._start
+        while self._start + self._buffer.num_rows < end:
+            self._buffer = pa.concat_tables([self._buffer, pa.Table.from_batches([next(self._batches)])])
+        out = self._buffer.take(arrays.numeric(rows - self._start, pa.int64()))
+        drop = end - self._start
+        self._buffer = self._buffer.slice(drop)
+        self._start += drop
+        return out

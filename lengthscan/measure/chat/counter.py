@@ -126,6 +126,11 @@ class ChatCounter:
                 "template": self.template.to_dict(), "train_on": self.options.train_on, "trained_tokens": self.rule,
                 "end_of_turn_token": tok.convert_ids_to_tokens(eot) if eot is not None else None}
 
+    def signature(self) -> str:
+        """What the measurements depend on besides the tokenizer and the rows (cache keys)."""
+        fmt = self.options.format
+        return f"{self.template.hash}|{self.options.train_on}|{fmt.messages}|{fmt.prompt}|{fmt.completion}|{fmt.tools}"
+
     def check(self) -> None:
         """Fail early (exit 2) on what no row can fix: no template, no offsets where spans are needed."""
         renderer = self.renderer

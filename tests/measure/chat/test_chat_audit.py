@@ -193,3 +193,39 @@ def test_usage_errors_exit_2(tmp_path, chat_tok_dir, capsys, case):
     assert "Traceback" not in err and err.startswith("lengthscan: error:")
     assert {"no_template": "--chat-template FILE", "bad_file": "cannot read", "syntax": "does not compile",
             "target_too": "not both"}[case] in err
+
+
+def test_lengths_cache(tmp_path, chat_tok_dir, rows):
+    """A second audit of the same conversations reads the cached measurements; a clean with
+    --tokenize after it writes the ids TRL's rule gives (measured again only for the kept rows)."""
+    from datasets import load_from_disk
+
+    src = write_jsonl(tmp_path / "chat.jsonl", [{"id": r["id"], "messages": r["messages"]} for r in rows[:50]])
+    template = trl_template("qwen3_training")
+    args = ["--tokenizer", chat_tok_dir, "--chat-template", template, "--messages", "messages"]
+    outs = []
+    for k in range(2):
+        out = tmp_path / f"a{k}"
+        assert main(["audit", str(src), *map(str, args), "--full", "--quiet", "--out", str(out)]) == 0
+        outs.append(out)
+    first, second = (pq.read_table(o / "lengths.parquet") for o in outs)
+    assert first.equals(second)
+    assert json.loads((outs[0] / "report.json").read_text())["cache_hits"] == 0
+    assert json.loads((outs[1] / "report.json").read_text())["cache_hits"] == 1
+    other = tmp_path / "a2"  # another template is another measurement: not read from the cache
+    assert main(["audit", str(src), "--tokenizer", str(chat_tok_dir), "--chat-template", str(trl_template("qwen2_5")),
+                 "--messages", "messages", "--full", "--quiet", "--out", str(other)]) == 0
+    assert json.loads((other / "report.json").read_text())["cache_hits"] == 0
+    out = tmp_path / "clean"
+    assert main(["clean", str(src), *map(str, args), "--limit", "sequence_tokens<=400", "--tokenize", "--quiet",
+                 "--out", str(out)]) == 0
+    assert json.loads((out / "report.json").read_text())["cache_hits"] == 1
+    tok_text = template.read_text()
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(chat_tok_dir)
+    for row in load_from_disk(out / "dataset"):
+        ref = tok.apply_chat_template(rows[row["id"]]["messages"], chat_template=tok_text,
+                                      return_assistant_tokens_mask=True)
+        assert row["input_ids"] == ref["input_ids"]
+        assert row["labels"] == [t if m else -100 for t, m in zip(ref["input_ids"], ref["assistant_masks"])]
