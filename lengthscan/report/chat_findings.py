@@ -102,6 +102,10 @@ def _kept_sentences(data: dict) -> list[str]:
             continue
         out.append(f"After cleaning, the dataset keeps {share(new['completion_tokens'], old['completion_tokens'])} "
                    f"of the trained tokens ({new['completion_tokens']:,} of {old['completion_tokens']:,}).")
+        lost = new["without_final_eot"] - old["without_final_eot"]
+        if lost > 0:
+            out.append(f"Truncation cuts the final end-of-turn token of {_rows(lost)}: trained on, they do not teach "
+                       f"the model to stop (final_eot_at_after is null in lengths.parquet); drop-turns keeps it.")
     return out
 
 

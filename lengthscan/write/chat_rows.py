@@ -22,7 +22,7 @@ import pyarrow as pa
 from lengthscan.policy.rules import DROP, TRUNCATE, Decisions
 
 #: ``lengths.parquet`` columns of a cleaned conversation (besides ``sequence_tokens_after``).
-AFTER = ("completion_tokens", "turns")
+AFTER = ("completion_tokens", "turns", "final_eot_at")
 #: The reason of a conversation whose first exchange alone is over the drop-turns limit.
 FIRST_EXCHANGE = "drop-turns: the first exchange does not fit"
 
@@ -62,6 +62,8 @@ def clean_chat(chat, field, table: pa.Table, d: Decisions, final: dict, given: d
             final["prompt_tokens"][i] = final["sequence_tokens"][i] - trained
         if ids is not None and ids[i] is not None:
             ids[i], labels[i] = ids[i][:cap], labels[i][:cap]
+        if final["final_eot_at"][i] >= cap:  # the cut removes the end-of-turn token that closed the last turn
+            final["final_eot_at"][i], final["ends_with_eot"][i] = -1, 0
     if cut.any():
         table, d = _drop_turns(chat, field, table, d, cut, caps, final, ids, labels)
     return table, d, ({"ids": ids, "labels": labels} if tokenize else None)
@@ -111,6 +113,8 @@ def _drop_turns(chat, field, table, d, cut, caps, final, ids, labels):
         new_values[i] = values[i][:end]
         for spec in field.specs:
             final[spec.name][i] = measured.values[spec][k]
+        for name in ("trained_from", "final_eot_at", "ends_with_eot"):
+            final[name][i] = measured.notes[name][k]
         if ids is not None:
             ids[i], labels[i] = measured.ids[k], measured.labels[k]
     table = _replace_column(table, column, new_values)

@@ -176,7 +176,8 @@ class CleanTally:
         self.decisions.add(d)
         self.worst.add(self.decisions.split, cleaned.rows, cleaned.base, d, cleaned.source)
         fields = self.after.fields
-        after = {f.role: Measured({s: cleaned.final[s.name][keep] for s in f.specs}, cleaned.flags[f.role][keep])
+        after = {f.role: Measured({s: cleaned.final[s.name][keep] for s in f.specs}, cleaned.flags[f.role][keep],
+                                  notes=_notes_after(f, cleaned.final, keep))
                  for f in fields}
         self.after.add(cleaned.rows[keep], after)
 
@@ -185,6 +186,13 @@ class CleanTally:
         self.after.merge(other.after)
         self.worst.merge(other.worst)
         return self
+
+
+def _notes_after(f, final: dict, keep: np.ndarray) -> dict | None:
+    """A conversation field's side columns after cleaning (the end-of-turn token a cut removed)."""
+    if not f.notes or any(name not in final for name in f.notes):
+        return None
+    return {name: (final[name][keep] > 0 if kind == "bool" else final[name][keep]) for name, kind in f.notes.items()}
 
 
 def output_features(spec: CleanSpec, source_features: dict, *, multi_file: bool, source_name: str) -> tuple:

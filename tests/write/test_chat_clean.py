@@ -134,6 +134,12 @@ def test_tokenize_equals_trl_sft_preparation(tmp_path, chat_tok_dir, rows, name,
     for i in truncated:
         labels = by_id[sample[i]["id"]]["labels"]
         assert lengths["completion_tokens_after"][i] == sum(x != -100 for x in labels)
+        lost = lengths["final_eot_at"][i] is not None and lengths["final_eot_at"][i] >= limit
+        assert (lengths["final_eot_at_after"][i] is None) == (lost or lengths["final_eot_at"][i] is None)
+    report = json.loads((out / "report.json").read_text())
+    after = report["clean"]["after"][0]["chat"]
+    lost = sum(1 for i in truncated if (lengths["final_eot_at"][i] or -1) >= limit)
+    assert after["without_final_eot"] - report["splits"][0]["chat"]["without_final_eot"] == lost
 
 
 def test_tokenize_prompt_completion_equals_trl(tmp_path, chat_tok_dir, docs):

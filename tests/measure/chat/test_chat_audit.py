@@ -177,10 +177,16 @@ def test_content_parts(tmp_path, chat_tok_dir, chat_tok):
             assert table["parts_not_rendered"][0] is (what == "parts_not_rendered"), name
 
 
-@pytest.mark.parametrize("case", ["no_template", "bad_file", "syntax", "target_too"])
-def test_usage_errors_exit_2(tmp_path, chat_tok_dir, capsys, case):
+@pytest.mark.parametrize("case", ["no_template", "bad_file", "syntax", "target_too", "no_offsets", "drop_turns_pc"])
+def test_usage_errors_exit_2(request, tmp_path, chat_tok_dir, capsys, case):
     src = write_jsonl(tmp_path / "c.jsonl", [{"messages": [{"role": "user", "content": "hi"}], "t": "x"}])
-    args = ["--tokenizer", chat_tok_dir, "--messages", "messages", "--out", tmp_path / "o"]
+    tok = request.getfixturevalue("marian_dir") if case == "no_offsets" else chat_tok_dir
+    args = ["--tokenizer", tok, "--messages", "messages", "--out", tmp_path / "o"]
+    if case == "no_offsets":  # a Python-only tokenizer: no offsets for the generation spans
+        args += ["--chat-template", trl_template("qwen3_training")]
+    if case == "drop_turns_pc":
+        args = ["--tokenizer", tok, "--prompt", "t", "--completion", "t", "--chat-template", trl_template("qwen2_5"),
+                "--limit", "sequence_tokens<=10", "--action", "drop-turns", "--out", tmp_path / "o"]
     if case == "bad_file":
         args += ["--chat-template", tmp_path / "missing.jinja"]
     elif case == "syntax":
@@ -192,7 +198,8 @@ def test_usage_errors_exit_2(tmp_path, chat_tok_dir, capsys, case):
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.startswith("lengthscan: error:")
     assert {"no_template": "--chat-template FILE", "bad_file": "cannot read", "syntax": "does not compile",
-            "target_too": "not both"}[case] in err
+            "target_too": "not both", "no_offsets": "no character offsets",
+            "drop_turns_pc": "needs --messages"}[case] in err
 
 
 def test_lengths_cache(tmp_path, chat_tok_dir, rows):
