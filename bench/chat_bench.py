@@ -14,7 +14,7 @@ side computes the assistant mask. Sides, each a fresh process, interleaved:
 * ``bench/chat_map.py``: ``load_dataset("json")`` + ``Dataset.map`` of the same, num_proc 1 and 2.
 
 Counts must be identical (sequence and completion tokens, every row). Peak RSS of the audit is
-compared at 10x the rows (the corpus repeated). Ratios are medians of per-repeat ratios.
+compared with a run on a tenth of the rows (``--scale``). Ratios are medians of per-repeat ratios.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ ADDED = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>"
 
 
 def build(folder: Path, rows: int, scale: int) -> tuple[Path, Path, Path, Path]:
-    """(corpus, the same repeated ``scale`` times, tokenizer directory, template)."""
+    """(corpus, its first rows / ``scale``, tokenizer directory, template)."""
     import trl
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -53,13 +53,13 @@ def build(folder: Path, rows: int, scale: int) -> tuple[Path, Path, Path, Path]:
             msgs.append({"role": "assistant", "content": rng.choice(texts)[:rng.randint(5, 4000)]})
         lines.append(json.dumps({"id": i, "messages": msgs}, ensure_ascii=False) + "\n")
     corpus.write_text("".join(lines), encoding="utf-8")
-    big = folder / f"chat{rows}x{scale}.jsonl"
-    big.write_text("".join(lines) * scale, encoding="utf-8")
+    small = folder / f"chat{rows}-first{rows // scale}.jsonl"  # the RSS check: 1/scale of the rows
+    small.write_text("".join(lines[:rows // scale]), encoding="utf-8")
     tok = folder / "chat-tok"
     if not (tok / "tokenizer.json").exists():
         _train(texts[:20_000], tok)
     template = Path(trl.__file__).parent / "chat_templates" / "qwen3_training.jinja"
-    return corpus, big, tok, template
+    return corpus, small, tok, template
 
 
 def _train(texts: list[str], out: Path) -> None:
@@ -81,11 +81,11 @@ def _train(texts: list[str], out: Path) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=50_000)
-    ap.add_argument("--scale", type=int, default=10, help="the RSS check's corpus is this many copies")
+    ap.add_argument("--scale", type=int, default=10, help="the RSS check compares with 1/scale of the rows")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--data-dir", type=Path, default=bench_data.DEFAULT_DIR / "chat")
     args = ap.parse_args(argv)
-    corpus, big, tok, template = build(args.data_dir, args.rows, args.scale)
+    corpus, small, tok, template = build(args.data_dir, args.rows, args.scale)
     py = sys.executable
     with tempfile.TemporaryDirectory(prefix="lengthscan-chat-bench-") as scratch:
         scratch = Path(scratch)
@@ -113,8 +113,8 @@ def main(argv=None) -> int:
                 print(f"  {rep + 1}/{args.repeats} {name:<26} {p.wall:7.2f} s wall {p.cpu:7.2f} s CPU "
                       f"{p.rss_mb:6.0f} MiB", file=sys.stderr, flush=True)
         same = _identical(runs, scratch)
-        big_argv = [str(big) if x == str(corpus) else x for x in sides["lengthscan audit"](scratch / "big")]
-        big_run = run_proc(big_argv, scratch / "big")
+        small_argv = [str(small) if x == str(corpus) else x for x in sides["lengthscan audit"](scratch / "small")]
+        small_run = run_proc(small_argv, scratch / "small")
     ours = runs["lengthscan audit"]
     print(f"\nchat audit, {args.rows:,} conversations (TRL qwen3_training.jinja, assistant masks), "
           f"{args.repeats} repeats; counts identical on every row: {same}")
@@ -126,9 +126,9 @@ def main(argv=None) -> int:
         print(f"| whole process vs {name} | {statistics.median(a.wall for a in ours):.2f} s | "
               f"{statistics.median(b.wall for b in runs[name]):.2f} s | {statistics.median(ratios):.2f}x "
               f"[{min(ratios):.2f}-{max(ratios):.2f}] | {statistics.median(cpu):.2f}x |")
-    small = statistics.median(a.rss_mb for a in ours)
-    print(f"| peak RSS of the audit, {args.scale}x the rows ({args.rows * args.scale:,}) vs {args.rows:,} | "
-          f"{big_run.rss_mb:.0f} MiB | {small:.0f} MiB | {big_run.rss_mb / small:.2f}x | - |")
+    big = statistics.median(a.rss_mb for a in ours)
+    print(f"| peak RSS of the audit, {args.rows:,} rows vs {args.rows // args.scale:,} ({args.scale}x the rows) | "
+          f"{big:.0f} MiB | {small_run.rss_mb:.0f} MiB | {big / small_run.rss_mb:.2f}x | - |")
     return 0
 
 

@@ -39,6 +39,8 @@ class WorstRows:
                         value if isinstance(value, str) else "<bytes>")
                 elif not self.redact and isinstance(value, str):
                     entry["preview"] = {f.column: value[:PREVIEW_CHARS]}
+                elif not self.redact and isinstance(value, list):  # a conversation: its first turns
+                    entry["preview"] = {f.column: _turns_preview(value)}
                 self.best[f.primary.name].append((float(values[i]), -entry["row"], entry))
             self.best[f.primary.name] = sorted(self.best[f.primary.name], key=lambda t: (-t[0], -t[1]))[:WORST_ROWS]
 
@@ -57,3 +59,15 @@ def _plain(v):
     if isinstance(v, (float, np.floating)):
         return None if not np.isfinite(v) or v < 0 else float(v)
     return None if v < 0 else int(v)
+
+
+def _turns_preview(messages: list) -> str:
+    """``role: text | role: text ...`` of a conversation's first messages, ``PREVIEW_CHARS`` at most."""
+    parts = []
+    for m in messages[:4]:
+        if isinstance(m, dict):
+            role = m.get("role") or m.get("from") or "?"
+            content = m.get("content", m.get("value"))
+            parts.append(f"{role}: {content if isinstance(content, str) else '[parts]'}"[:80])
+    text = " | ".join(parts)
+    return text[:PREVIEW_CHARS]

@@ -23,7 +23,9 @@ def audit_ray(source, *, ray_address: str | None = None, num_blocks: int | None 
               keep_empty_targets: bool = False, crop_audio: bool = False, fail_over=None,
               out: str | Path | None = None, overwrite: bool = False, cache: bool = True,
               max_chars: int = DEFAULT_MAX_CHARS, batch_rows: int = BATCH_ROWS, redact: bool = False,
-              num_proc: int = 1, progress=None, command: str | None = None):
+              num_proc: int = 1, progress=None, command: str | None = None, messages: str | None = None,
+              prompt: str | None = None, completion: str | None = None, tools: str | None = None,
+              chat_template: str | None = None, train_on: str = "assistant"):
     """``lengthscan.audit`` on a Ray cluster: same arguments, same ``AuditResult`` and outputs.
 
     ``ray_address`` is passed to ``ray.init`` (None: the running Ray session, else a new local
@@ -46,7 +48,9 @@ def clean_ray(source, *, out, ray_address: str | None = None, num_blocks: int | 
               length_from: str | None = None, embed_audio: bool = False, tokenize: bool = False,
               overwrite: bool = False, cache: bool = True, max_chars: int = DEFAULT_MAX_CHARS,
               batch_rows: int = BATCH_ROWS, redact: bool = False, num_proc: int = 1, decide_only: bool = True,
-              progress=None, command: str | None = None):
+              progress=None, command: str | None = None, messages: str | None = None, prompt: str | None = None,
+              completion: str | None = None, tools: str | None = None, chat_template: str | None = None,
+              train_on: str = "assistant"):
     """``lengthscan.clean`` on a Ray cluster: same arguments, same ``CleanResult`` and outputs.
 
     ``ray_address`` and ``num_blocks`` as in ``audit_ray``; ``format`` "parquet" writes Parquet

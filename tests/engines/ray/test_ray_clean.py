@@ -324,3 +324,18 @@ def test_one_cpu_ray_does_not_wait_forever(tmp_path, corpus_jsonl, bpe_dir):
                           text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
     assert int(done.stdout.split()[-1]) == sum(1 for _ in open(corpus_jsonl))
+
+
+def test_conversations_drop_turns_and_tokenize_same_as_local(cluster, tmp_path, tmp_path_factory, chat_tok_dir,
+                                                             docs):
+    from tests.support.chat import conversations, trl_template, write_jsonl
+
+    src = write_jsonl(tmp_path_factory.mktemp("chat") / "chat.jsonl",
+                      [{"id": r["id"], "messages": r["messages"]} for r in conversations(docs, 200, seed=9)])
+    kw = dict(tokenizer=str(chat_tok_dir), messages="messages", chat_template=str(trl_template("qwen3_training")),
+              limits=["sequence_tokens<=300:drop-turns", "completion_tokens>=1"], tokenize=True)
+    local = _local_clean(tmp_path_factory, str(src), **kw)
+    result = clean_ray(str(src), out=tmp_path / "ray", num_blocks=3, **kw)
+    split = result.decisions.to_dict()["splits"][0]
+    assert split["truncated"] > 10 and split["dropped"] > 0
+    _same_outputs(local, tmp_path / "ray")
