@@ -185,7 +185,8 @@ class LocalEngine:
     def measure(self, split_src: SplitSource, plan: SamplePlan, setup: Setup, fields: tuple, columns: list[str], *,
                 batch_rows: int, with_ids: bool = False):
         """(batch, role -> Measured) for the plan's rows, in row order."""
-        batches = (iter_batches(split_src, columns, indices=plan.indices, batch_rows=batch_rows) if columns
+        raw = tuple(c for f in fields if f.kind == "chat" for c in f.columns)  # conversations as the file has them
+        batches = (iter_batches(split_src, columns, indices=plan.indices, batch_rows=batch_rows, raw=raw) if columns
                    else row_batches(plan, batch_rows))
         layout = split_src.layout()
         if self.num_proc <= 1 or not fields:

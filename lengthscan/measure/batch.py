@@ -107,7 +107,8 @@ def measure_batch(batch: Batch, fields, split_src, *, counter=None,
     out = {}
     for f in fields:
         if f.kind == "chat":
-            columns = {c: column_values(batch, c) for c in f.columns}
+            columns = {c: batch.raw[c] if batch.raw and c in batch.raw else column_values(batch, c)
+                       for c in f.columns}
             out[f.role] = chat.measure(columns, {s.name: s for s in f.specs}, with_ids=with_ids)
         elif f.kind == "text":
             texts = column_texts(batch, f.column, split_src)

@@ -31,17 +31,21 @@ class Batch:
 
     rows: np.ndarray
     table: pa.RecordBatch
+    #: column -> the rows' values as the JSON Lines file holds them (``json.loads``, not pyarrow's
+    #: typed reading, which unifies a column's types across rows); for the ``raw`` columns asked
+    raw: dict | None = None
 
 
 def iter_batches(split: SplitSource, columns: list[str], *, indices: np.ndarray | None = None,
-                 batch_rows: int = BATCH_ROWS) -> Iterator[Batch]:
-    """Yield ``Batch``es of ``columns`` for every row (``indices`` None) or the sorted ``indices``."""
+                 batch_rows: int = BATCH_ROWS, raw: tuple = ()) -> Iterator[Batch]:
+    """Yield ``Batch``es of ``columns`` for every row (``indices`` None) or the sorted ``indices``.
+    ``raw`` columns of a JSON Lines file also come as the file holds them (``Batch.raw``)."""
     for part in split.parts:
         if part.parquet:
             yield from _parquet_batches(part, columns, indices, batch_rows)
             continue
         if part.jsonl_schema is not None:
-            yield from _jsonl_batches(part, columns, indices, batch_rows)
+            yield from _jsonl_batches(part, columns, indices, batch_rows, raw)
             continue
         if indices is None:
             offset = part.start
@@ -148,30 +152,57 @@ def read_ahead(work: Callable, items: Iterable, depth: int = 4) -> Iterator:
 _DONE = object()
 
 
-def _jsonl_batches(part, columns: list[str], indices, batch_rows: int) -> Iterator[Batch]:
-    """A JSON Lines file streamed with pyarrow, block by block (a sample takes its rows on the way)."""
+def _jsonl_batches(part, columns: list[str], indices, batch_rows: int, raw: tuple = ()) -> Iterator[Batch]:
+    """A JSON Lines file streamed with pyarrow, block by block (a sample takes its rows on the way);
+    ``raw`` columns are also parsed line by line with ``json.loads``, in step with the reader."""
     import pyarrow.json as pj
 
     from lengthscan.sources.files import json_read_options
 
     reader = pj.open_json(pa.input_stream(part.path, compression="detect"), read_options=json_read_options())
+    lines = _json_lines(part.path) if raw else None
     offset = part.start
     wanted = None if indices is None else indices[(indices >= part.start) & (indices < part.start + part.rows)]
     for rb in reader:
         rb = rb.select(columns)
+        block = [next(lines) for _ in range(rb.num_rows)] if lines is not None else None
         if wanted is None:
             for k in range(0, rb.num_rows, batch_rows):
                 piece = rb.slice(k, batch_rows)
-                yield Batch(np.arange(offset + k, offset + k + piece.num_rows, dtype=np.int64), piece)
+                yield Batch(np.arange(offset + k, offset + k + piece.num_rows, dtype=np.int64), piece,
+                            _raw(block, range(k, k + piece.num_rows), raw))
         else:
             lo, hi = np.searchsorted(wanted, [offset, offset + rb.num_rows])
             take = wanted[lo:hi]
             for k in range(0, take.size, batch_rows):
                 chunk = take[k:k + batch_rows]
-                yield Batch(chunk, rb.take(arrays.numeric(chunk - offset, pa.int64())))
+                yield Batch(chunk, rb.take(arrays.numeric(chunk - offset, pa.int64())),
+                            _raw(block, (chunk - offset).tolist(), raw))
         offset += rb.num_rows
     if offset != part.start + part.rows:
         raise RuntimeError(f"read {offset - part.start} rows of {part.path}, expected {part.rows}")
+
+
+def _json_lines(path: str):
+    """The lines of a JSON Lines file (decompressed as pyarrow reads it) that hold a row: blank
+    lines are skipped, as pyarrow's reader skips them."""
+    import io
+
+    with io.TextIOWrapper(io.BufferedReader(pa.input_stream(path, compression="detect")), encoding="utf-8",
+                          newline="\n") as fh:
+        for line in fh:
+            if line.strip():
+                yield line
+
+
+def _raw(block, positions, columns: tuple) -> dict | None:
+    """column -> the JSON values of the block's rows at ``positions``."""
+    if block is None:
+        return None
+    import json
+
+    parsed = [json.loads(block[i]) for i in positions]
+    return {c: [row.get(c) if isinstance(row, dict) else None for row in parsed] for c in columns}
 
 
 def _part_batches(ds, columns: list[str], batch_rows: int) -> Iterator[pa.RecordBatch]:

@@ -28,12 +28,14 @@ FIRST_EXCHANGE = "drop-turns: the first exchange does not fit"
 
 
 def clean_chat(chat, field, table: pa.Table, d: Decisions, final: dict, given: dict | None, *,
-               tokenize: bool) -> tuple[pa.Table, Decisions, dict | None]:
+               tokenize: bool, raw: dict | None = None) -> tuple[pa.Table, Decisions, dict | None]:
     """Apply ``d``'s truncations and turn drops to one batch of conversation rows.
 
     Returns the table (conversations cut by turns), the decisions (rows whose first exchange does
     not fit become drops) and, with ``tokenize``, the ids and labels per row (None where dropped).
-    ``final`` (measurement -> values) gets the lengths after cleaning.
+    ``final`` (measurement -> values) gets the lengths after cleaning. ``raw`` (column -> values:
+    a JSON Lines file's conversations as the file holds them) is what is measured; the table's own
+    typed column is what is written.
     """
     caps = d.truncate_to.get("chat")
     n = table.num_rows
@@ -41,15 +43,18 @@ def clean_chat(chat, field, table: pa.Table, d: Decisions, final: dict, given: d
     sliced = (d.decision == TRUNCATE) & ~cut & (caps >= 0) if caps is not None else np.zeros(n, bool)
     ids = list(given["chat"]) if given and given.get("chat") is not None else None
     labels = list(given["chat_labels"]) if given and given.get("chat_labels") is not None else None
+    if not (cut.any() or sliced.any() or (tokenize and ids is None)):
+        return table, d, ({"ids": ids, "labels": labels} if tokenize else None)
+    values = _field_values(field, table, raw)
     if tokenize and ids is None:  # lengths came from a first pass: measure the kept rows with ids now
         keep = np.flatnonzero(d.decision != DROP)
-        again = _measure(chat, field, table.take(pa.array(keep)), with_ids=True)
+        again = _measure(chat, field, values, keep, with_ids=True)
         ids, labels = [None] * n, [None] * n
         for k, i in enumerate(keep):
             ids[i], labels[i] = again.ids[k], again.labels[k]
     elif sliced.any() and labels is None:  # the trained tokens left after the cut are counted from labels
         rows = np.flatnonzero(sliced)
-        again = _measure(chat, field, table.take(pa.array(rows)), with_ids=True)
+        again = _measure(chat, field, values, rows, with_ids=True)
         labels = [None] * n
         for k, i in enumerate(rows):
             labels[i] = again.labels[k]
@@ -65,30 +70,32 @@ def clean_chat(chat, field, table: pa.Table, d: Decisions, final: dict, given: d
         if final["final_eot_at"][i] >= cap:  # the cut removes the end-of-turn token that closed the last turn
             final["final_eot_at"][i], final["ends_with_eot"][i] = -1, 0
     if cut.any():
-        table, d = _drop_turns(chat, field, table, d, cut, caps, final, ids, labels)
+        table, d = _drop_turns(chat, field, table, values, d, cut, caps, final, ids, labels)
     return table, d, ({"ids": ids, "labels": labels} if tokenize else None)
 
 
-def _drop_turns(chat, field, table, d, cut, caps, final, ids, labels):
+def _drop_turns(chat, field, table, values, d, cut, caps, final, ids, labels):
     """Cut the ``cut`` rows to their longest fitting prefix ending with an assistant message."""
     from lengthscan.measure.batch import column_values
+    from lengthscan.measure.chat.conversations import Conversation, RowProblem, messages_of
 
     column = field.column
-    values = column_values(_as_batch(table), column)
+    source, typed = values[column], column_values(_as_batch(table), column)
     owners, prefixes = [], []
     for i in np.flatnonzero(cut):
-        messages = values[i]
-        ends = [k + 1 for k, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "assistant"
-                and k + 1 < len(messages)]
+        try:  # roles of the normalized messages (ShareGPT's "from" mapped): the cut points
+            roles = [m.get("role") for m in messages_of(source[i], Conversation())]
+        except RowProblem:
+            continue
+        ends = [k + 1 for k, role in enumerate(roles) if role == "assistant" and k + 1 < len(roles)]
         for end in ends:
             owners.append((int(i), end))
-            prefixes.append(messages[:end])
+            prefixes.append(source[i][:end])
     measured = None
     if prefixes:
         columns = {column: prefixes}
         for extra in field.extra:  # the tools of each prefix's row
-            others = column_values(_as_batch(table), extra)
-            columns[extra] = [others[i] for i, _ in owners]
+            columns[extra] = [values[extra][i] for i, _ in owners]
         measured = chat.measure(columns, {s.name: s for s in field.specs}, with_ids=ids is not None)
     best: dict = {}
     shortest: dict = {}
@@ -101,7 +108,7 @@ def _drop_turns(chat, field, table, d, cut, caps, final, ids, labels):
         if length <= caps[i] and end > best.get(i, (0, -1))[0]:
             best[i] = (end, k)
     decision, reason, reasons = d.decision.copy(), list(d.reason), [list(r) for r in d.reasons]
-    new_values = list(values)
+    new_values = list(typed)
     for i in np.flatnonzero(cut):
         if i not in best:
             first = shortest.get(i, final["sequence_tokens"][i])
@@ -110,7 +117,7 @@ def _drop_turns(chat, field, table, d, cut, caps, final, ids, labels):
                               f"{int(first):,} tokens, over {int(caps[i]):,}")
             continue
         end, k = best[i]
-        new_values[i] = values[i][:end]
+        new_values[i] = typed[i][:end]
         for spec in field.specs:
             final[spec.name][i] = measured.values[spec][k]
         for name in ("trained_from", "final_eot_at", "ends_with_eot"):
@@ -121,11 +128,16 @@ def _drop_turns(chat, field, table, d, cut, caps, final, ids, labels):
     return table, Decisions(decision, reason, reasons, d.truncate_to, d.crop_seconds, cut & (decision != DROP))
 
 
-def _measure(chat, field, table: pa.Table, *, with_ids: bool):
-    """Measure the conversation rows of ``table`` with the field's template and tools."""
+def _field_values(field, table: pa.Table, raw: dict | None) -> dict:
+    """column -> the field's values of every row of ``table``: ``raw`` where given, else the table's."""
     from lengthscan.measure.batch import column_values
 
-    columns = {c: column_values(_as_batch(table), c) for c in field.columns}
+    return {c: raw[c] if raw and c in raw else column_values(_as_batch(table), c) for c in field.columns}
+
+
+def _measure(chat, field, values: dict, rows, *, with_ids: bool):
+    """Measure the conversation rows ``rows`` (positions in ``values``) with the field's template and tools."""
+    columns = {c: [v[i] for i in rows] for c, v in values.items()}
     return chat.measure(columns, {s.name: s for s in field.specs}, with_ids=with_ids)
 
 

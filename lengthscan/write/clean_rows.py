@@ -65,10 +65,11 @@ class CleanedBatch:
 
 
 def clean_batch(spec: CleanSpec, layout, rows: np.ndarray, table: pa.Table, measured: pa.Table,
-                ids: dict | None = None) -> CleanedBatch:
+                ids: dict | None = None, raw: dict | None = None) -> CleanedBatch:
     """Decide, truncate, crop and build the output tables of one batch. ``table`` holds the source
     rows ``rows`` of the split ``layout`` (a ``SplitSource`` or ``SplitLayout``), ``measured`` their
-    rows of the measured lengths, ``ids`` (role -> token ids per row) what measuring them gave."""
+    rows of the measured lengths, ``ids`` (role -> token ids per row) what measuring them gave,
+    ``raw`` (column -> values) a JSON Lines file's conversations as the file holds them."""
     setup = spec.setup
     base, flags = base_and_flags(measured, setup.fields)
     d = decide(base, flags, spec.resolved, special=spec.special, keep_empty_targets=spec.keep_empty_targets,
@@ -80,7 +81,8 @@ def clean_batch(spec: CleanSpec, layout, rows: np.ndarray, table: pa.Table, meas
     if setup.chat is not None:
         from lengthscan.write.chat_rows import clean_chat
 
-        out, d, chat_tokens = clean_chat(setup.chat, setup.fields[0], out, d, final, ids, tokenize=spec.tokenize)
+        out, d, chat_tokens = clean_chat(setup.chat, setup.fields[0], out, d, final, ids, tokenize=spec.tokenize,
+                                         raw=raw)
     if d.crop_seconds is not None:
         out = _cropped(spec, out, d, final, layout.base_dir(rows))
     keep = d.decision != DROP

@@ -107,7 +107,8 @@ class CleanWriter:
         """Clean and write one batch; ``measured`` holds its rows of the measured lengths."""
         import pyarrow.parquet as pq
 
-        cleaned = clean_batch(self.spec, split_src, batch.rows, pa.Table.from_batches([batch.table]), measured, ids)
+        cleaned = clean_batch(self.spec, split_src, batch.rows, pa.Table.from_batches([batch.table]), measured, ids,
+                              raw=batch.raw)
         self.split.write(cleaned)
         self.lengths = self.lengths or pq.ParquetWriter(self.spec.staging / "lengths.parquet", cleaned.lengths.schema)
         self.lengths.write_table(cleaned.lengths)
@@ -145,7 +146,8 @@ def second_pass(writer: CleanWriter, plans, measured_path) -> CleanOutcome:
     cursor = MeasuredCursor(measured_path)
     for split_src, plan in zip(writer.src.splits, plans):
         writer.open_split(split_src, plan)
-        for batch in iter_batches(split_src, split_src.column_names, batch_rows=writer.spec.batch_rows):
+        raw = tuple(c for f in writer.spec.fields if f.kind == "chat" for c in f.columns)
+        for batch in iter_batches(split_src, split_src.column_names, batch_rows=writer.spec.batch_rows, raw=raw):
             measured = cursor.take(batch.rows.size)
             if not np.array_equal(measured.column("row").to_numpy(), batch.rows):
                 raise RuntimeError(f"split {split_src.name}: second pass out of step with the measured rows")

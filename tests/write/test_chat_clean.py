@@ -178,3 +178,31 @@ def test_percentile_rule_two_passes_with_tokenize(tmp_path, chat_tok_dir, chat_t
         assert row["input_ids"] == ref["input_ids"] and len(row["input_ids"]) <= threshold
         assert row["labels"] == [t if m else -100 for t, m in zip(ref["input_ids"], ref["assistant_masks"])]
         assert row["length"] == len(row["input_ids"])
+
+
+def test_drop_turns_on_sharegpt(tmp_path, chat_tok_dir, chat_tok, docs):
+    """ShareGPT conversations ({from, value}) are cut at their gpt turns, and keep their form."""
+    from datasets import load_from_disk
+
+    rows = [{"id": i, "conversations": [
+        {"from": "human", "value": docs[i][:300]}, {"from": "gpt", "value": docs[i + 1][:200]},
+        {"from": "human", "value": docs[i + 2][:800]}, {"from": "gpt", "value": docs[i + 3][:1500]}]}
+        for i in range(0, 40, 4)]
+    src = write_jsonl(tmp_path / "share.jsonl", rows)
+    template = trl_template("qwen2_5")
+    out = tmp_path / "out"
+    limit = 250
+    assert _clean(src, "--tokenizer", chat_tok_dir, "--chat-template", template, "--messages", "conversations",
+                  "--limit", f"sequence_tokens<={limit}", "--action", "drop-turns", "--out", out) == 0
+    kept = load_from_disk(out / "dataset")
+    text = template.read_text()
+    role = {"human": "user", "gpt": "assistant"}
+    cut = 0
+    for row in kept:
+        got = _strip(row["conversations"])
+        source = rows[row["id"] // 4]["conversations"]
+        assert got == source[:len(got)] and got[-1]["from"] == "gpt"
+        as_messages = [{"role": role[m["from"]], "content": m["value"]} for m in got]
+        assert _length(chat_tok, text, as_messages) <= limit
+        cut += len(got) < len(source)
+    assert cut > 0

@@ -7,9 +7,10 @@ Two forms (``ChatFormat``):
   function_call -> an assistant tool call, observation -> tool), where TRL only renames the keys;
 * ``prompt``/``completion``: TRL's prompt-completion form, each a list of messages or a string.
 
-Messages are handed over as ``apply_chat_template`` hands them: keys whose value is None are
-dropped (an Arrow struct holds every key any message had, the missing ones as null; nested dicts too,
-since a JSON reader fills them the same way). Reasoning is aliased by transformers' own renderer.
+Messages are handed over as ``apply_chat_template`` hands them: a message's keys whose value is
+None are dropped (an Arrow struct holds every key any message had, the missing ones as null), and
+nothing deeper is touched (a JSON Lines file's conversations are read as the file holds them, see
+``sources.scan``). Reasoning is aliased by transformers' own renderer.
 A row that is not a conversation gets an ``invalid_conversation`` reason naming what is wrong; content
 given as parts of another type than text gets ``unsupported_content``.
 """
@@ -124,7 +125,7 @@ def parse_tools(value) -> list | None:
             return None
     if not isinstance(value, list):
         raise RowProblem("invalid_conversation", f"tools: a {type(value).__name__}, not a list of definitions")
-    return [_without_nulls(t) for t in value]
+    return value
 
 
 def messages_of(value, conv: Conversation, what: str = "conversation") -> list[dict]:
@@ -136,7 +137,7 @@ def messages_of(value, conv: Conversation, what: str = "conversation") -> list[d
         if not isinstance(message, dict):
             raise RowProblem("invalid_conversation",
                              f"{what} message {k} is a {type(message).__name__}, not a dict")
-        message = _without_nulls(message)
+        message = {k: v for k, v in message.items() if v is not None}  # as apply_chat_template does
         if "role" not in message and "from" in message:
             message = _from_sharegpt(message)
             conv.sharegpt = True
@@ -194,12 +195,3 @@ def _tool_calls(value: str) -> list | None:
         return None
     return [{"type": "function", "function": {"name": c["name"], "arguments": c.get("arguments", {})}}
             for c in calls]
-
-
-def _without_nulls(value):
-    """Dicts without their None-valued keys, at every depth (lists keep their None items)."""
-    if isinstance(value, dict):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_without_nulls(v) for v in value]
-    return value

@@ -25,12 +25,13 @@ Per row (metrics, see ``CHAT_METRICS``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from lengthscan.measure.chat.conversations import ChatFormat, Conversation, RowProblem, conversations, part_texts
+from lengthscan.measure.chat.conversations import ChatFormat, RowProblem, conversations, part_texts
 from lengthscan.measure.chat.encoding import rendered_ids
+from lengthscan.measure.chat.plan import RowPlan, TooLong, plan_row
 from lengthscan.measure.chat.ranges import message_ranges
 from lengthscan.measure.chat.spans import common_prefix, eot_position, is_prefix
 from lengthscan.measure.chat.views import EncodingView, IdsView, views
@@ -69,17 +70,6 @@ class ChatOptions:
 def chat_specs(column: str) -> tuple[FieldSpec, ...]:
     units = {"turns": "turns", "assistant_turns": "turns"}
     return tuple(FieldSpec("chat", column, units.get(m, "tokens"), metric=m) for m in CHAT_METRICS)
-
-
-@dataclass
-class _Row:
-    """Work for one row: its renderings (indices into the batch's text list) and what they gave."""
-
-    conv: Conversation
-    full: int = -1                       # the whole rendering
-    pairs: list = field(default_factory=list)   # (p, q) per trained assistant message (no generation blocks)
-    spans: list = field(default_factory=list)   # generation spans of the whole rendering
-    ref: int = -1                        # ``all``: the rendering that ends with the last assistant turn
 
 
 class ChatCounter:
@@ -128,8 +118,11 @@ class ChatCounter:
 
     def signature(self) -> str:
         """What the measurements depend on besides the tokenizer and the rows (cache keys)."""
-        fmt = self.options.format
-        return f"{self.template.hash}|{self.options.train_on}|{fmt.messages}|{fmt.prompt}|{fmt.completion}|{fmt.tools}"
+        from importlib.metadata import version
+
+        fmt = self.options.format  # transformers renders (its sandbox, reasoning aliases): its version too
+        return (f"{self.template.hash}|{self.options.train_on}|{fmt.messages}|{fmt.prompt}|{fmt.completion}|"
+                f"{fmt.tools}|transformers {version('transformers')}")
 
     def check(self) -> None:
         """Fail early (exit 2) on what no row can fix: no template, no offsets where spans are needed."""
@@ -181,7 +174,7 @@ class ChatCounter:
         errors: list = [None] * n
         texts: list[str] = []          # rendered chat texts (tokenized without special tokens)
         plain: list[str] = []          # string prompt-completion texts (tokenized with special tokens)
-        work: dict[int, _Row] = {}
+        work: dict[int, RowPlan] = {}
         for i, conv in enumerate(convs):
             if conv is None:
                 flags[i] = FLAG_MISSING
@@ -190,8 +183,10 @@ class ChatCounter:
                 flags[i], errors[i] = FLAG_CODES[conv.flag], str(conv)
                 continue
             try:
-                work[i] = self._render_row(conv, texts, plain)
-            except _TooLong as exc:
+                work[i] = plan_row(conv, self.renderer, train_on=self.options.train_on,
+                                   max_chars=self.counter.max_chars, eos=self.counter.tokenizer.eos_token,
+                                   texts=texts, plain=plain)
+            except TooLong as exc:
                 flags[i], errors[i] = FLAG_TOO_LONG, str(exc)
             except Exception as exc:  # noqa: BLE001 - the template's own message, per row
                 flags[i], errors[i] = FLAG_TEMPLATE_ERROR, _template_message(exc)
@@ -219,6 +214,8 @@ class ChatCounter:
             trained = self._trained(w, view, encoded, plain_ids, with_ids)
             if trained is None:
                 notes["rewrites_history"][i] = True
+                if w.prefix_error is not None:
+                    errors[i] = f"no completion count: a prefix of the conversation does not render ({w.prefix_error})"
                 continue
             completion, first, last, mask = trained
             values["completion_tokens"][i] = completion
@@ -233,51 +230,6 @@ class ChatCounter:
         return Measured({spec_of[m]: values[m] for m in CHAT_METRICS}, flags,
                         errors if any(e is not None for e in errors) else None, notes=notes, ids=ids_out,
                         labels=labels_out)
-
-    def _render_row(self, conv: Conversation, texts: list, plain: list) -> _Row:
-        limit = self.counter.max_chars
-        row = _Row(conv)
-        if conv.text is not None:
-            prompt, completion = conv.text
-            eos = self.counter.tokenizer.eos_token
-            if eos and not completion.endswith(eos):
-                completion += eos
-            if len(prompt) + len(completion) > limit:
-                raise _TooLong(f"longer than --max-chars {limit:,} characters")
-            row.full = _add(plain, prompt + completion)
-            row.pairs = [(_add(plain, prompt), row.full)]
-            return row
-
-        def render(messages, **kw):
-            text, spans = self.renderer.render(messages, conv.tools, **kw)
-            if len(text) > limit:
-                raise _TooLong(f"the rendering is longer than --max-chars {limit:,} characters")
-            return text, spans
-
-        msgs, train_on = conv.messages, self.options.train_on
-        text, row.spans = render(msgs, spans=self._spans_wanted(conv))
-        row.full = _add(texts, text)
-        if conv.split_at is not None:  # conversational prompt-completion: TRL's rule
-            prompt, _ = render(msgs[:conv.split_at], add_generation_prompt=True)
-            row.pairs = [(_add(texts, prompt), row.full)]
-            return row
-        assistants = [k for k, m in enumerate(msgs) if m.get("role") == "assistant"]
-        if not assistants or self._spans_wanted(conv):
-            return row
-        if train_on == "all":  # every token; the last assistant turn's end is where its EOT should be
-            k = assistants[-1]
-            row.ref = row.full if k == len(msgs) - 1 else _add(texts, render(msgs[:k + 1])[0])
-            return row
-        for k in (assistants if train_on == "assistant" else assistants[-1:]):
-            q = row.full if k == len(msgs) - 1 else _add(texts, render(msgs[:k + 1])[0])
-            p = _add(texts, render(msgs[:k], add_generation_prompt=True)[0]) if k else -1
-            row.pairs.append((p, q))
-        return row
-
-    def _spans_wanted(self, conv: Conversation) -> bool:
-        """The row's trained tokens come from the template's generation spans."""
-        return self.template.has_generation and self.options.train_on != "all" and conv.split_at is None \
-            and conv.text is None
 
     def _views(self, texts: list[str], work: dict) -> list:
         """The tokenized renderings. Token ranges come from ``char_to_token`` once the first rows of
@@ -305,7 +257,7 @@ class ChatCounter:
                     v.exact = False
         return out
 
-    def _trained(self, w: _Row, view, encoded, plain_ids, with_mask: bool):
+    def _trained(self, w: RowPlan, view, encoded, plain_ids, with_mask: bool):
         """(trained tokens, first, last trained position of the final assistant turn, the 0/1 mask
         when ``with_mask``), or None when the template rewrites earlier turns (no count)."""
         n = len(view)
@@ -317,21 +269,24 @@ class ChatCounter:
         if every:
             last = len(encoded[w.ref]) - 1 if w.ref >= 0 else -1
             return n, 0, last, _ones(n, 0, n) if with_mask else None
-        if self._spans_wanted(w.conv):
+        if w.spans_wanted:
             spans = w.spans[-1:] if self.options.train_on == "last" else w.spans
             total, first, last = view.count(spans)
             return total, first, last, view.mask(spans) if with_mask else None
+        if w.prefix_error is not None:
+            return None
         mask = np.zeros(n, np.int8)
-        last = -1
+        last, total = -1, 0
         for p, q in w.pairs:
             q_ids = encoded[q].ids
             if q != w.full and not is_prefix(q_ids, view.ids):
                 return None
             start = common_prefix(encoded[p].ids, q_ids) if p >= 0 else 0
-            mask[start:len(q_ids)] = 1
+            mask[start:len(q_ids)] = 1  # the labels: the union of the turns' trained tokens
+            total += len(q_ids) - start  # the count: the rule's sum over the trained turns
             last = len(q_ids) - 1
         hits = np.flatnonzero(mask)
-        return int(hits.size), (int(hits[0]) if hits.size else -1), last, mask
+        return total, (int(hits[0]) if hits.size else -1), last, mask
 
     def _message_tokens(self, work: dict, notes: dict, encoded: list) -> dict:
         """row -> the tokens of its longest message; the tokens of each role's messages go to
@@ -371,19 +326,10 @@ class ChatCounter:
         return state
 
 
-class _TooLong(ValueError):
-    pass
-
-
 def _ones(n: int, start: int, stop: int) -> np.ndarray:
     mask = np.zeros(n, np.int8)
     mask[start:stop] = 1
     return mask
-
-
-def _add(texts: list, text: str) -> int:
-    texts.append(text)
-    return len(texts) - 1
 
 
 def _parts_missing(rendered: str, messages: list) -> bool:

@@ -27,15 +27,20 @@ class ChatTemplate:
 
     text: str
     origin: str  # "tokenizer" or the file's path
+    tool_use: str | None = None  # a tokenizer's "tool_use" template, used for rows with tools
 
     @property
     def has_generation(self) -> bool:
         """The template wraps assistant output in ``{% generation %}`` blocks (assistant masks)."""
         return bool(_GENERATION.search(self.text))
 
+    def text_for(self, tools) -> str:
+        """The template a row renders with: "tool_use" for a row with tools, as ``apply_chat_template`` picks."""
+        return self.tool_use if tools is not None and self.tool_use else self.text
+
     @property
     def hash(self) -> str:
-        return hashlib.sha256(self.text.encode()).hexdigest()[:16]
+        return hashlib.sha256((self.text + "\0" + (self.tool_use or "")).encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict:
         return {"origin": self.origin, "hash": self.hash, "generation_blocks": self.has_generation}
@@ -56,13 +61,17 @@ def load_template(tokenizer, path: str | Path | None) -> ChatTemplate:
         template = ChatTemplate(text, str(path))
     else:
         own = getattr(tokenizer, "chat_template", None)
-        if isinstance(own, dict):
-            own = own.get("default")
+        tool_use = None
+        if isinstance(own, dict):  # named templates: "default", and "tool_use" for rows with tools
+            if own and "default" not in own:
+                raise ChatTemplateError(f"the tokenizer has several chat templates ({', '.join(sorted(own))}) and "
+                                        f"no default: give one with --chat-template FILE")
+            own, tool_use = own.get("default"), own.get("tool_use")
         if not own:
             raise ChatTemplateError(f"the tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template: "
                                     f"give one with --chat-template FILE (a Jinja file, e.g. the model's "
                                     f"chat_template.jinja)")
-        template = ChatTemplate(own, "tokenizer")
+        template = ChatTemplate(own, "tokenizer", tool_use)
     check_syntax(template)
     return template
 
@@ -88,13 +97,17 @@ class Renderer:
         self.template = template
         self.special_tokens = dict(special_tokens)
 
+    def has_generation(self, tools) -> bool:
+        """The template a row with ``tools`` renders with has generation blocks."""
+        return bool(_GENERATION.search(self.template.text_for(tools)))
+
     def render(self, messages: list, tools=None, *, add_generation_prompt: bool = False,
                spans: bool = False) -> tuple[str, list]:
         """(text, generation spans as (start, end) characters; [] unless ``spans``)."""
         from transformers.utils.chat_template_utils import render_jinja_template
 
         texts, indices = render_jinja_template(
-            conversations=[messages], tools=tools, documents=None, chat_template=self.template.text,
+            conversations=[messages], tools=tools, documents=None, chat_template=self.template.text_for(tools),
             return_assistant_tokens_mask=spans, add_generation_prompt=add_generation_prompt,
             **self.special_tokens)
         return texts[0], (indices[0] if spans else [])

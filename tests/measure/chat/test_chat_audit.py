@@ -236,3 +236,72 @@ def test_lengths_cache(tmp_path, chat_tok_dir, rows):
                                       return_assistant_tokens_mask=True)
         assert row["input_ids"] == ref["input_ids"]
         assert row["labels"] == [t if m else -100 for t, m in zip(ref["input_ids"], ref["assistant_masks"])]
+
+
+def test_jsonl_values_as_the_file_holds_them(tmp_path, chat_tok_dir, chat_tok):
+    """pyarrow's JSON reader unifies a column's types across rows (1 -> 1.0 beside 1.5, a date string
+    -> a timestamp, keys in first-seen order, missing keys as null); the template must see what the
+    file holds, as apply_chat_template does on json.loads of each line."""
+    def call(args):
+        return {"role": "assistant", "content": "",
+                "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": args}}]}
+
+    tools = json.dumps([{"type": "function", "function": {"name": "f", "description": "d", "parameters": {
+        "type": "object", "properties": {"a": {"type": "number", "default": None}}}}}])
+    rows = [{"messages": [{"role": "user", "content": "x"}, call({"a": 1, "b": "x"}),
+                          {"role": "tool", "content": "1"}, {"role": "assistant", "content": "ok"}]},
+            {"messages": [{"role": "user", "content": "y"}, call({"b": "y", "a": 1.5, "when": "2024-05-01", "z": None}),
+                          {"role": "tool", "content": "2"}, {"role": "assistant", "content": "done"}],
+             "tools": tools}]
+    src = write_jsonl(tmp_path / "typed.jsonl", rows)
+    for name in ("qwen2_5", "qwen3_training"):
+        out = tmp_path / name
+        assert _audit(src, "--tokenizer", chat_tok_dir, "--chat-template", trl_template(name), "--messages",
+                      "messages", "--tools", "tools", "--full", "--out", out) == 0
+        table = pq.read_table(out / "lengths.parquet").to_pydict()
+        for i, row in enumerate(rows):
+            assert (table["sequence_tokens"][i], table["completion_tokens"][i]) == \
+                reference(chat_tok, trl_template(name), row["messages"], row.get("tools")), (name, i)
+
+
+def test_a_prefix_the_template_refuses_keeps_the_length(tmp_path, chat_tok_dir, chat_tok):
+    # qwen3_5_nothink raises "No user query found in messages." on [system, assistant]: the whole
+    # conversation still renders, so it has a length (and no per-turn count)
+    messages = [{"role": "system", "content": "Be kind."}, {"role": "assistant", "content": "Hello, how can I help?"},
+                {"role": "user", "content": "Tell me a story."}, {"role": "assistant", "content": "Once upon a time."}]
+    src = write_jsonl(tmp_path / "p.jsonl", [{"messages": messages}])
+    template = trl_template("qwen3_5_nothink")
+    out = tmp_path / "out"
+    assert _audit(src, "--tokenizer", chat_tok_dir, "--chat-template", template, "--messages", "messages",
+                  "--full", "--out", out) == 0
+    table = pq.read_table(out / "lengths.parquet").to_pydict()
+    seq = len(chat_tok.apply_chat_template(messages, chat_template=template.read_text())["input_ids"])
+    assert table["sequence_tokens"][0] == seq
+    assert table["completion_tokens"][0] is None and "does not render" in table["chat_error"][0]
+
+
+def test_named_templates_pick_tool_use_for_rows_with_tools(tmp_path, chat_tok_dir):
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    tok_dir = tmp_path / "tok"
+    shutil.copytree(chat_tok_dir, tok_dir)
+    config = json.loads((tok_dir / "tokenizer_config.json").read_text())
+    config["chat_template"] = [{"name": "default", "template": trl_template("qwen2_5").read_text()},
+                               {"name": "tool_use", "template": trl_template("qwen3").read_text()}]
+    (tok_dir / "tokenizer_config.json").write_text(json.dumps(config))
+    tok = AutoTokenizer.from_pretrained(tok_dir)
+    assert isinstance(tok.chat_template, dict) and "tool_use" in tok.chat_template
+    messages = [{"role": "user", "content": "Weather in Oslo?"}, {"role": "assistant", "content": "Rain."}]
+    rows = [{"messages": messages}, {"messages": messages, "tools": json.dumps([{"type": "function", "function": {
+        "name": "get_weather", "parameters": {"type": "object", "properties": {}}}}])}]
+    src = write_jsonl(tmp_path / "t.jsonl", rows)
+    out = tmp_path / "out"
+    assert _audit(src, "--tokenizer", tok_dir, "--messages", "messages", "--tools", "tools", "--full",
+                  "--out", out) == 0
+    table = pq.read_table(out / "lengths.parquet").to_pydict()
+    for i, row in enumerate(rows):
+        tools = json.loads(row["tools"]) if row.get("tools") else None
+        assert table["sequence_tokens"][i] == len(tok.apply_chat_template(row["messages"], tools=tools)["input_ids"])
+    assert table["sequence_tokens"][0] != table["sequence_tokens"][1]
