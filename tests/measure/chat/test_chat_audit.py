@@ -305,3 +305,24 @@ def test_named_templates_pick_tool_use_for_rows_with_tools(tmp_path, chat_tok_di
         tools = json.loads(row["tools"]) if row.get("tools") else None
         assert table["sequence_tokens"][i] == len(tok.apply_chat_template(row["messages"], tools=tools)["input_ids"])
     assert table["sequence_tokens"][0] != table["sequence_tokens"][1]
+
+
+@pytest.mark.parametrize("tok,name", [("claude_bpe_dir", "qwen3_training"), ("mistral_spm_dir", "llama3_training"),
+                                      ("mistral_spm_dir", "qwen2_5")])
+def test_tokenizers_from_wheels(request, tmp_path, rows, tok, name):
+    """Real tokenizers shipped in PyPI wheels (Anthropic's byte-level BPE, Mistral-7B's SentencePiece
+    with byte fallback): their control tokens are not the template's, which then tokenizes as text;
+    counts still equal apply_chat_template's, spans included (byte-fallback tokens share offsets)."""
+    from transformers import AutoTokenizer
+
+    tok_dir = request.getfixturevalue(tok)
+    tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+    template = trl_template(name)
+    src = write_jsonl(tmp_path / "chat.jsonl", rows[:60])
+    out = tmp_path / "out"
+    assert _audit(src, "--tokenizer", tok_dir, "--chat-template", template, "--messages", "messages",
+                  "--tools", "tools", "--full", "--out", out) == 0
+    table = pq.read_table(out / "lengths.parquet").to_pydict()
+    for i, row in enumerate(rows[:60]):
+        assert (table["sequence_tokens"][i], table["completion_tokens"][i]) == \
+            reference(tokenizer, template, row["messages"], row.get("tools")), (tok, name, i)
