@@ -112,7 +112,7 @@ def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally:
                     lengths, flags = readers[f.role].take(batch.rows)
                     measured[f.role] = Measured({f.primary: lengths}, flags, too_long_errors(flags, counter))
                 elif f.role in writers and f.kind == "chat":
-                    writers[f.role].write(chat_stored.to_batch(f, measured[f.role]))
+                    writers[f.role].write_batch(chat_stored.to_batch(f, measured[f.role]))
                 elif f.role in writers:
                     writers[f.role].write(measured[f.role].values[f.primary], measured[f.role].flags)
             tally.add(batch.rows, measured)

@@ -35,18 +35,17 @@ def cached_path(key: str) -> Path | None:
     return path if path.exists() else None
 
 
-class CacheWriter:
-    """Streams one column's lengths and flags to a temporary file; ``commit`` publishes it."""
+class TableCacheWriter:
+    """Streams record batches of one schema to a temporary file; ``commit`` publishes it."""
 
-    def __init__(self, key: str):
+    def __init__(self, key: str, schema: pa.Schema):
         self.final = cache_root() / "lengths" / f"{key}.parquet"
         self.final.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = self.final.with_name(f".{self.final.name}.{os.getpid()}.tmp")
-        self._writer = pq.ParquetWriter(self.tmp, _SCHEMA)
+        self._writer = pq.ParquetWriter(self.tmp, schema)
 
-    def write(self, lengths: np.ndarray, flags: np.ndarray) -> None:
-        columns = [arrays.numeric(lengths, pa.int64()), arrays.numeric(flags, pa.int8())]
-        self._writer.write_batch(pa.record_batch(columns, schema=_SCHEMA))
+    def write_batch(self, batch: pa.RecordBatch) -> None:
+        self._writer.write_batch(batch)
 
     def commit(self) -> None:
         self._writer.close()
@@ -57,6 +56,17 @@ class CacheWriter:
             self._writer.close()
         finally:
             self.tmp.unlink(missing_ok=True)
+
+
+class CacheWriter(TableCacheWriter):
+    """Streams one text column's lengths and flags."""
+
+    def __init__(self, key: str):
+        super().__init__(key, _SCHEMA)
+
+    def write(self, lengths: np.ndarray, flags: np.ndarray) -> None:
+        columns = [arrays.numeric(lengths, pa.int64()), arrays.numeric(flags, pa.int8())]
+        self.write_batch(pa.record_batch(columns, schema=_SCHEMA))
 
 
 class CacheReader:
@@ -92,29 +102,6 @@ def chat_key(split_fingerprint: str, columns, signature: str, tokenizer_hash: st
     what is trained), the tokenizer and ``--max-chars``."""
     payload = json.dumps([__version__, split_fingerprint, list(columns), "chat", signature, tokenizer_hash, max_chars])
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
-
-
-class TableCacheWriter:
-    """Streams record batches of any schema to a temporary file; ``commit`` publishes it."""
-
-    def __init__(self, key: str, schema: pa.Schema):
-        self.final = cache_root() / "lengths" / f"{key}.parquet"
-        self.final.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = self.final.with_name(f".{self.final.name}.{os.getpid()}.tmp")
-        self._writer = pq.ParquetWriter(self.tmp, schema)
-
-    def write(self, batch: pa.RecordBatch) -> None:
-        self._writer.write_batch(batch)
-
-    def commit(self) -> None:
-        self._writer.close()
-        os.replace(self.tmp, self.final)
-
-    def abort(self) -> None:
-        try:
-            self._writer.close()
-        finally:
-            self.tmp.unlink(missing_ok=True)
 
 
 class TableCacheReader:

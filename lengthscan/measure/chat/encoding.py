@@ -9,24 +9,25 @@ from lengthscan.measure.text.counter import CHAT_ROLE, CHUNK_CHARS, chunks
 
 def rendered_encodings(counter, texts: list[str]) -> list | None:
     """A ``tokenizers.Encoding`` per text; None for a tokenizer without them (a Python one)."""
-    if not texts:
-        return []
-    backend = counter.fast_backend(CHAT_ROLE, texts)
-    out: list = []
-    for start, stop in chunks(texts, CHUNK_CHARS):
-        part = texts[start:stop]
-        if backend is not None:
-            out += backend.encode_batch(part, add_special_tokens=False)
-            continue
-        encodings = getattr(counter.tokenizer(part, add_special_tokens=False), "encodings", None)
-        if encodings is None:
-            return None
-        out += encodings
-    return out
+    return _tokenized(counter, texts, _encodings, lambda enc: getattr(enc, "encodings", None))
 
 
 def rendered_ids(counter, texts: list[str]) -> list[tuple[list, None]]:
     """(ids, None) per text: the ids alone (message texts tokenized apart; Python tokenizers)."""
+    return _tokenized(counter, texts, _ids, lambda enc: [(ids, None) for ids in enc["input_ids"]])
+
+
+def _encodings(backend, part: list[str]) -> list:
+    return backend.encode_batch(part, add_special_tokens=False)
+
+
+def _ids(backend, part: list[str]) -> list:
+    return [(e.ids, None) for e in backend.encode_batch_fast(part, add_special_tokens=False)]
+
+
+def _tokenized(counter, texts: list[str], by_backend, by_call) -> list | None:
+    """``texts`` in chunks, by the proven backend or by the tokenizer's own call (None when
+    ``by_call`` finds nothing to return)."""
     if not texts:
         return []
     backend = counter.fast_backend(CHAT_ROLE, texts)
@@ -34,7 +35,10 @@ def rendered_ids(counter, texts: list[str]) -> list[tuple[list, None]]:
     for start, stop in chunks(texts, CHUNK_CHARS):
         part = texts[start:stop]
         if backend is not None:
-            out += [(e.ids, None) for e in backend.encode_batch_fast(part, add_special_tokens=False)]
-        else:
-            out += [(ids, None) for ids in counter.tokenizer(part, add_special_tokens=False)["input_ids"]]
+            out += by_backend(backend, part)
+            continue
+        got = by_call(counter.tokenizer(part, add_special_tokens=False))
+        if got is None:
+            return None
+        out += got
     return out
