@@ -80,7 +80,7 @@ def _jsonl_parts(files: list[str], fingerprint: str) -> list[Part] | None:
                                 [pa.ipc.read_schema(pa.py_buffer(base64.b64decode(e["schema"]))) for e in known])
     rows_of, schemas = [], []
     for f in files:
-        if not _looks_like_lines(f):
+        if not looks_like_lines(f):
             return None
         try:
             reader = pj.open_json(pa.input_stream(f, compression="detect"), read_options=json_read_options())
@@ -124,7 +124,7 @@ def json_read_options():
     return pj.ReadOptions(block_size=1 << 20)
 
 
-def _looks_like_lines(path: str) -> bool:
+def looks_like_lines(path: str) -> bool:
     """A JSON Lines file starts with an object, a JSON array file with '['."""
     import pyarrow as pa
 

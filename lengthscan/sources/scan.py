@@ -47,10 +47,12 @@ def iter_batches(split: SplitSource, columns: list[str], *, indices: np.ndarray 
         if part.jsonl_schema is not None:
             yield from _jsonl_batches(part, columns, indices, batch_rows, raw)
             continue
+        lines = _raw_lines(part, raw)  # a JSON Lines file datasets converted: its rows as written
         if indices is None:
             offset = part.start
             for rb in _part_batches(part.dataset, columns, batch_rows):
-                yield Batch(np.arange(offset, offset + rb.num_rows, dtype=np.int64), rb)
+                rows = np.arange(offset, offset + rb.num_rows, dtype=np.int64)
+                yield Batch(rows, rb, lines.take(rows - part.start) if lines else None)
                 offset += rb.num_rows
             if offset != part.start + part.rows:
                 raise RuntimeError(f"read {offset - part.start} rows of {part.path or split.name}, "
@@ -61,7 +63,7 @@ def iter_batches(split: SplitSource, columns: list[str], *, indices: np.ndarray 
             for k in range(0, local.size, batch_rows):
                 chunk = local[k:k + batch_rows]
                 table = part.dataset.select(chunk).with_format("arrow")[:].select(columns)
-                yield Batch(chunk + part.start, _one_batch(table))
+                yield Batch(chunk + part.start, _one_batch(table), lines.take(chunk) if lines else None)
 
 
 def _parquet_batches(part, columns: list[str], indices, batch_rows: int) -> Iterator[Batch]:
@@ -160,32 +162,53 @@ def _jsonl_batches(part, columns: list[str], indices, batch_rows: int, raw: tupl
     from lengthscan.sources.files import json_read_options
 
     reader = pj.open_json(pa.input_stream(part.path, compression="detect"), read_options=json_read_options())
-    lines = _json_lines(part.path) if raw else None
+    lines = RawLines(part.path, raw) if raw else None
     offset = part.start
     wanted = None if indices is None else indices[(indices >= part.start) & (indices < part.start + part.rows)]
     for rb in reader:
         rb = rb.select(columns)
-        block = [next(lines) for _ in range(rb.num_rows)] if lines is not None else None
         if wanted is None:
             for k in range(0, rb.num_rows, batch_rows):
                 piece = rb.slice(k, batch_rows)
-                yield Batch(np.arange(offset + k, offset + k + piece.num_rows, dtype=np.int64), piece,
-                            _raw(block, range(k, k + piece.num_rows), raw))
+                rows = np.arange(offset + k, offset + k + piece.num_rows, dtype=np.int64)
+                yield Batch(rows, piece, lines.take(rows - part.start) if lines else None)
         else:
             lo, hi = np.searchsorted(wanted, [offset, offset + rb.num_rows])
             take = wanted[lo:hi]
             for k in range(0, take.size, batch_rows):
                 chunk = take[k:k + batch_rows]
                 yield Batch(chunk, rb.take(arrays.numeric(chunk - offset, pa.int64())),
-                            _raw(block, (chunk - offset).tolist(), raw))
+                            lines.take(chunk - part.start) if lines else None)
         offset += rb.num_rows
     if offset != part.start + part.rows:
         raise RuntimeError(f"read {offset - part.start} rows of {part.path}, expected {part.rows}")
 
 
+class RawLines:
+    """The ``columns`` of a JSON Lines file's rows parsed with ``json.loads``, line by line, for
+    rows asked in increasing order (blank lines are skipped, as the readers skip them)."""
+
+    def __init__(self, path: str, columns: tuple):
+        self.columns = columns
+        self._lines = _json_lines(path)
+        self._next = 0  # the row the next line holds
+
+    def take(self, rows) -> dict:
+        """column -> values of the rows at these (sorted, not yet passed) positions in the file."""
+        import json
+
+        parsed = []
+        for row in np.asarray(rows).tolist():
+            while self._next < row:
+                next(self._lines)
+                self._next += 1
+            parsed.append(json.loads(next(self._lines)))
+            self._next += 1
+        return {c: [r.get(c) if isinstance(r, dict) else None for r in parsed] for c in self.columns}
+
+
 def _json_lines(path: str):
-    """The lines of a JSON Lines file (decompressed as pyarrow reads it) that hold a row: blank
-    lines are skipped, as pyarrow's reader skips them."""
+    """The lines of a JSON Lines file (decompressed as pyarrow reads it) that hold a row."""
     import io
 
     with io.TextIOWrapper(io.BufferedReader(pa.input_stream(path, compression="detect")), encoding="utf-8",
@@ -195,14 +218,18 @@ def _json_lines(path: str):
                 yield line
 
 
-def _raw(block, positions, columns: tuple) -> dict | None:
-    """column -> the JSON values of the block's rows at ``positions``."""
-    if block is None:
+def _raw_lines(part, raw: tuple) -> RawLines | None:
+    """Raw values for a part that ``datasets`` read from one JSON Lines file (None otherwise)."""
+    if not raw or not part.path:
         return None
-    import json
+    name = str(part.path).lower()
+    for ext in (".gz", ".bz2", ".xz", ".zst"):
+        name = name.removesuffix(ext)
+    if not name.endswith((".jsonl", ".json", ".ndjson")):
+        return None
+    from lengthscan.sources.files import looks_like_lines
 
-    parsed = [json.loads(block[i]) for i in positions]
-    return {c: [row.get(c) if isinstance(row, dict) else None for row in parsed] for c in columns}
+    return RawLines(part.path, raw) if looks_like_lines(part.path) else None
 
 
 def _part_batches(ds, columns: list[str], batch_rows: int) -> Iterator[pa.RecordBatch]:

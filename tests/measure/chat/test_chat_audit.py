@@ -253,9 +253,11 @@ def test_jsonl_values_as_the_file_holds_them(tmp_path, chat_tok_dir, chat_tok):
             {"messages": [{"role": "user", "content": "y"}, call({"b": "y", "a": 1.5, "when": "2024-05-01", "z": None}),
                           {"role": "tool", "content": "2"}, {"role": "assistant", "content": "done"}],
              "tools": tools}]
-    src = write_jsonl(tmp_path / "typed.jsonl", rows)
-    for name in ("qwen2_5", "qwen3_training"):
-        out = tmp_path / name
+    typed = write_jsonl(tmp_path / "typed.jsonl", rows)
+    # a column whose type changes between rows sends the file through datasets' reader instead
+    mixed = write_jsonl(tmp_path / "mixed.jsonl", [dict(r, meta=v) for r, v in zip(rows, [1, "x"])])
+    for src, name in ((typed, "qwen2_5"), (typed, "qwen3_training"), (mixed, "qwen2_5")):
+        out = tmp_path / f"{src.stem}-{name}"
         assert _audit(src, "--tokenizer", chat_tok_dir, "--chat-template", trl_template(name), "--messages",
                       "messages", "--tools", "tools", "--full", "--out", out) == 0
         table = pq.read_table(out / "lengths.parquet").to_pydict()
