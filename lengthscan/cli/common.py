@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 
-#: Exit codes of every subcommand: success, a gate failed (CI can stop here), a usage error.
-EXIT_OK, EXIT_GATE, EXIT_USAGE = 0, 1, 2
+#: Exit codes of every subcommand: success, a gate failed (CI can stop here), a usage error or
+#: unreadable input, an internal error (a bug: the traceback is written to a file).
+EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
 
 def print_result(result, *, json_out: bool, quiet: bool) -> None:

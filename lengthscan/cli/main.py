@@ -12,7 +12,15 @@ import shlex
 import sys
 
 from lengthscan import __version__
-from lengthscan.cli.common import EXIT_GATE, EXIT_OK, EXIT_USAGE, ProgressBars, is_usage_error, print_result
+from lengthscan.cli.common import (
+    EXIT_GATE,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    EXIT_USAGE,
+    ProgressBars,
+    is_usage_error,
+    print_result,
+)
 from lengthscan.cli.flags import REPORT_FLAGS, RULE_FLAGS, SOURCE_FLAGS, add_flags, add_source_argument
 from lengthscan.cli.memory import add_memory_parser, run_memory
 
@@ -89,12 +97,44 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("lengthscan: interrupted; no output was published", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of stdout went away (`... | head`): nothing more to say
+        _quiet_stdout()
+        return EXIT_OK
     except Exception as exc:
         if is_usage_error(exc):
             print(f"lengthscan: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        raise
+        return _internal_error(exc)
     return EXIT_USAGE
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush of a closed pipe stays silent."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _internal_error(exc: Exception) -> int:
+    """An unexpected error: one line, the full traceback in a file, exit code 3 (never 1, the gate's)."""
+    import tempfile
+    import traceback
+
+    text = "".join(traceback.format_exception(exc))
+    try:
+        fd, path = tempfile.mkstemp(prefix="lengthscan-error-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        where = f"the traceback is in {path}"
+    except OSError:
+        where = "the traceback follows"
+        sys.stderr.write(text)
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    print(f"lengthscan: internal error: {type(exc).__name__}: {first[:300]} ({where}; please report it)",
+          file=sys.stderr)
+    return EXIT_INTERNAL
 
 
 def _audit(args, command: str) -> int:

@@ -92,6 +92,11 @@ def run_audit(source, options: AuditOptions, engine) -> AuditResult:
     engine.check(source)
     with engine.session():
         src = engine.open(source, sample.split)
+        if out is not None:
+            from lengthscan.engines.setup import source_paths
+            from lengthscan.write.staging import check_apart
+
+            check_apart(Path(out), source_paths(source, src))
         check_columns(src, setup.fields)
         output = AuditOutput.start(Path(out) if out is not None else None, setup.fields, src,
                                    measured_only=bool(prepared.rules), redact=options.output.redact)

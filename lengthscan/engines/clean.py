@@ -39,7 +39,7 @@ from lengthscan.engines.results import (
     publish_clean,
     simulate_batches,
 )
-from lengthscan.engines.setup import Prepared, prepare_run, resolve_for
+from lengthscan.engines.setup import Prepared, prepare_run, resolve_for, source_paths
 from lengthscan.measure.batch import ColumnError, check_columns
 from lengthscan.measure.text.counter import DEFAULT_MAX_CHARS
 from lengthscan.sources.sampling import plan_sample
@@ -126,7 +126,7 @@ def run_clean(source, options: CleanOptions, engine) -> CleanResult:
     """The clean of ``source`` as ``options`` ask, measured (and written) by ``engine``."""
     from lengthscan.write.clean_rows import CleanSpec
     from lengthscan.write.parquet import check_format
-    from lengthscan.write.staging import OutputError, staging_dir
+    from lengthscan.write.staging import OutputError, check_apart, staging_dir
 
     dataset, rules, run = options.dataset, options.rules, options.run
     check_format(dataset.format)
@@ -139,6 +139,7 @@ def run_clean(source, options: CleanOptions, engine) -> CleanResult:
     engine.check(source)
     with engine.session():
         src = engine.open(source, options.split)
+        check_apart(out, source_paths(source, src))
         check_columns(src, prepared.setup.fields)
         plan = plan_dataset(prepared, src, rules, dataset)
         setup = replace(prepared.setup, decide_caps=plan.decide_caps)

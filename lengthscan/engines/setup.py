@@ -196,3 +196,13 @@ def resolve_for(rules, src, tallies, setup: Setup, action: str, crop_audio: bool
             hists = {k: (merge_histograms([p[k][0] for p in per]), per[0][k][1]) for k in per[0]}
     return resolve_rules(rules, histograms=hists, default_action=action, model_limits=setup.model_limits,
                          crop_audio=crop_audio, basis=basis), basis
+
+
+def source_paths(source, src) -> list[str]:
+    """The paths a source is read from: its files, and the path it was named by (a folder, a file)."""
+    import os
+
+    paths = [p for s in src.splits for p in s.layout().paths if p]
+    if isinstance(source, (str, os.PathLike)) and os.path.exists(source):
+        paths.append(os.fspath(source))
+    return paths

@@ -202,7 +202,12 @@ def column_texts(batch: Batch, column: str, split_src: SplitSource) -> list:
     """The column's values as Python strings (None kept); anything that is not text is an error."""
     col = batch.table.column(column)
     if pa.types.is_string(col.type) or pa.types.is_large_string(col.type) or pa.types.is_null(col.type):
-        return col.to_pylist()
+        try:
+            return col.to_pylist()
+        except UnicodeDecodeError as exc:  # a reader that let bytes through that are not UTF-8
+            bad = next(i for i in range(len(col)) if not _decodes(col, i))
+            raise ColumnError(f"column {column!r} holds text that is not UTF-8: {_where(split_src, batch, bad)} "
+                              f"({exc.reason} at byte {exc.start}); re-encode the file as UTF-8") from None
     if pa.types.is_string_view(col.type):
         return col.cast(pa.large_string()).to_pylist()
     if getattr(col.type, "extension_name", None) == "arrow.json":
@@ -218,12 +223,26 @@ def column_texts(batch: Batch, column: str, split_src: SplitSource) -> list:
     _wrong_value(column, split_src, batch, int(valid[0]), col[int(valid[0])].as_py(), str(col.type), "text")
 
 
-def _wrong_value(column: str, split_src: SplitSource, batch: Batch, i: int, value, kind: str, wanted: str):
+def _decodes(col, i: int) -> bool:
+    try:
+        col[i].as_py()
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def _where(split_src: SplitSource, batch: Batch, i: int) -> str:
+    """``row N`` (with its file and row in that file for a multi-file source)."""
     row = int(batch.rows[i])
     where = f"row {row}"
     if split_src.multi_file:
         files, file_rows = split_src.locate(np.asarray([row]))
         where += f" ({files[0]}, row {int(file_rows[0])} of that file)"
+    return where
+
+
+def _wrong_value(column: str, split_src: SplitSource, batch: Batch, i: int, value, kind: str, wanted: str):
+    where = _where(split_src, batch, i)
     raise ColumnError(f"column {column!r} holds {kind}, not {wanted}: {where} has {type(value).__name__} "
                       f"value {str(value)[:60]!r}")
 

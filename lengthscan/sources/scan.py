@@ -8,6 +8,7 @@ renamed columns) go through ``datasets``' own iterator. A sample reads only its 
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -17,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from lengthscan.sources import arrays
-from lengthscan.sources.source import SplitSource
+from lengthscan.sources.source import SourceError, SplitSource
 
 #: Rows per batch handed to the measure step (the tokenizer threads over a batch).
 BATCH_ROWS = 2048
@@ -39,31 +40,47 @@ class Batch:
 def iter_batches(split: SplitSource, columns: list[str], *, indices: np.ndarray | None = None,
                  batch_rows: int = BATCH_ROWS, raw: tuple = ()) -> Iterator[Batch]:
     """Yield ``Batch``es of ``columns`` for every row (``indices`` None) or the sorted ``indices``.
-    ``raw`` columns of a JSON Lines file also come as the file holds them (``Batch.raw``)."""
+    ``raw`` columns of a JSON Lines file also come as the file holds them (``Batch.raw``). A file
+    that cannot be read (corrupt, truncated, not UTF-8, gone) is a ``SourceError`` naming it."""
     for part in split.parts:
-        if part.parquet:
-            yield from _parquet_batches(part, columns, indices, batch_rows)
-            continue
-        if part.jsonl_schema is not None:
-            yield from _jsonl_batches(part, columns, indices, batch_rows, raw)
-            continue
-        lines = _raw_lines(part, raw)  # a JSON Lines file datasets converted: its rows as written
-        if indices is None:
-            offset = part.start
-            for rb in _part_batches(part.dataset, columns, batch_rows):
-                rows = np.arange(offset, offset + rb.num_rows, dtype=np.int64)
-                yield Batch(rows, rb, lines.take(rows - part.start) if lines else None)
-                offset += rb.num_rows
-            if offset != part.start + part.rows:
-                raise RuntimeError(f"read {offset - part.start} rows of {part.path or split.name}, "
-                                   f"expected {part.rows}")
-        else:
-            lo, hi = np.searchsorted(indices, [part.start, part.start + part.rows])
-            local = indices[lo:hi] - part.start
-            for k in range(0, local.size, batch_rows):
-                chunk = local[k:k + batch_rows]
-                table = part.dataset.select(chunk).with_format("arrow")[:].select(columns)
-                yield Batch(chunk + part.start, _one_batch(table), lines.take(chunk) if lines else None)
+        try:
+            yield from _part_rows(split, part, columns, indices, batch_rows, raw)
+        except _UNREADABLE as exc:
+            kind = "not valid JSON" if isinstance(exc, json.JSONDecodeError) else \
+                "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else "unreadable (corrupt or truncated?)"
+            detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+            raise SourceError(f"{part.path or split.name}: {kind}: {detail}") from exc
+
+
+#: What reading a damaged file raises (a bad Parquet page or compressed block: an ArrowException or OSError).
+_UNREADABLE = (OSError, EOFError, UnicodeDecodeError, pa.ArrowException, json.JSONDecodeError)
+
+
+def _part_rows(split: SplitSource, part, columns: list[str], indices, batch_rows: int, raw: tuple):
+    """One part's batches (see ``iter_batches``)."""
+    if part.parquet:
+        yield from _parquet_batches(part, columns, indices, batch_rows)
+        return
+    if part.jsonl_schema is not None:
+        yield from _jsonl_batches(part, columns, indices, batch_rows, raw)
+        return
+    lines = _raw_lines(part, raw)  # a JSON Lines file datasets converted: its rows as written
+    if indices is None:
+        offset = part.start
+        for rb in _part_batches(part.dataset, columns, batch_rows):
+            rows = np.arange(offset, offset + rb.num_rows, dtype=np.int64)
+            yield Batch(rows, rb, lines.take(rows - part.start) if lines else None)
+            offset += rb.num_rows
+        if offset != part.start + part.rows:
+            raise RuntimeError(f"read {offset - part.start} rows of {part.path or split.name}, "
+                               f"expected {part.rows}")
+    else:
+        lo, hi = np.searchsorted(indices, [part.start, part.start + part.rows])
+        local = indices[lo:hi] - part.start
+        for k in range(0, local.size, batch_rows):
+            chunk = local[k:k + batch_rows]
+            table = part.dataset.select(chunk).with_format("arrow")[:].select(columns)
+            yield Batch(chunk + part.start, _one_batch(table), lines.take(chunk) if lines else None)
 
 
 def _parquet_batches(part, columns: list[str], indices, batch_rows: int) -> Iterator[Batch]:

@@ -44,6 +44,21 @@ def check_writable(final: Path, *, overwrite: bool, ours: set[str] = AUDIT_FILES
                               "choose another --out or pass --overwrite")
 
 
+def check_apart(out: Path, sources) -> None:
+    """Refuse an ``--out`` that is, contains, or lies inside a path the source is read from (the
+    files, and the folder a source was named by), ``--overwrite`` or not: replacing it would delete
+    the data being read, and outputs inside a source folder would be read as data next time."""
+    final = Path(out).resolve()
+    for source in sources:
+        if not source:
+            continue
+        path = Path(source).resolve()
+        if final == path or path.is_relative_to(final) or (path.is_dir() and final.is_relative_to(path)):
+            where = "is" if final == path else "contains" if path.is_relative_to(final) else "lies inside"
+            raise OutputError(f"--out {out} {where} the source path {source}: choose an --out outside the source "
+                              f"(it is never written over, even with --overwrite)")
+
+
 def publish(tmp: Path, final: Path) -> None:
     """Move ``tmp`` into place as ``final``; an existing ``final`` is swapped out, then removed."""
     final = final.resolve()
