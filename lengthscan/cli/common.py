@@ -26,6 +26,7 @@ def print_result(result, *, json_out: bool, quiet: bool) -> None:
 
 def is_usage_error(exc: Exception) -> bool:
     """Errors that mean bad usage or unreadable input (exit 2, one line, no traceback)."""
+    from lengthscan.engines.options import OptionError
     from lengthscan.measure.batch import ColumnError
     from lengthscan.measure.chat.template import ChatTemplateError
     from lengthscan.measure.text.loading import TokenizerError
@@ -36,7 +37,7 @@ def is_usage_error(exc: Exception) -> bool:
     from lengthscan.write.staging import OutputError
 
     return isinstance(exc, (ColumnError, SampleError, SourceError, TokenizerError, OutputError, ModelError,
-                            RuleError, ChatTemplateError))
+                            RuleError, ChatTemplateError, OptionError))
 
 
 class ProgressBars:

@@ -99,8 +99,8 @@ def measure_options(args):
 
     return MeasureOptions(input=args.input, target=args.target, audio=args.audio, tokenizer=args.tokenizer,
                           model=args.model, sampling_rate=args.sampling_rate,
-                          max_chars=args.max_chars or DEFAULT_MAX_CHARS, messages=args.messages,
-                          prompt=args.prompt, completion=args.completion, tools=args.tools,
+                          max_chars=args.max_chars if args.max_chars is not None else DEFAULT_MAX_CHARS,
+                          messages=args.messages, prompt=args.prompt, completion=args.completion, tools=args.tools,
                           chat_template=args.chat_template, train_on=args.train_on)
 
 

@@ -15,6 +15,16 @@ from lengthscan.measure.text.counter import DEFAULT_MAX_CHARS
 from lengthscan.sources.sampling import DEFAULT_SEED
 from lengthscan.sources.scan import BATCH_ROWS
 
+
+class OptionError(ValueError):
+    """An option value out of its range (exit code 2)."""
+
+
+def _at_least(name: str, value, low: int) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+        raise OptionError(f"{name} {value!r}: give a whole number of at least {low}")
+
+
 Progress = Callable[[str, int, int], None]
 """Called as ``progress(split, rows_done, rows_total)`` while measuring or writing."""
 
@@ -37,6 +47,10 @@ class MeasureOptions:
     chat_template: str | None = None  # a Jinja file (default: the tokenizer's chat template)
     train_on: str = "assistant"       # which tokens are trained: assistant, last or all
 
+    def __post_init__(self):
+        _at_least("--max-chars", self.max_chars, 1)
+        _at_least("--sampling-rate", self.sampling_rate, 1)
+
 
 @dataclass(frozen=True)
 class SampleOptions:
@@ -46,6 +60,9 @@ class SampleOptions:
     sample: object = None             # a row count, a fraction or a percentage text
     full: bool = False
     seed: int = DEFAULT_SEED
+
+    def __post_init__(self):
+        _at_least("--seed", self.seed, 0)
 
 
 @dataclass(frozen=True)
@@ -92,6 +109,10 @@ class RunOptions:
     num_proc: int = 1
     progress: Progress | None = None
     command: str | None = None
+
+    def __post_init__(self):
+        _at_least("--num-proc", self.num_proc, 1)
+        _at_least("batch_rows", self.batch_rows, 1)
 
 
 RECORDS = (MeasureOptions, SampleOptions, RuleOptions, OutputOptions, DatasetOptions, RunOptions)

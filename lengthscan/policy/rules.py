@@ -111,8 +111,8 @@ def parse_rule(text: str) -> Rule:
             raise RuleError(f"limit rule {text!r}: unknown metric {part!r}\n{RULE_FORMS}")
     if action is not None and action not in ACTIONS:
         raise RuleError(f"limit rule {text!r}: unknown action {action!r}\n{RULE_FORMS}")
-    ok = (value == "model" or _NUMBER.match(value)
-          or (value[0] in "pz" and _NUMBER.match(value[1:]) and float(value[1:]) > 0
+    ok = (value == "model" or (_NUMBER.match(value) and math.isfinite(float(value)))
+          or (value[0] in "pz" and _NUMBER.match(value[1:]) and 0 < float(value[1:]) < math.inf
               and (value[0] == "z" or float(value[1:]) <= 100)))
     if not ok:
         raise RuleError(f"limit rule {text!r}: cannot read the value {value!r}\n{RULE_FORMS}")
@@ -258,7 +258,13 @@ def decide(base: dict[str, np.ndarray], flags: dict[str, np.ndarray], rules, *, 
     crop = np.full(n, np.nan)
     for r in rules:
         values = metric_values(r.rule.metric, base)
-        bad = ~OPS[r.rule.op](values, r.threshold) & ~np.isnan(values)
+        # a row without the measurement never passes a limit on it (its flag usually says why first)
+        lacking = np.zeros(n, bool)
+        for part in r.rule.parts:
+            lacking |= np.isnan(metric_values(part, base))
+        if lacking.any():
+            fail(lacking, f"{r.rule.text} (no {' or '.join(r.rule.parts)})", "drop")
+        bad = ~OPS[r.rule.op](values, r.threshold) & ~np.isnan(values) & ~lacking
         if not bad.any():
             continue
         if r.action in ("truncate", "drop-turns"):

@@ -76,3 +76,32 @@ def test_a_closed_pipe_exits_quietly(tmp_path, bpe_dir, corpus_jsonl):
     proc = subprocess.run(["bash", "-c", f"set -o pipefail; {cmd}"], capture_output=True, text=True)
     assert proc.stdout == '{\n  "schema'[:10]
     assert proc.returncode == 0 and "BrokenPipe" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("flag,value", [("--seed", "-1"), ("--max-chars", "0"), ("--num-proc", "0"),
+                                        ("--sampling-rate", "0"), ("--limit", "input_tokens<=1e999"),
+                                        ("--limit", "input_tokens<=z1e999")])
+def test_values_are_checked_at_the_edge(tmp_path, bpe_dir, corpus_jsonl, capsys, flag, value):
+    code = main(["audit", str(corpus_jsonl), "--tokenizer", str(bpe_dir), "--input", "text", flag, value,
+                 "--out", str(tmp_path / "o"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("lengthscan: error:") and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_row_without_the_measurement_never_passes_a_limit_on_it(tmp_path, bpe_dir):
+    """Every metric: a row that lacks it is dropped by an upper and by a lower limit on it."""
+    import pyarrow.parquet as pq
+
+    src = _write_jsonl(tmp_path / "s.jsonl", [{"text": "a short text", "summary": "sum"},
+                                               {"text": "x" * 50, "summary": None}, {"text": None, "summary": "s"}])
+    for rule in ("input_tokens<=100000", "input_tokens>=0", "target_tokens<=100000", "target_tokens>=0",
+                 "target_tokens/input_tokens<=1000"):
+        out = tmp_path / rule.replace("/", "_").replace("<", "l").replace(">", "g").replace("=", "e")
+        assert main(["audit", str(src), "--tokenizer", str(bpe_dir), "--input", "text", "--target", "summary",
+                     "--full", "--no-cache", "--limit", rule, "--out", str(out), "--quiet"]) == 0
+        t = pq.read_table(out / "lengths.parquet").to_pydict()
+        lacking = [i for i in range(3) if any(t[m][i] is None for m in rule.split("<")[0].split(">")[0].split("/"))]
+        assert lacking and all(t["decision"][i] == "drop" for i in lacking), (rule, t["decision"])
+        assert all(any(r.startswith(rule) for r in t["reasons"][i]) for i in lacking), (rule, t["reasons"])
+        assert t["decision"][0] == "keep"
