@@ -105,3 +105,24 @@ def test_a_row_without_the_measurement_never_passes_a_limit_on_it(tmp_path, bpe_
         assert lacking and all(t["decision"][i] == "drop" for i in lacking), (rule, t["decision"])
         assert all(any(r.startswith(rule) for r in t["reasons"][i]) for i in lacking), (rule, t["reasons"])
         assert t["decision"][0] == "keep"
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="no FIFOs on this platform")
+def test_special_files_in_an_audio_column_are_per_row_reasons(tmp_path):
+    """A FIFO named where audio was expected is flagged without opening it for reading (which would
+    block forever); the other rows are measured."""
+    import os
+
+    import numpy as np
+    import soundfile as sf
+
+    sf.write(tmp_path / "ok.wav", np.zeros(16000, np.float32), 16000)
+    os.mkfifo(tmp_path / "pipe.wav")
+    (tmp_path / "m.csv").write_text("path,text\nok.wav,a\npipe.wav,b\n")
+    proc = subprocess.run([sys.executable, "-m", "lengthscan", "audit", str(tmp_path / "m.csv"), "--audio", "path",
+                           "--full", "--no-cache", "--quiet", "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    t = pq.read_table(tmp_path / "o" / "lengths.parquet").to_pydict()
+    assert t["input_seconds"] == [1.0, None]
+    assert t["input_flag"] == [None, "unreadable"] and "not a regular file" in t["input_error"][1]

@@ -29,13 +29,15 @@ fails; so for those formats we check at least what that seek would run into:
 from __future__ import annotations
 
 import os
+import stat
 
 from lengthscan.measure.audio.mpeg import mp3_info, mpeg_frame, mpeg_start  # noqa: F401 (re-exported)
 from lengthscan.measure.audio.ogg import ogg_info, tags_fit
 
 HEAD = 8192  # bytes read from the start of a file: every header we parse usually fits
 MAX_RATE = 655350  # larger (or negative as a C int) rates: libsndfile decides
-_O_FLAGS = os.O_RDONLY | getattr(os, "O_BINARY", 0)
+#: O_NONBLOCK: opening a FIFO (a special file named where audio was expected) must not block
+_O_FLAGS = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0)
 
 
 class Source:
@@ -87,7 +89,10 @@ def hint(path: str | None) -> None:
     except (OSError, ValueError):
         return
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # FIFOs, sockets, devices: read_info flags them, unread
+            return
+        size = st.st_size
         name = path.lower()
         if name.endswith(_WHOLE) and size <= 2 << 20:
             _ADVISE(fd, 0, 0, os.POSIX_FADV_WILLNEED)
