@@ -21,7 +21,14 @@ def print_result(result, *, json_out: bool, quiet: bool) -> None:
     if json_out:
         sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     if not quiet:
-        render_summary(data, Console(stderr=json_out))
+        console = Console(stderr=json_out)
+        render_summary(data, console)
+        out_dir = getattr(result, "out_dir", None)
+        if out_dir and "clean" not in data:  # a clean says what it wrote itself
+            from rich.text import Text
+
+            console.print(Text.assemble(("wrote ", "dim"), f"{out_dir}/lengths.parquet, report.json, report.html "
+                                        "(open report.html in a browser)"))
 
 
 def is_usage_error(exc: Exception) -> bool:

@@ -38,6 +38,10 @@ def open_files(spec: str, files: list[str], split: str | None) -> Source:
     for f in files:
         if not os.access(f, os.R_OK):
             raise SourceError(f"{f}: file is not readable")
+    if builder != "parquet":  # an empty file (or shard of a glob) holds zero rows: left out
+        files = [f for f in files if not _blank(f)]
+        if not files:
+            raise SourceError(f"{spec}: holds no rows (every file is empty)")
     stamp = [(os.path.abspath(f), os.path.getsize(f), os.stat(f).st_mtime_ns) for f in files]
     fingerprint = digest(json.dumps([builder, options, stamp], default=str))[:16]
     if builder == "parquet":
@@ -122,6 +126,22 @@ def json_read_options():
     import pyarrow.json as pj
 
     return pj.ReadOptions(block_size=1 << 20)
+
+
+def _blank(path: str) -> bool:
+    """The file holds nothing but white space (decompressed as it is read)."""
+    import pyarrow as pa
+
+    if os.path.getsize(path) == 0:
+        return True
+    try:
+        with pa.input_stream(path, compression="detect") as fh:
+            while chunk := fh.read(1 << 16):
+                if chunk.strip():
+                    return False
+    except (OSError, pa.ArrowException) as exc:
+        raise SourceError(f"{path}: unreadable (corrupt or truncated?): {exc}") from None
+    return True
 
 
 def looks_like_lines(path: str) -> bool:

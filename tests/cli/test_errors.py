@@ -126,3 +126,18 @@ def test_special_files_in_an_audio_column_are_per_row_reasons(tmp_path):
     t = pq.read_table(tmp_path / "o" / "lengths.parquet").to_pydict()
     assert t["input_seconds"] == [1.0, None]
     assert t["input_flag"] == [None, "unreadable"] and "not a regular file" in t["input_error"][1]
+
+
+def test_empty_files_are_zero_rows_and_the_report_path_is_said(tmp_path, bpe_dir, capsys):
+    (tmp_path / "a.jsonl").write_text("")
+    (tmp_path / "b.jsonl").write_text("\n  \n")
+    _write_jsonl(tmp_path / "c.jsonl", [{"text": "one"}, {"text": "two"}])
+    out = tmp_path / "o"
+    assert main(["audit", str(tmp_path / "*.jsonl"), "--tokenizer", str(bpe_dir), "--input", "text", "--full",
+                 "--no-cache", "--out", str(out)]) == 0
+    err = capsys.readouterr()
+    assert f"{out.resolve()}/lengths.parquet" in (err.out + err.err).replace("\n", "")
+    assert json.loads((out / "report.json").read_text())["splits"][0]["sample"]["rows_total"] == 2
+    assert main(["audit", str(tmp_path / "a.jsonl"), "--tokenizer", str(bpe_dir), "--input", "text",
+                 "--out", str(tmp_path / "o2"), "--quiet"]) == 2
+    assert "holds no rows" in capsys.readouterr().err
