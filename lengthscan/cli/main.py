@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    _plain_warnings()
     command = shlex.join(["lengthscan", *argv])
     try:
         if args.command == "audit":
@@ -106,6 +107,20 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
         return _internal_error(exc)
     return EXIT_USAGE
+
+
+def _plain_warnings() -> None:
+    """lengthscan's own warnings (``lengthscan: ...``) as one line on stderr, without a code location."""
+    import warnings
+
+    default = warnings.formatwarning
+
+    def formatwarning(message, category, filename, lineno, line=None):
+        if str(message).startswith("lengthscan:"):
+            return f"{message}\n"
+        return default(message, category, filename, lineno, line)
+
+    warnings.formatwarning = formatwarning
 
 
 def _quiet_stdout() -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -95,9 +96,11 @@ def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally:
     use_cache = run.cache and engine.uses_cache and cached
     keys = {f.role: cache_key(split_src, f, setup) for f in cached} if use_cache else {}
     kinds = {f.role: f for f in cached}
-    readers = {role: cache_reader(kinds[role], p) for role, k in keys.items() if (p := cached_path(k)) is not None}
-    writers = {role: cache_writer(kinds[role], k) for role, k in keys.items()
-               if plan.full and role not in readers and role not in setup.decide_caps}
+    readers = {role: r for role, k in keys.items()
+               if (p := cached_path(k)) is not None and (r := _cache_open(cache_reader, kinds[role], p)) is not None}
+    writers = {role: w for role, k in keys.items()
+               if plan.full and role not in readers and role not in setup.decide_caps
+               and (w := _cache_open(cache_writer, kinds[role], k)) is not None}
     to_measure = tuple(f for f in fields if f.role not in readers)
     if columns is None:
         columns = list(dict.fromkeys(c for f in to_measure for c in f.columns))
@@ -138,6 +141,24 @@ def cache_key(split_src: SplitSource, f, setup: Setup) -> str:
     if f.kind == "chat":
         return chat_key(split_src.fingerprint, f.columns, setup.chat.signature(), counter.hash, counter.max_chars)
     return field_key(split_src.fingerprint, f.column, f.primary.name, counter.hash, counter.max_chars)
+
+
+def _cache_open(opener, f, where):
+    """A cache reader or writer, or None (with one warning) where the cache cannot be used: the
+    cache is an optimisation, a corrupt file or an unwritable folder never stops a run."""
+    import warnings
+
+    try:
+        return opener(f, where)
+    except (OSError, pa.ArrowException) as exc:
+        if isinstance(where, Path) and isinstance(exc, pa.ArrowException):  # a corrupt file: rebuilt this run
+            try:
+                where.unlink(missing_ok=True)
+            except OSError:
+                pass
+        warnings.warn(f"lengthscan: length cache not used ({type(exc).__name__}: {exc}); measuring instead",
+                      RuntimeWarning, stacklevel=2)
+        return None
 
 
 def cache_reader(f, path):

@@ -141,3 +141,23 @@ def test_empty_files_are_zero_rows_and_the_report_path_is_said(tmp_path, bpe_dir
     assert main(["audit", str(tmp_path / "a.jsonl"), "--tokenizer", str(bpe_dir), "--input", "text",
                  "--out", str(tmp_path / "o2"), "--quiet"]) == 2
     assert "holds no rows" in capsys.readouterr().err
+
+
+def test_a_bad_length_cache_is_ignored_with_one_warning(tmp_path, bpe_dir, corpus_jsonl, monkeypatch, capsys):
+    """The cache is an optimisation: a cache folder that is a file, or a corrupt cached file, never
+    stops a run; the corrupt file is rebuilt."""
+    args = ["audit", str(corpus_jsonl), "--tokenizer", str(bpe_dir), "--input", "text", "--full", "--quiet"]
+    (tmp_path / "not-a-dir").write_text("x")
+    monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "not-a-dir"))
+    with pytest.warns(RuntimeWarning, match="length cache not used"):
+        assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "cache"))
+    assert main([*args, "--out", str(tmp_path / "b")]) == 0
+    for f in (tmp_path / "cache" / "lengths").glob("*.parquet"):
+        f.write_bytes(b"not parquet")
+    with pytest.warns(RuntimeWarning, match="length cache not used"):
+        assert main([*args, "--out", str(tmp_path / "c")]) == 0
+    assert main([*args, "--out", str(tmp_path / "d")]) == 0
+    assert json.loads((tmp_path / "d" / "report.json").read_text())["cache_hits"] == 1
+    same = [pq.read_table(tmp_path / x / "lengths.parquet") for x in "abcd"]
+    assert all(t.equals(same[0]) for t in same)
