@@ -30,7 +30,7 @@ def docstring_rows(stdlib: str | None = None):
                 continue
             path = Path(dirpath) / fname
             try:
-                tree = ast.parse(path.read_text(encoding="utf-8"))
+                tree = _parse(path.read_text(encoding="utf-8"))
             except (SyntaxError, UnicodeDecodeError, ValueError):
                 continue
             module = str(path.relative_to(root))
@@ -40,6 +40,24 @@ def docstring_rows(stdlib: str | None = None):
                     if doc:
                         name = getattr(node, "name", "<module>")
                         yield {"module": module, "name": name, "docstring": doc, "summary": doc.split("\n\n")[0]}
+
+
+def _parse(source: str):
+    """``ast.parse``, once more with the garbage collector paused if CPython 3.11 raises its spurious
+    "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905; it came once in
+    a full test run, where threads of other libraries were alive)."""
+    import gc
+
+    try:
+        return ast.parse(source)
+    except SystemError:
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return ast.parse(source)
+        finally:
+            if enabled:
+                gc.enable()
 
 
 def build_corpus(path: Path) -> Path:
