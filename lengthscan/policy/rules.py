@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lengthscan.measure.chat.counter import CHAT_METRICS
 from lengthscan.stats.histograms import (
     Histogram,
     metric_values,
@@ -45,10 +46,7 @@ _DECISION_NAMES = np.array([DECISIONS.get(i, "") for i in range(max(DECISIONS) +
 ACTIONS = ("drop", "truncate", "drop-turns")
 TOKEN_METRICS = ("input_tokens", "target_tokens")
 AUDIO_METRICS = ("input_seconds", "input_samples", "input_frames")
-#: A conversation's measurements (``measure.chat.counter.CHAT_METRICS``); upper limits on
-#: ``sequence_tokens`` may truncate (as TRL slices) or drop turns.
-CHAT_METRICS = ("sequence_tokens", "prompt_tokens", "completion_tokens", "turns", "assistant_turns",
-                "longest_message_tokens")
+#: Upper limits on a conversation's ``sequence_tokens`` may truncate (as TRL slices) or drop turns.
 SEQUENCE = "sequence_tokens"
 MEASUREMENTS = TOKEN_METRICS + AUDIO_METRICS + CHAT_METRICS
 MAD_SCALE = 1.4826  # MAD x 1.4826 estimates the standard deviation of a normal distribution

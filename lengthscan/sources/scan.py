@@ -212,8 +212,6 @@ class RawLines:
 
     def take(self, rows) -> dict:
         """column -> values of the rows at these (sorted, not yet passed) positions in the file."""
-        import json
-
         parsed = []
         for row in np.asarray(rows).tolist():
             while self._next < row:

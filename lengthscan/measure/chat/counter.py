@@ -16,11 +16,11 @@ Per row (metrics, see ``CHAT_METRICS``):
     completion being the rest past the common prefix); strings: no template, the completion gets
     the EOS text, both tokenized with special tokens;
   - ``all``: every token;
-* ``turns``, ``assistant_turns``; ``longest_message_tokens`` (a message's text content tokenized
-  alone, without special tokens);
+* ``turns``, ``assistant_turns``; ``longest_message_tokens`` (the rendering's tokens overlapping a
+  message's text; a text the rendering does not hold as written is tokenized alone);
 * side columns (``NOTES``): ``trained_from`` (the first trained token's position), ``final_eot_at``
   (where the end-of-turn token closes the last trained token), ``ends_with_eot``,
-  ``rewrites_history``, ``parts_not_rendered``.
+  ``rewrites_history``, ``parts_not_rendered``, ``from_sharegpt``, the content tokens per role.
 """
 
 from __future__ import annotations
@@ -166,10 +166,8 @@ class ChatCounter:
         convs = conversations(columns, self.options.format)
         n = len(convs)
         values = {m: np.full(n, -1, np.int64) for m in CHAT_METRICS}
-        notes = {"trained_from": np.full(n, -1, np.int64), "final_eot_at": np.full(n, -1, np.int64),
-                 "ends_with_eot": np.zeros(n, bool), "rewrites_history": np.zeros(n, bool),
-                 "parts_not_rendered": np.zeros(n, bool), "from_sharegpt": np.zeros(n, bool),
-                 **{f"{r}_tokens": np.full(n, -1, np.int64) for r in CONTENT_ROLES}}
+        notes = {name: np.zeros(n, bool) if kind == "bool" else np.full(n, -1, np.int64)
+                 for name, kind in NOTES.items()}
         flags = np.zeros(n, np.int8)
         errors: list = [None] * n
         texts: list[str] = []          # rendered chat texts (tokenized without special tokens)
