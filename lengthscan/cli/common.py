@@ -9,26 +9,57 @@ import sys
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
 
-def print_result(result, *, json_out: bool, quiet: bool) -> None:
-    """``result.to_dict()`` as JSON on stdout (``json_out``) and/or the rich summary."""
-    import json
-
+def _pipe_console_class():
     from rich.console import Console
 
-    from lengthscan.report.terminal import render_summary
+    class PipeConsole(Console):
+        """rich's console, except that a closed stdout is a BrokenPipeError for ``main`` to end
+        quietly with exit 0 (rich itself exits 1, the code of a failed gate)."""
+
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError
+
+    return PipeConsole
+
+
+def _PipeConsole(**kwargs):  # noqa: N802 - a class, built when first used (rich is imported lazily)
+    return _pipe_console_class()(**kwargs)
+
+
+def print_result(result, *, json_out: bool, quiet: bool) -> None:
+    """``result.to_dict()`` as JSON on stdout (``json_out``) and/or the rich summary. A stream that
+    cannot be written (stdout on a full disk) is an ``OutputError`` saying the outputs are written."""
+    import json
+
+    from lengthscan.write.staging import OutputError
 
     data = result.to_dict()
-    if json_out:
-        sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-    if not quiet:
-        console = Console(stderr=json_out)
-        render_summary(data, console)
-        out_dir = getattr(result, "out_dir", None)
-        if out_dir and "clean" not in data:  # a clean says what it wrote itself
-            from rich.text import Text
+    try:
+        if json_out:
+            sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+            sys.stdout.flush()
+        if not quiet:
+            _print_summary(result, data, json_out)
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        written = f"; the outputs in {result.out_dir} are written" if getattr(result, "out_dir", None) else ""
+        raise OutputError(f"cannot print the summary: {exc.strerror or exc}{written}") from None
 
-            console.print(Text.assemble(("wrote ", "dim"), f"{out_dir}/lengths.parquet, report.json, report.html "
-                                        "(open report.html in a browser)"))
+
+def _print_summary(result, data: dict, json_out: bool) -> None:
+    """The rich summary (on stderr when stdout holds the JSON), and where the outputs are."""
+    from lengthscan.report.terminal import render_summary
+
+    console = _PipeConsole(stderr=json_out)
+    render_summary(data, console)
+    out_dir = getattr(result, "out_dir", None)
+    if out_dir and "clean" not in data:  # a clean says what it wrote itself
+        from rich.text import Text
+
+        console.print(Text.assemble(("wrote ", "dim"), f"{out_dir}/lengths.parquet, report.json, report.html "
+                                    "(open report.html in a browser)"))
 
 
 def is_usage_error(exc: Exception) -> bool:
@@ -47,32 +78,45 @@ def is_usage_error(exc: Exception) -> bool:
                             RuleError, ChatTemplateError, OptionError))
 
 
+def disk_error(exc: BaseException) -> str | None:
+    """A one-line message for a full, over-quota or read-only disk met while writing (anywhere in
+    ``exc``'s chain), else None: the run's staging folder is already removed, nothing published."""
+    import errno
+
+    codes = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk quota is exceeded",
+             errno.EFBIG: "a file grew past the file system's limit", errno.EROFS: "the file system is read-only"}
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in codes:
+            where = f" ({exc.filename})" if exc.filename else ""
+            return (f"{codes[exc.errno]} while writing{where}; nothing was published and --out is as it was: free "
+                    "space or choose another --out")
+        exc = exc.__cause__ if exc.__cause__ is not None else None if exc.__suppress_context__ else exc.__context__
+    return None
+
+
 class ProgressBars:
     """A rich progress bar on stderr, fed by ``audit(progress=...)`` callbacks."""
 
     def __init__(self, disabled: bool):
-        self.disabled = disabled
+        # not on a terminal (a log file, CI): a bar cannot redraw there, it would only leave a blank line
+        self.disabled = disabled or not sys.stderr.isatty()
         self._bar = None
         self._tasks: dict[str, int] = {}
 
     def __enter__(self):
-        if self.disabled:
-            return None
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-        )
-
-        self._bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                             TextColumn("rows"), TimeRemainingColumn(), console=Console(stderr=True), transient=True)
-        self._bar.start()
-        return self.update
+        return None if self.disabled else self.update
 
     def update(self, split: str, done: int, total: int) -> None:
+        if self._bar is None:  # started by the first row measured: an early error prints no blank line
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("rows"), TimeRemainingColumn(), console=Console(stderr=True),
+                                 transient=True)
+            self._bar.start()
         if split not in self._tasks:
             self._tasks[split] = self._bar.add_task(f"measuring {split}", total=total)
         self._bar.update(self._tasks[split], completed=done)

@@ -28,8 +28,9 @@ FLAGS: dict[str, tuple[str, dict]] = {
     "sampling_rate": ("--sampling-rate", dict(
         type=int, metavar="HZ", help="the model's audio sampling rate (default: the --model feature extractor's)")),
     "split": ("--split", dict(help="measure only this split of a multi-split source")),
-    "sample": ("--sample", dict(metavar="N|FRACTION", help="measure a uniform random sample: a row count (600) "
-                                                           "or a fraction (0.01)")),
+    "sample": ("--sample", dict(metavar="N|FRACTION", help="measure a uniform random sample: a row count (600), "
+                                                           "a fraction (0.01) or a percentage (1%%); default: every "
+                                                           "row up to 200,000 rows, a 100,000-row sample above")),
     "full": ("--full", dict(action="store_true", help="measure every row")),
     "seed": ("--seed", dict(type=int, default=0, help="sample seed (default 0)")),
     "max_chars": ("--max-chars", dict(type=int, default=None, metavar="N",
@@ -61,6 +62,8 @@ FLAGS: dict[str, tuple[str, dict]] = {
     "quiet": ("--quiet", dict(action="store_true", help="no progress bar and no summary")),
     "redact": ("--redact", dict(action="store_true", help="keep every text of the data out of the report "
                                                           "(row ids and lengths only)")),
+    "id": ("--id", dict(metavar="COL", help="a column that identifies rows (an id, a URL ...): carried into "
+                                            "lengths.parquet beside row (rejects/ keeps every column)")),
     "overwrite": ("--overwrite", dict(action="store_true", help="replace --out even if it holds other files")),
 }
 
@@ -71,7 +74,7 @@ SOURCE_FLAGS = ("input", "audio", "target", "messages", "prompt", "completion", 
 #: audit (what clean would do) and clean (what it does).
 RULE_FLAGS = ("limit", "action", "keep_empty_targets", "crop_audio", "fail_over")
 #: How the report is printed and what it may hold.
-REPORT_FLAGS = ("json", "quiet", "redact")
+REPORT_FLAGS = ("json", "quiet", "redact", "id")
 
 
 def add_flags(parser: argparse.ArgumentParser, *names: str, prefix: str = "", **overrides) -> None:

@@ -18,6 +18,7 @@ from lengthscan.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     ProgressBars,
+    disk_error,
     is_usage_error,
     print_result,
 )
@@ -35,7 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("audit", help="measure input and target lengths and write a report",
                        description="Measure token lengths exactly as the model receives them; write "
-                                   "lengths.parquet, report.json and report.html.")
+                                   "lengths.parquet, report.json and report.html. Rows measured by default: every "
+                                   "row up to 200,000 rows, a seeded 100,000-row sample above (--full or --sample "
+                                   "to choose).", epilog=_epilog("audit"), formatter_class=_Help)
     add_source_argument(p)
     add_flags(p, *SOURCE_FLAGS, *RULE_FLAGS)
     p.add_argument("--out", default="lengthscan-report", metavar="DIR",
@@ -45,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("clean", help="decide every row by limits; write a dataset, its rejects and a report",
                        description="Measure every row, decide keep/truncate/drop by --limit rules, and write "
                                    "dataset/ (save_to_disk), rejects/, lengths.parquet, report.json and "
-                                   "report.html to --out, atomically.")
+                                   "report.html to --out, atomically.", epilog=_epilog("clean"), formatter_class=_Help)
     add_source_argument(c)
     add_flags(c, *SOURCE_FLAGS, *RULE_FLAGS)
     c.add_argument("--out", required=True, metavar="DIR", help="output directory (must not exist unless --overwrite)")
@@ -76,6 +79,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Options wrapped as usual; the epilog's examples and rule forms kept as written."""
+
+
+_EXAMPLES = {
+    "audit": """examples:
+  lengthscan audit train.jsonl --tokenizer ./tok --input document --target summary --full
+  lengthscan audit 'data/shard-*.parquet' --model facebook/bart-large --input text --sample 1%
+  lengthscan audit manifest.csv --audio path --target transcript --model openai/whisper-small
+  lengthscan audit chats.jsonl --tokenizer ./tok --messages messages --limit 'sequence_tokens<=4096'
+  lengthscan audit train.jsonl --tokenizer ./tok --input text --id doc_id --json | jq .splits""",
+    "clean": """examples:
+  lengthscan clean train.jsonl --tokenizer ./tok --input document --target summary \\
+      --limit 'input_tokens<=1024:truncate' --limit 'target_tokens<=p99' --out cleaned
+  lengthscan clean manifest.csv --audio path --model ./wav2vec2 --limit 'input_seconds<=20' --out cleaned
+  lengthscan clean chats.jsonl --tokenizer ./tok --messages messages \\
+      --limit 'sequence_tokens<=4096:drop-turns' --out cleaned --fail-over 1%""",
+}
+
+
+def _epilog(command: str) -> str:
+    from lengthscan.policy.rules import RULE_FORMS
+
+    tail = ("exit codes: 0 ok, 1 a gate failed (--fail-over), 2 bad usage or input (one line on stderr),\n"
+            "  3 an internal error (its traceback written to a file)")
+    return f"{_EXAMPLES[command]}\n\n{RULE_FORMS}\n\n{tail}"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -104,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if is_usage_error(exc):
             print(f"lengthscan: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        if (disk := disk_error(exc)) is not None:
+            print(f"lengthscan: error: {disk}", file=sys.stderr)
             return EXIT_USAGE
         return _internal_error(exc)
     return EXIT_USAGE
@@ -162,7 +196,8 @@ def _audit(args, command: str) -> int:
         options = AuditOptions(measure_options(args),
                                SampleOptions(split=args.split, sample=args.sample, full=args.full, seed=args.seed),
                                rule_options(args),
-                               OutputOptions(out=args.out, overwrite=args.overwrite, redact=args.redact),
+                               OutputOptions(out=args.out, overwrite=args.overwrite, redact=args.redact,
+                                             id_column=args.id),
                                run_options(args, progress=progress, command=command))
         result = run_audit(args.source, options, engine)
     print_result(result, json_out=args.json, quiet=args.quiet)
@@ -187,7 +222,8 @@ def _clean(args, command: str) -> int:
                                  embed_audio=args.embed_audio, tokenize=args.tokenize, format=args.format,
                                  decide_only=not args.no_decide_only)
         options = CleanOptions(measure_options(args), args.split, rule_options(args),
-                               OutputOptions(out=args.out, overwrite=args.overwrite, redact=args.redact), dataset,
+                               OutputOptions(out=args.out, overwrite=args.overwrite, redact=args.redact,
+                                             id_column=args.id), dataset,
                                run_options(args, progress=progress, command=command))
         result = run_clean(args.source, options, engine)
     print_result(result, json_out=args.json, quiet=args.quiet)

@@ -17,7 +17,15 @@ def add_memory_parser(sub) -> None:
                                    "shuffle, and with --budget the limits that fit. "
                                    "Shape mode: the predicted peak memory of one training step of --model for "
                                    "one padded batch (weights, gradients, optimizer state, activations, logits), "
-                                   "from its config alone: no weights, no GPU. See docs/memory.md.")
+                                   "from its config alone: no weights, no GPU. See docs/memory.md.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog="""examples:
+  lengthscan memory --model ./llama-config --batch-size 8 --input-len 4096 --precision bf16
+  lengthscan memory train.jsonl --model ./bart-base --input document --target summary --batch-size 16 \\
+      --budget 24GiB --out memory-report
+  lengthscan memory chats.jsonl --model ./qwen --messages messages --batch-size 4 --budget 80GB
+
+exit codes: 0 ok (fits), 1 the worst batch does not fit --budget, 2 bad usage or input,
+  3 an internal error (its traceback written to a file)""")
     m.add_argument("--model", required=True, metavar="CFG", help="model directory, hub name or config .json")
     m.add_argument("--batch-size", type=int, required=True, metavar="B", help="rows in the batch")
     m.add_argument("--input-len", type=int, metavar="S",
@@ -65,7 +73,8 @@ def parse_size(text: str) -> int:
 def _memory(args) -> int:
     import json
 
-    from lengthscan.memory import Shape, estimate, load_config, usable_bytes
+    from lengthscan.memory import Shape, estimate, load_config, shape_warnings, usable_bytes
+    from lengthscan.report.fmt import size
 
     data_only = [flag for flag, value in (("--input", args.input), ("--audio", args.audio), ("--target", args.target),
                                           ("--messages", args.messages), ("--prompt", args.prompt),
@@ -80,11 +89,17 @@ def _memory(args) -> int:
         budget = parse_size(args.budget) if args.budget else None
         usable_bytes(budget or 0, args.margin)  # checks the margin
         config = load_config(args.model)
-        est = estimate(config, Shape(args.batch_size, args.input_len, args.target_len), options)
+        shape = Shape(args.batch_size, args.input_len, args.target_len)
+        warnings = shape_warnings(config, shape)
+        if ignored_target := any(w.startswith("--target-len") and "ignored" in w for w in warnings):
+            shape = Shape(args.batch_size, args.input_len, None)
+        est = estimate(config, shape, options)
     except ValueError as exc:
-        print(f"lengthscan: error: {exc}", file=sys.stderr)
+        print(f"lengthscan: error: {_as_flags(exc)}", file=sys.stderr)
         return EXIT_USAGE
-    data = {"memory": est.to_dict()}
+    for line in warnings:
+        print(f"lengthscan: warning: {line}", file=sys.stderr)
+    data = {"memory": {**est.to_dict(), "warnings": warnings}}
     fits = None
     if budget is not None:
         fits = est.peak_bytes <= usable_bytes(budget, args.margin)
@@ -93,14 +108,23 @@ def _memory(args) -> int:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
         gib = 1024 ** 3
-        print(f"{est.model_type} ({est.family}): predicted peak {est.peak_bytes / gib:.2f} GiB at {est.phase} "
-              f"for batch {args.batch_size} x input {args.input_len} x target {args.target_len}")
+        target = "" if ignored_target or args.target_len is None else f" x target {args.target_len:,}"
+        inputs = f" x input {args.input_len:,}" if args.input_len is not None else ""
+        print(f"{est.model_type} ({est.family}): predicted peak {size(est.peak_bytes)} at {est.phase} "
+              f"for batch {args.batch_size}{inputs}{target}")
         for name, value in sorted(est.terms.items(), key=lambda kv: -kv[1]):
             if value:
-                print(f"  {name:26} {value / gib:8.3f} GiB")
+                print(f"  {name:26} {value / gib:10,.3f} GiB")
         if budget is not None:
             print(f"  {'fits' if fits else 'does NOT fit'} in {args.budget} with a {args.margin:.0%} margin")
     return EXIT_GATE if fits is False else EXIT_OK
+
+
+def _as_flags(exc: Exception) -> str:
+    """The library's message with its parameter names as the flags the user typed."""
+    import re
+
+    return re.sub(r"\b(batch_size|input_len|target_len)\b", lambda m: "--" + m.group(1).replace("_", "-"), str(exc))
 
 
 def _add_memory_data_flags(m: argparse.ArgumentParser) -> None:
@@ -143,7 +167,7 @@ def _memory_data(args, command: str) -> int:
                                        "tools": args.tools, "chat_template": args.chat_template,
                                        "train_on": args.train_on if args.messages or args.prompt else None})
     except ValueError as exc:
-        print(f"lengthscan: error: {exc}", file=sys.stderr)
+        print(f"lengthscan: error: {_as_flags(exc)}", file=sys.stderr)
         return EXIT_USAGE
     if args.json:
         sys.stdout.write(json.dumps({"memory": result.memory}, indent=2) + "\n")

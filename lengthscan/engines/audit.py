@@ -22,7 +22,7 @@ from lengthscan.engines.options import (
     split_options,
 )
 from lengthscan.engines.results import DecisionReport, audit_result
-from lengthscan.engines.setup import prepare_run, resolve_for
+from lengthscan.engines.setup import prepare_run, resolve_for, with_identity
 from lengthscan.measure.batch import ColumnError, check_columns
 from lengthscan.measure.text.counter import DEFAULT_MAX_CHARS
 from lengthscan.policy.decisions import special_lengths
@@ -57,7 +57,7 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
           max_chars: int = DEFAULT_MAX_CHARS, batch_rows: int = BATCH_ROWS, redact: bool = False,
           num_proc: int = 1, progress: Progress | None = None, command: str | None = None, messages: str | None = None,
           prompt: str | None = None, completion: str | None = None, tools: str | None = None,
-          chat_template: str | None = None, train_on: str = "assistant") -> AuditResult:
+          chat_template: str | None = None, train_on: str = "assistant", id_column: str | None = None) -> AuditResult:
     """Measure the lengths of the ``input``/``audio`` and ``target`` columns of ``source``.
 
     ``source`` is anything ``open_source`` opens (path, glob, directory, audio folder, hub id,
@@ -68,7 +68,8 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
     ``keep_empty_targets``, ``crop_audio``), and ``fail_over`` ('1%' or a row count) marks the
     result failed when more rows would be dropped or truncated. With ``out``, writes
     ``lengths.parquet``, ``report.json`` and ``report.html`` there atomically; ``redact`` keeps
-    every text of the data out of the report (row ids and lengths only). ``num_proc`` > 1 measures
+    every text of the data out of the report (row ids and lengths only); ``id_column`` (a plain
+    column identifying rows) is carried into ``lengths.parquet`` beside ``row``. ``num_proc`` > 1 measures
     in worker processes (same results, same order). Conversations instead of text columns:
     ``messages`` (or ``prompt`` and ``completion``), ``tools``, ``chat_template`` (a Jinja file;
     default: the tokenizer's) and ``train_on`` (assistant, last or all); see README "Chat data".
@@ -98,12 +99,14 @@ def run_audit(source, options: AuditOptions, engine) -> AuditResult:
 
             check_apart(Path(out), source_paths(source, src))
         check_columns(src, setup.fields)
-        output = AuditOutput.start(Path(out) if out is not None else None, setup.fields, src,
-                                   measured_only=bool(prepared.rules), redact=options.output.redact)
+        setup = with_identity(setup, src, options.output.id_column)
+        output = AuditOutput.start(Path(out) if out is not None else None, setup, src,
+                                   measured_only=bool(prepared.rules), redact=options.output.redact,
+                                   overwrite=options.output.overwrite)
         try:
             measurement = measure_source(
                 src, setup, engine, run=options.run, ratios=prepared.ratios, seed=sample.seed,
-                sinks=output.sinks(src),
+                sinks=output.sinks(src, setup),
                 plan_for=lambda s: plan_sample(s.num_rows, sample=sample.sample, full=sample.full, seed=sample.seed))
             if setup.counter is not None and setup.counter.loaded:
                 special_lengths(setup.counter, setup.fields)  # free now; a clean on cached lengths needs it
@@ -117,7 +120,7 @@ def run_audit(source, options: AuditOptions, engine) -> AuditResult:
                 decisions = DecisionReport.of(resolved, basis, rules.action, tallies, rules.fail_over, prepared.gate)
             result = audit_result(src, setup, measurement, seed=sample.seed, command=options.run.command, out=out,
                                   tokenizer=engine.tokenizer_info(setup.counter, measurement.cached),
-                                  started=started, decisions=decisions)
+                                  started=started, decisions=decisions, longest=output.longest_rows(src, setup))
             output.finish(result.to_dict())
             return result
         except BaseException:

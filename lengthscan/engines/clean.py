@@ -15,7 +15,6 @@ into place only after kept + truncated + dropped = source rows has been checked 
 from __future__ import annotations
 
 import math
-import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -39,7 +38,7 @@ from lengthscan.engines.results import (
     publish_clean,
     simulate_batches,
 )
-from lengthscan.engines.setup import Prepared, prepare_run, resolve_for, source_paths
+from lengthscan.engines.setup import Prepared, prepare_run, resolve_for, source_paths, with_identity
 from lengthscan.measure.batch import ColumnError, check_columns
 from lengthscan.measure.text.counter import DEFAULT_MAX_CHARS
 from lengthscan.sources.sampling import plan_sample
@@ -81,7 +80,7 @@ def clean(source, *, out, tokenizer=None, input: str | None = None, target: str 
           redact: bool = False, num_proc: int = 1, decide_only: bool = True, progress=None,
           command: str | None = None, messages: str | None = None,
           prompt: str | None = None, completion: str | None = None, tools: str | None = None,
-          chat_template: str | None = None, train_on: str = "assistant") -> CleanResult:
+          chat_template: str | None = None, train_on: str = "assistant", id_column: str | None = None) -> CleanResult:
     """Decide every row of ``source`` by ``limits`` and write the result to ``out``.
 
     Options as ``audit``; ``action`` is what rows over an upper token limit get (drop or
@@ -126,15 +125,21 @@ def run_clean(source, options: CleanOptions, engine) -> CleanResult:
     """The clean of ``source`` as ``options`` ask, measured (and written) by ``engine``."""
     from lengthscan.write.clean_rows import CleanSpec
     from lengthscan.write.parquet import check_format
-    from lengthscan.write.staging import OutputError, check_apart, staging_dir
+    from lengthscan.write.staging import OutputError, check_apart, discard, staging_dir
 
     dataset, rules, run = options.dataset, options.rules, options.run
     check_format(dataset.format)
     started = time.perf_counter()
     prepared = prepare_run(options.measure, rules)
     out = Path(options.output.out)
-    if out.exists() and not options.output.overwrite:
-        raise OutputError(f"{out}: exists; clean never touches an existing directory without --overwrite")
+
+    def check_out() -> None:
+        if out.exists() and not out.is_dir():  # a data file named by mistake is never replaced by a folder
+            raise OutputError(f"--out {out}: exists and is not a directory; choose another --out")
+        if out.exists() and not options.output.overwrite:
+            raise OutputError(f"{out}: exists; clean never touches an existing directory without --overwrite")
+
+    check_out()
     final = out.resolve()  # Ray's workers may run in another working directory
     engine.check(source)
     with engine.session():
@@ -142,9 +147,9 @@ def run_clean(source, options: CleanOptions, engine) -> CleanResult:
         check_apart(out, source_paths(source, src))
         check_columns(src, prepared.setup.fields)
         plan = plan_dataset(prepared, src, rules, dataset)
-        setup = replace(prepared.setup, decide_caps=plan.decide_caps)
+        setup = replace(with_identity(prepared.setup, src, options.output.id_column), decide_caps=plan.decide_caps)
         prepared = replace(prepared, setup=setup)
-        staging = staging_dir(final)
+        staging = staging_dir(final, recheck=check_out)  # under a lock on --out, checked again
         try:
             from lengthscan.policy.decisions import special_lengths
 
@@ -169,10 +174,24 @@ def run_clean(source, options: CleanOptions, engine) -> CleanResult:
             result = CleanResult(audit, decisions, outcome.after, str(final), published=False,
                                  batches=simulate_batches(src, outcome.after_tallies, setup, 0, of="cleaned dataset"),
                                  worst_rows=outcome.worst_rows())
-            return publish_clean(result, staging, final, started=started, redact=options.output.redact)
+            result = publish_clean(result, staging, final, started=started, redact=options.output.redact)
+            _warn_still_over(result)
+            return result
         except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
+            discard(staging)
             raise
+
+
+def _warn_still_over(result: CleanResult) -> None:
+    """One warning per model limit the written rows still exceed (a rule looser than the model)."""
+    import warnings
+
+    from lengthscan.report.findings import still_over
+
+    for after in result.after:
+        where = f" of split {after.split}" if len(result.after) > 1 else ""
+        for line in still_over(after.to_dict(), where):
+            warnings.warn(f"lengthscan: {line}", stacklevel=3)
 
 
 def _single_pass(src, prepared: Prepared, engine, run: RunOptions, rules: RuleOptions, spec_for):
@@ -219,7 +238,7 @@ def lengths_schema_of(src, setup):
 
     multi = any(s.multi_file for s in src.splits)
     return lengths_schema(setup.fields, with_split=src.has_splits, multi_file=multi,
-                          bounded=tuple(setup.decide_caps))
+                          bounded=tuple(setup.decide_caps), identity=setup.identity)
 
 
 class CleanSink:
@@ -236,7 +255,7 @@ class CleanSink:
 
         located = split_src.locate(batch.rows) if split_src.multi_file else None
         rows = lengths_batch(self.schema, batch.rows, split=split_src.name if self.with_split else None,
-                             located=located, measured=measured)
+                             located=located, measured=measured, table=batch.table)
         ids = {role: m.ids for role, m in measured.items() if m.ids is not None}
         ids.update({f"{role}_labels": m.labels for role, m in measured.items() if m.labels is not None})
         self.writer.write(split_src, batch, pa.Table.from_batches([rows]), ids=ids or None)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -97,13 +98,16 @@ def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally:
     keys = {f.role: cache_key(split_src, f, setup) for f in cached} if use_cache else {}
     kinds = {f.role: f for f in cached}
     readers = {role: r for role, k in keys.items()
-               if (p := cached_path(k)) is not None and (r := _cache_open(cache_reader, kinds[role], p)) is not None}
+               if (p := cached_path(k)) is not None
+               and (r := _cache_open(partial(cache_reader, rows=split_src.num_rows), kinds[role], p)) is not None}
     writers = {role: w for role, k in keys.items()
                if plan.full and role not in readers and role not in setup.decide_caps
                and (w := _cache_open(cache_writer, kinds[role], k)) is not None}
     to_measure = tuple(f for f in fields if f.role not in readers)
     if columns is None:
         columns = list(dict.fromkeys(c for f in to_measure for c in f.columns))
+    if setup.identity is not None and setup.identity.name not in columns:
+        columns = [*columns, setup.identity.name]  # --id COL, for the lengths file
     done = 0
     try:
         for batch, measured in engine.measure(split_src, plan, setup, to_measure, columns, batch_rows=run.batch_rows,
@@ -161,8 +165,9 @@ def _cache_open(opener, f, where):
         return None
 
 
-def cache_reader(f, path):
-    return TableCacheReader(path) if f.kind == "chat" else CacheReader(path)
+def cache_reader(f, path, rows: int):
+    """The cache's reader of one field's lengths, checked against the split's ``rows``."""
+    return TableCacheReader(path, chat_stored.schema(f), rows) if f.kind == "chat" else CacheReader(path, rows)
 
 
 def cache_writer(f, key: str):
@@ -210,7 +215,8 @@ class LocalEngine:
         batches = (iter_batches(split_src, columns, indices=plan.indices, batch_rows=batch_rows, raw=raw) if columns
                    else row_batches(plan, batch_rows))
         layout = split_src.layout()
-        if self.num_proc <= 1 or not fields:
+        workers = min(self.num_proc, -(-plan.size // batch_rows))  # never more processes than batches
+        if workers <= 1 or not fields:
             for batch in batches:
                 yield batch, measure_batch(batch, fields, layout, counter=setup.counter, audio=setup.settings,
                                            decide_caps=setup.decide_caps, with_ids=with_ids, chat=setup.chat)
@@ -219,11 +225,11 @@ class LocalEngine:
 
         ctx = mp.get_context("spawn")
         job = WorkerJob(setup, fields, layout, with_ids)
-        with ctx.Pool(self.num_proc, initializer=start_worker, initargs=(job,)) as pool:
+        with ctx.Pool(workers, initializer=start_worker, initargs=(job,)) as pool:
             pending = []
             for batch in batches:
                 pending.append((batch, pool.apply_async(worker_measure, (batch,))))
-                if len(pending) >= 2 * self.num_proc:
+                if len(pending) >= 2 * workers:
                     head, result = pending.pop(0)
                     yield head, result.get()
             for head, result in pending:

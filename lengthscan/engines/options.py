@@ -20,9 +20,15 @@ class OptionError(ValueError):
     """An option value out of its range (exit code 2)."""
 
 
-def _at_least(name: str, value, low: int) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
-        raise OptionError(f"{name} {value!r}: give a whole number of at least {low}")
+def _at_least(name: str, value, low: int, high: int | None = None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low
+                              or (high is not None and value > high)):
+        between = f"between {low} and {high:,}" if high is not None else f"of at least {low}"
+        raise OptionError(f"{name} {value!r}: give a whole number {between}")
+
+
+#: the largest seed numpy's generators take; worker processes past this many are a typo, not a plan
+MAX_SEED, MAX_NUM_PROC = 2**32 - 1, 512
 
 
 Progress = Callable[[str, int, int], None]
@@ -48,8 +54,10 @@ class MeasureOptions:
     train_on: str = "assistant"       # which tokens are trained: assistant, last or all
 
     def __post_init__(self):
+        from lengthscan.measure.audio.durations import MAX_AUDIO_RATE
+
         _at_least("--max-chars", self.max_chars, 1)
-        _at_least("--sampling-rate", self.sampling_rate, 1)
+        _at_least("--sampling-rate", self.sampling_rate, 1, MAX_AUDIO_RATE)
 
 
 @dataclass(frozen=True)
@@ -62,7 +70,7 @@ class SampleOptions:
     seed: int = DEFAULT_SEED
 
     def __post_init__(self):
-        _at_least("--seed", self.seed, 0)
+        _at_least("--seed", self.seed, 0, MAX_SEED)
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,7 @@ class OutputOptions:
     out: str | Path | None = None
     overwrite: bool = False
     redact: bool = False
+    id_column: str | None = None      # --id COL: carried into lengths.parquet (rejects hold every column)
 
 
 @dataclass(frozen=True)
@@ -111,7 +120,7 @@ class RunOptions:
     command: str | None = None
 
     def __post_init__(self):
-        _at_least("--num-proc", self.num_proc, 1)
+        _at_least("--num-proc", self.num_proc, 1, MAX_NUM_PROC)
         _at_least("batch_rows", self.batch_rows, 1)
 
 

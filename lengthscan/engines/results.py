@@ -15,7 +15,8 @@ from lengthscan.stats.result import AuditResult
 
 
 def audit_result(src, setup: Setup, measurement: Measurement, *, tokenizer, seed: int, command,
-                 out=None, started: float | None = None, decisions: DecisionReport | None = None) -> AuditResult:
+                 out=None, started: float | None = None, decisions: DecisionReport | None = None,
+                 longest: tuple = ()) -> AuditResult:
     """The ``AuditResult`` of a source's ``measurement``."""
     return AuditResult(
         source=src.spec, source_fingerprint=src.fingerprint, splits=measurement.splits, tokenizer=tokenizer,
@@ -25,7 +26,7 @@ def audit_result(src, setup: Setup, measurement: Measurement, *, tokenizer, seed
         seconds=time.perf_counter() - started if started is not None else 0.0,
         model=setup.model_limits, audio=setup.audio_dict(), decisions=decisions,
         chat=setup.chat.to_dict() if setup.chat is not None else None,
-        batches=simulate_batches(src, measurement.tallies, setup, seed, of="source"),
+        batches=simulate_batches(src, measurement.tallies, setup, seed, of="source"), longest_rows=longest,
     )
 
 
@@ -98,13 +99,12 @@ class CleanResult:
 def publish_clean(result: CleanResult, staging: Path, final: Path, *, started: float, redact: bool) -> CleanResult:
     """``result`` unpublished (staging removed) if the gate failed, else the report written into the
     staging directory and the whole of it renamed into place."""
-    import shutil
-
     result = replace(result, audit=replace(result.audit, seconds=time.perf_counter() - started))
+    from lengthscan.write.staging import discard, publish, write_report
+
     if result.gate_failed:
-        shutil.rmtree(staging, ignore_errors=True)
+        discard(staging)
         return result
-    from lengthscan.write.staging import publish, write_report
 
     result = replace(result, published=True)
     write_report(staging, result.to_dict(), redact=redact)

@@ -23,6 +23,7 @@ class Setup:
     ceilings: list[Ceiling]      # the upper bounds the audit counts rows over (the model's limits)
     decide_caps: dict = field(default_factory=dict)  # role -> upper token limit (decide-only mode)
     chat: object | None = None   # measure.chat.counter.ChatCounter, for a conversation field
+    identity: object | None = None  # pa.Field of --id COL, carried into lengths.parquet (see ``with_identity``)
 
     @property
     def specs(self) -> tuple:
@@ -46,6 +47,20 @@ def prepare(*, tokenizer=None, input=None, target=None, audio=None, model=None, 
     chat = _chat_counter(counter, fmt, chat_template, train_on)
     model_limits = _model_limits(ctx)
     return Setup(fields, counter, settings, model_limits, _limits(fields, counter, model_limits), chat=chat)
+
+
+def with_identity(setup: Setup, src, id_column: str | None) -> Setup:
+    """``setup`` with ``--id COL``'s field, checked against ``src`` (its type, and a name apart)."""
+    from dataclasses import replace
+
+    from lengthscan.measure.batch import identity_field
+
+    if id_column is None:
+        return setup
+    reserved = {"row", "split", "source_file", "file_row", *(s.name for s in setup.specs)}
+    reserved |= {n for f in setup.fields for n in f.notes} | {f"{f.role}_{k}" for f in setup.fields
+                                                              for k in ("flag", "error")}
+    return replace(setup, identity=identity_field(src, id_column, reserved))
 
 
 def _chat_format(messages, prompt, completion, tools, chat_template):
@@ -94,8 +109,16 @@ def _model_limits(ctx):
 
 
 def _audio_settings(ctx, sampling_rate: int | None) -> AudioSettings:
-    from lengthscan.measure.audio.durations import frame_rule
+    from lengthscan.measure.audio.durations import MAX_AUDIO_RATE, MIN_RATE, frame_rule
 
+    fe_rate = getattr(ctx.feature_extractor, "sampling_rate", None) if ctx else None
+    if fe_rate is not None and (isinstance(fe_rate, bool) or not isinstance(fe_rate, (int, float))
+                                or not MIN_RATE <= fe_rate <= MAX_AUDIO_RATE or fe_rate != int(fe_rate)):
+        from lengthscan.policy.model_limits import ModelError
+
+        raise ModelError(f"model {ctx.name}: its feature extractor's sampling_rate {fe_rate!r} "
+                         f"(preprocessor_config.json) is not a sample rate ({MIN_RATE:,} to {MAX_AUDIO_RATE:,} Hz); "
+                         "fix the file")
     rule = frame_rule(feature_extractor=ctx.feature_extractor, config=ctx.config) if ctx else None
     rate = sampling_rate or (getattr(ctx.feature_extractor, "sampling_rate", None) if ctx else None) \
         or (rule.sampling_rate if rule else None)

@@ -223,6 +223,23 @@ def column_texts(batch: Batch, column: str, split_src: SplitSource) -> list:
     _wrong_value(column, split_src, batch, int(valid[0]), col[int(valid[0])].as_py(), str(col.type), "text")
 
 
+def check_utf8(table: pa.Table, rows: np.ndarray, split_src) -> None:
+    """Every text column of rows about to be written holds UTF-8 (a reader may let other bytes
+    through, and a dataset written with them cannot be loaded): a ColumnError naming the first bad
+    row otherwise."""
+    for name in table.column_names:
+        col = table.column(name)
+        if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+            continue
+        try:
+            col.validate(full=True)
+        except pa.ArrowInvalid:
+            col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+            bad = next(i for i in range(len(col)) if not _decodes(col, i))
+            raise ColumnError(f"column {name!r} holds text that is not UTF-8: "
+                              f"{_where(split_src, Batch(rows, table), bad)}; re-encode the file as UTF-8") from None
+
+
 def _decodes(col, i: int) -> bool:
     try:
         col[i].as_py()
@@ -247,14 +264,43 @@ def _wrong_value(column: str, split_src: SplitSource, batch: Batch, i: int, valu
                       f"value {str(value)[:60]!r}")
 
 
-def check_columns(src, fields) -> None:
-    """Every named column exists in every split, or a ColumnError listing those that do."""
+def identity_field(src, column: str | None, reserved=()) -> pa.Field | None:
+    """``--id COL``'s field in ``lengths.parquet``: a column of every split holding a plain value
+    (an integer, a string ...), named apart from the lengths file's own columns."""
+    if column is None:
+        return None
+    from lengthscan.sources.features import NotPlain, to_arrow_type
+
+    if column in reserved:
+        raise ColumnError(f"--id {column}: lengths.parquet has a column of that name already; name another column")
+    kind = None
     for split_src in src.splits:
-        have = split_src.column_names
-        for f in fields:
-            for column in f.columns:
-                if column not in have:
-                    where = f" (split {split_src.name})" if src.has_splits else ""
-                    flag = "--audio" if f.kind == "audio" else "a conversation" if f.kind == "chat" else f"--{f.role}"
-                    raise ColumnError(f"{src.spec}{where}: no column {column!r} for {flag}; "
-                                      f"columns are: {', '.join(have)}")
+        if column not in split_src.column_names:
+            raise ColumnError(f"{src.spec}: no column {column!r} for --id; columns are: "
+                              f"{', '.join(split_src.column_names)}")
+        feature = split_src.parts[0].features().get(column) if split_src.parts else None
+        try:
+            kind = to_arrow_type(feature)
+        except NotPlain:
+            kind = None
+        if kind is None or pa.types.is_nested(kind):
+            raise ColumnError(f"--id {column}: the column holds {feature}, not a plain value (an integer or a string) "
+                              "that identifies a row")
+    return pa.field(column, kind)
+
+
+def check_columns(src, fields) -> None:
+    """Every named column exists in every file of every split, or a ColumnError naming the file
+    and listing the columns it has."""
+    for split_src in src.splits:
+        for part in split_src.parts or ():
+            have = part.column_names
+            for f in fields:
+                for column in f.columns:
+                    if column not in have:
+                        where = part.path if split_src.multi_file and part.path else src.spec
+                        where += f" (split {split_src.name})" if src.has_splits else ""
+                        flag = ("--audio" if f.kind == "audio" else "a conversation" if f.kind == "chat"
+                                else f"--{f.role}")
+                        raise ColumnError(f"{where}: no column {column!r} for {flag}; "
+                                          f"columns are: {', '.join(have)}")

@@ -30,6 +30,26 @@ def field_key(split_fingerprint: str, column: str, name: str, tokenizer_hash: st
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
 
+def check_cached(path: Path, schema: pa.Schema, rows: int) -> None:
+    """A cached file fit to read: the columns and types written, one row per source row, lengths
+    not below -1 (the mark of a row without one). ``pa.ArrowInvalid`` otherwise: the caller skips
+    the file with a warning and measures again (a cache never decides a result it cannot vouch for)."""
+    meta = pq.ParquetFile(path)
+    got = meta.schema_arrow
+    if [(f.name, f.type) for f in got] != [(f.name, f.type) for f in schema]:
+        raise pa.ArrowInvalid(f"{path.name} holds columns {got.names}, not {schema.names}")
+    if meta.metadata.num_rows != rows:
+        raise pa.ArrowInvalid(f"{path.name} holds {meta.metadata.num_rows:,} rows, the split {rows:,}")
+    for g in range(meta.metadata.num_row_groups):
+        group = meta.metadata.row_group(g)
+        for c in range(group.num_columns):
+            column = group.column(c)
+            stats = column.statistics
+            if pa.types.is_integer(schema.field(c).type) and stats is not None and stats.has_min_max \
+                    and stats.min < -1:
+                raise pa.ArrowInvalid(f"{path.name}: column {schema.field(c).name} holds {stats.min}, below -1")
+
+
 def cached_path(key: str) -> Path | None:
     path = cache_root() / "lengths" / f"{key}.parquet"
     return path if path.exists() else None
@@ -72,7 +92,8 @@ class CacheWriter(TableCacheWriter):
 class CacheReader:
     """Reads cached (lengths, flags) for consecutive requests of row positions, in row order."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, rows: int):
+        check_cached(path, _SCHEMA, rows)
         self._file = pq.ParquetFile(path)
         self.num_rows = self._file.metadata.num_rows
         self._batches = self._file.iter_batches(batch_size=65536)
@@ -107,7 +128,8 @@ def chat_key(split_fingerprint: str, columns, signature: str, tokenizer_hash: st
 class TableCacheReader:
     """Reads cached rows at sorted positions, each request at or after the previous ones."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, schema: pa.Schema, rows: int):
+        check_cached(path, schema, rows)
         self._batches = pq.ParquetFile(path).iter_batches(batch_size=65536)
         self._start = 0
         self._buffer: pa.Table | None = None

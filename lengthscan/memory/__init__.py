@@ -7,9 +7,9 @@
 See docs/memory.md for the model, term by term, and its validation.
 """
 
-from lengthscan.memory.api import MemoryEstimate, estimate, estimate_many, families, load_config
+from lengthscan.memory.api import MemoryEstimate, estimate, estimate_many, families, load_config, shape_warnings
 from lengthscan.memory.budget import largest_fitting, usable_bytes
 from lengthscan.memory.options import MemoryOptions, Shape
 
 __all__ = ["MemoryEstimate", "MemoryOptions", "Shape", "estimate", "estimate_many", "families", "largest_fitting",
-           "load_config", "usable_bytes"]
+           "load_config", "shape_warnings", "usable_bytes"]

@@ -68,7 +68,9 @@ def load_config(model: str):
         if not model_type:
             raise ValueError(f"{model}: the config has no model_type")
         return AutoConfig.for_model(**config_dict)
-    return AutoConfig.from_pretrained(str(path) if path.exists() else str(model))
+    from lengthscan.policy.model_limits import read_config
+
+    return read_config(str(model))
 
 
 def estimate(config, shape: Shape, options: MemoryOptions = MemoryOptions()) -> MemoryEstimate:
@@ -108,3 +110,29 @@ def estimate_many(config, shapes, options: MemoryOptions = MemoryOptions()) -> l
 def families() -> list[str]:
     """The model types modeled (``config.model_type``)."""
     return supported_model_types()
+
+
+#: the measurement a family's ``input_len`` counts, for its model limit
+_INPUT_METRIC = {"speech-encoder": "input_samples", "speech-seq2seq": "input_frames"}
+
+
+def shape_warnings(config, shape: Shape) -> list[str]:
+    """What a shape asks that the model ignores or cannot take: a target length of a model whose
+    labels are its inputs, and lengths past the model's positions (priced anyway)."""
+    from lengthscan.policy.model_limits import ModelContext, model_limits
+
+    family = family_of(config)
+    out = []
+    if shape.target_len is not None and family in ("decoder-only", "encoder-only"):
+        out.append(f"--target-len {shape.target_len:,} is ignored: a {family} model has no separate target (its "
+                   "labels are the input); the prediction leaves it out")
+    limits = model_limits(ModelContext(getattr(config, "model_type", "") or "model", config, None, None))
+    checks = [("--input-len", shape.input_len, _INPUT_METRIC.get(family, "input_tokens"))]
+    if family not in ("decoder-only", "encoder-only"):
+        checks.append(("--target-len", shape.target_len, "target_tokens"))
+    for flag, length, metric in checks:
+        limit = limits.get(metric)
+        if length is not None and limit is not None and length > limit.value:
+            out.append(f"{flag} {length:,} is past the model's limit of {limit.value:,} ({limit.origin}): training "
+                       "would fail or truncate there; this prices a batch the model cannot take")
+    return out

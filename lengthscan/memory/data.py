@@ -68,26 +68,42 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
     """
     from lengthscan.engines.audit import audit
     from lengthscan.sources.opener import open_source
-    from lengthscan.write.staging import OutputError, check_writable, publish, staging_dir
+    from lengthscan.write.staging import OutputError, check_writable, discard, publish, staging_dir
 
     check_sampler(sampler)  # before the audit pass, not after it
     options = options if options is not None else MemoryOptions()
     if not isinstance(batch_size, int) or batch_size < 1:
         raise LayoutError("--batch-size must be at least 1")
+    if pad_to_multiple_of is not None and (not isinstance(pad_to_multiple_of, int) or pad_to_multiple_of < 1):
+        raise LayoutError(f"--pad-to-multiple-of {pad_to_multiple_of!r}: give a whole number of at least 1")
     usable_bytes(budget_bytes or 0, margin)  # checks the margin
     config = load_config(model)
     family_of(config)  # an unsupported model type fails before anything is measured
     export = Path(export_worst_batch) if export_worst_batch else None
-    if export is not None and export.exists() and not (overwrite and _is_saved_dataset(export)):
-        raise OutputError(f"{export}: exists; choose another --export-worst-batch, or pass --overwrite to replace "
-                          "a dataset saved there")
     final = Path(out) if out is not None else None
+    src = open_source(source)
+    for path, flag in ((export, "--export-worst-batch"), (final, "--out")):
+        if path is not None:
+            from lengthscan.engines.setup import source_paths
+            from lengthscan.write.staging import check_apart
+
+            try:
+                check_apart(path, source_paths(source, src))
+            except OutputError as exc:
+                raise OutputError(str(exc).replace("--out", flag)) from None
+    if export is not None and export.exists() and not (overwrite and _is_saved_dataset(export)):
+        hint = "it is not a saved dataset, so --overwrite does not replace it" if overwrite else \
+            "pass --overwrite to replace a dataset saved there"
+        raise OutputError(f"{export}: exists; choose another --export-worst-batch ({hint})")
     if final is not None:
         check_writable(final, overwrite=overwrite)
     if split is None:
-        names = [s.name for s in open_source(source).splits]
+        names = [s.name for s in src.splits]
         split = "train" if "train" in names else names[0]
-    work = staging_dir(final) if final is not None else Path(tempfile.mkdtemp(prefix="lengthscan-memory-"))
+    if final is not None:
+        work = staging_dir(final, recheck=lambda: check_writable(final, overwrite=overwrite))
+    else:
+        work = Path(tempfile.mkdtemp(prefix="lengthscan-memory-"))
     try:
         chat = {k: v for k, v in (chat or {}).items() if v is not None}
         result = audit(source, tokenizer=tokenizer, input=input, target=target, audio=audio, model=model,
@@ -126,7 +142,7 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
         return prediction
     finally:
         if work.exists():
-            shutil.rmtree(work, ignore_errors=True)
+            discard(work)
 
 
 def _read_lengths(path: Path, split: str) -> tuple[np.ndarray, dict, int]:

@@ -19,6 +19,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from lengthscan.sources.source import first_line
+
 ENCODER_ONLY = "encoder-only"
 DECODER_ONLY = "decoder-only"
 ENCODER_DECODER = "encoder-decoder"
@@ -98,13 +100,15 @@ def load_model_context(name_or_path: str, *, revision: str | None = None, trust_
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     name = str(name_or_path)
     path = Path(name).expanduser()
-    config = _load_config(name, path, revision, trust_remote_code)
+    config = read_config(name, revision=revision, trust_remote_code=trust_remote_code)
     if path.is_file():
         source = str(path.parent) if path.name == "config.json" else None
     else:
         source = str(path) if path.is_dir() else name
     kwargs = {"revision": revision, "trust_remote_code": trust_remote_code}
     feature_extractor = _optional("AutoFeatureExtractor", source, kwargs) if source else None
+    if feature_extractor is None and source and (Path(source) / "preprocessor_config.json").is_file():
+        _unreadable_preprocessor(Path(source) / "preprocessor_config.json", kwargs)
     if isinstance(tokenizer, (str, os.PathLike)):
         from lengthscan.measure.text.loading import load_tokenizer
 
@@ -118,18 +122,40 @@ def load_model_context(name_or_path: str, *, revision: str | None = None, trust_
     return ModelContext(name, config, feature_extractor, tokenizer)
 
 
-def _load_config(name: str, path: Path, revision, trust_remote_code):
+def read_config(name: str, *, revision=None, trust_remote_code: bool = False):
+    """``AutoConfig`` of a model directory, ``config.json`` file or hub name; ModelError (one line:
+    a local path that does not exist, a hub name offline, a config that does not load) otherwise."""
+    from lengthscan.sources.hub import hub_offline, looks_local, offline_reason
+
+    path = Path(name).expanduser()
+    local = looks_local(name)
+    if local and not path.exists():
+        raise ModelError(f"cannot load model {name!r}: no such directory or config file (a local path; a hub name "
+                         "looks like 'gpt2' or 'org/name')")
+    offline = not local and hub_offline()  # fast, once: no minute of retries without a network
     from transformers import AutoConfig
 
-    looks_local = path.exists() or name.startswith(("/", ".", "~")) or name.endswith(".json") or name.count("/") > 1
-    if looks_local and not path.exists():
-        raise ModelError(f"cannot load model {name!r}: no such directory or config file")
     try:
-        return AutoConfig.from_pretrained(str(path) if looks_local else name, revision=revision,
+        return AutoConfig.from_pretrained(str(path) if local else name, revision=revision,
                                           trust_remote_code=trust_remote_code)
     except Exception as exc:  # OSError, ValueError, KeyError (unknown model_type), JSON errors ...
-        where = "local path" if looks_local else "hub name (offline, no such repo, or no access?)"
-        raise ModelError(f"cannot load the config of model {name!r} as a {where}: {exc}") from exc
+        if offline:
+            raise ModelError(f"cannot load model {name!r}: {offline_reason()} and its config is not in the local "
+                             "Hugging Face cache; give a local directory (config.json, and the tokenizer or "
+                             "feature extractor files), or run once with network to cache it") from None
+        where = "local path" if local else "hub name (no such repo, or no access?)"
+        raise ModelError(f"cannot load the config of model {name!r} as a {where}: {first_line(exc)}") from exc
+
+
+def _unreadable_preprocessor(path: Path, kwargs: dict) -> None:
+    """A local ``preprocessor_config.json`` that does not load is an error naming it, not a silent
+    fall back to default rates (a missing one just means the model has no feature extractor)."""
+    import json
+
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ModelError(f"{path}: cannot read the feature extractor's settings: {first_line(exc)}") from None
 
 
 def _optional(auto_class: str, source: str, kwargs: dict):

@@ -61,6 +61,10 @@ RULE_FORMS = """a limit rule is METRIC OP VALUE[:ACTION]
   ACTION  drop, truncate or drop-turns (sequence_tokens only), overriding --action for this rule
   e.g.    'input_tokens<=1024'  'target_tokens<=p99:truncate'  'sequence_tokens<=4096:drop-turns'"""
 
+#: the one-line hint a malformed rule's message ends with (``RULE_FORMS`` is in ``--help``)
+RULE_HINT = ("write METRIC OP VALUE[:ACTION], e.g. 'input_tokens<=1024' or 'target_tokens<=p99:truncate' "
+             "(lengthscan clean --help lists every metric and value)")
+
 _RULE = re.compile(r"^\s*([a-z_]+(?:\s*/\s*[a-z_]+)?)\s*(<=|>=|<|>)\s*([^:\s]+)\s*(?::\s*([a-z-]+))?\s*$")
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 OPS = {"<=": np.less_equal, "<": np.less, ">=": np.greater_equal, ">": np.greater}
@@ -102,18 +106,19 @@ def parse_rule(text: str) -> Rule:
     """``'target_tokens<=p99:truncate'`` -> Rule; RuleError with the accepted forms otherwise."""
     m = _RULE.match(text or "")
     if not m:
-        raise RuleError(f"cannot read limit rule {text!r}\n{RULE_FORMS}")
+        raise RuleError(f"cannot read limit rule {text!r}: {RULE_HINT}")
     metric, op, value, action = m.group(1).replace(" ", ""), m.group(2), m.group(3), m.group(4)
     for part in metric.split("/"):
         if part not in MEASUREMENTS:
-            raise RuleError(f"limit rule {text!r}: unknown metric {part!r}\n{RULE_FORMS}")
+            raise RuleError(f"limit rule {text!r}: unknown metric {part!r} (metrics: {', '.join(MEASUREMENTS)})")
     if action is not None and action not in ACTIONS:
-        raise RuleError(f"limit rule {text!r}: unknown action {action!r}\n{RULE_FORMS}")
+        raise RuleError(f"limit rule {text!r}: unknown action {action!r} (drop, truncate or drop-turns)")
     ok = (value == "model" or (_NUMBER.match(value) and math.isfinite(float(value)))
           or (value[0] in "pz" and _NUMBER.match(value[1:]) and 0 < float(value[1:]) < math.inf
               and (value[0] == "z" or float(value[1:]) <= 100)))
     if not ok:
-        raise RuleError(f"limit rule {text!r}: cannot read the value {value!r}\n{RULE_FORMS}")
+        raise RuleError(f"limit rule {text!r}: cannot read the value {value!r}: a finite number, pNN (a "
+                        "percentile over 0, up to 100), model, or zK (a finite K over 0)")
     rule = Rule(text.strip(), metric, op, value, action)
     if action == "truncate" and not (rule.upper and metric in TOKEN_METRICS + (SEQUENCE,) and rule.kind != "z"):
         raise RuleError(f"limit rule {text!r}: truncate applies to upper limits (<=, <) on input_tokens, "

@@ -194,6 +194,23 @@ def _clean_findings(data: dict) -> list[str]:
         where = f" of {after['split']}" if len(clean["after"]) > 1 else ""
         text = f"After cleaning, {rows:,} rows{where} remain"
         out.append(text + (": " + ", ".join(changes) if changes else "") + ".")
+        out += still_over(after, where)
+    return out
+
+
+def _rule_number(value) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def still_over(after: dict, where: str = "") -> list[str]:
+    """The written rows still over a model limit: the rules were looser than the model."""
+    out = []
+    for check in after.get("limits") or []:
+        if check["over_in_measured"]:
+            n = check["over_in_measured"]
+            out.append(f"{n:,} cleaned row{'s' if n != 1 else ''}{where} still exceed {check['name']} "
+                       f"({check['origin']}): the rules keep rows the model cannot take; add --limit "
+                       f"'{check['measure']}<={_rule_number(check['limit'])}' (:truncate to cut them instead).")
     return out
 
 

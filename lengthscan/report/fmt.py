@@ -66,8 +66,10 @@ def times(a, b) -> str:
 
 
 def size(nbytes) -> str:
-    """Bytes in binary units: ``23.41 GiB``, ``512.0 MiB``; ``-`` for None."""
+    """Bytes in binary units: ``23.41 GiB``, ``512.0 MiB``, ``10.81 TiB``; ``-`` for None."""
     if nbytes is None:
         return "-"
     gib = nbytes / 1024 ** 3
+    if abs(gib) >= 1024:
+        return f"{gib / 1024:,.2f} TiB"
     return f"{gib:,.2f} GiB" if abs(gib) >= 1 else f"{nbytes / 1024 ** 2:,.1f} MiB"

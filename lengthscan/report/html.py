@@ -133,7 +133,7 @@ def _view(data: dict, specs: dict, *, redact: bool) -> dict:
         "decisions": bool(decisions.get("splits")),
         "decisions_chart": add(charts.decisions_spec(decisions)) if decisions.get("splits") else None,
         "batches_charts": [add(spec) for spec in _padding_charts(batches, clean.get("batches_before"))],
-        "worst_groups": _worst_groups(clean.get("worst_rows"), redact=redact),
+        "worst_groups": _worst_groups(clean.get("worst_rows") or data.get("longest_rows"), redact=redact),
         "memory": _memory_view(data.get("memory"), add),
     }
 
@@ -207,7 +207,7 @@ def _worst_rows(rows, *, redact: bool) -> list[dict]:
     """The clean's worst rows as shown: previews cut to ``PREVIEW_CHARS``; none when redacted."""
     out = []
     for r in (rows or [])[:WORST_SHOWN]:
-        item = {k: r.get(k) for k in ("split", "row", "decision", "reason", "field")}
+        item = {k: r.get(k) for k in ("split", "row", "id", "decision", "reason", "field")}
         item["lengths"] = r.get("lengths") or {}
         item["preview"] = {} if redact else {str(k): _cut(v) for k, v in (r.get("preview") or {}).items()}
         item["audio"] = None if redact else r.get("audio")

@@ -11,6 +11,8 @@ from lengthscan.report.fmt import size
 #: Bars drawn for the per-batch memory chart: past this, each bar is the highest of a run of batches.
 MEMORY_BARS = 1500
 GIB = 1024 ** 3
+#: a peak (or a budget line) this many times the median batch's puts the y axis on a log scale first
+DWARFS = 20
 
 
 def memory_spec(memory: dict) -> dict | None:
@@ -44,6 +46,11 @@ def memory_spec(memory: dict) -> dict | None:
     options = {"with budget": whole, "batches only": zoomed}
     if top > 4 * peaks_hi:  # the lines would flatten the bars: show the batches first
         options = {"batches only": zoomed, "with budget": whole}
+    typical = sorted(b["gib"] for b in bars)[len(bars) // 2]
+    if peaks_hi > DWARFS * typical or top > DWARFS * typical:  # one batch (or a line) dwarfs the rest: log first
+        low = min([peaks_lo, *(ln["value"] for ln in lines)])
+        log = {"scale": {"type": "log", "clamp": True, "domain": [low / 1.5, top * 1.5], "nice": False}}
+        options = {"log scale": log, **options}
     y = dict(next(iter(options.values())))
     x = {"type": "quantitative", "scale": {"type": "linear", "domain": [0, total], "nice": False},
          "title": "batch (epoch order)", "axis": {"format": ",~d", "grid": False}}

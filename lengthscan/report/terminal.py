@@ -15,7 +15,7 @@ def render_summary(data: dict, console: Console) -> None:
     console.print(Text.assemble(("lengthscan ", "bold"), f"{data['lengthscan_version']}  ",
                                 ("source ", "dim"), data["source"]["spec"]))
     methods = ", ".join(f"{role}: {m}" for role, m in tok.get("methods", {}).items())
-    console.print(Text.assemble(("tokenizer ", "dim"), f"{tok.get('name')} ({tok.get('class')}; {methods})"))
+    _say(console, f"{tok.get('name')} ({tok.get('class')}; {methods})", head="tokenizer ")
     by_column: dict = {}
     for f in data.get("fields", []):
         by_column.setdefault(f["column"], []).append(f["name"])
@@ -33,14 +33,12 @@ def render_summary(data: dict, console: Console) -> None:
         console.print(Text.assemble(("model ", "dim"), f"{model.get('model')} ({model.get('model_type')}, "
                                     f"{model.get('family')})"))
         for note in model.get("notes", []):
-            console.print(Text(f"  note: {note}", style="dim"))
+            _say(console, f"note: {note}", indent="  ", style="dim")
     found = _findings(data)
     if found:
         console.print(Text("\nfindings", style="bold"))
-        from rich.padding import Padding
-
         for line in found:
-            console.print(Padding(Text(f"- {line}"), (0, 0, 0, 2)))
+            _say(console, f"- {line}", indent="  ")
     audio = data.get("audio")
     if audio and audio.get("sampling_rate"):
         rule = audio.get("frame_rule") or {}
@@ -61,7 +59,7 @@ def render_summary(data: dict, console: Console) -> None:
                               f"p99 {_num(ratio['percentiles']['p99'])}, max {_num(ratio['max'])} "
                               f"over {ratio['count']:,} rows with both")
         for check in split.get("limits", []):
-            console.print("  " + limit_line(check, sampled=sample["mode"] == "sample"))
+            _say(console, limit_line(check, sampled=sample["mode"] == "sample"), indent="  ")
     if sampled:
         console.print(Text("\nA sample can miss rare extremes: the longest rows may not be in it. "
                            "`lengthscan clean` always decides on every row; use --full to measure all.",
@@ -70,6 +68,27 @@ def render_summary(data: dict, console: Console) -> None:
         _render_decisions(data["decisions"], data.get("clean"), console)
     if data.get("cache_hits"):
         console.print(Text(f"reused cached lengths for {data['cache_hits']} column(s)", style="dim"))
+
+
+def _say(console: Console, text: str, *, head: str = "", indent: str = "", style: str | None = None) -> None:
+    """``text`` wrapped at the console's width with a hanging indent (continuation lines start two
+    columns in), without the trailing spaces rich's padding would add; ``head`` printed dim first."""
+    import textwrap
+
+    first = indent + head
+    lines = textwrap.wrap(text, width=max(40, console.width - 1), initial_indent=first,
+                          subsequent_indent=indent + "  ", break_on_hyphens=False) or [first]
+    out = Text()
+    for i, line in enumerate(lines):
+        if i == 0 and head:
+            out.append(indent)
+            out.append(head, style="dim")
+            out.append(line[len(first):], style=style)
+        else:
+            out.append(line, style=style)
+        if i < len(lines) - 1:
+            out.append("\n")
+    console.print(out, soft_wrap=True)
 
 
 def _findings(data: dict) -> list[str]:

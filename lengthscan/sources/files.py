@@ -5,6 +5,7 @@ directly with pyarrow), with a manifest of each file's rows and columns so a rer
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -38,10 +39,10 @@ def open_files(spec: str, files: list[str], split: str | None) -> Source:
     for f in files:
         if not os.access(f, os.R_OK):
             raise SourceError(f"{f}: file is not readable")
-    if builder != "parquet":  # an empty file (or shard of a glob) holds zero rows: left out
-        files = [f for f in files if not _blank(f)]
+    if builder != "parquet":  # an empty file (or shard of a glob), or a CSV header alone, holds zero rows: left out
+        files = [f for f in files if not _blank(f, header=builder == "csv")]
         if not files:
-            raise SourceError(f"{spec}: holds no rows (every file is empty)")
+            raise SourceError(f"{spec}: holds no rows (every file is empty{' or a header alone' * (builder == 'csv')})")
     stamp = [(os.path.abspath(f), os.path.getsize(f), os.stat(f).st_mtime_ns) for f in files]
     fingerprint = digest(json.dumps([builder, options, stamp], default=str))[:16]
     if builder == "parquet":
@@ -114,10 +115,7 @@ def _jsonl_manifest_path(fingerprint: str) -> Path:
 
 
 def _jsonl_manifest(fingerprint: str) -> list | None:
-    try:
-        return json.loads(_jsonl_manifest_path(fingerprint).read_text())
-    except (OSError, ValueError):
-        return None
+    return _read_manifest(_jsonl_manifest_path(fingerprint), {"path": str, "rows": int, "schema": str})
 
 
 def json_read_options():
@@ -128,20 +126,76 @@ def json_read_options():
     return pj.ReadOptions(block_size=1 << 20)
 
 
-def _blank(path: str) -> bool:
-    """The file holds nothing but white space (decompressed as it is read)."""
+def _blank(path: str, *, header: bool = False) -> bool:
+    """The file holds nothing but white space (decompressed as it is read), or with ``header`` (a
+    CSV file) nothing but its first line."""
     import pyarrow as pa
 
     if os.path.getsize(path) == 0:
         return True
     try:
         with pa.input_stream(path, compression="detect") as fh:
+            skipping = header  # the header line: up to the first newline after leading white space
             while chunk := fh.read(1 << 16):
+                if skipping:
+                    chunk = chunk.lstrip()
+                    if not chunk:
+                        continue
+                    if b"\n" not in chunk:  # still inside the header line
+                        continue
+                    chunk, skipping = chunk.partition(b"\n")[2], False
                 if chunk.strip():
                     return False
     except (OSError, pa.ArrowException) as exc:
         raise SourceError(f"{path}: unreadable (corrupt or truncated?): {exc}") from None
     return True
+
+
+def first_bad_line(path: str, *, json_lines: bool) -> str | None:
+    """Where a text file that failed to load goes wrong, for the message: the first line that is
+    not UTF-8 (or, in JSON Lines, not a JSON value); None when every line is fine."""
+    import io
+    import json
+
+    import pyarrow as pa
+
+    try:
+        with io.BufferedReader(pa.input_stream(path, compression="detect")) as fh:
+            lines = json_lines and looks_like_lines(path)
+            for number, raw in enumerate(fh, start=1):
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    return (f"{path}: line {number} is not UTF-8 text (byte {exc.start + 1} of the line: "
+                            f"{raw[exc.start:exc.start + 1]!r}); re-encode the file as UTF-8")
+                if lines and text.strip():
+                    try:
+                        json.loads(text)
+                    except ValueError as exc:
+                        return f"{path}: line {number} is not valid JSON ({exc}); fix or remove that line"
+    except (OSError, pa.ArrowException):
+        return None
+    return None
+
+
+def _different_headers(spec: str, files: list[str], options: dict) -> str | None:
+    """A message when CSV files disagree on their columns (``load_dataset`` says "Couldn't cast")."""
+    import csv
+    import io
+
+    import pyarrow as pa
+
+    headers = {}
+    for f in files:
+        with io.TextIOWrapper(io.BufferedReader(pa.input_stream(f, compression="detect")), encoding="utf-8",
+                              errors="replace", newline="") as fh:
+            headers[f] = next(csv.reader(fh, delimiter=options.get("sep", ",")), [])
+    first = next(iter(headers.values()))
+    odd = next((f for f, h in headers.items() if h != first), None)
+    if odd is None:
+        return None
+    return (f"{spec}: the files have different columns: {files[0]} has {', '.join(first)}; {odd} has "
+            f"{', '.join(headers[odd])}; give files with the same columns")
 
 
 def looks_like_lines(path: str) -> bool:
@@ -162,7 +216,15 @@ def _load_parts(spec, files, builder, options, suffix, fingerprint) -> list[Part
     try:
         loaded = load_dataset(builder, data_files={n: [f] for n, f in zip(names, files)}, **options)
     except Exception as exc:
-        raise SourceError(f"{spec}: cannot read as {suffix[1:]}: {first_line(exc)}") from exc
+        where = next((w for f in files if (w := first_bad_line(f, json_lines=builder == "json")) is not None), None)
+        if where is None and builder == "csv":
+            where = _different_headers(spec, files, options)
+        if where is not None:
+            raise SourceError(where) from None
+        cause = exc
+        while cause.__cause__ is not None or cause.__context__ is not None:  # datasets wraps the reader's error
+            cause = cause.__cause__ or cause.__context__
+        raise SourceError(f"{spec}: cannot read as {suffix[1:]}: {first_line(cause)}") from exc
     parts, start = [], 0
     for name, f in zip(names, files):
         ds = loaded[name]
@@ -185,24 +247,49 @@ def _remember_parts(fingerprint: str, parts: list[Part]) -> None:
 
 
 def _write_manifest(path: Path, entries: list) -> None:
+    """The entries with their SHA-256, so a damaged or edited manifest is never trusted."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(entries))
+        tmp.write_text(json.dumps({"entries": entries, "sha256": _digest_of(entries)}))
         os.replace(tmp, path)
     except OSError:  # a read-only cache costs speed, never correctness
         pass
 
 
-def _cached_parts(fingerprint: str, files: list[str]) -> list[Part] | None:
-    path = _manifest_path(fingerprint)
+def _digest_of(entries: list) -> str:
+    return hashlib.sha256(json.dumps(entries, sort_keys=True).encode()).hexdigest()
+
+
+def _read_manifest(path: Path, fields: dict) -> list | None:
+    """A manifest's entries, or None: absent, or (with one warning, and removed to be rebuilt)
+    unreadable, of another shape, or not matching its own SHA-256."""
     if not path.exists():
         return None
     try:
-        entries = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if [e["path"] for e in entries] != files:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        entries = data["entries"]
+        ok = data["sha256"] == _digest_of(entries) and all(
+            isinstance(e, dict) and all(isinstance(e.get(k), t) and not isinstance(e.get(k), bool)
+                                        for k, t in fields.items()) for e in entries)
+    except (OSError, ValueError, TypeError, KeyError):
+        ok = False
+    if ok:
+        return entries
+    import warnings
+
+    warnings.warn(f"lengthscan: the source cache entry {path} is damaged: ignored and rebuilt", RuntimeWarning,
+                  stacklevel=3)
+    try:
+        path.unlink()
+    except OSError:
+        pass
+    return None
+
+
+def _cached_parts(fingerprint: str, files: list[str]) -> list[Part] | None:
+    entries = _read_manifest(_manifest_path(fingerprint), {"path": str, "start": int, "rows": int, "columns": list})
+    if entries is None or [e["path"] for e in entries] != files:
         return None
     builder_loader = _lazy_loader(files, fingerprint)
     return [Part(e["start"], e["path"], rows=e["rows"], columns=e["columns"], loader=builder_loader(i))

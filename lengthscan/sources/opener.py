@@ -44,24 +44,75 @@ def open_source(source, *, split: str | None = None) -> Source:
     if path.is_dir():
         if (path / "dataset_dict.json").exists() or (path / "state.json").exists():
             return _open_disk(spec, path, split)
-        files = sorted(str(p) for p in path.rglob("*") if p.is_file() and format_of(str(p)))
+        found = folder_files(path)
+        files = [f for f in found if format_of(f)]
         if files:
+            _check_regular(files)
             return open_files(spec, files, split)
-        audio = sorted(str(p) for p in path.rglob("*") if p.is_file() and p.suffix.lower() in AUDIO_SUFFIXES)
+        audio = [f for f in found if Path(f).suffix.lower() in AUDIO_SUFFIXES]
         if audio:
+            _check_regular(audio)
             return open_audio_folder(spec, audio, split)
         raise SourceError(f"{spec}: directory holds no save_to_disk dataset, no data files "
                           f"({', '.join(FORMATS)}) and no audio files")
-    if any(ch in spec for ch in "*?["):
-        files = sorted(f for f in _glob.glob(os.path.expanduser(spec), recursive=True) if os.path.isfile(f))
-        if not files:
-            raise SourceError(f"{spec}: the glob matches no file")
-        return open_files(spec, files, split)
-    if path.is_file():
+    if path.is_file():  # a literal name wins over its reading as a glob (train[2024].jsonl)
         return open_files(spec, [str(path)], split)
+    if path.exists():
+        raise SourceError(f"{spec}: not a regular file or folder (a FIFO, socket or device): lengthscan reads "
+                          "files, folders, globs, save_to_disk datasets and hub names")
+    if any(ch in spec for ch in "*?["):
+        files = sorted(f for f in _glob.glob(os.path.expanduser(spec), recursive=True) if not os.path.isdir(f))
+        _check_regular(files)
+        if not files:
+            raise SourceError(f"{spec}: the glob matches no file (a literal name with [ ] * ? is read as a file "
+                              "when it exists)")
+        return open_files(spec, files, split)
     if format_of(spec) or path.parent != Path(".") and path.parent.exists() or spec.startswith((".", "/", "~")):
         raise SourceError(f"{spec}: no such file or directory")
     return _open_hub(spec, split)
+
+
+def folder_files(root: Path) -> list[str]:
+    """The files under ``root``, sorted (links and special files too: the caller checks those it
+    reads), without hidden files and folders (lengthscan's staging folders and locks among them)
+    and without earlier lengthscan outputs: a folder holding lengthscan's ``report.json`` is
+    skipped, with a warning naming it."""
+    import warnings
+
+    files, skipped = [], []
+    for folder, dirs, names in os.walk(root):
+        if folder != str(root) and _is_lengthscan_output(Path(folder)):
+            skipped.append(folder)
+            dirs.clear()
+            continue
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        files.extend(os.path.join(folder, n) for n in names if not n.startswith("."))
+    if skipped:
+        warnings.warn(f"lengthscan: {root}: skipped {len(skipped)} earlier lengthscan output folder(s) inside it "
+                      f"({', '.join(skipped[:3])}); they are not data", stacklevel=2)
+    return sorted(files)
+
+
+def _check_regular(files: list[str]) -> None:
+    """Every path a source reads is a regular file: a FIFO, socket or device would block or never
+    end, and a broken link holds nothing; neither is skipped in silence."""
+    for f in files:
+        if not os.path.isfile(f):
+            what = "a broken symbolic link" if os.path.islink(f) and not os.path.exists(f) else \
+                "not a regular file (a FIFO, socket or device)"
+            raise SourceError(f"{f}: {what}; remove it from the source, or name the files to read")
+
+
+def _is_lengthscan_output(folder: Path) -> bool:
+    report = folder / "report.json"
+    if not report.is_file():
+        return False
+    try:
+        with open(report, encoding="utf-8") as fh:
+            head = fh.read(200)
+    except (OSError, UnicodeDecodeError):
+        return False
+    return '"lengthscan_version"' in head
 
 
 def _open_disk(spec: str, path: Path, split: str | None) -> Source:
@@ -80,12 +131,18 @@ def _open_disk(spec: str, path: Path, split: str | None) -> Source:
 
 
 def _open_hub(spec: str, split: str | None) -> Source:
+    from lengthscan.sources.hub import hub_offline, offline_reason
+
+    offline = hub_offline()  # fast, once: no minute of retries without a network
     from datasets import DatasetDict, load_dataset
 
     quiet_datasets()
     try:
         loaded = load_dataset(spec, split=split)
     except Exception as exc:
+        if offline:
+            raise SourceError(f"{spec}: not a local file or directory, and {offline_reason()}: a hub dataset can only "
+                              "load from the local cache now, and it is not there") from None
         raise SourceError(
             f"{spec}: not a local file or directory, and loading it as a hub dataset failed "
             f"(offline, or no such dataset?): {first_line(exc)}"

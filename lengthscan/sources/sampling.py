@@ -43,9 +43,14 @@ class SamplePlan:
 
 
 def parse_sample(value: str | int | float | None) -> int | float | None:
-    """``"600"`` -> 600 rows, ``"0.01"`` -> 1% of rows; None stays None."""
+    """``"600"`` -> 600 rows; ``"0.01"``, ``"1%"`` -> that fraction of rows (``"1.0"``, ``"100%"``:
+    every row); None stays None. An int is a row count, a float a fraction (a whole float above 1
+    a row count)."""
     if value is None:
         return None
+    if isinstance(value, bool):
+        raise SampleError(f"--sample {value!r}: not a number")
+    number = value
     if isinstance(value, str):
         text = value.strip()
         try:
@@ -54,18 +59,21 @@ def parse_sample(value: str | int | float | None) -> int | float | None:
             try:
                 number = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
             except ValueError:
-                raise SampleError(f"--sample {value!r}: give a row count (600) or a fraction in (0, 1) (0.01)"
-                                  ) from None
-    else:
-        number = value
-    if isinstance(number, bool):
-        raise SampleError(f"--sample {value!r}: not a number")
-    if isinstance(number, int) or (isinstance(number, float) and number.is_integer() and number >= 1):
-        if int(number) < 1:
+                raise SampleError(f"--sample {value!r}: give a row count (600), a fraction (0.01) or a percentage "
+                                  "(1%)") from None
+            if text.endswith("%") and not 0 < number <= 1:
+                raise SampleError(f"--sample {value!r}: a percentage must lie in (0%, 100%]")
+    if isinstance(number, int):
+        if number < 1:
             raise SampleError(f"--sample {value!r}: a row count must be >= 1")
+        return number
+    if number != number or number in (float("inf"), float("-inf")):
+        raise SampleError(f"--sample {value!r}: not a finite number")
+    if number > 1 and number.is_integer():
         return int(number)
-    if not 0 < number < 1:
-        raise SampleError(f"--sample {value!r}: a fraction must lie in (0, 1)")
+    if not 0 < number <= 1:
+        raise SampleError(f"--sample {value!r}: a fraction must lie in (0, 1] (1.0: every row), or give a whole "
+                          "row count")
     return float(number)
 
 

@@ -207,4 +207,5 @@ def quiet_datasets() -> None:
     import datasets
 
     datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()
+    # CRITICAL: a file that fails to load is our one-line error, not also datasets' own log line
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)

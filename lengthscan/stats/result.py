@@ -33,6 +33,7 @@ class AuditResult:
     decisions: object = None           # engines.results.DecisionReport (with --limit)
     batches: object = None             # engines.results.BatchReport of the source
     chat: dict | None = None           # how conversations were measured (template, format, rule)
+    longest_rows: tuple = ()           # an audit's longest rows per measurement, with previews (write.longest)
 
     def split(self, name: str) -> SplitAudit:
         for s in self.splits:
@@ -73,4 +74,5 @@ class AuditResult:
             "splits": [s.to_dict() for s in self.splits],
             "decisions": self.decisions.to_dict() if self.decisions is not None else None,
             "batches": self.batches.to_dict() if self.batches is not None else None,
+            **({"longest_rows": list(self.longest_rows)} if self.longest_rows else {}),
         }

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lengthscan.write.lengths import LengthsSink, LengthsWriter, lengths_schema
+from lengthscan.write.longest import LongestSink, with_previews
 
 
 @dataclass
@@ -23,25 +24,44 @@ class AuditOutput:
     lengths: LengthsWriter | None
     measured_path: Path | None
     redact: bool = False
+    longest: LongestSink | None = None
 
     @classmethod
-    def start(cls, final: Path | None, fields, src, *, measured_only: bool = False,
-              redact: bool = False) -> "AuditOutput":
+    def start(cls, final: Path | None, setup, src, *, measured_only: bool = False, redact: bool = False,
+              overwrite: bool = False) -> "AuditOutput":
         import tempfile
 
-        from lengthscan.write.staging import staging_dir
+        from lengthscan.write.staging import check_writable, staging_dir
 
         if final is None and not measured_only:
             return cls(None, None, None, None)
-        staging = staging_dir(final) if final is not None else Path(tempfile.mkdtemp(prefix="lengthscan-"))
+        if final is not None:  # under a lock on --out, checked again
+            staging = staging_dir(final, recheck=lambda: check_writable(final, overwrite=overwrite))
+        else:
+            staging = Path(tempfile.mkdtemp(prefix="lengthscan-"))
         multi = any(s.multi_file for s in src.splits)
-        schema = lengths_schema(fields, with_split=src.has_splits, multi_file=multi)
+        schema = lengths_schema(setup.fields, with_split=src.has_splits, multi_file=multi, identity=setup.identity)
         path = staging / (".measured.parquet" if measured_only else "lengths.parquet")
         return cls(final, staging, LengthsWriter(path, schema), path if measured_only else None, redact)
 
-    def sinks(self, src) -> list:
-        """The measuring loop's sinks: the lengths file, when one is written."""
-        return [LengthsSink(self.lengths, with_split=src.has_splits)] if self.lengths is not None else []
+    def sinks(self, src, setup) -> list:
+        """The measuring loop's sinks: the lengths file and the longest rows, when a report is written."""
+        if self.lengths is None:
+            return []
+        sinks = [LengthsSink(self.lengths, with_split=src.has_splits)]
+        if self.final is not None:
+            self.longest = LongestSink(setup.fields, setup.identity)
+            sinks.append(self.longest)
+        return sinks
+
+    def longest_rows(self, src, setup) -> tuple:
+        """The longest rows of each measurement for the report, with previews unless redacted."""
+        if self.longest is None:
+            return ()
+        rows = self.longest.rows()
+        if self.redact:  # row numbers and lengths only: no text of the data, the --id value included
+            return tuple({k: v for k, v in r.items() if k != "id"} for r in rows)
+        return tuple(with_previews(src, setup.fields, rows))
 
     def decide(self, src, plans, setup, resolved, *, special: dict, keep_empty_targets: bool) -> list:
         """The decide pass over the measured lengths; writes ``lengths.parquet`` with decisions."""
@@ -69,7 +89,7 @@ class AuditOutput:
         publish(self.staging, self.final)
 
     def abort(self) -> None:
-        import shutil
+        from lengthscan.write.staging import discard
 
         try:
             if self.lengths is not None:
@@ -77,4 +97,4 @@ class AuditOutput:
         except Exception:
             pass
         if self.staging is not None:
-            shutil.rmtree(self.staging, ignore_errors=True)
+            discard(self.staging)

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from lengthscan import __version__
-from lengthscan.measure.batch import ColumnError
+from lengthscan.measure.batch import ColumnError, check_utf8
 from lengthscan.measure.records import Measured
 from lengthscan.policy.decisions import DecisionTally, base_and_flags, decision_columns, row_errors
 from lengthscan.policy.rules import DROP, TRUNCATE, Decisions, decide
@@ -71,6 +71,7 @@ def clean_batch(spec: CleanSpec, layout, rows: np.ndarray, table: pa.Table, meas
     rows of the measured lengths, ``ids`` (role -> token ids per row) what measuring them gave,
     ``raw`` (column -> values) a JSON Lines file's conversations as the file holds them."""
     setup = spec.setup
+    check_utf8(table, rows, layout)  # every column is written: none may hold bytes a reader cannot load
     base, flags = base_and_flags(measured, setup.fields)
     d = decide(base, flags, spec.resolved, special=spec.special, keep_empty_targets=spec.keep_empty_targets,
                errors=row_errors(measured, setup.fields))
@@ -170,8 +171,11 @@ class CleanTally:
     worst: WorstRows
 
     @classmethod
-    def start(cls, split: str, rows_total: int, fields, *, redact: bool) -> "CleanTally":
-        return cls(DecisionTally(split, rows_total), SplitTally(fields, []), WorstRows(fields, redact=redact))
+    def start(cls, split: str, rows_total: int, spec: "CleanSpec") -> "CleanTally":
+        """An empty tally of a split; the model's limits are counted again on the written rows (a
+        rule looser than the model's own leaves rows over them)."""
+        return cls(DecisionTally(split, rows_total), SplitTally(spec.fields, list(spec.setup.ceilings)),
+                   WorstRows(spec.fields, redact=spec.redact))
 
     def add(self, cleaned: CleanedBatch) -> None:
         d, keep = cleaned.decisions, cleaned.decisions.decision != DROP

@@ -101,7 +101,7 @@ class CleanWriter:
         self.split = SplitWriter(split_src.name, plan,
                                  writer(spec.staging / "dataset" / sub, dataset_f, embed_local_files=spec.embed_audio),
                                  writer(spec.staging / "rejects" / sub, rejects_f, embed_local_files=spec.embed_audio),
-                                 CleanTally.start(split_src.name, plan.rows_total, spec.fields, redact=spec.redact))
+                                 CleanTally.start(split_src.name, plan.rows_total, spec))
 
     def write(self, split_src, batch, measured: pa.Table, ids: dict | None = None) -> None:
         """Clean and write one batch; ``measured`` holds its rows of the measured lengths."""

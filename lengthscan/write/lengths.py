@@ -12,13 +12,19 @@ import pyarrow.parquet as pq
 from lengthscan.measure.records import FLAG_NAMES
 from lengthscan.sources import arrays
 
+#: the field metadata marking ``--id COL``'s column in ``lengths.parquet``
+IDENTITY = {b"lengthscan": b"id"}
 _FLAG_LOOKUP = np.array([FLAG_NAMES[k] for k in sorted(FLAG_NAMES)], dtype=object)
 
 
-def lengths_schema(fields, *, with_split: bool, multi_file: bool, bounded=()) -> pa.Schema:
+def lengths_schema(fields, *, with_split: bool, multi_file: bool, bounded=(), identity: pa.Field | None = None
+                   ) -> pa.Schema:
     """Columns of ``lengths.parquet`` for these role fields (``measure.batch.RoleField``); ``bounded``
-    roles (decide-only mode) also get ``{name}_at_least`` and ``{name}_at_most``."""
-    cols = [("row", pa.int64())]
+    roles (decide-only mode) also get ``{name}_at_least`` and ``{name}_at_most``; ``identity`` is
+    ``--id COL``'s column, carried from the source after ``row``."""
+    cols = [pa.field("row", pa.int64())]
+    if identity is not None:
+        cols.append(pa.field(identity.name, identity.type, metadata=IDENTITY))
     if with_split:
         cols.append(("split", pa.string()))
     if multi_file:
@@ -34,10 +40,14 @@ def lengths_schema(fields, *, with_split: bool, multi_file: bool, bounded=()) ->
 
 
 def lengths_batch(schema: pa.Schema, rows: np.ndarray, *, split: str | None,
-                  located: tuple[list[str], np.ndarray] | None, measured: dict) -> pa.RecordBatch:
+                  located: tuple[list[str], np.ndarray] | None, measured: dict, table=None) -> pa.RecordBatch:
     """One batch of ``lengths.parquet`` rows (``schema`` from ``lengths_schema``): ``measured``
-    maps role -> ``measure.records.Measured``; ``located`` is (source files, rows in them) or None."""
+    maps role -> ``measure.records.Measured``; ``located`` is (source files, rows in them) or None;
+    ``table`` holds the batch's source columns (``--id COL``'s among them)."""
     cols: dict[str, pa.Array] = {"row": arrays.numeric(rows, pa.int64())}
+    identity = schema.field(1) if len(schema) > 1 and schema.field(1).metadata == IDENTITY else None
+    if identity is not None:
+        cols[identity.name] = table.column(identity.name).cast(identity.type)
     if "split" in schema.names:
         cols["split"] = arrays.strings([split] * rows.size)
     if "source_file" in schema.names:
@@ -71,9 +81,10 @@ class LengthsWriter:
         self.rows = 0
 
     def write(self, rows: np.ndarray, *, split: str | None, located: tuple[list[str], np.ndarray] | None,
-              measured: dict) -> None:
+              measured: dict, table=None) -> None:
         """One batch: ``measured`` maps role -> ``measure.records.Measured``."""
-        self._writer.write_batch(lengths_batch(self.schema, rows, split=split, located=located, measured=measured))
+        self._writer.write_batch(lengths_batch(self.schema, rows, split=split, located=located, measured=measured,
+                                               table=table))
         self.rows += rows.size
 
     def close(self) -> None:
@@ -92,7 +103,7 @@ class LengthsSink:
     def write(self, split_src, batch, measured: dict) -> None:
         located = split_src.locate(batch.rows) if split_src.multi_file else None
         self.writer.write(batch.rows, split=split_src.name if self.with_split else None, located=located,
-                          measured=measured)
+                          measured=measured, table=batch.table)
 
     def close_split(self, split_src) -> None:
         """Nothing to do: the file is closed by its owner."""

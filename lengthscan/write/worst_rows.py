@@ -32,15 +32,9 @@ class WorstRows:
             for i in top:
                 entry = {"split": split, "row": int(rows[i]), "decision": names[i], "reason": d.reason[i],
                          "field": f.primary.name,
-                         "lengths": {name: _plain(v[i]) for name, v in base.items()}}
-                value = column[int(i)].as_py()
-                if f.kind == "audio" and not self.redact:
-                    entry["audio"] = value.get("path") if isinstance(value, dict) else (
-                        value if isinstance(value, str) else "<bytes>")
-                elif not self.redact and isinstance(value, str):
-                    entry["preview"] = {f.column: value[:PREVIEW_CHARS]}
-                elif not self.redact and isinstance(value, list):  # a conversation: its first turns
-                    entry["preview"] = {f.column: _turns_preview(value)}
+                         "lengths": {name: plain_length(v[i]) for name, v in base.items()}}
+                if not self.redact:
+                    entry.update(preview_of(f, column[int(i)].as_py()))
                 self.best[f.primary.name].append((float(values[i]), -entry["row"], entry))
             self.best[f.primary.name] = sorted(self.best[f.primary.name], key=lambda t: (-t[0], -t[1]))[:WORST_ROWS]
 
@@ -55,7 +49,21 @@ class WorstRows:
         return [entry for items in self.best.values() for _, _, entry in items]
 
 
-def _plain(v):
+def preview_of(f, value) -> dict:
+    """A row's preview in the report: ``{"audio": path}`` of an audio field, ``{"preview": {column:
+    text}}`` of a text (its start) or a conversation (its first turns); empty for anything else."""
+    if f.kind == "audio":
+        return {"audio": value.get("path") if isinstance(value, dict) else (
+            value if isinstance(value, str) else "<bytes>")}
+    if isinstance(value, str):
+        return {"preview": {f.column: value[:PREVIEW_CHARS]}}
+    if isinstance(value, list):  # a conversation: its first turns
+        return {"preview": {f.column: _turns_preview(value)}}
+    return {}
+
+
+def plain_length(v):
+    """A measured length as report.json holds it: an int, a float (seconds), None where there is none."""
     if isinstance(v, (float, np.floating)):
         return None if not np.isfinite(v) or v < 0 else float(v)
     return None if v < 0 else int(v)

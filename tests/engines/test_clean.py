@@ -282,3 +282,29 @@ def test_decide_only_mode_gives_the_same_dataset(tmp_path, corpus_jsonl, bpe_dir
     assert any(exact in f for f in said)
     assert 'id="decide-only"' in (tmp_path / "fast" / "report.html").read_text()
     assert 'id="decide-only"' not in (tmp_path / "full" / "report.html").read_text()
+
+
+def test_clean_warns_when_its_rows_still_exceed_the_model_limit(tmp_path, bpe_dir, corpus_jsonl):
+    """A p99.9 rule above the tokenizer's 256 tokens keeps rows the model cannot take: a warning,
+    a finding, and the cleaned split's limit check count them."""
+    import json as _json
+    import warnings as _warnings
+
+    with _warnings.catch_warnings(record=True) as caught:
+        _warnings.simplefilter("always")
+        result = lengthscan.clean(str(corpus_jsonl), tokenizer=str(bpe_dir), input="text", out=tmp_path / "o",
+                                  limits=["input_tokens<=p99.9"])
+    after = _json.loads((tmp_path / "o" / "report.json").read_text())["clean"]["after"][0]
+    over = next(c for c in after["limits"] if c["name"] == "input_tokens > 256")["over_in_measured"]
+    lengths = pq.read_table(tmp_path / "o" / "lengths.parquet").to_pylist()
+    assert over > 0 and over == sum(1 for r in lengths if r["decision"] != "drop" and (r["input_tokens"] or 0) > 256)
+    said = [str(w.message) for w in caught if "still exceed" in str(w.message)]
+    assert said == [f"lengthscan: {over:,} cleaned rows still exceed input_tokens > 256 (tokenizer.model_max_length): "
+                    "the rules keep rows the model cannot take; add --limit 'input_tokens<=256' (:truncate to cut "
+                    "them instead)."]
+    assert any(f"{over:,} cleaned rows still exceed" in f for f in findings(result.to_dict()))
+    with _warnings.catch_warnings(record=True) as caught:
+        _warnings.simplefilter("always")
+        lengthscan.clean(str(corpus_jsonl), tokenizer=str(bpe_dir), input="text", out=tmp_path / "o2",
+                         limits=["input_tokens<=256"])
+    assert not [w for w in caught if "still exceed" in str(w.message)]

@@ -379,7 +379,7 @@ def test_tokenizer_given_as_directory(tmp_path):
 
 def test_errors_name_the_model(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ModelError, match="'no-such-org/no-such-model'.*hub name"):
+    with pytest.raises(ModelError, match="'no-such-org/no-such-model'.*offline mode is on"):
         load_model_context("no-such-org/no-such-model")
     with pytest.raises(ModelError, match="no such directory or config file"):
         load_model_context(str(tmp_path / "missing"))

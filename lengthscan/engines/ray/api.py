@@ -25,7 +25,7 @@ def audit_ray(source, *, ray_address: str | None = None, num_blocks: int | None 
               max_chars: int = DEFAULT_MAX_CHARS, batch_rows: int = BATCH_ROWS, redact: bool = False,
               num_proc: int = 1, progress=None, command: str | None = None, messages: str | None = None,
               prompt: str | None = None, completion: str | None = None, tools: str | None = None,
-              chat_template: str | None = None, train_on: str = "assistant"):
+              chat_template: str | None = None, train_on: str = "assistant", id_column: str | None = None):
     """``lengthscan.audit`` on a Ray cluster: same arguments, same ``AuditResult`` and outputs.
 
     ``ray_address`` is passed to ``ray.init`` (None: the running Ray session, else a new local
@@ -50,7 +50,7 @@ def clean_ray(source, *, out, ray_address: str | None = None, num_blocks: int | 
               batch_rows: int = BATCH_ROWS, redact: bool = False, num_proc: int = 1, decide_only: bool = True,
               progress=None, command: str | None = None, messages: str | None = None, prompt: str | None = None,
               completion: str | None = None, tools: str | None = None, chat_template: str | None = None,
-              train_on: str = "assistant"):
+              train_on: str = "assistant", id_column: str | None = None):
     """``lengthscan.clean`` on a Ray cluster: same arguments, same ``CleanResult`` and outputs.
 
     ``ray_address`` and ``num_blocks`` as in ``audit_ray``; ``format`` "parquet" writes Parquet

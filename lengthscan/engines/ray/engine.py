@@ -121,8 +121,8 @@ class RayEngine:
 
 
 def _pieces(pieces):
-    for rows, measured in pieces:
-        yield Batch(rows, None), measured
+    for rows, measured, identity in pieces:
+        yield Batch(rows, identity), measured
 
 
 class Measurer:
@@ -134,7 +134,8 @@ class Measurer:
         self.columns, self.batch_rows = columns, batch_rows
 
     def measure(self, block, offset: int, take) -> list:
-        """[(rows, role -> Measured)] of the block's rows (``take``: local positions, or all)."""
+        """[(rows, role -> Measured, --id's column or None)] of the block's rows (``take``: local
+        positions, or all)."""
         import pyarrow as pa
 
         from lengthscan.measure.batch import measure_batch
@@ -150,7 +151,8 @@ class Measurer:
             measured = measure_batch(batch, self.fields, self.layout, counter=self.setup.counter,
                                      audio=self.setup.settings, decide_caps=self.setup.decide_caps,
                                      chat=self.setup.chat)
-            pieces.append((batch.rows, measured))
+            identity = self.setup.identity  # --id COL travels back for the lengths file
+            pieces.append((batch.rows, measured, batch.table.select([identity.name]) if identity else None))
         return pieces
 
     def info(self):

@@ -20,6 +20,7 @@ def ray_session(ray, ray_address: str | None):
     locally and shut down after; Ray Data set to keep blocks in source order, without progress bars."""
     started_ray = not ray.is_initialized()
     if started_ray:
+        check_reachable(ray_address)
         ray.init(address=ray_address, log_to_driver=False, include_dashboard=False)
     import logging
 
@@ -37,6 +38,35 @@ def ray_session(ray, ray_address: str | None):
         logger.setLevel(saved_level)
         if started_ray:
             ray.shutdown()
+
+
+#: seconds to wait for a cluster's address to answer before Ray's own minutes of retries
+CONNECT_TIMEOUT_S = 5.0
+
+
+def check_reachable(address: str | None) -> None:
+    """A ``--ray-address`` HOST:PORT (or ray://HOST:PORT) that accepts a TCP connection, checked
+    in seconds: Ray itself retries an unreachable address for minutes. ``None``, ``auto`` and
+    ``local`` are Ray's to resolve."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if address is None or address in ("auto", "local"):
+        return
+    parts = urlsplit(address if "://" in address else f"ray://{address}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host = port = None
+    if not host or not port:
+        raise EngineError(f"--ray-address {address}: give HOST:PORT (the head node's GCS port, 6379 by default), "
+                          "ray://HOST:PORT, or auto")
+    try:
+        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        raise EngineError(f"--ray-address {address}: no Ray cluster answers there ({exc.strerror or exc}); "
+                          "start one with `ray start --head`, or leave --ray-address out for a local Ray") from None
 
 
 def import_ray():

@@ -77,7 +77,7 @@ class Writer:
         if not np.array_equal(measured.column("row").to_numpy(), rows):
             raise RuntimeError(f"block {index}: its measured lengths are not its rows")
         layout = self.split.layout
-        tally = CleanTally.start(layout.name, n, self.spec.fields, redact=self.spec.redact)
+        tally = CleanTally.start(layout.name, n, self.spec)
         ds_w = BlockShard(self.split.dataset, index, self.split.dataset_features, self.spec)
         rej_w = BlockShard(self.split.rejects, index, self.split.rejects_features, self.spec)
         pieces = []
@@ -182,7 +182,7 @@ def _write_split(engine, split_src, plan, spec: CleanSpec, split: SplitOutput, c
     ray = engine.ray
     ds = read_split(ray, split_src, split.columns, engine.num_blocks)
     actors = start_actors(ray, Writer, spec, split)
-    tally = CleanTally.start(split_src.name, plan.rows_total, spec.fields, redact=spec.redact)
+    tally = CleanTally.start(split_src.name, plan.rows_total, spec)
     counts = {"dataset": [0, []], "rejects": [0, []]}
     pending: deque = deque()
     offset = done = 0

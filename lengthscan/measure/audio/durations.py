@@ -40,7 +40,7 @@ import stat
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from lengthscan.measure.audio.headers import hint, probe
+from lengthscan.measure.audio.headers import HEAD, aiff_rate, hint, probe
 from lengthscan.measure.audio.mpeg import untagged_mp3_samples
 
 if TYPE_CHECKING:  # numpy is imported where arrays are made: reading durations does not need it
@@ -51,6 +51,8 @@ FLAG_MISSING = "missing"  # the value itself is None (no bytes, no path)
 FLAG_MISSING_FILE = "missing_file"
 FLAG_TRUNCATED = "truncated"  # measured: the frames actually present
 FLAG_UNREADABLE = "unreadable"
+#: sample rates a header may state (below: 0, NaN or a denormal read back as 1 Hz; above: inf)
+MIN_RATE, MAX_AUDIO_RATE = 100, 12_288_000
 
 _UNKNOWN_FRAMES = 2**62  # libsndfile's "unknown length" is SF_COUNT_MAX: not a real count
 _DECODE_BLOCK = 1 << 16  # frames per read when a length has to come from decoding
@@ -113,8 +115,26 @@ def _info(data: bytes | None, path: str | None) -> AudioInfo:
             return _failed(FLAG_UNREADABLE, f"not a regular file: {path}")
     fast = probe(data, path)  # pure-Python header parse: the same answer, where it is certain
     if fast is not None:
-        return AudioInfo(*fast, flag=FLAG_EMPTY if fast[0] == 0 else None)
+        return _rate_checked(AudioInfo(*fast, flag=FLAG_EMPTY if fast[0] == 0 else None), data, path)
     return libsndfile_info(data, path)
+
+
+def _rate_checked(info: AudioInfo, data: bytes | None, path: str | None) -> AudioInfo:
+    """``info``, or unreadable where the header's sample rate is no audio rate: libsndfile turns an
+    AIFF rate of 0, a denormal or NaN into 1 Hz and inf into 67,108,864 Hz, durations of hours or
+    microseconds; the AIFF header's own 80-bit value is read back to say which."""
+    if info.samplerate is None or MIN_RATE <= info.samplerate <= MAX_AUDIO_RATE:
+        return info
+    stated = f"{info.samplerate:,} Hz"
+    if info.format == "AIFF":
+        try:
+            with open(path, "rb") if data is None else io.BytesIO(data) as fh:
+                stated = aiff_rate(fh.read(HEAD)) or stated
+        except OSError:
+            pass
+    what = path if data is None else f"<{len(data)} bytes>"
+    return _failed(FLAG_UNREADABLE, f"{what}: unreadable header: its sample rate ({stated}) is not an audio rate "
+                                    f"({MIN_RATE:,} to {MAX_AUDIO_RATE:,} Hz)")
 
 
 def libsndfile_info(data: bytes | None, path: str | None) -> AudioInfo:
@@ -124,7 +144,7 @@ def libsndfile_info(data: bytes | None, path: str | None) -> AudioInfo:
     ``headers.probe`` can parse the header itself (tests/measure/audio/test_headers.py compares them).
     """
     try:
-        return _measure(data, path)
+        return _rate_checked(_measure(data, path), data, path)
     except Exception as exc:  # LibsndfileError, TypeError (RAW needs a rate), RuntimeError ...
         return _failed(FLAG_UNREADABLE, _reason(exc, data, path))
 

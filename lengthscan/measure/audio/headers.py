@@ -28,6 +28,7 @@ fails; so for those formats we check at least what that seek would run into:
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 
@@ -125,6 +126,35 @@ def probe(data: bytes | None, path: str | None) -> tuple | None:
         return None
     finally:
         src.close()
+
+
+# -- AIFF's sample rate ---------------------------------------------------------------------
+def aiff_rate(head: bytes) -> str | None:
+    """The COMM chunk's sample rate (an 80-bit IEEE extended float) of an AIFF/AIFC head, in words
+    as it is (NaN, inf, 0, a denormal, or the value in Hz); None where the head holds no COMM chunk."""
+    if head[:4] != b"FORM" or head[8:12] not in (b"AIFF", b"AIFC"):
+        return None
+    pos = 12
+    while pos + 8 <= len(head):
+        cid, n = head[pos : pos + 4], int.from_bytes(head[pos + 4 : pos + 8], "big")
+        if cid == b"COMM":
+            raw = head[pos + 16 : pos + 26]
+            if len(raw) < 10:
+                return None
+            sign_exp, mantissa = int.from_bytes(raw[:2], "big"), int.from_bytes(raw[2:], "big")
+            sign, exp = "-" if sign_exp & 0x8000 else "", sign_exp & 0x7FFF
+            if exp == 0x7FFF:
+                return "NaN" if mantissa << 1 & (2**64 - 1) else f"{sign}inf"
+            if mantissa == 0:
+                return "0"
+            if exp == 0:
+                return "a denormal"
+            try:
+                return f"{sign}{math.ldexp(mantissa, exp - 16383 - 63):,.6g} Hz"
+            except OverflowError:
+                return f"{sign}2^{exp - 16383}-scale, beyond any float"
+        pos += 8 + n + (n & 1)
+    return None
 
 
 # -- WAV ------------------------------------------------------------------------------------

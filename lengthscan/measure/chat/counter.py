@@ -34,6 +34,7 @@ from lengthscan.measure.chat.encoding import rendered_ids
 from lengthscan.measure.chat.plan import RowPlan, TooLong, plan_row
 from lengthscan.measure.chat.ranges import message_ranges
 from lengthscan.measure.chat.spans import common_prefix, eot_position, is_prefix
+from lengthscan.measure.chat.template import RENDER_SECONDS, ChatTemplateError, RenderTimeout
 from lengthscan.measure.chat.views import EncodingView, IdsView, views
 from lengthscan.measure.records import (
     FLAG_CODES,
@@ -45,6 +46,8 @@ from lengthscan.measure.records import (
 )
 
 #: The chat measurements (lengths.parquet columns, rule metrics), primary first.
+#: rows whose rendering ran past its time budget before the run stops (exit 2): a slow template
+MAX_TIMEOUTS = 3
 CHAT_METRICS = ("sequence_tokens", "prompt_tokens", "completion_tokens", "turns", "assistant_turns",
                 "longest_message_tokens")
 #: Per-row side columns of a chat field: name -> Arrow type name.
@@ -81,6 +84,7 @@ class ChatCounter:
         self._renderer = None
         self._eot: tuple | None = None
         self._exact: bool | None = None  # token ranges from the full offsets (None: not checked yet)
+        self.timeouts = 0  # rows whose rendering ran past RENDER_SECONDS
 
     # -- set-up -----------------------------------------------------------------------------
     @property
@@ -131,8 +135,6 @@ class ChatCounter:
             from lengthscan.measure.chat.encoding import rendered_encodings
 
             if rendered_encodings(self.counter, ["probe"]) is None:
-                from lengthscan.measure.chat.template import ChatTemplateError
-
                 raise ChatTemplateError(
                     f"{type(self.counter.tokenizer).__name__} gives no character offsets, which the assistant spans "
                     f"of a {{% generation %}} template need: use the model's fast tokenizer (tokenizer.json)")
@@ -186,6 +188,12 @@ class ChatCounter:
                                    texts=texts, plain=plain)
             except TooLong as exc:
                 flags[i], errors[i] = FLAG_TOO_LONG, str(exc)
+            except RenderTimeout as exc:  # a row's error; a template slow on row after row stops the run
+                self.timeouts += 1
+                if self.timeouts >= MAX_TIMEOUTS:
+                    raise ChatTemplateError(f"the chat template ran past {RENDER_SECONDS:g} s on {self.timeouts} rows "
+                                            "(a template that loops?): fix the template") from None
+                flags[i], errors[i] = FLAG_TEMPLATE_ERROR, str(exc)
             except Exception as exc:  # noqa: BLE001 - the template's own message, per row
                 flags[i], errors[i] = FLAG_TEMPLATE_ERROR, _template_message(exc)
         encoded = self._views(texts, work)

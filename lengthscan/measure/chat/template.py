@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,8 +107,40 @@ class Renderer:
         """(text, generation spans as (start, end) characters; [] unless ``spans``)."""
         from transformers.utils.chat_template_utils import render_jinja_template
 
-        texts, indices = render_jinja_template(
-            conversations=[messages], tools=tools, documents=None, chat_template=self.template.text_for(tools),
-            return_assistant_tokens_mask=spans, add_generation_prompt=add_generation_prompt,
-            **self.special_tokens)
+        with _deadline(RENDER_SECONDS):
+            texts, indices = render_jinja_template(
+                conversations=[messages], tools=tools, documents=None, chat_template=self.template.text_for(tools),
+                return_assistant_tokens_mask=spans, add_generation_prompt=add_generation_prompt,
+                **self.special_tokens)
         return texts[0], (indices[0] if spans else [])
+
+
+#: one rendering's time budget: a template that loops (a user's file) is a row's error, not a hang
+RENDER_SECONDS = 10.0
+
+
+class RenderTimeout(Exception):
+    """A rendering ran past ``RENDER_SECONDS``."""
+
+
+@contextmanager
+def _deadline(seconds: float):
+    """Raise ``RenderTimeout`` in the block after ``seconds`` (a real-time timer; in the main
+    thread of a POSIX process, where measuring runs; elsewhere no limit)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expire(signum, frame):
+        raise RenderTimeout(f"rendering took longer than {seconds:g} s (a template that loops?)")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

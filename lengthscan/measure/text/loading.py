@@ -7,6 +7,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from lengthscan.sources.source import first_line
+
 _WEIGHT_SUFFIXES = (".bin", ".safetensors", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ckpt", ".gguf")
 
 
@@ -16,14 +18,53 @@ class TokenizerError(RuntimeError):
 
 def load_tokenizer(name_or_path: str, *, revision: str | None = None, trust_remote_code: bool = False):
     """``AutoTokenizer.from_pretrained`` for a local directory or a hub name, quietly."""
+    from lengthscan.sources.hub import hub_offline, looks_local, offline_reason
+
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    local = Path(name_or_path).expanduser().exists()
+    if looks_local(name_or_path) and not local:
+        raise TokenizerError(f"cannot load tokenizer {name_or_path!r}: no such file or directory (a local path; "
+                             "a hub name looks like 'gpt2' or 'org/name')")
+    path = Path(name_or_path).expanduser()
+    if path.is_file():
+        raise TokenizerError(f"cannot load tokenizer {name_or_path!r}: it is a file; give the folder that holds the "
+                             "tokenizer's files (tokenizer.json and tokenizer_config.json, as save_pretrained writes "
+                             "them)")
+    offline = not local and hub_offline()  # fast, once: no minute of retries without a network
     from transformers import AutoTokenizer
 
     try:
         return AutoTokenizer.from_pretrained(name_or_path, revision=revision, trust_remote_code=trust_remote_code)
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError ...
-        where = "directory" if Path(name_or_path).is_dir() else "name (hub unreachable or no such repo?)"
-        raise TokenizerError(f"cannot load tokenizer {name_or_path!r} as a {where}: {exc}") from exc
+        if offline:
+            raise TokenizerError(f"cannot load tokenizer {name_or_path!r}: {offline_reason()} and it is not in the "
+                                 "local Hugging Face cache; give a local directory with the tokenizer's files, or "
+                                 "run once with network to cache it") from None
+        if local:
+            raise TokenizerError(f"cannot load tokenizer {name_or_path!r}: {_local_problem(path, exc)}") from exc
+        raise TokenizerError(f"cannot load tokenizer {name_or_path!r} as a hub name (no such repo, or no access?): "
+                             f"{first_line(exc)}") from exc
+
+
+#: files a saved tokenizer folder holds (one of them at least)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "vocab.txt", "merges.txt",
+                   "spiece.model", "sentencepiece.bpe.model", "tokenizer.model", "source.spm")
+
+
+def _local_problem(path: Path, exc: Exception) -> str:
+    """What is wrong with a local tokenizer folder, in words a user can act on."""
+    import json
+
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        return (f"the folder holds no tokenizer files (one of {', '.join(TOKENIZER_FILES[:5])} ...); give the folder "
+                "that save_pretrained wrote")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        try:
+            if (path / name).is_file():
+                json.loads((path / name).read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as bad:
+            return f"{path / name} is not valid JSON ({bad})"
+    return " ".join(str(exc).split())[:400] or type(exc).__name__
 
 
 def hash_tokenizer(tokenizer, name_or_path: str | None = None) -> str:

@@ -1,0 +1,227 @@
+"""Values and inputs checked at the edge, found by an adversarial sweep of the CLI: each is one line
+and exit 2 (or a warning and a correct result), never exit 1 or 3, a hang, or a wrong number."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lengthscan.cli.main import main
+from lengthscan.sources.sampling import SampleError, parse_sample, plan_sample
+
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _audit(src, bpe_dir, out, *extra, column="text"):
+    return main(["audit", str(src), "--tokenizer", str(bpe_dir), "--input", column, "--out", str(out), "--quiet",
+                 *extra])
+
+
+def _one_line(capsys, *words):
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    for w in words:
+        assert w in err, err
+    return err
+
+
+def test_sample_percentages_and_fractions():
+    assert parse_sample("100%") == 1.0 and parse_sample("1.0") == 1.0 and parse_sample("50%") == 0.5
+    assert parse_sample("1") == 1 and parse_sample("2.0") == 2 and parse_sample("1e3") == 1000
+    assert plan_sample(200, sample="100%").indices is None  # every row, not one
+    for bad in ("0%", "101%", "2.5", "nan", "inf", "-1", "0", "lots"):
+        with pytest.raises(SampleError):
+            parse_sample(bad)
+
+
+@pytest.mark.parametrize("flag,value,words", [("--seed", str(2**32), "between 0 and 4,294,967,295"),
+                                              ("--num-proc", "100000", "between 1 and 512"),
+                                              ("--sampling-rate", "99999999999999999999", "--sampling-rate")])
+def test_numbers_past_their_range(tmp_path, bpe_dir, corpus_jsonl, capsys, flag, value, words):
+    assert _audit(corpus_jsonl, bpe_dir, tmp_path / "o", "--sample", "10", flag, value) == 2
+    _one_line(capsys, words)
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_feature_extractor_rate_that_is_no_rate(tmp_path, bpe_dir, capsys):
+    import numpy as np
+    import soundfile as sf
+    from transformers import Wav2Vec2Config, Wav2Vec2FeatureExtractor
+
+    sf.write(tmp_path / "a.wav", np.zeros(1600, dtype="float32"), 16000)
+    (tmp_path / "m.csv").write_text("path,text\na.wav,hello\n")
+    for name, rate in (("neg", -8000), ("zero", 0), ("text", "abc")):
+        Wav2Vec2Config().save_pretrained(tmp_path / name)
+        Wav2Vec2FeatureExtractor(sampling_rate=rate).save_pretrained(tmp_path / name)
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text((tmp_path / "zero" / "config.json").read_text())
+    (tmp_path / "broken" / "preprocessor_config.json").write_text("{not json")
+    for name in ("neg", "zero", "text", "broken"):
+        assert main(["audit", str(tmp_path / "m.csv"), "--audio", "path", "--model", str(tmp_path / name),
+                     "--out", str(tmp_path / f"o-{name}"), "--quiet", "--no-cache"]) == 2
+        _one_line(capsys, "preprocessor_config.json")
+
+
+def test_text_files_that_fail_to_load_name_the_line(tmp_path, bpe_dir, capsys):
+    (tmp_path / "a.csv").write_bytes(b"text\nok\nbad \xff here\n")
+    assert _audit(tmp_path / "a.csv", bpe_dir, tmp_path / "o") == 2
+    _one_line(capsys, "a.csv: line 3 is not UTF-8")
+    (tmp_path / "b.jsonl").write_text('{"text": "ok"}\n{"text": broken\n{"text": "x"}\n')
+    assert _audit(tmp_path / "b.jsonl", bpe_dir, tmp_path / "o") == 2
+    _one_line(capsys, "b.jsonl: line 2 is not valid JSON")
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "a.csv").write_text("text\nhello\n")
+    (tmp_path / "c" / "b.csv").write_text("other\nx\n")
+    assert _audit(tmp_path / "c", bpe_dir, tmp_path / "o") == 2
+    _one_line(capsys, "have different columns", "b.csv has other")
+
+
+def test_clean_never_publishes_bytes_that_are_not_utf8(tmp_path, bpe_dir, capsys):
+    (tmp_path / "s.jsonl").write_bytes(b'{"text": "ok", "other": "fine"}\n{"text": "fine", "other": "bad \xff"}\n')
+    assert main(["clean", str(tmp_path / "s.jsonl"), "--tokenizer", str(bpe_dir), "--input", "text",
+                 "--limit", "input_tokens<=64", "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    _one_line(capsys, "column 'other' holds text that is not UTF-8: row 1")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.jsonl"]
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_a_file_of_a_multi_file_source_without_the_column(tmp_path, bpe_dir, capsys, kind):
+    data = tmp_path / "d"
+    data.mkdir()
+    if kind == "jsonl":
+        _jsonl(data / "a.jsonl", [{"text": "hello"}] * 3)
+        _jsonl(data / "b.jsonl", [{"other": "x"}])
+    else:
+        pq.write_table(pa.table({"text": ["a b", "c"]}), data / "a.parquet")
+        pq.write_table(pa.table({"other": ["x"]}), data / "b.parquet")
+    for command in ("audit", "clean"):
+        assert main([command, str(data), "--tokenizer", str(bpe_dir), "--input", "text", "--out",
+                     str(tmp_path / command), "--quiet"]) == 2
+        _one_line(capsys, f"b.{kind}: no column 'text' for --input; columns are: other")
+
+
+def test_tokenizer_folders_that_do_not_load_say_why(tmp_path, bpe_dir, corpus_jsonl, capsys):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "tokenizer_config.json").write_text((bpe_dir / "tokenizer_config.json").read_text())
+    (tmp_path / "bad" / "tokenizer.json").write_text('{"broken":\n')
+    cases = [(tmp_path / "empty", "holds no tokenizer files"), (tmp_path / "bad", "tokenizer.json is not valid JSON"),
+             (bpe_dir / "tokenizer.json", "it is a file; give the folder")]
+    for tok, words in cases:
+        assert _audit(corpus_jsonl, tok, tmp_path / "o") == 2
+        _one_line(capsys, words)
+
+
+def test_a_damaged_cache_is_ignored_with_a_warning_and_the_numbers_stay_right(tmp_path, bpe_dir, monkeypatch):
+    monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "cache"))
+    src = _jsonl(tmp_path / "s.jsonl", [{"text": f"row {i} " + "word " * i} for i in range(50)])
+    args = [str(src), "--tokenizer", str(bpe_dir), "--input", "text", "--full", "--json", "--overwrite",
+            "--out", str(tmp_path / "o")]
+    run = [sys.executable, "-m", "lengthscan", "audit", *args]
+
+    def audit():
+        proc = subprocess.run(run, capture_output=True, text=True, env=os.environ | {}, timeout=120)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+        return json.loads(proc.stdout)["splits"][0]["fields"]["input_tokens"], proc.stderr
+
+    truth, _ = audit()
+    manifest = next((tmp_path / "cache" / "sources").glob("*.json"))
+    lengths = next((tmp_path / "cache" / "lengths").glob("*.parquet"))
+    good_manifest, good_lengths = manifest.read_bytes(), pq.read_table(lengths)
+    edits = [lambda: manifest.write_text('{"a": 1}'),
+             lambda: manifest.write_text(json.dumps({**json.loads(good_manifest), "entries": [{"path": str(src)}]})),
+             lambda: manifest.write_text(good_manifest.decode().replace('"rows": 50', '"rows": 10')),
+             lambda: pq.write_table(good_lengths.slice(0, 10), lengths),
+             lambda: pq.write_table(pa.table({"foo": good_lengths["length"]}), lengths),
+             lambda: pq.write_table(pa.table({"length": pa.array([-7] * 50, pa.int64()),
+                                              "flag": good_lengths["flag"]}), lengths)]
+    for edit in edits:
+        edit()
+        stats, err = audit()
+        assert stats == truth and "lengthscan:" in err and ("damaged" in err or "cache not used" in err), err
+        assert stats == audit()[0]  # rebuilt: the next run reads a sound cache
+        manifest.write_bytes(good_manifest)
+        pq.write_table(good_lengths, lengths)
+
+
+def test_clean_never_turns_a_file_into_its_out(tmp_path, bpe_dir, corpus_jsonl, capsys):
+    (tmp_path / "notes.txt").write_text("precious")
+    assert main(["clean", str(corpus_jsonl), "--tokenizer", str(bpe_dir), "--input", "text", "--out",
+                 str(tmp_path / "notes.txt"), "--overwrite", "--quiet"]) == 2
+    _one_line(capsys, "exists and is not a directory")
+    assert (tmp_path / "notes.txt").read_text() == "precious" and sorted(os.listdir(tmp_path)) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("command", ["audit", "clean"])
+def test_a_closed_pipe_on_the_summary_exits_0(tmp_path, bpe_dir, corpus_jsonl, command):
+    limit = "--limit 'input_tokens<=64'" if command == "clean" else ""
+    cmd = (f"{sys.executable} -m lengthscan {command} {corpus_jsonl} --tokenizer {bpe_dir} --input text {limit} "
+           f"--out {tmp_path / 'o'} | head -c 1")
+    for _ in range(3):  # rich used to exit 1 here, now and then
+        proc = subprocess.run(["bash", "-c", f"set -o pipefail; rm -rf {tmp_path / 'o'}; {cmd}"], capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0 and proc.stderr.strip() == "", proc.stderr
+
+
+def test_a_full_stdout_says_the_outputs_are_written(tmp_path, bpe_dir, corpus_jsonl):
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    proc = subprocess.run(f"{sys.executable} -m lengthscan audit {corpus_jsonl} --tokenizer {bpe_dir} --input text "
+                          f"--out {tmp_path / 'o'} > /dev/full", shell=True, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and "cannot print the summary" in proc.stderr and "are written" in proc.stderr
+    assert (tmp_path / "o" / "report.json").exists()
+
+
+def test_memory_models_that_do_not_load_and_bad_values(tmp_path, capsys, monkeypatch):
+    from transformers import GPT2Config
+
+    assert main(["memory", "--model", str(tmp_path / "nope"), "--batch-size", "4", "--input-len", "8"]) == 2
+    _one_line(capsys, "no such directory or config file")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["memory", "--model", "someorg/somemodel", "--batch-size", "4", "--input-len", "8"]) == 2
+    _one_line(capsys, "offline mode is on")
+    GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=500).save_pretrained(tmp_path / "gpt2")
+    assert main(["memory", "--model", str(tmp_path / "gpt2"), "--batch-size", "0", "--input-len", "8"]) == 2
+    _one_line(capsys, "--batch-size must be at least 1")
+
+
+def test_memory_exports_never_land_in_the_source(tmp_path, bpe_dir, capsys):
+    from transformers import GPT2Config
+
+    model = tmp_path / "model"
+    GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=3000).save_pretrained(model)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (model / name).write_text((bpe_dir / name).read_text())
+    data = tmp_path / "data"
+    data.mkdir()
+    _jsonl(data / "a.jsonl", [{"text": f"row {i} " * (i + 1)} for i in range(20)])
+    base = ["memory", str(data), "--model", str(model), "--input", "text", "--batch-size", "4"]
+    assert main([*base, "--export-worst-batch", str(data / "worst")]) == 2
+    _one_line(capsys, "--export-worst-batch", "lies inside the source path")
+    assert main([*base, "--pad-to-multiple-of", "-7"]) == 2
+    _one_line(capsys, "--pad-to-multiple-of -7")
+    assert sorted(os.listdir(data)) == ["a.jsonl"]
+
+
+def test_an_unreachable_ray_address_fails_in_seconds():
+    from lengthscan.engines.ray.session import EngineError, check_reachable
+
+    for address, words in (("garbage.invalid:1", "no Ray cluster answers"), ("127.0.0.1:1", "no Ray cluster answers"),
+                           ("nonsense", "give HOST:PORT")):
+        started = time.monotonic()
+        with pytest.raises(EngineError, match=words):
+            check_reachable(address)
+        assert time.monotonic() - started < 15
+    check_reachable(None)
+    check_reachable("auto")
