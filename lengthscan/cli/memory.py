@@ -67,7 +67,13 @@ def parse_size(text: str) -> int:
     if not m:
         raise ValueError(f"cannot read the size {text!r}: write e.g. 24GiB, 80GB or 512MiB")
     power = " KMGT".index(m.group(2).upper() or " ")
-    return int(float(m.group(1)) * (1024 if m.group(3) else 1000) ** power)
+    try:
+        size = int(float(m.group(1)) * (1024 if m.group(3) else 1000) ** power)
+    except (ValueError, OverflowError):
+        raise ValueError(f"cannot read the size {text!r}: write e.g. 24GiB, 80GB or 512MiB") from None
+    if size < 1:
+        raise ValueError(f"--budget {text}: a device holds at least a byte; write e.g. 24GiB")
+    return size
 
 
 def _memory(args) -> int:

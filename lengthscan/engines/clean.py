@@ -114,6 +114,8 @@ def plan_dataset(prepared: Prepared, src, rules: RuleOptions, dataset: DatasetOp
     length_from = length_source(setup, dataset.length_column, dataset.length_from, src)
     if dataset.tokenize:
         check_tokenize(setup, src)
+    if dataset.embed_audio:
+        _warn_path_columns(setup, src)
     caps = decide_caps(prepared.rules, setup, rules.action, wanted=dataset.decide_only and not dataset.tokenize
                        and not explicit_length)
     if caps and length_from == "input_tokens":
@@ -180,6 +182,17 @@ def run_clean(source, options: CleanOptions, engine) -> CleanResult:
         except BaseException:
             discard(staging)
             raise
+
+
+def _warn_path_columns(setup, src) -> None:
+    """``--embed-audio`` embeds the bytes of ``Audio`` columns; a column of path strings stays paths."""
+    import warnings
+
+    features = src.splits[0].parts[0].features() if src.splits and src.splits[0].parts else {}
+    for f in setup.fields:
+        if f.kind == "audio" and (features.get(f.column) or {}).get("dtype") in ("string", "large_string"):
+            warnings.warn(f"lengthscan: --embed-audio embeds Audio columns; {f.column!r} holds paths (text), written "
+                          "as absolute paths instead (cast it to datasets.Audio to embed the files)", stacklevel=3)
 
 
 def _warn_still_over(result: CleanResult) -> None:

@@ -271,9 +271,12 @@ _WORKER: list = []  # the job of this worker process (set once by ``start_worker
 
 
 def start_worker(job: WorkerJob) -> None:
-    """A worker process's initializer: tokenizer threads off (one process a core), the job kept."""
+    """A worker process's initializer: tokenizer threads off (one process a core), the job kept,
+    Ctrl-C left to the parent (which stops the pool and says so once)."""
     import os
+    import signal
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     _WORKER[:] = [job]
 

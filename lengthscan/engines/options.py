@@ -108,6 +108,10 @@ class DatasetOptions:
     format: str = "arrow"
     decide_only: bool = True
 
+    def __post_init__(self):
+        if self.length_column is not None and not str(self.length_column).strip():
+            raise OptionError("--length-column '': give a column name, or --length-from none to add no length column")
+
 
 @dataclass(frozen=True)
 class RunOptions:

@@ -94,7 +94,7 @@ def _chat_counter(counter, fmt, chat_template, train_on: str):
 def _model_context(model, tokenizer):
     if model is None:
         return None
-    from lengthscan.policy.model_limits import load_model_context
+    from lengthscan.policy.model_loading import load_model_context
 
     tok = tokenizer.tokenizer if isinstance(tokenizer, TokenCounter) else tokenizer
     return load_model_context(str(model), tokenizer=tok)

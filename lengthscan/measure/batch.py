@@ -291,7 +291,10 @@ def identity_field(src, column: str | None, reserved=()) -> pa.Field | None:
 
 def check_columns(src, fields) -> None:
     """Every named column exists in every file of every split, or a ColumnError naming the file
-    and listing the columns it has."""
+    and listing the columns it has; a source of no rows at all (a zero-row Parquet file, an empty
+    saved dataset) is refused as an empty file is."""
+    if src.num_rows == 0:
+        raise ColumnError(f"{src.spec}: holds no rows")
     for split_src in src.splits:
         for part in split_src.parts or ():
             have = part.column_names

@@ -68,7 +68,7 @@ def load_config(model: str):
         if not model_type:
             raise ValueError(f"{model}: the config has no model_type")
         return AutoConfig.for_model(**config_dict)
-    from lengthscan.policy.model_limits import read_config
+    from lengthscan.policy.model_loading import read_config
 
     return read_config(str(model))
 

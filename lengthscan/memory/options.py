@@ -44,6 +44,10 @@ class MemoryOptions:
         return asdict(self)
 
 
+#: shapes past these are typos, not plans (and would overflow the arithmetic)
+MAX_BATCH, MAX_LEN = 1_000_000, 1_000_000_000
+
+
 @dataclass(frozen=True)
 class Shape:
     """One padded batch: rows and padded lengths.
@@ -63,10 +67,14 @@ class Shape:
     def __post_init__(self):
         if self.batch_size < 1:
             raise ValueError("batch_size must be at least 1")
+        if self.batch_size > MAX_BATCH:
+            raise ValueError(f"batch_size {self.batch_size:,} is past {MAX_BATCH:,}: not a training batch")
         for name in ("input_len", "target_len"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1")
+            if value is not None and value > MAX_LEN:
+                raise ValueError(f"{name} {value:,} is past {MAX_LEN:,}: no model takes that")
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -119,6 +119,9 @@ def parse_rule(text: str) -> Rule:
     if not ok:
         raise RuleError(f"limit rule {text!r}: cannot read the value {value!r}: a finite number, pNN (a "
                         "percentile over 0, up to 100), model, or zK (a finite K over 0)")
+    if _NUMBER.match(value) and float(value) < 0:
+        raise RuleError(f"limit rule {text!r}: {value} is below 0, and no length or ratio is: every row would "
+                        f"{'fail' if op in ('<=', '<') else 'pass'} it")
     rule = Rule(text.strip(), metric, op, value, action)
     if action == "truncate" and not (rule.upper and metric in TOKEN_METRICS + (SEQUENCE,) and rule.kind != "z"):
         raise RuleError(f"limit rule {text!r}: truncate applies to upper limits (<=, <) on input_tokens, "

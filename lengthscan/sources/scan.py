@@ -176,9 +176,10 @@ def _jsonl_batches(part, columns: list[str], indices, batch_rows: int, raw: tupl
     ``raw`` columns are also parsed line by line with ``json.loads``, in step with the reader."""
     import pyarrow.json as pj
 
-    from lengthscan.sources.files import json_read_options
+    from lengthscan.sources.files import json_parse_options, json_read_options
 
-    reader = pj.open_json(pa.input_stream(part.path, compression="detect"), read_options=json_read_options())
+    reader = pj.open_json(pa.input_stream(part.path, compression="detect"), read_options=json_read_options(),
+                          parse_options=json_parse_options(part.jsonl_schema))
     lines = RawLines(part.path, raw) if raw else None
     offset = part.start
     wanted = None if indices is None else indices[(indices >= part.start) & (indices < part.start + part.rows)]

@@ -77,7 +77,7 @@ def clean_batch(spec: CleanSpec, layout, rows: np.ndarray, table: pa.Table, meas
                errors=row_errors(measured, setup.fields))
     final = {name: values.copy() for name, values in base.items()}
     source = table
-    out = _truncated(spec, table, d, final)
+    out = _truncated(spec, _absolute_paths(spec, table, layout.base_dir(rows)), d, final)
     chat_tokens = None
     if setup.chat is not None:
         from lengthscan.write.chat_rows import clean_chat
@@ -91,6 +91,22 @@ def clean_batch(spec: CleanSpec, layout, rows: np.ndarray, table: pa.Table, meas
     rejects = rejects_table(out.filter(pa.array(~keep)), rows[~keep], d, ~keep, layout)
     return CleanedBatch(rows, lengths_with_decisions(spec, measured, d, final), kept, rejects, d, base, final,
                         flags, source)
+
+
+def _absolute_paths(spec: CleanSpec, table: pa.Table, base_dir: str | None) -> pa.Table:
+    """Audio paths of a manifest made absolute: relative ones resolve against the manifest's
+    folder, which ``dataset/`` and ``rejects/`` are not in."""
+    import os
+
+    for f in spec.fields:
+        if f.kind != "audio" or base_dir is None or not pa.types.is_string(table.schema.field(f.column).type):
+            continue
+        values = table.column(f.column).to_pylist()
+        fixed = [p if not p or os.path.isabs(p) or "://" in p else os.path.normpath(os.path.join(base_dir, p))
+                 for p in values]
+        if fixed != values:
+            table = table.set_column(table.schema.get_field_index(f.column), f.column, pa.array(fixed, pa.string()))
+    return table
 
 
 def _truncated(spec: CleanSpec, table: pa.Table, d: Decisions, final: dict) -> pa.Table:

@@ -63,6 +63,22 @@ def _store(value, blob: bytes, ext: str, staging: Path, final: Path):
     return str(final / "dataset" / "audio" / name)
 
 
+#: a manifest's own duration column (NeMo's ``duration``), rewritten for the rows cropped
+DURATION_COLUMNS = ("duration",)
+
+
+def _manifest_duration(table, done: np.ndarray, frames: np.ndarray, rates: np.ndarray):
+    """``table`` with a numeric ``duration`` column telling the cropped rows' new seconds."""
+    for name in DURATION_COLUMNS:
+        if name in table.column_names and pa.types.is_floating(table.schema.field(name).type) and done.any():
+            values = table.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
+            values[done] = frames[done] / rates[done]
+            kind = table.schema.field(name).type
+            table = table.set_column(table.schema.get_field_index(name), name,
+                                     pa.array(values, kind, mask=table.column(name).is_null().to_numpy(False)))
+    return table
+
+
 def crop_rows(table, field, settings, seconds: np.ndarray, final: dict, staging: Path, out: Path, *,
               base_dir: str | None = None):
     """``table`` with the audio of ``field`` cropped to ``seconds`` per row (NaN: untouched); its
@@ -72,6 +88,7 @@ def crop_rows(table, field, settings, seconds: np.ndarray, final: dict, staging:
     column, frames, rates = crop_column(table.column(field.column), seconds, staging, out, base_dir=base_dir)
     table = table.set_column(table.schema.get_field_index(field.column), field.column, column)
     done = frames >= 0
+    table = _manifest_duration(table, done, frames, rates)
     for spec in field.specs:
         if spec.unit == "seconds":
             final[spec.name][done] = frames[done] / rates[done]

@@ -225,3 +225,106 @@ def test_an_unreachable_ray_address_fails_in_seconds():
         assert time.monotonic() - started < 15
     check_reachable(None)
     check_reachable("auto")
+
+
+def test_a_zero_row_parquet_is_refused_like_an_empty_file(tmp_path, bpe_dir, capsys):
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), tmp_path / "zero.parquet")
+    for command in ("audit", "clean"):
+        assert main([command, str(tmp_path / "zero.parquet"), "--tokenizer", str(bpe_dir), "--input", "text",
+                     "--out", str(tmp_path / command), "--quiet"]) == 2
+        _one_line(capsys, "holds no rows")
+
+
+def test_date_like_strings_in_json_lines_stay_text(tmp_path, bpe_dir):
+    from transformers import AutoTokenizer
+
+    src = _jsonl(tmp_path / "d.jsonl", [{"text": "2024-01-01"}, {"text": "2024-01-02T10:00:00"}])
+    assert main(["clean", str(src), "--tokenizer", str(bpe_dir), "--input", "text", "--limit", "input_tokens<=99",
+                 "--out", str(tmp_path / "o"), "--quiet", "--no-cache", "--no-decide-only"]) == 0
+    from datasets import load_from_disk
+
+    kept = load_from_disk(str(tmp_path / "o" / "dataset"))
+    tok = AutoTokenizer.from_pretrained(bpe_dir)
+    assert kept["text"] == ["2024-01-01", "2024-01-02T10:00:00"]
+    assert kept["length"] == [len(tok(t)["input_ids"]) for t in kept["text"]]
+
+
+def test_a_loop_of_links_as_the_source(tmp_path, bpe_dir, capsys):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    assert _audit(tmp_path / "a", bpe_dir, tmp_path / "o") == 2
+    _one_line(capsys, "a symbolic link that leads nowhere")
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--limit", "input_tokens<=-5"], "below 0"),
+    (["--length-column", ""], "--length-column ''"),
+])
+def test_clean_values_that_mean_nothing(tmp_path, bpe_dir, corpus_jsonl, capsys, argv, words):
+    assert main(["clean", str(corpus_jsonl), "--tokenizer", str(bpe_dir), "--input", "text", "--out",
+                 str(tmp_path / "o"), "--quiet", *(["--limit", "input_tokens<=64"] if "--limit" not in argv else []),
+                 *argv]) == 2
+    _one_line(capsys, words)
+
+
+def test_memory_sizes_and_shapes_past_sense(tmp_path, capsys):
+    from transformers import GPT2Config
+
+    GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=500).save_pretrained(tmp_path / "gpt2")
+    base = ["memory", "--model", str(tmp_path / "gpt2"), "--input-len", "8"]
+    assert main([*base, "--batch-size", "4", "--budget", "0"]) == 2
+    _one_line(capsys, "--budget 0")
+    assert main([*base, "--batch-size", str(10**20)]) == 2
+    _one_line(capsys, "--batch-size", "not a training batch")
+
+
+def test_a_dead_runs_staging_folder_is_swept_by_the_next_run(tmp_path, bpe_dir, corpus_jsonl):
+    out = tmp_path / "o"
+    (tmp_path / f".o.tmp-{os.getpid()}-deadbeef").mkdir()  # even a live pid: under the lock it is a leftover
+    (tmp_path / ".o.old-cafe").mkdir()
+    assert main(["clean", str(corpus_jsonl), "--tokenizer", str(bpe_dir), "--input", "text", "--out", str(out),
+                 "--quiet"]) == 0
+    assert sorted(os.listdir(tmp_path)) == ["o"]
+
+
+def test_a_manifests_audio_paths_stay_usable_after_clean(tmp_path, bpe_dir):
+    import numpy as np
+    import soundfile as sf
+
+    data = tmp_path / "data"
+    data.mkdir()
+    sf.write(data / "a.wav", np.zeros(32000, dtype="float32"), 16000)
+    sf.write(data / "long.wav", np.zeros(16000 * 40, dtype="float32"), 16000)
+    _jsonl(data / "m.jsonl", [{"audio_filepath": "a.wav", "text": "hi", "duration": 2.0},
+                              {"audio_filepath": "long.wav", "text": "long", "duration": 40.0}])
+    with pytest.warns(UserWarning, match="--embed-audio embeds Audio columns"):
+        assert main(["clean", str(data / "m.jsonl"), "--audio", "audio_filepath", "--sampling-rate", "16000",
+                     "--limit", "input_seconds<=30", "--crop-audio", "--embed-audio", "--out", str(tmp_path / "o"),
+                     "--quiet"]) == 0
+    from datasets import load_from_disk
+
+    kept = load_from_disk(str(tmp_path / "o" / "dataset"))
+    assert all(os.path.isabs(p) and os.path.exists(p) for p in kept["audio_filepath"])
+    assert kept["duration"] == [2.0, 30.0] and sf.info(kept["audio_filepath"][1]).duration == 30.0
+
+
+def test_a_template_that_loops_is_a_rows_error_then_stops_the_run(tmp_path, chat_tok_dir, capsys, monkeypatch):
+    from lengthscan.measure.chat import template
+
+    monkeypatch.setattr(template, "RENDER_SECONDS", 0.3)
+    slow = tmp_path / "slow.jinja"
+    slow.write_text("{% for m in messages %}{{ m.content }}{% endfor %}{% if messages|length > 1 %}"
+                    "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}{% endif %}")
+    rows = [{"messages": [{"role": "user", "content": "hi"}]}] * 3 + \
+           [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}]
+    src = _jsonl(tmp_path / "c.jsonl", rows)
+    args = ["audit", str(src), "--tokenizer", str(chat_tok_dir), "--messages", "messages", "--chat-template",
+            str(slow), "--full", "--quiet", "--no-cache"]
+    started = time.monotonic()
+    assert main([*args, "--json", "--out", str(tmp_path / "o1")]) == 0  # one slow row: its own reason
+    chat = json.loads(capsys.readouterr().out)["splits"][0]["roles"]
+    assert "template_error" in json.dumps(chat)
+    src = _jsonl(tmp_path / "c.jsonl", rows[-1:] * 4)
+    assert main([*args, "--out", str(tmp_path / "o2")]) == 2  # slow on row after row: the run stops
+    _one_line(capsys, "the chat template ran past 0.3 s on 3 rows")
+    assert time.monotonic() - started < 20

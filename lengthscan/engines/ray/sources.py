@@ -76,11 +76,11 @@ def read_split(ray, split_src: SplitSource, columns: list[str], num_blocks: int 
     if all(p.parquet for p in parts):
         return ray.data.read_parquet(paths, **kw).select_columns(columns)
     if all(p.jsonl_schema is not None for p in parts):
-        from lengthscan.sources.files import json_read_options
+        from lengthscan.sources.files import json_parse_options, json_read_options
 
         # pyarrow's JSON reader, as the local engine (``lines=True`` would read through pandas)
         return ray.data.read_json(paths, file_extensions=None, read_options=json_read_options(),
-                                  **kw).select_columns(columns)
+                                  parse_options=json_parse_options(parts[0].jsonl_schema), **kw).select_columns(columns)
     if all(paths) and all(format_of(p.path) in (".csv", ".tsv") for p in parts):
         return ray.data.read_csv(paths, file_extensions=None, **csv_options(split_src), **kw).select_columns(columns)
     if len(parts) == 1 and parts[0].path is None:
@@ -247,14 +247,10 @@ def _file_layout(fs, path: str, fmt: str):
         with fs.open_input_stream(path, compression="detect") as fh:
             if fh.read(4096).lstrip()[:1] != b"{":
                 return 0, pa.schema([]), "a JSON array file: the Ray engine reads JSON Lines (one object a line)"
-        import pyarrow.json as pj
+        from lengthscan.sources.files import json_lines_layout
 
-        from lengthscan.sources.files import json_read_options
-
-        with fs.open_input_stream(path, compression="detect") as fh:
-            reader = pj.open_json(fh, read_options=json_read_options())
-            rows = sum(batch.num_rows for batch in reader)
-            return rows, reader.schema, None
+        rows, schema = json_lines_layout(lambda: fs.open_input_stream(path, compression="detect"))
+        return rows, schema, None
     except (OSError, ValueError) as exc:  # pa.ArrowInvalid and pandas' parser errors are ValueErrors
         return 0, pa.schema([]), f"cannot read it: {_first(exc)}"
 

@@ -34,7 +34,7 @@ from lengthscan.measure.chat.encoding import rendered_ids
 from lengthscan.measure.chat.plan import RowPlan, TooLong, plan_row
 from lengthscan.measure.chat.ranges import message_ranges
 from lengthscan.measure.chat.spans import common_prefix, eot_position, is_prefix
-from lengthscan.measure.chat.template import RENDER_SECONDS, ChatTemplateError, RenderTimeout
+from lengthscan.measure.chat.template import ChatTemplateError, RenderTimeout
 from lengthscan.measure.chat.views import EncodingView, IdsView, views
 from lengthscan.measure.records import (
     FLAG_CODES,
@@ -191,7 +191,7 @@ class ChatCounter:
             except RenderTimeout as exc:  # a row's error; a template slow on row after row stops the run
                 self.timeouts += 1
                 if self.timeouts >= MAX_TIMEOUTS:
-                    raise ChatTemplateError(f"the chat template ran past {RENDER_SECONDS:g} s on {self.timeouts} rows "
+                    raise ChatTemplateError(f"the chat template ran past {exc.seconds:g} s on {self.timeouts} rows "
                                             "(a template that loops?): fix the template") from None
                 flags[i], errors[i] = FLAG_TEMPLATE_ERROR, str(exc)
             except Exception as exc:  # noqa: BLE001 - the template's own message, per row

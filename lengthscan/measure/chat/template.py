@@ -120,7 +120,11 @@ RENDER_SECONDS = 10.0
 
 
 class RenderTimeout(Exception):
-    """A rendering ran past ``RENDER_SECONDS``."""
+    """A rendering ran past its ``seconds`` (``RENDER_SECONDS``)."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        super().__init__(f"rendering took longer than {seconds:g} s (a template that loops?)")
 
 
 @contextmanager
@@ -135,7 +139,7 @@ def _deadline(seconds: float):
         return
 
     def expire(signum, frame):
-        raise RenderTimeout(f"rendering took longer than {seconds:g} s (a template that loops?)")
+        raise RenderTimeout(seconds)
 
     previous = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
