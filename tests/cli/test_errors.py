@@ -161,3 +161,49 @@ def test_a_bad_length_cache_is_ignored_with_one_warning(tmp_path, bpe_dir, corpu
     assert json.loads((tmp_path / "d" / "report.json").read_text())["cache_hits"] == 1
     same = [pq.read_table(tmp_path / x / "lengths.parquet") for x in "abcd"]
     assert all(t.equals(same[0]) for t in same)
+
+
+def _lacking_rows_fail(tmp_path, args: list, rules: tuple, n_rows: int, good: int = 0):
+    """Each rule (an upper and a lower limit on every metric) drops exactly the rows lacking its
+    metric, with the rule as the reason; the row that has it is kept."""
+    import pyarrow.parquet as pq
+
+    for k, rule in enumerate(rules):
+        out = tmp_path / f"o{k}"
+        assert main(["audit", *args, "--full", "--no-cache", "--limit", rule, "--out", str(out), "--quiet"]) == 0
+        t = pq.read_table(out / "lengths.parquet").to_pydict()
+        metrics = rule.split("<")[0].split(">")[0].split("/")
+        lacking = [i for i in range(n_rows) if any(t[m][i] is None for m in metrics)]
+        assert lacking and all(t["decision"][i] == "drop" for i in lacking), (rule, t["decision"])
+        assert all(any(r.startswith(rule) for r in t["reasons"][i]) for i in lacking), (rule, t["reasons"])
+        assert t["decision"][good] == "keep", (rule, t["decision"], t["reasons"])
+
+
+def test_a_row_without_an_audio_measurement_never_passes_a_limit_on_it(tmp_path, bpe_dir):
+    import numpy as np
+    import soundfile as sf
+    from transformers import Wav2Vec2Config, Wav2Vec2FeatureExtractor
+
+    model = tmp_path / "w2v"
+    Wav2Vec2Config().save_pretrained(model)
+    Wav2Vec2FeatureExtractor(sampling_rate=16000).save_pretrained(model)
+    sf.write(tmp_path / "a.wav", np.zeros(16000, dtype="float32"), 16000)
+    (tmp_path / "bad.wav").write_bytes(b"RIFF not audio at all")
+    (tmp_path / "m.csv").write_text("path,text\na.wav,hello there\nmissing.wav,gone\nbad.wav,broken\n")
+    metrics = ("input_seconds", "input_samples", "input_frames", "target_tokens/input_seconds")
+    rules = tuple(r for m in metrics for r in (f"{m}<=1000000000", f"{m}>=0"))
+    _lacking_rows_fail(tmp_path, [str(tmp_path / "m.csv"), "--audio", "path", "--target", "text", "--model",
+                                  str(model), "--tokenizer", str(bpe_dir)], rules, 3)
+
+
+def test_a_row_without_a_conversation_measurement_never_passes_a_limit_on_it(tmp_path, chat_tok_dir):
+    from lengthscan.measure.chat.counter import CHAT_METRICS
+
+    rows = [{"messages": [{"role": "user", "content": "hi there"}, {"role": "assistant", "content": "hello"}]},
+            {"messages": None}, {"messages": [{"role": "user"}]}]
+    src = _write_jsonl(tmp_path / "c.jsonl", rows)
+    rules = tuple(f"{m}{op}{v}" for m in CHAT_METRICS for op, v in (("<=", "1000000"), (">=", "0")))
+    from tests.support.chat import trl_template
+
+    _lacking_rows_fail(tmp_path, [str(src), "--messages", "messages", "--tokenizer", str(chat_tok_dir),
+                                  "--chat-template", str(trl_template("qwen3"))], rules, 3)
