@@ -9,22 +9,18 @@ import sys
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
 
-def _pipe_console_class():
+def _pipe_console(*, stderr: bool):
+    """rich's console, except that a closed stdout is a BrokenPipeError for ``main`` to end
+    quietly with exit 0 (rich itself exits 1, the code of a failed gate). Built on first use:
+    rich is imported lazily."""
     from rich.console import Console
 
     class PipeConsole(Console):
-        """rich's console, except that a closed stdout is a BrokenPipeError for ``main`` to end
-        quietly with exit 0 (rich itself exits 1, the code of a failed gate)."""
-
         def on_broken_pipe(self) -> None:
             self.quiet = True
             raise BrokenPipeError
 
-    return PipeConsole
-
-
-def _PipeConsole(**kwargs):  # noqa: N802 - a class, built when first used (rich is imported lazily)
-    return _pipe_console_class()(**kwargs)
+    return PipeConsole(stderr=stderr)
 
 
 def print_result(result, *, json_out: bool, quiet: bool) -> None:
@@ -52,7 +48,7 @@ def _print_summary(result, data: dict, json_out: bool) -> None:
     """The rich summary (on stderr when stdout holds the JSON), and where the outputs are."""
     from lengthscan.report.terminal import render_summary
 
-    console = _PipeConsole(stderr=json_out)
+    console = _pipe_console(stderr=json_out)
     render_summary(data, console)
     out_dir = getattr(result, "out_dir", None)
     if out_dir and "clean" not in data:  # a clean says what it wrote itself
