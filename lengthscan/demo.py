@@ -105,6 +105,19 @@ def demo_assets() -> tuple[Path, Path]:
     """(corpus JSONL, tokenizer directory), built once per Python version."""
     tag = f"py{sys.version_info.major}{sys.version_info.minor}"
     base = cache_root() / "demo" / tag
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        probe = base / f".probe{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:  # the cache is an optimisation: the demo builds its assets elsewhere
+        import tempfile
+        import warnings
+
+        warnings.warn(f"lengthscan: the cache folder {cache_root()} cannot be written ({exc.strerror or exc}; "
+                      "set LENGTHSCAN_CACHE to a writable folder): the demo's corpus and tokenizer are built in a "
+                      "temporary folder this time", stacklevel=2)
+        base = Path(tempfile.mkdtemp(prefix="lengthscan-demo-assets-"))
     corpus = build_corpus(base / "docstrings.jsonl")
     tok_dir = base / "tokenizer"
     if not (tok_dir / "tokenizer.json").exists():

@@ -2,11 +2,50 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 #: Exit codes of every subcommand: success, a gate failed (CI can stop here), a usage error or
 #: unreadable input, an internal error (a bug: the traceback is written to a file).
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+#: Characters never written raw into a message: C0/C1 controls (ESC starts terminal sequences, a
+#: newline would forge a second line) and the bidirectional overrides that reorder what is shown.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control and bidi characters written as escapes (``\\x1b``, ``\\u202e``): a file or
+    column name cannot colour, move or rewrite the terminal, nor add a line to a one-line message."""
+    return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def say(message: str) -> None:
+    """One message line on stderr, made :func:`printable`; a closed or full stderr is ignored (the
+    exit code still tells)."""
+    stream = sys.stderr
+    if stream is None:
+        return
+    try:
+        stream.write(printable(message) + "\n")
+        stream.flush()
+    except (OSError, ValueError):
+        silence_stderr()
+
+
+def silence_stderr() -> None:
+    """Point stderr at /dev/null: a closed or full stderr must not turn the exit code into 1 (an
+    exception while reporting) or 120 (the interpreter's failed final flush)."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+    except OSError:
+        pass
+    sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - the process's stderr until exit
 
 
 def _pipe_console(*, stderr: bool):

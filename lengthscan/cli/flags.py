@@ -4,6 +4,15 @@ from __future__ import annotations
 
 import argparse
 
+
+def named(value: str) -> str:
+    """An argparse type: a column, path or hub name that is not empty (``--tokenizer ""`` would read
+    as no tokenizer at all, ``--out ""`` as the working directory)."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("an empty name")
+    return value
+
+
 #: name -> (flag, argparse keyword arguments); ``help`` may be prefixed per subcommand ("data mode: ").
 FLAGS: dict[str, tuple[str, dict]] = {
     "input": ("--input", dict(metavar="COL", help="column holding the model input text")),
@@ -83,6 +92,8 @@ def add_flags(parser: argparse.ArgumentParser, *names: str, prefix: str = "", **
     for name in names:
         flag, kwargs = FLAGS[name]
         kwargs = {**kwargs, **overrides.get(name, {})}
+        if kwargs.get("metavar") in ("COL", "FILE", "DIR_OR_NAME") or name == "split":
+            kwargs["type"] = named
         if prefix and "help" in kwargs:
             kwargs["help"] = prefix + kwargs["help"]
         parser.add_argument(flag, **kwargs)
@@ -90,7 +101,7 @@ def add_flags(parser: argparse.ArgumentParser, *names: str, prefix: str = "", **
 
 def add_source_argument(parser: argparse.ArgumentParser, **kwargs) -> None:
     """The positional ``SRC``."""
-    parser.add_argument("source", metavar="SRC", **{
+    parser.add_argument("source", metavar="SRC", type=named, **{
         "help": "JSONL/JSON, CSV/TSV or Parquet file or glob, a save_to_disk or data-file directory, "
                 "or a hub dataset id", **kwargs})
 

@@ -21,13 +21,25 @@ from lengthscan.cli.common import (
     disk_error,
     is_usage_error,
     print_result,
+    printable,
+    say,
+    silence_stderr,
 )
-from lengthscan.cli.flags import REPORT_FLAGS, RULE_FLAGS, SOURCE_FLAGS, add_flags, add_source_argument
+from lengthscan.cli.flags import REPORT_FLAGS, RULE_FLAGS, SOURCE_FLAGS, add_flags, add_source_argument, named
 from lengthscan.cli.memory import add_memory_parser, run_memory
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line (and exit 2), as every other error: the usage block is one
+    ``--help`` away."""
+
+    def error(self, message: str):
+        say(f"{self.prog}: error: {message} (see {self.prog} --help)")
+        raise SystemExit(EXIT_USAGE)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="lengthscan",
         description="Audit and fix the sequence lengths of training data before training starts.",
     )
@@ -41,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "to choose).", epilog=_epilog("audit"), formatter_class=_Help)
     add_source_argument(p)
     add_flags(p, *SOURCE_FLAGS, *RULE_FLAGS)
-    p.add_argument("--out", default="lengthscan-report", metavar="DIR",
+    p.add_argument("--out", type=named, default="lengthscan-report", metavar="DIR",
                    help="output directory (default ./lengthscan-report)")
     add_flags(p, "overwrite", *REPORT_FLAGS)
 
@@ -51,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "report.html to --out, atomically.", epilog=_epilog("clean"), formatter_class=_Help)
     add_source_argument(c)
     add_flags(c, *SOURCE_FLAGS, *RULE_FLAGS)
-    c.add_argument("--out", required=True, metavar="DIR", help="output directory (must not exist unless --overwrite)")
+    c.add_argument("--out", type=named, required=True, metavar="DIR",
+                   help="output directory (must not exist unless --overwrite)")
     add_flags(c, "overwrite", overwrite={"help": "replace an existing --out"})
     c.add_argument("--length-column", default="length", metavar="NAME",
                    help="name of the length column added for group_by_length (default length)")
@@ -73,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="audit a corpus built offline from Python's own docstrings",
                        description="Build a docstring -> summary corpus from this Python's standard library, "
                                    "train a byte-level BPE tokenizer on it, and audit it.")
-    d.add_argument("--out", default="lengthscan-demo", metavar="DIR",
+    d.add_argument("--out", type=named, default="lengthscan-demo", metavar="DIR",
                    help="output directory (default ./lengthscan-demo)")
     add_flags(d, "json")
     return parser
@@ -109,6 +122,8 @@ def _epilog(command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if sys.stderr is None:  # started with stderr closed (2>&-)
+        silence_stderr()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -116,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     _plain_warnings()
+    _terminate_as_interrupt()
     command = shlex.join(["lengthscan", *argv])
     try:
         if args.command == "audit":
@@ -126,21 +142,40 @@ def main(argv: list[str] | None = None) -> int:
             return run_memory(args, command)
         if args.command == "demo":
             return _demo(args, command)
-    except KeyboardInterrupt:
-        print("lengthscan: interrupted; no output was published", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        from lengthscan.write.staging import PUBLISHED
+
+        how, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
+        done = f"{', '.join(map(str, PUBLISHED))} was published whole" if PUBLISHED else "no output was published"
+        say(f"lengthscan: {how}; {done}")
+        return code
     except BrokenPipeError:  # the reader of stdout went away (`... | head`): nothing more to say
         _quiet_stdout()
         return EXIT_OK
     except Exception as exc:
         if is_usage_error(exc):
-            print(f"lengthscan: error: {exc}", file=sys.stderr)
+            say(f"lengthscan: error: {exc}")
             return EXIT_USAGE
         if (disk := disk_error(exc)) is not None:
-            print(f"lengthscan: error: {disk}", file=sys.stderr)
+            say(f"lengthscan: error: {disk}")
             return EXIT_USAGE
         return _internal_error(exc)
     return EXIT_USAGE
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a CI timeout), handled as Ctrl-C is: staging removed, the lock released."""
+
+
+def _terminate_as_interrupt() -> None:
+    import signal
+    import threading
+
+    def terminate(signum, frame):
+        raise Terminated()
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, terminate)
 
 
 def _plain_warnings() -> None:
@@ -151,7 +186,7 @@ def _plain_warnings() -> None:
 
     def formatwarning(message, category, filename, lineno, line=None):
         if str(message).startswith("lengthscan:"):
-            return f"{message}\n"
+            return f"{printable(str(message))}\n"
         return default(message, category, filename, lineno, line)
 
     warnings.formatwarning = formatwarning
@@ -181,8 +216,7 @@ def _internal_error(exc: Exception) -> int:
         where = "the traceback follows"
         sys.stderr.write(text)
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    print(f"lengthscan: internal error: {type(exc).__name__}: {first[:300]} ({where}; please report it)",
-          file=sys.stderr)
+    say(f"lengthscan: internal error: {type(exc).__name__}: {first[:300]} ({where}; please report it)")
     return EXIT_INTERNAL
 
 
@@ -203,7 +237,7 @@ def _audit(args, command: str) -> int:
     print_result(result, json_out=args.json, quiet=args.quiet)
     failed = result.decisions.gate if result.decisions is not None else None
     if failed:
-        print(f"lengthscan: {failed}", file=sys.stderr)
+        say(f"lengthscan: {failed}")
         return EXIT_GATE
     return EXIT_OK
 
@@ -214,7 +248,7 @@ def _clean(args, command: str) -> int:
     from lengthscan.engines.options import DatasetOptions, OutputOptions
 
     if args.sample is not None or args.full:
-        print("lengthscan: error: clean always decides on every row: drop --sample/--full", file=sys.stderr)
+        say("lengthscan: error: clean always decides on every row: drop --sample/--full")
         return EXIT_USAGE
     engine = engine_for(args)
     with ProgressBars(disabled=args.quiet) as progress:
@@ -228,7 +262,7 @@ def _clean(args, command: str) -> int:
         result = run_clean(args.source, options, engine)
     print_result(result, json_out=args.json, quiet=args.quiet)
     if result.gate_failed:
-        print(f"lengthscan: {result.gate_failed}; nothing was published", file=sys.stderr)
+        say(f"lengthscan: {result.gate_failed}; nothing was published")
         return EXIT_GATE
     return EXIT_OK
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lengthscan.cli.common import EXIT_GATE, EXIT_OK, EXIT_USAGE, ProgressBars
-from lengthscan.cli.flags import add_flags, add_source_argument
+from lengthscan.cli.common import EXIT_GATE, EXIT_OK, EXIT_USAGE, ProgressBars, say
+from lengthscan.cli.flags import add_flags, add_source_argument, named
 
 
 def add_memory_parser(sub) -> None:
@@ -26,7 +26,8 @@ def add_memory_parser(sub) -> None:
 
 exit codes: 0 ok (fits), 1 the worst batch does not fit --budget, 2 bad usage or input,
   3 an internal error (its traceback written to a file)""")
-    m.add_argument("--model", required=True, metavar="CFG", help="model directory, hub name or config .json")
+    m.add_argument("--model", type=named, required=True, metavar="CFG",
+                   help="model directory, hub name or config .json")
     m.add_argument("--batch-size", type=int, required=True, metavar="B", help="rows in the batch")
     m.add_argument("--input-len", type=int, metavar="S",
                    help="padded input length: tokens, audio samples (Wav2Vec2-like) or mel frames (Whisper)")
@@ -88,7 +89,7 @@ def _memory(args) -> int:
                                           ("--export-worst-batch", args.export_worst_batch))
                  if value is not None]
     if data_only:
-        print(f"lengthscan: error: {', '.join(data_only)} need SRC (data mode)", file=sys.stderr)
+        say(f"lengthscan: error: {', '.join(data_only)} need SRC (data mode)")
         return EXIT_USAGE
     try:
         options = _options(args)
@@ -101,10 +102,10 @@ def _memory(args) -> int:
             shape = Shape(args.batch_size, args.input_len, None)
         est = estimate(config, shape, options)
     except ValueError as exc:
-        print(f"lengthscan: error: {_as_flags(exc)}", file=sys.stderr)
+        say(f"lengthscan: error: {_as_flags(exc)}")
         return EXIT_USAGE
     for line in warnings:
-        print(f"lengthscan: warning: {line}", file=sys.stderr)
+        say(f"lengthscan: warning: {line}")
     data = {"memory": {**est.to_dict(), "warnings": warnings}}
     fits = None
     if budget is not None:
@@ -144,8 +145,10 @@ def _add_memory_data_flags(m: argparse.ArgumentParser) -> None:
     m.add_argument("--seed", type=int, default=42, help="data mode: the Trainer's args.seed (default 42)")
     m.add_argument("--pad-to-multiple-of", type=int, metavar="N", help="data mode: the collator's pad_to_multiple_of")
     m.add_argument("--margin", type=float, default=0.1, help="share of --budget kept free (default 0.1)")
-    m.add_argument("--export-worst-batch", metavar="DIR", help="data mode: save the worst batch's rows (save_to_disk)")
-    m.add_argument("--out", metavar="DIR", help="data mode: write lengths.parquet, report.json and report.html here")
+    m.add_argument("--export-worst-batch", type=named, metavar="DIR",
+                   help="data mode: save the worst batch's rows (save_to_disk)")
+    m.add_argument("--out", type=named, metavar="DIR",
+                   help="data mode: write lengths.parquet, report.json and report.html here")
     add_flags(m, "overwrite", overwrite={"help": "data mode: replace --out / --export-worst-batch"})
 
 
@@ -156,7 +159,7 @@ def _memory_data(args, command: str) -> int:
     from lengthscan.memory.data import predict_dataset, summary_lines
 
     if args.input_len is not None or args.target_len is not None:
-        print("lengthscan: error: --input-len/--target-len are shape mode's: drop SRC or them", file=sys.stderr)
+        say("lengthscan: error: --input-len/--target-len are shape mode's: drop SRC or them")
         return EXIT_USAGE
     try:
         options = _options(args)
@@ -173,7 +176,7 @@ def _memory_data(args, command: str) -> int:
                                        "tools": args.tools, "chat_template": args.chat_template,
                                        "train_on": args.train_on if args.messages or args.prompt else None})
     except ValueError as exc:
-        print(f"lengthscan: error: {_as_flags(exc)}", file=sys.stderr)
+        say(f"lengthscan: error: {_as_flags(exc)}")
         return EXIT_USAGE
     if args.json:
         sys.stdout.write(json.dumps({"memory": result.memory}, indent=2) + "\n")

@@ -87,8 +87,9 @@ def run_audit(source, options: AuditOptions, engine) -> AuditResult:
     setup, rules, sample = prepared.setup, options.rules, options.sample
     out = options.output.out
     if out is not None:
-        from lengthscan.write.staging import check_writable
+        from lengthscan.write.staging import check_out_path, check_writable
 
+        check_out_path(out)
         check_writable(Path(out), overwrite=options.output.overwrite)
     engine.check(source)
     with engine.session():

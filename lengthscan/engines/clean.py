@@ -111,6 +111,12 @@ def plan_dataset(prepared: Prepared, src, rules: RuleOptions, dataset: DatasetOp
     """The length column, the token columns and decide-only mode, checked against ``src``."""
     setup = prepared.setup
     explicit_length = dataset.length_from is not None or dataset.length_column != "length"
+    if dataset.tokenize and dataset.length_column and dataset.length_from != "none":
+        from lengthscan.write.token_columns import TOKEN_COLUMNS
+
+        if dataset.length_column in TOKEN_COLUMNS:
+            raise ColumnError(f"--length-column {dataset.length_column}: --tokenize writes that column itself; "
+                              "choose another name")
     length_from = length_source(setup, dataset.length_column, dataset.length_from, src)
     if dataset.tokenize:
         check_tokenize(setup, src)
@@ -127,7 +133,7 @@ def run_clean(source, options: CleanOptions, engine) -> CleanResult:
     """The clean of ``source`` as ``options`` ask, measured (and written) by ``engine``."""
     from lengthscan.write.clean_rows import CleanSpec
     from lengthscan.write.parquet import check_format
-    from lengthscan.write.staging import OutputError, check_apart, discard, staging_dir
+    from lengthscan.write.staging import OutputError, check_apart, check_out_path, discard, staging_dir
 
     dataset, rules, run = options.dataset, options.rules, options.run
     check_format(dataset.format)
@@ -136,6 +142,7 @@ def run_clean(source, options: CleanOptions, engine) -> CleanResult:
     out = Path(options.output.out)
 
     def check_out() -> None:
+        check_out_path(options.output.out)
         if out.exists() and not out.is_dir():  # a data file named by mistake is never replaced by a folder
             raise OutputError(f"--out {out}: exists and is not a directory; choose another --out")
         if out.exists() and not options.output.overwrite:

@@ -61,16 +61,51 @@ def load_config(model: str):
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from transformers import AutoConfig, PretrainedConfig
 
+    from lengthscan.policy.model_loading import read_config
+
     path = Path(str(model)).expanduser()
     if path.is_file():
         config_dict, _ = PretrainedConfig.get_config_dict(str(path))
         model_type = config_dict.get("model_type")
         if not model_type:
             raise ValueError(f"{model}: the config has no model_type")
-        return AutoConfig.for_model(**config_dict)
-    from lengthscan.policy.model_loading import read_config
+        try:
+            config = AutoConfig.for_model(**config_dict)
+        except Exception as exc:  # transformers' own validation of the values (a size of 2.5 ...)
+            from lengthscan.policy.model_loading import ModelError
 
-    return read_config(str(model))
+            line = " ".join(str(exc).split())[:200] or type(exc).__name__
+            raise ModelError(f"{model}: the config does not load: {line}") from None
+    else:
+        config = read_config(str(model))
+    check_dims(config, str(model))
+    return config
+
+
+#: The sizes a memory estimate multiplies: each must be a whole number of at least 1 where present.
+DIMENSIONS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+              "vocab_size", "n_embd", "n_layer", "n_head", "n_inner", "d_model", "d_ff", "d_kv", "num_layers",
+              "num_heads", "encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads",
+              "encoder_ffn_dim", "decoder_ffn_dim", "head_dim", "max_position_embeddings", "n_positions",
+              "num_mel_bins", "conv_dim")
+
+
+def check_dims(config, model: str) -> None:
+    """A config whose sizes are negative, zero or not whole numbers prices nothing real: refused
+    (``ModelError``, exit 2) naming the field, in the config and its sub-configs."""
+    from lengthscan.policy.model_loading import ModelError
+
+    def walk(values: dict, where: str) -> None:
+        for key, value in values.items():
+            if isinstance(value, dict):
+                walk(value, f"{where}{key}.")
+            elif key in DIMENSIONS and value is not None:
+                items = value if isinstance(value, (list, tuple)) else [value]
+                if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in items):
+                    raise ModelError(f"{model}: the config's {where}{key} is {value!r}; a model size must be a whole "
+                                     "number of at least 1")
+
+    walk(config.to_dict(), "")
 
 
 def estimate(config, shape: Shape, options: MemoryOptions = MemoryOptions()) -> MemoryEstimate:

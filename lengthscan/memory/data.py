@@ -68,7 +68,7 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
     """
     from lengthscan.engines.audit import audit
     from lengthscan.sources.opener import open_source
-    from lengthscan.write.staging import OutputError, check_writable, discard, publish, staging_dir
+    from lengthscan.write.staging import OutputError, check_out_path, check_writable, discard, publish, staging_dir
 
     check_sampler(sampler)  # before the audit pass, not after it
     options = options if options is not None else MemoryOptions()
@@ -79,8 +79,14 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
     usable_bytes(budget_bytes or 0, margin)  # checks the margin
     config = load_config(model)
     family_of(config)  # an unsupported model type fails before anything is measured
-    export = Path(export_worst_batch) if export_worst_batch else None
+    for path, flag in ((export_worst_batch, "--export-worst-batch"), (out, "--out")):
+        if path is not None:
+            check_out_path(path, flag)
+    export = Path(export_worst_batch) if export_worst_batch is not None else None
     final = Path(out) if out is not None else None
+    if export is not None and final is not None and _overlap(export, final):
+        raise OutputError(f"--export-worst-batch {export} and --out {final} overlap: the one published last "
+                          "would replace the other; choose two separate folders")
     src = open_source(source)
     for path, flag in ((export, "--export-worst-batch"), (final, "--out")):
         if path is not None:
@@ -327,3 +333,8 @@ def _shape_text(shape: dict, memory: dict) -> str:
 def _rows_text(rows: list[int], most: int = 16) -> str:
     text = ", ".join(str(r) for r in rows[:most])
     return text + (f", ... ({len(rows)} rows)" if len(rows) > most else "")
+
+
+def _overlap(a: Path, b: Path) -> bool:
+    a, b = a.resolve(), b.resolve()
+    return a == b or a.is_relative_to(b) or b.is_relative_to(a)

@@ -62,6 +62,8 @@ def read_config(name: str, *, revision=None, trust_remote_code: bool = False):
     a local path that does not exist, a hub name offline, a config that does not load) otherwise."""
     from lengthscan.sources.hub import hub_offline, looks_local, offline_reason
 
+    if not str(name).strip():
+        raise ModelError("the model is an empty name: give a model folder, a config.json or a hub name")
     path = Path(name).expanduser()
     local = looks_local(name)
     if local and not path.exists():

@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+from lengthscan.sources.cache_dir import file_stamp
 from lengthscan.sources.source import (
     AUDIO_SUFFIXES,
     FORMATS,
@@ -40,6 +41,8 @@ def open_source(source, *, split: str | None = None) -> Source:
     if _is_datasets_object(source) and isinstance(source, DatasetDict):
         return _from_dict(_describe(source), "dataset", source, split)
     spec = os.fspath(source)
+    if not spec.strip():
+        raise SourceError("the source is an empty name: give a file, folder, glob, save_to_disk dataset or hub id")
     path = Path(spec).expanduser()
     if path.is_dir():
         if (path / "dataset_dict.json").exists() or (path / "state.json").exists():
@@ -63,7 +66,7 @@ def open_source(source, *, split: str | None = None) -> Source:
         raise SourceError(f"{spec}: not a regular file or folder (a FIFO, socket or device): lengthscan reads "
                           "files, folders, globs, save_to_disk datasets and hub names")
     if any(ch in spec for ch in "*?["):
-        files = sorted(f for f in _glob.glob(os.path.expanduser(spec), recursive=True) if not os.path.isdir(f))
+        files = _glob_files(os.path.expanduser(spec))
         _check_regular(files)
         if not files:
             raise SourceError(f"{spec}: the glob matches no file (a literal name with [ ] * ? is read as a file "
@@ -82,17 +85,46 @@ def folder_files(root: Path) -> list[str]:
     import warnings
 
     files, skipped = [], []
+    cache = _cache_folder()
     for folder, dirs, names in os.walk(root):
-        if folder != str(root) and _is_lengthscan_output(Path(folder)):
+        if folder != str(root) and (_is_lengthscan_output(Path(folder)) or Path(folder).resolve() == cache):
             skipped.append(folder)
             dirs.clear()
             continue
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         files.extend(os.path.join(folder, n) for n in names if not n.startswith("."))
     if skipped:
-        warnings.warn(f"lengthscan: {root}: skipped {len(skipped)} earlier lengthscan output folder(s) inside it "
-                      f"({', '.join(skipped[:3])}); they are not data", stacklevel=2)
+        warnings.warn(f"lengthscan: {root}: skipped {len(skipped)} earlier lengthscan output or cache folder(s) "
+                      f"inside it ({', '.join(skipped[:3])}); they are not data", stacklevel=2)
     return sorted(files)
+
+
+def _glob_files(pattern: str) -> list[str]:
+    """The files a glob matches, sorted, without those inside earlier lengthscan outputs below the
+    glob's fixed folder (a ``**`` over a folder that holds a ``--format parquet`` clean would read its
+    dataset/ and rejects/ as data); naming an output's own files (``out/dataset/*.parquet``) reads them."""
+    import warnings
+
+    parts = Path(pattern).parts
+    fixed = next((i for i, part in enumerate(parts) if _glob.has_magic(part)), len(parts))
+    root = Path(*parts[:fixed]) if fixed else Path(".")
+    outputs: dict[Path, bool] = {}
+    files, skipped, cache = [], set(), _cache_folder()
+    for f in sorted(_glob.glob(pattern, recursive=True)):
+        if os.path.isdir(f):
+            continue
+        inside = [p for p in Path(f).parents if p != root and p.is_relative_to(root)] if Path(f).is_relative_to(root) \
+            else []
+        hit = next((p for p in inside if outputs.setdefault(p, _is_lengthscan_output(p) or p.resolve() == cache)),
+                   None)
+        if hit is not None:
+            skipped.add(str(hit))
+            continue
+        files.append(f)
+    if skipped:
+        warnings.warn(f"lengthscan: {pattern}: skipped files in {len(skipped)} earlier lengthscan output or "
+                      f"cache folder(s) ({', '.join(sorted(skipped)[:3])}); they are not data", stacklevel=3)
+    return files
 
 
 def _check_regular(files: list[str]) -> None:
@@ -103,6 +135,13 @@ def _check_regular(files: list[str]) -> None:
             what = "a broken symbolic link" if os.path.islink(f) and not os.path.exists(f) else \
                 "not a regular file (a FIFO, socket or device)"
             raise SourceError(f"{f}: {what}; remove it from the source, or name the files to read")
+
+
+def _cache_folder() -> Path:
+    """lengthscan's cache (``$LENGTHSCAN_CACHE``), never read as data when it lies inside a source."""
+    from lengthscan.sources.cache_dir import cache_root
+
+    return cache_root().resolve()
 
 
 def _is_lengthscan_output(folder: Path) -> bool:
@@ -121,6 +160,7 @@ def _open_disk(spec: str, path: Path, split: str | None) -> Source:
     from datasets import DatasetDict, load_from_disk
 
     quiet_datasets()
+    _check_disk_layout(spec, path)
     try:
         loaded = load_from_disk(str(path))
     except Exception as exc:
@@ -130,6 +170,41 @@ def _open_disk(spec: str, path: Path, split: str | None) -> Source:
     if split not in (None, "train"):
         raise SourceError(f"{spec}: a single-split dataset; --split {split} does not exist")
     return Source(spec, "disk", (_single("train", loaded),), False)
+
+
+def _check_disk_layout(spec: str, path: Path) -> None:
+    """A save_to_disk folder names its splits and data files itself: each must be a plain name inside
+    it. A crafted ``../`` would read data from elsewhere, and could put an ``--out`` that looks apart
+    from the source over the very files being read."""
+    import json
+
+    def plain(name) -> bool:
+        return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
+
+    def read(file: Path) -> dict:
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise SourceError(f"{spec}: cannot read {file.name}: {first_line(exc)}") from None
+        if not isinstance(data, dict):
+            raise SourceError(f"{spec}: {file.name} is not a JSON object")
+        return data
+
+    folders = [path]
+    if (path / "dataset_dict.json").exists():
+        splits = read(path / "dataset_dict.json").get("splits")
+        if not isinstance(splits, list) or not all(plain(s) for s in splits):
+            raise SourceError(f"{spec}: dataset_dict.json names splits that are not plain folder names inside it "
+                              f"({str(splits)[:120]})")
+        folders = [path / s for s in splits]
+    for folder in folders:
+        if not (folder / "state.json").exists():
+            continue
+        files = read(folder / "state.json").get("_data_files", [])
+        names = [f.get("filename") if isinstance(f, dict) else f for f in files] if isinstance(files, list) else [files]
+        if not all(plain(n) for n in names):
+            raise SourceError(f"{spec}: {folder.name}/state.json names data files that are not plain file names "
+                              f"inside its folder ({str(names)[:120]})")
 
 
 def _open_hub(spec: str, split: str | None) -> Source:
@@ -172,7 +247,7 @@ def _dataset_fingerprint(ds) -> str:
     # ``_indices`` and ``_fingerprint`` are datasets' own private attributes: there is no public
     # accessor for an indices mapping on top of the files, nor for the content fingerprint.
     if files and ds._indices is None:
-        stamp = [(os.path.abspath(f), os.path.getsize(f), os.stat(f).st_mtime_ns) for f in files]
+        stamp = [file_stamp(f) for f in files]
         return digest(json.dumps([stamp, ds.column_names, len(ds)]))[:16]
     return str(ds._fingerprint)
 

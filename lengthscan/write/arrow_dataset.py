@@ -24,13 +24,14 @@ class DatasetWriter:
     #: Rows per record batch, as ``datasets.config.DEFAULT_MAX_BATCH_SIZE``.
     BATCH_ROWS = 1000
 
-    def __init__(self, path: Path, features, *, embed_local_files: bool = False):
+    def __init__(self, path: Path, features, *, embed_local_files: bool | str = False):
         from lengthscan.sources import features as feats
 
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.features = features if isinstance(features, dict) else features.to_dict()
         self.rows = 0
+        self._embed = embed_local_files
         file = str(self.path / "data-00000-of-00001.arrow")
         self._schema = None
         if not embed_local_files and feats.is_plain(self.features):
@@ -42,12 +43,16 @@ class DatasetWriter:
             from datasets.arrow_writer import ArrowWriter
 
             self._hf_features = Features.from_dict(self.features)
-            self._writer = ArrowWriter(features=self._hf_features, path=file, embed_local_files=embed_local_files)
+            self._writer = ArrowWriter(features=self._hf_features, path=file, embed_local_files=False)
 
     def write(self, table: pa.Table) -> None:
         if not table.num_rows:
             return
         if self._schema is None:
+            if self._embed:
+                from lengthscan.write.embed import embed_audio
+
+                table = embed_audio(table, self.features, strict=self._embed == "strict")
             self._writer.write_table(table)
         else:
             table = conform(table, self._schema)

@@ -236,9 +236,11 @@ def output_features(spec: CleanSpec, source_features: dict, *, multi_file: bool,
     if multi_file:
         extra.update({"source_file": value("string"), "file_row": value("int64")})
     extra.update({"reason": value("string"), "reasons": list_of(value("string"))})
-    for name in extra:
-        if name in source_features:
-            raise ColumnError(f"{source_name}: has a column {name!r}, which rejects/ needs for its own")
+    taken = [name for name in extra if name in source_features]
+    if taken:
+        earlier = " (an earlier clean's rejects/?)" if {"row", "reason"} <= set(source_features) else ""
+        raise ColumnError(f"{source_name}: has the column(s) {', '.join(taken)}{earlier}, which rejects/ adds itself; "
+                          f"remove or rename them first, e.g. load_from_disk(...).remove_columns({taken!r})")
     return features, {**source_features, **extra}
 
 

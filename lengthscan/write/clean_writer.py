@@ -99,7 +99,8 @@ class CleanWriter:
         sub = split_src.name if self.src.has_splits else ""
         self.split_src = split_src
         self.split = SplitWriter(split_src.name, plan,
-                                 writer(spec.staging / "dataset" / sub, dataset_f, embed_local_files=spec.embed_audio),
+                                 writer(spec.staging / "dataset" / sub, dataset_f,
+                                        embed_local_files="strict" if spec.embed_audio else False),
                                  writer(spec.staging / "rejects" / sub, rejects_f, embed_local_files=spec.embed_audio),
                                  CleanTally.start(split_src.name, plan.rows_total, spec))
 

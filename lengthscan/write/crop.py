@@ -23,12 +23,14 @@ def crop_column(column, seconds: np.ndarray, staging: Path, final: Path, *, base
     """(new column, new native frames, sample rates) with rows where ``seconds`` is finite cropped."""
     import soundfile
 
+    from lengthscan.measure.audio.native import native_stderr_quiet
+
     values = column.to_pylist()
     frames = np.full(len(values), -1, np.int64)
     rates = np.zeros(len(values), np.int64)
     for i in np.flatnonzero(np.isfinite(seconds)):
         data, path = _load(values[i], base_dir)
-        with soundfile.SoundFile(io.BytesIO(data) if data is not None else path) as f:
+        with native_stderr_quiet(), soundfile.SoundFile(io.BytesIO(data) if data is not None else path) as f:
             rate, fmt, subtype = f.samplerate, f.format, f.subtype
             keep = int(np.floor(seconds[i] * rate))
             audio = f.read(frames=keep, dtype="float32", always_2d=True)

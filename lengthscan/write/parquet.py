@@ -53,7 +53,7 @@ def dataset_writer(fmt: str):
 class ParquetDatasetWriter:
     """One split as one Parquet shard, a batch at a time (``arrow_dataset.DatasetWriter``'s interface)."""
 
-    def __init__(self, path: Path, features, *, embed_local_files: bool = False):
+    def __init__(self, path: Path, features, *, embed_local_files: bool | str = False):
         from lengthscan.sources import features as feats
 
         self.path = Path(path)
@@ -61,6 +61,7 @@ class ParquetDatasetWriter:
         # a datasets Features is a dict too: to_dict() gives the plain JSON form
         self.features = features.to_dict() if hasattr(features, "to_dict") else features
         self.rows = 0
+        self._embed = embed_local_files
         file = str(self.path / shard_name(0, 1, "parquet"))
         self._schema = None
         if not embed_local_files and feats.is_plain(self.features):
@@ -73,12 +74,16 @@ class ParquetDatasetWriter:
             from datasets.arrow_writer import ParquetWriter
 
             self._hf_features = Features.from_dict(self.features)
-            self._writer = ParquetWriter(features=self._hf_features, path=file, embed_local_files=embed_local_files)
+            self._writer = ParquetWriter(features=self._hf_features, path=file, embed_local_files=False)
 
     def write(self, table: pa.Table) -> None:
         if not table.num_rows:
             return
         if self._schema is None:
+            if self._embed:
+                from lengthscan.write.embed import embed_audio
+
+                table = embed_audio(table, self.features, strict=self._embed == "strict")
             self._writer.write_table(table)
         else:
             table = conform(table, self._schema)

@@ -132,8 +132,23 @@ def _why(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
+def check_out_path(out, flag: str = "--out") -> None:
+    """Refuse an output path that cannot be published over safely: an empty name (the working
+    directory), a symbolic link (publishing would follow or replace it, broken or not) and a mount
+    point (a rename cannot replace it)."""
+    if not str(out).strip():
+        raise OutputError(f"{flag} is empty: name the folder to write")
+    path = Path(out).expanduser()
+    if path.is_symlink():
+        raise OutputError(f"{flag} {out}: a symbolic link; name the real folder (a link is never followed "
+                          "nor replaced)")
+    if path.is_dir() and os.path.ismount(path):
+        raise OutputError(f"{flag} {out}: a mount point, which cannot be replaced; choose a folder inside it")
+
+
 def check_writable(final: Path, *, overwrite: bool, ours: set[str] = AUDIT_FILES) -> None:
     """Refuse early to replace a directory holding files we did not write, unless ``overwrite``."""
+    check_out_path(final)
     if final.exists() and not final.is_dir():
         raise OutputError(f"{final}: exists and is not a directory")
     if final.is_dir() and not overwrite:
@@ -158,21 +173,46 @@ def check_apart(out: Path, sources) -> None:
                               f"(it is never written over, even with --overwrite)")
 
 
+#: The folders published by this process, for a Ctrl-C after publishing to say so.
+PUBLISHED: list[Path] = []
+
+
 def publish(tmp: Path, final: Path) -> None:
-    """Move ``tmp`` into place as ``final``; an existing ``final`` is swapped out, then removed."""
+    """Move ``tmp`` into place as ``final``; an existing ``final`` is swapped out, then removed.
+    Ctrl-C and SIGTERM wait until both renames are done: between them ``final`` would be missing."""
     final = final.resolve()
+    blocked = _block_signals()
     try:
         if final.exists():
             old = final.parent / f".{final.name}.old-{uuid.uuid4().hex[:8]}"
             os.rename(final, old)
             os.rename(tmp, final)
+            PUBLISHED.append(final)
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(tmp, final)
+            PUBLISHED.append(final)
     finally:
         lock = _HELD.pop(tmp, None)
         if lock is not None:
             lock.release()
+        _unblock_signals(blocked)
+
+
+def _block_signals():
+    import signal
+    import threading
+
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+def _unblock_signals(previous) -> None:
+    import signal
+
+    if previous is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a signal that came meanwhile is delivered now
 
 
 def _is_stale(path: Path) -> bool:

@@ -118,7 +118,7 @@ def test_earlier_outputs_inside_a_source_folder_are_not_data(tmp_path, bpe_dir):
     first.rename(data / "cleaned")  # a user moves it in (an --out inside the source is refused)
     (data / ".a.jsonl.tmp-1-abc").mkdir()  # hidden folders (a staging folder) are not data either
     _write_jsonl(data / ".a.jsonl.tmp-1-abc" / "x.jsonl", 4)
-    with pytest.warns(UserWarning, match="skipped 1 earlier lengthscan output folder"):
+    with pytest.warns(UserWarning, match="skipped 1 earlier lengthscan output or cache folder"):
         assert main(["audit", str(data), *args, "--out", str(tmp_path / "second")]) == 0
     report = json.loads((tmp_path / "second" / "report.json").read_text())
     assert report["splits"][0]["sample"]["rows_total"] == 9

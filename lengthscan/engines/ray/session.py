@@ -18,26 +18,32 @@ class EngineError(SourceError):
 def ray_session(ray, ray_address: str | None):
     """Ray for one job: joined (``ray_address``; the running session if there is one) or started
     locally and shut down after; Ray Data set to keep blocks in source order, without progress bars."""
-    started_ray = not ray.is_initialized()
-    if started_ray:
-        check_reachable(ray_address)
-        ray.init(address=ray_address, log_to_driver=False, include_dashboard=False)
     import logging
 
-    ctx = ray.data.DataContext.get_current()
-    saved_order, saved_progress = ctx.execution_options.preserve_order, ctx.enable_progress_bars
-    ctx.execution_options.preserve_order = True  # blocks arrive in source order: row ids stay exact
-    ctx.enable_progress_bars = False
-    logger = logging.getLogger("ray.data")  # its per-dataset INFO lines would interleave with ours
-    saved_level = logger.level
-    logger.setLevel(max(logging.WARNING, saved_level))
+    # Ray's INFO and WARNING lines (a token generated, a local instance started, progress bars
+    # off, per-dataset plans) would interleave with ours and break --quiet: errors only
+    loggers = [logging.getLogger(name) for name in ("ray", "ray.data")]
+    saved_levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(max(logging.ERROR, logger.level))
+    started_ray = not ray.is_initialized()
     try:
-        yield ray
-    finally:
-        ctx.execution_options.preserve_order, ctx.enable_progress_bars = saved_order, saved_progress
-        logger.setLevel(saved_level)
         if started_ray:
-            ray.shutdown()
+            check_reachable(ray_address)
+            ray.init(address=ray_address, log_to_driver=False, include_dashboard=False, logging_level=logging.ERROR)
+        ctx = ray.data.DataContext.get_current()
+        saved_order, saved_progress = ctx.execution_options.preserve_order, ctx.enable_progress_bars
+        ctx.execution_options.preserve_order = True  # blocks arrive in source order: row ids stay exact
+        ctx.enable_progress_bars = False
+        try:
+            yield ray
+        finally:
+            ctx.execution_options.preserve_order, ctx.enable_progress_bars = saved_order, saved_progress
+            if started_ray:
+                ray.shutdown()
+    finally:
+        for logger, level in zip(loggers, saved_levels):
+            logger.setLevel(level)
 
 
 #: seconds to wait for a cluster's address to answer before Ray's own minutes of retries

@@ -143,8 +143,12 @@ def libsndfile_info(data: bytes | None, path: str | None) -> AudioInfo:
     ``read_info`` returns exactly this for every source; it skips libsndfile where
     ``headers.probe`` can parse the header itself (tests/measure/audio/test_headers.py compares them).
     """
+    from lengthscan.measure.audio.native import native_stderr_quiet
+
     try:
-        return _rate_checked(_measure(data, path), data, path)
+        with native_stderr_quiet():
+            info = _measure(data, path)
+        return _rate_checked(info, data, path)
     except Exception as exc:  # LibsndfileError, TypeError (RAW needs a rate), RuntimeError ...
         return _failed(FLAG_UNREADABLE, _reason(exc, data, path))
 

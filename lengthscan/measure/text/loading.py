@@ -21,6 +21,8 @@ def load_tokenizer(name_or_path: str, *, revision: str | None = None, trust_remo
     from lengthscan.sources.hub import hub_offline, looks_local, offline_reason
 
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    if not str(name_or_path).strip():
+        raise TokenizerError("the tokenizer is an empty name: give a tokenizer folder or a hub name")
     local = Path(name_or_path).expanduser().exists()
     if looks_local(name_or_path) and not local:
         raise TokenizerError(f"cannot load tokenizer {name_or_path!r}: no such file or directory (a local path; "
