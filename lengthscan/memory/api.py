@@ -65,15 +65,16 @@ def load_config(model: str):
 
     path = Path(str(model)).expanduser()
     if path.is_file():
-        config_dict, _ = PretrainedConfig.get_config_dict(str(path))
-        model_type = config_dict.get("model_type")
-        if not model_type:
-            raise ValueError(f"{model}: the config has no model_type")
-        try:
-            config = AutoConfig.for_model(**config_dict)
-        except Exception as exc:  # transformers' own validation of the values (a size of 2.5 ...)
-            from lengthscan.policy.model_loading import ModelError
+        from lengthscan.policy.model_loading import ModelError
 
+        try:  # not JSON, not an object, transformers' own validation of the values (a size of 2.5 ...)
+            config_dict, _ = PretrainedConfig.get_config_dict(str(path))
+            if not isinstance(config_dict, dict) or not config_dict.get("model_type"):
+                raise ModelError(f"{model}: the config has no model_type")
+            config = AutoConfig.for_model(**config_dict)
+        except ModelError:
+            raise
+        except Exception as exc:
             line = " ".join(str(exc).split())[:200] or type(exc).__name__
             raise ModelError(f"{model}: the config does not load: {line}") from None
     else:

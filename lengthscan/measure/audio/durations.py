@@ -106,6 +106,9 @@ def read_info(source, *, base_dir: str | None = None) -> AudioInfo:
 def _info(data: bytes | None, path: str | None) -> AudioInfo:
     if data is None and path is None:
         return _failed(FLAG_MISSING, "no audio: neither bytes nor a path")
+    if data is None and _is_url(path):
+        return _failed(FLAG_MISSING_FILE, f"a URL, not a local file: {path} (lengthscan reads local audio files and "
+                                          "bytes; download the files, or mount the bucket)")
     if data is None:
         try:
             mode = os.stat(path).st_mode
@@ -182,6 +185,11 @@ def read_infos(sources: list, *, base_dir: str | None = None, threads: int = 1, 
     return out
 
 
+def _is_url(path: str) -> bool:
+    scheme, sep, _ = path.partition("://")
+    return bool(sep) and scheme.isalnum() and len(scheme) > 1  # s3://, https://, gs:// (not C:\\)
+
+
 def resolve_source(source, base_dir: str | None) -> tuple[bytes | None, str | None]:
     """(bytes, path) of a source; TypeError for a value that is neither."""
     if isinstance(source, dict) and set(source) <= {"bytes", "path"}:
@@ -195,7 +203,7 @@ def resolve_source(source, base_dir: str | None) -> tuple[bytes | None, str | No
         return bytes(source), None
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
-        if base_dir is not None and not os.path.isabs(path):
+        if base_dir is not None and not os.path.isabs(path) and not _is_url(path):
             path = os.path.join(base_dir, path)
         return None, path
     raise TypeError(
