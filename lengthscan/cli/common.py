@@ -103,6 +103,7 @@ def is_usage_error(exc: Exception) -> bool:
     from lengthscan.measure.batch import ColumnError
     from lengthscan.measure.chat.template import ChatTemplateError
     from lengthscan.measure.text.loading import TokenizerError
+    from lengthscan.pack.run import PackingError
     from lengthscan.policy.model_limits import ModelError
     from lengthscan.policy.rules import RuleError
     from lengthscan.sources.sampling import SampleError
@@ -110,7 +111,7 @@ def is_usage_error(exc: Exception) -> bool:
     from lengthscan.write.staging import OutputError
 
     return isinstance(exc, (ColumnError, SampleError, SourceError, TokenizerError, OutputError, ModelError,
-                            RuleError, ChatTemplateError, OptionError))
+                            RuleError, ChatTemplateError, OptionError, PackingError))
 
 
 def disk_error(exc: BaseException) -> str | None:

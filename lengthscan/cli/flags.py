@@ -73,6 +73,20 @@ FLAGS: dict[str, tuple[str, dict]] = {
                                                           "(row ids and lengths only)")),
     "id": ("--id", dict(metavar="COL", help="a column that identifies rows (an id, a URL ...): carried into "
                                             "lengths.parquet beside row (rejects/ keeps every column)")),
+    "packing": ("--packing", dict(choices=("bfd", "bfd_split", "wrapped"), help="simulate TRL's packing of every "
+                                  "row (SFTConfig.packing_strategy): packs.parquet, efficiency, tokens lost, steps")),
+    "max_length": ("--max-length", dict(type=int, metavar="L", help="with --packing: the packed row's tokens "
+                                                                    "(SFTConfig.max_length)")),
+    "packing_num_proc": ("--packing-num-proc", dict(type=int, metavar="N", help="with --packing: TRL's "
+                                                    "dataset_num_proc (it changes the packs; default none)")),
+    "shuffle_seed": ("--shuffle-seed", dict(type=int, metavar="SEED", help="with --packing: TRL's "
+                                            "shuffle_dataset with args.seed SEED (default: not shuffled)")),
+    "batch_size": ("--batch-size", dict(type=int, default=8, metavar="B", help="with --packing: per-device "
+                                        "batch size, for steps per epoch (default 8)")),
+    "grad_accum": ("--grad-accum", dict(type=int, default=1, metavar="K", help="with --packing: gradient "
+                                                                               "accumulation steps (default 1)")),
+    "devices": ("--devices", dict(type=int, default=1, metavar="N", help="with --packing: data-parallel devices "
+                                                                         "(default 1)")),
     "overwrite": ("--overwrite", dict(action="store_true", help="replace --out even if it holds other files")),
 }
 
@@ -82,6 +96,8 @@ SOURCE_FLAGS = ("input", "audio", "target", "messages", "prompt", "completion", 
                 "seed", "max_chars", "no_cache", "engine", "ray_address", "num_proc")
 #: audit (what clean would do) and clean (what it does).
 RULE_FLAGS = ("limit", "action", "keep_empty_targets", "crop_audio", "fail_over")
+#: ``audit --packing``: TRL's packing simulated, and the steps it makes.
+PACKING_FLAGS = ("packing", "max_length", "packing_num_proc", "shuffle_seed", "batch_size", "grad_accum", "devices")
 #: How the report is printed and what it may hold.
 REPORT_FLAGS = ("json", "quiet", "redact", "id")
 
@@ -142,3 +158,12 @@ def engine_for(args):
     from lengthscan.engines.loop import LocalEngine
 
     return LocalEngine(args.num_proc)
+
+
+def packing_options(args):
+    """``PackingOptions`` from the parsed flags."""
+    from lengthscan.pack.run import PackingOptions
+
+    return PackingOptions(packing=args.packing, max_length=args.max_length, packing_num_proc=args.packing_num_proc,
+                          shuffle_seed=args.shuffle_seed, batch_size=args.batch_size, grad_accum=args.grad_accum,
+                          devices=args.devices)

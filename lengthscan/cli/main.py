@@ -25,7 +25,15 @@ from lengthscan.cli.common import (
     say,
     silence_stderr,
 )
-from lengthscan.cli.flags import REPORT_FLAGS, RULE_FLAGS, SOURCE_FLAGS, add_flags, add_source_argument, named
+from lengthscan.cli.flags import (
+    PACKING_FLAGS,
+    REPORT_FLAGS,
+    RULE_FLAGS,
+    SOURCE_FLAGS,
+    add_flags,
+    add_source_argument,
+    named,
+)
 from lengthscan.cli.memory import add_memory_parser, run_memory
 
 
@@ -55,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(p, *SOURCE_FLAGS, *RULE_FLAGS)
     p.add_argument("--out", type=named, default="lengthscan-report", metavar="DIR",
                    help="output directory (default ./lengthscan-report)")
-    add_flags(p, "overwrite", *REPORT_FLAGS)
+    add_flags(p, "overwrite", *REPORT_FLAGS, *PACKING_FLAGS)
 
     c = sub.add_parser("clean", help="decide every row by limits; write a dataset, its rejects and a report",
                        description="Measure every row, decide keep/truncate/drop by --limit rules, and write "
@@ -221,7 +229,7 @@ def _internal_error(exc: Exception) -> int:
 
 
 def _audit(args, command: str) -> int:
-    from lengthscan.cli.flags import engine_for, measure_options, rule_options, run_options
+    from lengthscan.cli.flags import engine_for, measure_options, packing_options, rule_options, run_options
     from lengthscan.engines.audit import AuditOptions, run_audit
     from lengthscan.engines.options import OutputOptions, SampleOptions
 
@@ -232,7 +240,7 @@ def _audit(args, command: str) -> int:
                                rule_options(args),
                                OutputOptions(out=args.out, overwrite=args.overwrite, redact=args.redact,
                                              id_column=args.id),
-                               run_options(args, progress=progress, command=command))
+                               run_options(args, progress=progress, command=command), packing_options(args))
         result = run_audit(args.source, options, engine)
     print_result(result, json_out=args.json, quiet=args.quiet)
     failed = result.decisions.gate if result.decisions is not None else None

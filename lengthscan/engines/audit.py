@@ -25,6 +25,7 @@ from lengthscan.engines.results import DecisionReport, audit_result
 from lengthscan.engines.setup import prepare_run, resolve_for, with_identity
 from lengthscan.measure.batch import ColumnError, check_columns
 from lengthscan.measure.text.counter import DEFAULT_MAX_CHARS
+from lengthscan.pack.run import PackingOptions
 from lengthscan.policy.decisions import special_lengths
 from lengthscan.sources.sampling import DEFAULT_SEED, plan_sample
 from lengthscan.sources.scan import BATCH_ROWS
@@ -42,11 +43,13 @@ class AuditOptions:
     rules: RuleOptions = RuleOptions()
     output: OutputOptions = OutputOptions()
     run: RunOptions = RunOptions()
+    packing: PackingOptions = PackingOptions()
 
     @classmethod
     def of(cls, **kwargs) -> "AuditOptions":
         """The records from ``audit``'s keyword arguments."""
-        return cls(*split_options(kwargs, MeasureOptions, SampleOptions, RuleOptions, OutputOptions, RunOptions))
+        return cls(*split_options(kwargs, MeasureOptions, SampleOptions, RuleOptions, OutputOptions, RunOptions,
+                                  PackingOptions))
 
 
 def audit(source, *, tokenizer=None, input: str | None = None, target: str | None = None,
@@ -57,7 +60,9 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
           max_chars: int = DEFAULT_MAX_CHARS, batch_rows: int = BATCH_ROWS, redact: bool = False,
           num_proc: int = 1, progress: Progress | None = None, command: str | None = None, messages: str | None = None,
           prompt: str | None = None, completion: str | None = None, tools: str | None = None,
-          chat_template: str | None = None, train_on: str = "assistant", id_column: str | None = None) -> AuditResult:
+          chat_template: str | None = None, train_on: str = "assistant", id_column: str | None = None,
+          packing: str | None = None, max_length: int | None = None, packing_num_proc: int | None = None,
+          shuffle_seed: int | None = None, batch_size: int = 8, grad_accum: int = 1, devices: int = 1) -> AuditResult:
     """Measure the lengths of the ``input``/``audio`` and ``target`` columns of ``source``.
 
     ``source`` is anything ``open_source`` opens (path, glob, directory, audio folder, hub id,
@@ -73,6 +78,9 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
     in worker processes (same results, same order). Conversations instead of text columns:
     ``messages`` (or ``prompt`` and ``completion``), ``tools``, ``chat_template`` (a Jinja file;
     default: the tokenizer's) and ``train_on`` (assistant, last or all); see README "Chat data".
+    ``packing`` (bfd, bfd_split or wrapped) with ``max_length`` simulates TRL's packing of every row
+    (``packing_num_proc``: its ``dataset_num_proc``; ``shuffle_seed``: ``shuffle_dataset`` with that
+    seed); ``batch_size``, ``grad_accum`` and ``devices`` turn packs into steps (README "Packing").
     """
     options = AuditOptions.of(**{k: v for k, v in locals().items() if k != "source"})
     return run_audit(source, options, LocalEngine(num_proc))
@@ -83,6 +91,7 @@ def run_audit(source, options: AuditOptions, engine) -> AuditResult:
     from lengthscan.write.audit_output import AuditOutput
 
     started = time.perf_counter()
+    options.packing.check()
     prepared = prepare_run(options.measure, options.rules)
     setup, rules, sample = prepared.setup, options.rules, options.sample
     out = options.output.out
@@ -104,10 +113,15 @@ def run_audit(source, options: AuditOptions, engine) -> AuditResult:
         output = AuditOutput.start(Path(out) if out is not None else None, setup, src,
                                    measured_only=bool(prepared.rules), redact=options.output.redact,
                                    overwrite=options.output.overwrite)
+        packer = None
+        if options.packing.packing is not None:
+            from lengthscan.pack.run import PackSink
+
+            packer = PackSink(setup.fields)
         try:
             measurement = measure_source(
                 src, setup, engine, run=options.run, ratios=prepared.ratios, seed=sample.seed,
-                sinks=output.sinks(src, setup),
+                sinks=[*output.sinks(src, setup), *([packer] if packer is not None else [])],
                 plan_for=lambda s: plan_sample(s.num_rows, sample=sample.sample, full=sample.full, seed=sample.seed))
             if setup.counter is not None and setup.counter.loaded:
                 special_lengths(setup.counter, setup.fields)  # free now; a clean on cached lengths needs it
@@ -119,12 +133,24 @@ def run_audit(source, options: AuditOptions, engine) -> AuditResult:
                 tallies = output.decide(src, measurement.plans, setup, resolved, special=special,
                                         keep_empty_targets=rules.keep_empty_targets)
                 decisions = DecisionReport.of(resolved, basis, rules.action, tallies, rules.fail_over, prepared.gate)
+            packing = _pack(packer, options.packing, setup, output) if packer is not None else None
             result = audit_result(src, setup, measurement, seed=sample.seed, command=options.run.command, out=out,
                                   tokenizer=engine.tokenizer_info(setup.counter, measurement.cached),
-                                  started=started, decisions=decisions, longest=output.longest_rows(src, setup))
+                                  started=started, decisions=decisions, longest=output.longest_rows(src, setup),
+                                  packing=packing)
             output.finish(result.to_dict())
             return result
         except BaseException:
             output.abort()
             raise
 
+
+def _pack(packer, options: PackingOptions, setup, output) -> dict:
+    """The packs of every split (``packs.parquet`` beside the lengths, with ``--out``) and their figures."""
+    from lengthscan.pack.run import simulate_packing, write_packs
+
+    limit = setup.model_limits.get(packer.spec.name) if setup.model_limits is not None else None
+    report, packs = simulate_packing(packer.lengths, options, model_limit=int(limit.value) if limit else None)
+    if output.final is not None:
+        write_packs(output.staging / "packs.parquet", packs)
+    return report

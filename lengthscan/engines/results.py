@@ -16,7 +16,7 @@ from lengthscan.stats.result import AuditResult
 
 def audit_result(src, setup: Setup, measurement: Measurement, *, tokenizer, seed: int, command,
                  out=None, started: float | None = None, decisions: DecisionReport | None = None,
-                 longest: tuple = ()) -> AuditResult:
+                 longest: tuple = (), packing: dict | None = None) -> AuditResult:
     """The ``AuditResult`` of a source's ``measurement``."""
     return AuditResult(
         source=src.spec, source_fingerprint=src.fingerprint, splits=measurement.splits, tokenizer=tokenizer,
@@ -27,6 +27,7 @@ def audit_result(src, setup: Setup, measurement: Measurement, *, tokenizer, seed
         model=setup.model_limits, audio=setup.audio_dict(), decisions=decisions,
         chat=setup.chat.to_dict() if setup.chat is not None else None,
         batches=simulate_batches(src, measurement.tallies, setup, seed, of="source"), longest_rows=longest,
+        packing=packing,
     )
 
 

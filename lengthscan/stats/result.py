@@ -34,6 +34,7 @@ class AuditResult:
     batches: object = None             # engines.results.BatchReport of the source
     chat: dict | None = None           # how conversations were measured (template, format, rule)
     longest_rows: tuple = ()           # an audit's longest rows per measurement, with previews (write.longest)
+    packing: dict | None = None        # --packing: the packs' figures (pack.run.simulate_packing)
 
     def split(self, name: str) -> SplitAudit:
         for s in self.splits:
@@ -75,4 +76,5 @@ class AuditResult:
             "decisions": self.decisions.to_dict() if self.decisions is not None else None,
             "batches": self.batches.to_dict() if self.batches is not None else None,
             **({"longest_rows": list(self.longest_rows)} if self.longest_rows else {}),
+            **({"packing": self.packing} if self.packing is not None else {}),
         }

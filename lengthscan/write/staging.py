@@ -17,7 +17,7 @@ except ImportError:  # not POSIX: no lock (the rename that publishes stays atomi
     fcntl = None
 
 #: Files an audit writes; a directory holding only these may be replaced by a new audit.
-AUDIT_FILES = {"lengths.parquet", "report.json", "report.html"}
+AUDIT_FILES = {"lengths.parquet", "report.json", "report.html", "packs.parquet"}
 
 
 class OutputError(ValueError):

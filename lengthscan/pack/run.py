@@ -1,0 +1,144 @@
+"""Packing in an audit: the options, the lengths it packs (a sink of the measuring loop), and the
+figures and ``packs.parquet`` it leaves.
+
+The lengths packed are those the trainer packs: a conversation's ``sequence_tokens`` (the rendered
+chat template), else a text's ``input_tokens`` (special tokens included). Packs are simulated per
+split, in source order, on every row: a sample's packs would not be the trainer's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lengthscan.pack.figures import Steps, by_length, pack_figures, pack_fill
+from lengthscan.pack.trl import TRL_STRATEGIES, Packs, pack_trl
+
+#: every strategy ``--packing`` takes
+STRATEGIES = TRL_STRATEGIES
+
+
+class PackingError(ValueError):
+    """Packing cannot be simulated as asked (exit code 2)."""
+
+
+@dataclass(frozen=True)
+class PackingOptions:
+    """``--packing STRATEGY --max-length L``; TRL's ``dataset_num_proc`` and ``shuffle_dataset``
+    (with ``args.seed``), and the batch, accumulation and devices that turn packs into steps."""
+
+    packing: str | None = None
+    max_length: int | None = None
+    packing_num_proc: int | None = None
+    shuffle_seed: int | None = None
+    batch_size: int = 8
+    grad_accum: int = 1
+    devices: int = 1
+
+    def check(self) -> None:
+        if self.packing is None:
+            if self.max_length is not None:
+                raise PackingError("--max-length is packing's: add --packing STRATEGY (bfd, bfd_split or wrapped)")
+            return
+        if self.packing not in STRATEGIES:
+            raise PackingError(f"--packing {self.packing}: not a strategy; choose {', '.join(STRATEGIES)}")
+        if self.max_length is None:
+            raise PackingError(f"--packing {self.packing} needs --max-length L (the packed row's tokens)")
+        bounds = (("--max-length", self.max_length, 1 << 24), ("--packing-num-proc", self.packing_num_proc, 512),
+                  ("--batch-size", self.batch_size, 1 << 20), ("--grad-accum", self.grad_accum, 1 << 20),
+                  ("--devices", self.devices, 1 << 20))
+        for name, value, most in bounds:
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most):
+                raise PackingError(f"{name} {value}: give a whole number between 1 and {most:,}")
+
+    @property
+    def steps(self) -> Steps:
+        return Steps(self.batch_size, self.grad_accum, self.devices)
+
+
+def packed_metric(fields):
+    """(role, spec) of the lengths a trainer packs: a conversation's sequence, else the input text."""
+    for f in fields:
+        if f.kind == "chat":
+            return f.role, next(s for s in f.specs if s.name == "sequence_tokens")
+    for f in fields:
+        if f.role == "input" and f.kind == "text":
+            return f.role, f.primary
+    raise PackingError("--packing packs token sequences: measure a text (--input) or conversations (--messages)")
+
+
+class PackSink:
+    """A sink of the measuring loop: the packed metric of every row of each split, by row id."""
+
+    def __init__(self, fields):
+        self.role, self.spec = packed_metric(fields)
+        self.lengths: dict[str, np.ndarray] = {}
+
+    def open_split(self, split_src, plan) -> None:
+        if not plan.full:
+            raise PackingError(f"--packing simulates every row of a split, and split {split_src.name!r} is sampled "
+                               f"({plan.size:,} of {plan.rows_total:,} rows): add --full")
+        self.lengths[split_src.name] = np.full(split_src.num_rows, -1, np.int64)
+
+    def write(self, split_src, batch, measured: dict) -> None:
+        m = measured.get(self.role)
+        if m is not None:
+            values = np.asarray(m.values[self.spec])
+            self.lengths[split_src.name][batch.rows] = np.where(values >= 0, values, -1).astype(np.int64)
+
+    def close_split(self, split_src) -> None:
+        """Nothing to do."""
+
+
+def simulate_packing(lengths_by_split: dict[str, np.ndarray], options: PackingOptions, *,
+                     model_limit: int | None = None) -> tuple[dict, dict[str, Packs]]:
+    """``report.json["packing"]`` and each split's packs."""
+    trl = {"num_proc": options.packing_num_proc, "shuffle_seed": options.shuffle_seed}
+    splits, packs = [], {}
+    for name, lengths in lengths_by_split.items():
+        p = pack_trl(lengths, options.max_length, options.packing, **trl)
+        packs[name] = p
+        figures = pack_figures(p, lengths, options.steps)
+        figures.update(split=name, fill=pack_fill(p),
+                       by_max_length=by_length(lengths, options.packing, options.steps, model_limit=model_limit,
+                                               chosen=options.max_length, **trl))
+        splits.append(figures)
+    report = {"strategy": options.packing, "max_length": options.max_length, "implementation": _implementation(),
+              "dataset_num_proc": options.packing_num_proc, "shuffle_seed": options.shuffle_seed,
+              "steps": options.steps.to_dict(), "splits": splits}
+    return report, packs
+
+
+def write_packs(path: Path, packs: dict[str, Packs]) -> None:
+    """``packs.parquet``: a row per pack in the order the strategy makes them: ``pack``, ``rows``
+    (source row ids, in the pack's order), ``seq_lengths`` (their tokens in the pack: TRL's own
+    column), ``length`` (the pack's tokens), and ``split`` with several splits."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tables = []
+    for name, p in packs.items():
+        offsets = pa.array(p.offsets.astype(np.int32) if p.offsets[-1] < 2**31 else p.offsets)
+        make = pa.ListArray if offsets.type == pa.int32() else pa.LargeListArray
+        columns = {"pack": pa.array(np.arange(p.count, dtype=np.int64)),
+                   "rows": make.from_arrays(offsets, pa.array(p.rows, pa.int64())),
+                   "seq_lengths": make.from_arrays(offsets, pa.array(p.seq_lengths, pa.int64())),
+                   "length": pa.array(p.pack_lengths().astype(np.int64))}
+        if len(packs) > 1:
+            columns = {"split": pa.array([name] * p.count, pa.string()), **columns}
+        tables.append(pa.table(columns))
+    pq.write_table(pa.concat_tables(tables) if len(tables) > 1 else tables[0], path)
+
+
+def _implementation() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        trl = version("trl")
+    except PackageNotFoundError:
+        trl = None
+    return {"library": "trl", "function": "trl.data_utils.pack_dataset", "installed": trl,
+            "note": "simulated from trl 1.x's _pack_bfd / _pack_wrapped: 1,000-row map batches per contiguous "
+                    "dataset_num_proc shard, empty rows dropped (bfd), best-fit decreasing with a segment tree"}
