@@ -93,7 +93,8 @@ def _print_summary(result, data: dict, json_out: bool) -> None:
     if out_dir and "clean" not in data:  # a clean says what it wrote itself
         from rich.text import Text
 
-        console.print(Text.assemble(("wrote ", "dim"), f"{out_dir}/lengths.parquet, report.json, report.html "
+        packs = " packs.parquet," if "packing" in data else ""
+        console.print(Text.assemble(("wrote ", "dim"), f"{out_dir}/lengths.parquet,{packs} report.json, report.html "
                                     "(open report.html in a browser)"))
 
 

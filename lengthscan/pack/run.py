@@ -101,6 +101,9 @@ def simulate_packing(lengths_by_split: dict[str, np.ndarray], options: PackingOp
         p = pack_trl(lengths, options.max_length, options.packing, **trl)
         packs[name] = p
         figures = pack_figures(p, lengths, options.steps)
+        if options.packing == "bfd" and figures["tokens_lost"]:  # what keeping the overflow would cost
+            kept = pack_trl(lengths, options.max_length, "bfd_split", **trl)
+            figures["bfd_split_efficiency"] = round(float(kept.seq_lengths.sum()) / (kept.count * kept.max_length), 6)
         figures.update(split=name, fill=pack_fill(p),
                        by_max_length=by_length(lengths, options.packing, options.steps, model_limit=model_limit,
                                                chosen=options.max_length, **trl))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from lengthscan.measure.records import BOUNDED_FLAGS, FLAG_NAMES
 from lengthscan.report.chat_findings import chat_findings
 from lengthscan.report.fmt import count, num, share, times, unit, with_unit
+from lengthscan.report.packing import packing_findings
 
 #: Flags of rows decide-only mode decided by a proven bound (they have bounds, not lengths).
 BOUNDED_FLAG_NAMES = tuple(FLAG_NAMES[code] for code in BOUNDED_FLAGS)
@@ -45,6 +46,7 @@ def findings(data: dict) -> list[str]:
         out += _ratio_findings(split, multi=multi)
         out += _tail_findings(split, multi=multi)
     out += _padding_findings(data.get("batches"), (clean or {}).get("batches_before"))
+    out += packing_findings(data.get("packing"))
     model = data.get("model") or {}
     out += [f"Model note: {note}" + ("" if note.endswith((".", "!", "?")) else ".")
             for note in model.get("notes") or []]

@@ -20,6 +20,7 @@ from lengthscan.report import charts
 from lengthscan.report.findings import findings
 from lengthscan.report.fmt import count, mean, num, share, size, unit
 from lengthscan.report.memory_chart import memory_spec
+from lengthscan.report.packing import packing_view
 
 __all__ = ["findings", "render_html", "script_json", "write_html"]
 
@@ -135,6 +136,7 @@ def _view(data: dict, specs: dict, *, redact: bool) -> dict:
         "batches_charts": [add(spec) for spec in _padding_charts(batches, clean.get("batches_before"))],
         "worst_groups": _worst_groups(clean.get("worst_rows") or data.get("longest_rows"), redact=redact),
         "memory": _memory_view(data.get("memory"), add),
+        "packing": packing_view(data.get("packing"), add),
     }
 
 

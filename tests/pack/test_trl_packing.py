@@ -113,3 +113,18 @@ def test_audio_cannot_be_packed(tmp_path, capsys):
     code = main(["audit", str(tmp_path / "m.csv"), "--audio", "path", "--sampling-rate", "16000", "--packing", "bfd",
                  "--max-length", "64", "--out", str(tmp_path / "o"), "--quiet"])
     assert code == 2 and "packs token sequences" in capsys.readouterr().err
+
+
+def test_the_report_has_a_packing_panel_and_findings(tmp_path, bpe_dir, corpus_jsonl):
+    from lengthscan.report.findings import findings
+
+    out = tmp_path / "o"
+    assert main(["audit", str(corpus_jsonl), "--tokenizer", str(bpe_dir), "--input", "text", "--full",
+                 "--packing", "bfd", "--max-length", "48", "--out", str(out), "--quiet"]) == 0
+    data = json.loads((out / "report.json").read_text())
+    split = data["packing"]["splits"][0]
+    assert split["tokens_lost"] > 0 and split["bfd_split_efficiency"] is not None
+    said = [f for f in findings(data) if "bfd packing at 48 tokens" in f]
+    assert len(said) == 2 and f"{split['packs']:,} packs" in said[0] and f"{split['tokens_lost']:,} tokens" in said[1]
+    html = (out / "report.html").read_text()
+    assert 'id="packing"' in html and "Packing: bfd at 48 tokens" in html and "pack fill" in html

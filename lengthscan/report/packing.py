@@ -1,0 +1,71 @@
+"""The packing panel of the report and its findings in words (``report.json["packing"]``)."""
+
+from __future__ import annotations
+
+from lengthscan.report.charts import base_spec
+
+
+def packing_findings(packing: dict | None) -> list[str]:
+    """"With bfd at 2,048, 1.2% of rows lose 3.4 M tokens (4.1%) ..." for each split."""
+    if not packing:
+        return []
+    out = []
+    multi = len(packing["splits"]) > 1
+    for s in packing["splits"]:
+        where = f"split {s['split']}: " if multi else ""
+        head = f"{where}With {s['strategy']} packing at {s['max_length']:,} tokens"
+        eff = f"{s['efficiency']:.1%}" if s["efficiency"] is not None else "n/a"
+        text = f"{head}, {s['packs']:,} packs are {eff} full and an epoch takes {s['steps_per_epoch']:,} steps"
+        plain = s["without_packing"]
+        if plain["padding_share"] is not None:
+            text += (f" (without packing: {plain['steps_per_epoch']:,} steps, {plain['padding_share']:.1%} of the "
+                     "positions padding)")
+        out.append(text + ".")
+        if s["tokens_lost"]:
+            share = s["rows_losing_tokens"] / max(s["rows"], 1)
+            lost = (f"{head}, {share:.1%} of rows ({s['rows_losing_tokens']:,}) lose {_tokens(s['tokens_lost'])} "
+                    f"({s['tokens_lost_share']:.1%} of all tokens): bfd discards what passes L")
+            if s.get("bfd_split_efficiency") is not None and s["efficiency"] is not None:
+                delta = s["efficiency"] - s["bfd_split_efficiency"]
+                lost += (f"; bfd_split keeps them at {abs(delta):.2%} {'lower' if delta >= 0 else 'higher'} "
+                         "efficiency")
+            out.append(lost + ".")
+        elif s["rows_split"] and s["strategy"] != "bfd":
+            out.append(f"{head}, {s['rows_split']:,} rows are split across packs (no token is lost, but a split "
+                       "row's parts are trained as separate sequences).")
+    return out
+
+
+def fill_spec(split: dict) -> dict | None:
+    """A histogram of the packs' fill."""
+    fill = split.get("fill") or {}
+    counts, edges = fill.get("counts") or [], fill.get("edges") or []
+    if not any(counts):
+        return None
+    values = [{"from": edges[i], "to": edges[i + 1], "packs": c} for i, c in enumerate(counts)]
+    spec = base_spec(160)
+    spec.update({
+        "data": {"values": values},
+        "mark": {"type": "bar", "color": "#4c78a8"},
+        "encoding": {
+            "x": {"field": "from", "type": "quantitative", "bin": {"binned": True, "step": edges[1] - edges[0]},
+                  "title": f"pack fill (tokens / {split['max_length']:,})", "axis": {"format": "%"}},
+            "x2": {"field": "to"},
+            "y": {"field": "packs", "type": "quantitative", "title": "packs"},
+            "tooltip": [{"field": "from", "format": ".0%", "title": "fill from"},
+                        {"field": "to", "format": ".0%", "title": "to"}, {"field": "packs", "format": ","}],
+        },
+    })
+    return spec
+
+
+def packing_view(packing: dict | None, add) -> dict | None:
+    """The packing panel: each split's figures, its table over L and its fill chart."""
+    if not packing:
+        return None
+    return {"p": packing, "splits": [{"s": s, "chart": add(spec) if (spec := fill_spec(s)) else None}
+                                     for s in packing["splits"]]}
+
+
+def _tokens(n: int) -> str:
+    return f"{n / 1e6:.1f} M tokens" if n >= 1_000_000 else f"{n:,} tokens"
