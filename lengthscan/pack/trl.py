@@ -105,7 +105,7 @@ def _bfd(ordered: np.ndarray, order: np.ndarray, starts: np.ndarray, limit: int,
         lost[rows] = np.maximum(lens - limit, 0)
         lens = np.minimum(lens, limit)
     # TRL's processing order: by batch, then length descending, ties in their order in the batch
-    processing = np.lexsort((np.arange(len(lens)), -lens, batch))
+    processing = np.argsort(batch * (limit + 1) + (limit - lens), kind="stable")
     lens_p, rows_p, batch_p = lens[processing], rows[processing], batch[processing]
     item_starts = np.searchsorted(batch_p, np.arange(len(starts)), side="left").astype(np.int64)
     bin_of, _ = best_fit_decreasing(lens_p, item_starts, limit, tree_size(limit))
