@@ -73,8 +73,10 @@ FLAGS: dict[str, tuple[str, dict]] = {
                                                           "(row ids and lengths only)")),
     "id": ("--id", dict(metavar="COL", help="a column that identifies rows (an id, a URL ...): carried into "
                                             "lengths.parquet beside row (rejects/ keeps every column)")),
-    "packing": ("--packing", dict(choices=("bfd", "bfd_split", "wrapped"), help="simulate TRL's packing of every "
-                                  "row (SFTConfig.packing_strategy): packs.parquet, efficiency, tokens lost, steps")),
+    "packing": ("--packing", dict(choices=("bfd", "bfd_split", "wrapped", "multipack", "knapsack"),
+                                  help="simulate the packing of every row: TRL's bfd, bfd_split or wrapped, axolotl's "
+                                       "multipack, LLaMA-Factory's knapsack: packs.parquet, efficiency, tokens lost, "
+                                       "steps")),
     "max_length": ("--max-length", dict(type=int, metavar="L", help="with --packing: the packed row's tokens "
                                                                     "(SFTConfig.max_length)")),
     "packing_num_proc": ("--packing-num-proc", dict(type=int, metavar="N", help="with --packing: TRL's "

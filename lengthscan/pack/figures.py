@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lengthscan.pack.trl import Packs, pack_trl
+from lengthscan.pack.trl import Packs
 
 #: the lengths of the table over L, with the model's limit added when known
 TABLE_LENGTHS = (1024, 2048, 4096, 8192, 16384)
@@ -42,8 +42,10 @@ class Steps:
                 "devices": self.devices}
 
 
-def pack_figures(packs: Packs, lengths: np.ndarray, steps: Steps, *, ids=None) -> dict:
-    """The figures of ``packs`` made from rows of ``lengths`` tokens (negative: no length)."""
+def pack_figures(packs: Packs, lengths: np.ndarray, steps: Steps, *, ids=None, plain_steps: Steps | None = None,
+                 max_length: int | None = None) -> dict:
+    """The figures of ``packs`` made from rows of ``lengths`` tokens (negative: no length);
+    ``plain_steps`` and ``max_length`` (default: ``steps`` and the packs') for the epoch without packing."""
     lengths = np.asarray(lengths, np.int64)
     known = lengths >= 0
     tokens = int(lengths[known].sum())
@@ -63,7 +65,7 @@ def pack_figures(packs: Packs, lengths: np.ndarray, steps: Steps, *, ids=None) -
         "steps_per_epoch": steps.per_epoch(packs.count), "steps": steps.to_dict(),
         "largest_losses": _listed(losing, lost, ids), "split_rows": _listed(split, pieces, ids, key="pieces"),
     }
-    out["without_packing"] = unpacked(lengths, packs.max_length, steps)
+    out["without_packing"] = unpacked(lengths, max_length or packs.max_length, plain_steps or steps)
     return out
 
 
@@ -82,16 +84,16 @@ def unpacked(lengths: np.ndarray, max_length: int, steps: Steps, *, seed: int = 
             "steps_per_epoch": steps.per_epoch(int(rows.size)), "seed": seed}
 
 
-def by_length(lengths: np.ndarray, strategy: str, steps: Steps, *, model_limit: int | None = None,
-              chosen: int | None = None, **trl_options) -> list[dict]:
+def by_length(lengths: np.ndarray, make, steps: Steps, *, model_limit: int | None = None,
+              chosen: int | None = None) -> list[dict]:
     """Efficiency, tokens lost, packs and steps for each L of ``TABLE_LENGTHS``, the model's limit
-    and the ``chosen`` one."""
+    and the ``chosen`` one; ``make(lengths, L)`` packs."""
     table = []
     for limit in sorted(set(TABLE_LENGTHS) | {x for x in (model_limit, chosen) if x}):
-        packs = pack_trl(lengths, limit, strategy, **trl_options)
+        packs = make(lengths, limit)
         in_packs = int(packs.seq_lengths.sum())
         table.append({"max_length": limit, "packs": packs.count,
-                      "efficiency": round(in_packs / (packs.count * limit), 6) if packs.count else None,
+                      "efficiency": round(in_packs / (packs.count * packs.max_length), 6) if packs.count else None,
                       "tokens_lost": int(packs.lost.sum()), "rows_losing_tokens": int((packs.lost > 0).sum()),
                       "steps_per_epoch": steps.per_epoch(packs.count), "model_limit": limit == model_limit,
                       "chosen": limit == chosen})

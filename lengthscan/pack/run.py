@@ -8,7 +8,7 @@ split, in source order, on every row: a sample's packs would not be the trainer'
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +16,8 @@ import numpy as np
 from lengthscan.pack.figures import Steps, by_length, pack_figures, pack_fill
 from lengthscan.pack.trl import TRL_STRATEGIES, Packs, pack_trl
 
-#: every strategy ``--packing`` takes
-STRATEGIES = TRL_STRATEGIES
+#: every strategy ``--packing`` takes: TRL's three, axolotl's multipack, LLaMA-Factory's knapsack
+STRATEGIES = (*TRL_STRATEGIES, "multipack", "knapsack")
 
 
 class PackingError(ValueError):
@@ -92,21 +92,44 @@ class PackSink:
         """Nothing to do."""
 
 
+def make_packs(lengths: np.ndarray, max_length: int, options: PackingOptions) -> Packs:
+    """The packs of ``options.packing`` at ``max_length``."""
+    if options.packing == "multipack":
+        from lengthscan.pack.others import pack_multipack
+        from lengthscan.training.batches import permutation
+
+        seed = 42 if options.shuffle_seed is None else options.shuffle_seed
+        return pack_multipack(lengths, max_length, order=permutation(len(lengths), seed),
+                              micro_batch_size=options.batch_size)
+    if options.packing == "knapsack":
+        from lengthscan.pack.others import pack_knapsack
+
+        return pack_knapsack(lengths, max_length)
+    return pack_trl(lengths, max_length, options.packing, num_proc=options.packing_num_proc,
+                    shuffle_seed=options.shuffle_seed)
+
+
 def simulate_packing(lengths_by_split: dict[str, np.ndarray], options: PackingOptions, *,
                      model_limit: int | None = None) -> tuple[dict, dict[str, Packs]]:
     """``report.json["packing"]`` and each split's packs."""
-    trl = {"num_proc": options.packing_num_proc, "shuffle_seed": options.shuffle_seed}
     splits, packs = [], {}
+    steps = options.steps if options.packing != "multipack" else Steps(1, options.grad_accum, options.devices)
     for name, lengths in lengths_by_split.items():
-        p = pack_trl(lengths, options.max_length, options.packing, **trl)
+        p = make_packs(lengths, options.max_length, options)
         packs[name] = p
-        figures = pack_figures(p, lengths, options.steps)
+        figures = pack_figures(p, lengths, steps, plain_steps=options.steps, max_length=options.max_length)
         if options.packing == "bfd" and figures["tokens_lost"]:  # what keeping the overflow would cost
-            kept = pack_trl(lengths, options.max_length, "bfd_split", **trl)
+            kept = make_packs(lengths, options.max_length, replace(options, packing="bfd_split"))
             figures["bfd_split_efficiency"] = round(float(kept.seq_lengths.sum()) / (kept.count * kept.max_length), 6)
+        if options.packing == "multipack":
+            from lengthscan.pack.others import multipack_steps
+
+            figures["multipack"] = multipack_steps(p, options.max_length, micro_batch_size=options.batch_size,
+                                                   grad_accum=options.grad_accum, devices=options.devices)
+            figures["steps_per_epoch"] = steps.per_epoch(figures["multipack"]["batches"])
         figures.update(split=name, fill=pack_fill(p),
-                       by_max_length=by_length(lengths, options.packing, options.steps, model_limit=model_limit,
-                                               chosen=options.max_length, **trl))
+                       by_max_length=by_length(lengths, lambda x, L: make_packs(x, L, options), steps,
+                                               model_limit=model_limit, chosen=options.max_length))
         splits.append(figures)
     report = {"strategy": options.packing, "max_length": options.max_length, "implementation": _implementation(),
               "dataset_num_proc": options.packing_num_proc, "shuffle_seed": options.shuffle_seed,

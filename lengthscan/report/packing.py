@@ -24,7 +24,7 @@ def packing_findings(packing: dict | None) -> list[str]:
         if s["tokens_lost"]:
             share = s["rows_losing_tokens"] / max(s["rows"], 1)
             lost = (f"{head}, {share:.1%} of rows ({s['rows_losing_tokens']:,}) lose {_tokens(s['tokens_lost'])} "
-                    f"({s['tokens_lost_share']:.1%} of all tokens): bfd discards what passes L")
+                    f"({s['tokens_lost_share']:.1%} of all tokens): {_how_lost(s['strategy'])}")
             if s.get("bfd_split_efficiency") is not None and s["efficiency"] is not None:
                 delta = s["efficiency"] - s["bfd_split_efficiency"]
                 lost += (f"; bfd_split keeps them at {abs(delta):.2%} {'lower' if delta >= 0 else 'higher'} "
@@ -65,6 +65,12 @@ def packing_view(packing: dict | None, add) -> dict | None:
         return None
     return {"p": packing, "splits": [{"s": s, "chart": add(spec) if (spec := fill_spec(s)) else None}
                                      for s in packing["splits"]]}
+
+
+def _how_lost(strategy: str) -> str:
+    if strategy == "bfd":
+        return "bfd cuts each row at L and discards the rest"
+    return f"{strategy} drops every row longer than L whole"
 
 
 def _tokens(n: int) -> str:
