@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from lengthscan.measure.records import FLAG_CODES, FLAG_TOO_LONG, MEASURED_FLAGS, FieldSpec, Measured
 from lengthscan.sources.scan import Batch
-from lengthscan.sources.source import SplitSource
+from lengthscan.sources.source import SplitSource, name_list
 
 
 class ColumnError(ValueError):
@@ -172,7 +172,7 @@ def _measure_audio(batch: Batch, f: RoleField, split_src: SplitSource, settings:
 
 def column_audio(batch: Batch, column: str, split_src: SplitSource) -> list:
     """Audio values of a column: path strings, raw bytes, or ``{"bytes", "path"}`` dicts (HF Audio)."""
-    col = batch.table.column(column)
+    col = _decoded(batch.table.column(column))
     t = col.type
     if pa.types.is_struct(t) and {"bytes", "path"} <= {t.field(i).name for i in range(t.num_fields)}:
         return col.to_pylist()
@@ -200,7 +200,7 @@ def column_values(batch: Batch, column: str) -> list:
 
 def column_texts(batch: Batch, column: str, split_src: SplitSource) -> list:
     """The column's values as Python strings (None kept); anything that is not text is an error."""
-    col = batch.table.column(column)
+    col = _decoded(batch.table.column(column))
     if pa.types.is_string(col.type) or pa.types.is_large_string(col.type) or pa.types.is_null(col.type):
         try:
             return col.to_pylist()
@@ -221,6 +221,13 @@ def column_texts(batch: Batch, column: str, split_src: SplitSource) -> list:
     if valid.size == 0:
         return [None] * len(col)
     _wrong_value(column, split_src, batch, int(valid[0]), col[int(valid[0])].as_py(), str(col.type), "text")
+
+
+def _decoded(col):
+    """A dictionary-encoded column as the values it stands for (text stays text); others as they are."""
+    if pa.types.is_dictionary(col.type):
+        return col.cast(col.type.value_type)
+    return col
 
 
 def check_utf8(table: pa.Table, rows: np.ndarray, split_src) -> None:
@@ -277,7 +284,7 @@ def identity_field(src, column: str | None, reserved=()) -> pa.Field | None:
     for split_src in src.splits:
         if column not in split_src.column_names:
             raise ColumnError(f"{src.spec}: no column {column!r} for --id; columns are: "
-                              f"{', '.join(split_src.column_names)}")
+                              f"{name_list(split_src.column_names)}")
         feature = split_src.parts[0].features().get(column) if split_src.parts else None
         try:
             kind = to_arrow_type(feature)
@@ -306,4 +313,4 @@ def check_columns(src, fields) -> None:
                         flag = ("--audio" if f.kind == "audio" else "a conversation" if f.kind == "chat"
                                 else f"--{f.role}")
                         raise ColumnError(f"{where}: no column {column!r} for {flag}; "
-                                          f"columns are: {', '.join(have)}")
+                                          f"columns are: {name_list(have)}")

@@ -119,3 +119,50 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """``table``'s columns in ``schema``'s order and types (a no-op when they already are)."""
     table = table.select(schema.names)
     return table if table.schema == schema else table.cast(schema)
+
+
+def features_without_views(schema):
+    """``datasets.Features`` for a schema with view types, each read as its plain type (None when it
+    has none); features stored in the file's metadata are kept for its other columns."""
+    fields = [f.with_type(_without_views(f.type)) for f in schema]
+    changed = {f.name for f, g in zip(schema, fields) if f.type != g.type}
+    if not changed:
+        return None
+    meta = dict(schema.metadata or {})
+    if b"huggingface" in meta:
+        stored = json.loads(meta[b"huggingface"])
+        for name in changed:
+            ((stored.get("info") or {}).get("features") or {}).pop(name, None)
+        meta[b"huggingface"] = json.dumps(stored).encode()
+    plain = pa.schema(fields, metadata=meta)
+    from datasets import Features
+
+    try:
+        return Features.from_dict(from_schema(plain))
+    except NotPlain:
+        return Features.from_arrow_schema(plain)
+
+
+def _without_views(t: pa.DataType) -> pa.DataType:
+    """``t`` with ``string_view``, ``binary_view`` and list views, at any depth, as their plain types."""
+    if pat.is_string_view(t):
+        return pa.string()
+    if pat.is_binary_view(t):
+        return pa.binary()
+    if isinstance(t, (pa.ListViewType, pa.LargeListViewType)):
+        inner = t.value_field.with_type(_without_views(t.value_type))
+        return pa.list_(inner) if isinstance(t, pa.ListViewType) else pa.large_list(inner)
+    if isinstance(t, (pa.ListType, pa.LargeListType)):
+        inner = t.value_field.with_type(_without_views(t.value_type))
+        return pa.list_(inner) if isinstance(t, pa.ListType) else pa.large_list(inner)
+    if isinstance(t, pa.FixedSizeListType):
+        return pa.list_(t.value_field.with_type(_without_views(t.value_type)), t.list_size)
+    if pat.is_struct(t):
+        return pa.struct([t.field(i).with_type(_without_views(t.field(i).type)) for i in range(t.num_fields)])
+    if pat.is_map(t):
+        return pa.map_(t.key_field.with_type(_without_views(t.key_type)),
+                       t.item_field.with_type(_without_views(t.item_type)))
+    if pat.is_dictionary(t):
+        value = _without_views(t.value_type)
+        return t if value == t.value_type else value
+    return t

@@ -1,6 +1,9 @@
 """File sources: data files and globs (JSONL/JSON, CSV/TSV read by ``load_dataset``, Parquet read
 directly with pyarrow), with a manifest of each file's rows and columns so a rerun can skip
-``load_dataset`` until it reads rows; and audio folders."""
+``load_dataset`` until it reads rows; and audio folders.
+
+What makes a JSON line no row is in ``json_lines``; how CSV/TSV columns are read (all as text) and
+their headers checked is in ``csv_files``."""
 
 from __future__ import annotations
 
@@ -10,7 +13,18 @@ import json
 import os
 from pathlib import Path
 
-from lengthscan.sources.cache_dir import cache_root
+from lengthscan.sources.cache_dir import cache_root, file_stamp
+from lengthscan.sources.json_lines import (  # noqa: F401 (json_parse_options, json_read_options: scan.py's)
+    NestingError,
+    check_nesting,
+    first_bad_line,
+    json_lines_layout,
+    json_parse_options,
+    json_read_options,
+    lines_file,
+    looks_like_lines,
+    too_deep_before_reading,
+)
 from lengthscan.sources.source import (
     FORMATS,
     TRANSCRIPT_SUFFIXES,
@@ -43,7 +57,11 @@ def open_files(spec: str, files: list[str], split: str | None) -> Source:
         files = [f for f in files if not _blank(f, header=builder == "csv")]
         if not files:
             raise SourceError(f"{spec}: holds no rows (every file is empty{' or a header alone' * (builder == 'csv')})")
-    stamp = [(os.path.abspath(f), os.path.getsize(f), os.stat(f).st_mtime_ns) for f in files]
+    stamp = [file_stamp(f) for f in files]
+    if builder == "csv":
+        from lengthscan.sources.csv_files import READ_AS
+
+        stamp.append(READ_AS)
     fingerprint = digest(json.dumps([builder, options, stamp], default=str))[:16]
     if builder == "parquet":
         parts = _parquet_parts(spec, files)
@@ -55,18 +73,27 @@ def open_files(spec: str, files: list[str], split: str | None) -> Source:
 
 
 def _parquet_parts(spec: str, files: list[str]) -> list[Part]:
-    """Parquet is read directly with pyarrow (rows and columns from its footer, no conversion)."""
+    """Parquet is read directly with pyarrow (rows and columns from its footer, no conversion); a
+    file with view columns (``string_view``...), which pyarrow cannot take rows of, is converted
+    by ``load_dataset`` with those columns cast to their plain types (``string``...)."""
     import pyarrow.parquet as pq
+
+    from lengthscan.sources.features import features_without_views
 
     parts, start = [], 0
     for f in files:
         try:
-            meta = pq.ParquetFile(f).metadata
+            pf = pq.ParquetFile(f)
+            meta, schema = pf.metadata, pf.schema_arrow
         except Exception as exc:
             raise SourceError(f"{f}: cannot read as parquet: {first_line(exc)}") from exc
-        names = meta.schema.to_arrow_schema().names
-        parts.append(Part(start, f, rows=meta.num_rows, columns=names, parquet=True,
-                          loader=_single_file_loader("parquet", f, {})))
+        features = features_without_views(schema)
+        if features is None:
+            parts.append(Part(start, f, rows=meta.num_rows, columns=schema.names, parquet=True,
+                              loader=_single_file_loader("parquet", f, {})))
+        else:
+            parts.append(Part(start, f, rows=meta.num_rows, columns=schema.names,
+                              loader=_single_file_loader("parquet", f, {"features": features})))
         start += meta.num_rows
     return parts
 
@@ -80,14 +107,20 @@ def _jsonl_parts(files: list[str], fingerprint: str) -> list[Part] | None:
 
     known = _jsonl_manifest(fingerprint)
     if known is not None and [e["path"] for e in known] == files:
-        return _jsonl_part_list(files, [e["rows"] for e in known],
-                                [pa.ipc.read_schema(pa.py_buffer(base64.b64decode(e["schema"]))) for e in known])
+        try:
+            schemas = [pa.ipc.read_schema(pa.py_buffer(base64.b64decode(e["schema"]))) for e in known]
+        except (OSError, ValueError, pa.ArrowException):  # never written so: rebuilt
+            schemas = None
+        if schemas is not None:
+            return _jsonl_part_list(files, [e["rows"] for e in known], schemas)
     rows_of, schemas = [], []
     for f in files:
         if not looks_like_lines(f):
             return None
         try:
             rows, schema = json_lines_layout(lambda f=f: pa.input_stream(f, compression="detect"))
+        except NestingError as exc:
+            raise SourceError(f"{f}: {exc}") from None
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
             return None
         rows_of.append(rows)
@@ -117,47 +150,6 @@ def _jsonl_manifest(fingerprint: str) -> list | None:
     return _read_manifest(_jsonl_manifest_path(fingerprint), {"path": str, "rows": int, "schema": str})
 
 
-def json_read_options():
-    """Blocks of 1 MiB: lines up to that long stream directly (longer ones go through datasets); the
-    reader reads a bounded number of blocks ahead, so its memory stays a few tens of MiB at most."""
-    import pyarrow.json as pj
-
-    return pj.ReadOptions(block_size=1 << 20)
-
-
-def json_parse_options(schema=None):
-    """The JSON reader's parse options for a file of ``schema`` (``json_lines_layout``'s): its
-    text columns read as text, so a column of date-like strings stays the strings it holds."""
-    import pyarrow as pa
-    import pyarrow.json as pj
-
-    if schema is None:
-        return pj.ParseOptions()
-    text = [f for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
-    return pj.ParseOptions(explicit_schema=pa.schema(text)) if text else pj.ParseOptions()
-
-
-def json_lines_layout(open_stream) -> tuple:
-    """(rows, schema) of a JSON Lines file (``open_stream()`` opens it), read as the measuring pass
-    reads it: pyarrow infers types, except that strings it would take for timestamps or dates stay
-    strings (pyarrow has no option for that: the columns are read again, named as text)."""
-    import pyarrow as pa
-    import pyarrow.json as pj
-
-    with open_stream() as fh:
-        reader = pj.open_json(fh, read_options=json_read_options())
-        rows = sum(batch.num_rows for batch in reader)
-        schema = reader.schema
-    guessed = [f for f in schema if pa.types.is_timestamp(f.type) or pa.types.is_date(f.type)]
-    if not guessed:
-        return rows, schema
-    as_text = pa.schema([f.with_type(pa.string()) if f in guessed else f for f in schema])
-    with open_stream() as fh:
-        reader = pj.open_json(fh, read_options=json_read_options(), parse_options=json_parse_options(as_text))
-        rows = sum(batch.num_rows for batch in reader)
-        return rows, reader.schema
-
-
 def _blank(path: str, *, header: bool = False) -> bool:
     """The file holds nothing but white space (decompressed as it is read), or with ``header`` (a
     CSV file) nothing but its first line."""
@@ -183,74 +175,38 @@ def _blank(path: str, *, header: bool = False) -> bool:
     return True
 
 
-def first_bad_line(path: str, *, json_lines: bool) -> str | None:
-    """Where a text file that failed to load goes wrong, for the message: the first line that is
-    not UTF-8 (or, in JSON Lines, not a JSON value); None when every line is fine."""
-    import io
-    import json
-
-    import pyarrow as pa
-
-    try:
-        with io.BufferedReader(pa.input_stream(path, compression="detect")) as fh:
-            lines = json_lines and looks_like_lines(path)
-            for number, raw in enumerate(fh, start=1):
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    return (f"{path}: line {number} is not UTF-8 text (byte {exc.start + 1} of the line: "
-                            f"{raw[exc.start:exc.start + 1]!r}); re-encode the file as UTF-8")
-                if lines and text.strip():
-                    try:
-                        json.loads(text)
-                    except ValueError as exc:
-                        return f"{path}: line {number} is not valid JSON ({exc}); fix or remove that line"
-    except (OSError, pa.ArrowException):
-        return None
-    return None
-
-
-def _different_headers(spec: str, files: list[str], options: dict) -> str | None:
-    """A message when CSV files disagree on their columns (``load_dataset`` says "Couldn't cast")."""
-    import csv
-    import io
-
-    import pyarrow as pa
-
-    headers = {}
-    for f in files:
-        with io.TextIOWrapper(io.BufferedReader(pa.input_stream(f, compression="detect")), encoding="utf-8",
-                              errors="replace", newline="") as fh:
-            headers[f] = next(csv.reader(fh, delimiter=options.get("sep", ",")), [])
-    first = next(iter(headers.values()))
-    odd = next((f for f, h in headers.items() if h != first), None)
-    if odd is None:
-        return None
-    return (f"{spec}: the files have different columns: {files[0]} has {', '.join(first)}; {odd} has "
-            f"{', '.join(headers[odd])}; give files with the same columns")
-
-
-def looks_like_lines(path: str) -> bool:
-    """A JSON Lines file starts with an object, a JSON array file with '['."""
-    import pyarrow as pa
-
-    with pa.input_stream(path, compression="detect") as fh:
-        head = fh.read(4096).lstrip()
-    return head[:1] == b"{"
-
-
-def _load_parts(spec, files, builder, options, suffix, fingerprint) -> list[Part]:
-    """Convert the files with ``load_dataset`` (one call, one split per file) and remember their shape."""
+def _load_parts(spec, files, builder, options, suffix, fingerprint, *, checked: bool = False) -> list[Part]:
+    """Convert the files with ``load_dataset`` (one call, one split per file) and remember their shape.
+    Unless ``checked`` (done for these files before), JSON Lines files are first checked line by
+    line (``json_lines.first_bad_line``), CSV headers for repeated or differing columns."""
     from datasets import load_dataset
 
     quiet_datasets()
+    if builder == "csv":
+        from lengthscan.sources.csv_files import check_headers, text_features
+
+        if not checked:
+            check_headers(spec, files, options)
+        options = {**options, "features": text_features(files[0], options)}
+    elif builder == "json" and not checked:
+        for f in files:
+            if lines_file(f):
+                if (where := first_bad_line(f, json_lines=True)) is not None:
+                    raise SourceError(where)
+                continue
+            try:  # a JSON array file: its readers are slow on deep rows (those less deep: after loading)
+                too_deep_before_reading(lambda f=f: _stream(f))
+            except NestingError as exc:
+                raise SourceError(f"{f}: {exc}") from None
     names = [f"file{i:06d}" for i in range(len(files))]
     try:
         loaded = load_dataset(builder, data_files={n: [f] for n, f in zip(names, files)}, **options)
     except Exception as exc:
         where = next((w for f in files if (w := first_bad_line(f, json_lines=builder == "json")) is not None), None)
         if where is None and builder == "csv":
-            where = _different_headers(spec, files, options)
+            from lengthscan.sources.csv_files import different_headers
+
+            where = different_headers(spec, files, options)
         if where is not None:
             raise SourceError(where) from None
         cause = exc
@@ -260,10 +216,20 @@ def _load_parts(spec, files, builder, options, suffix, fingerprint) -> list[Part
     parts, start = [], 0
     for name, f in zip(names, files):
         ds = loaded[name]
+        try:
+            check_nesting(ds.data.schema, lambda f=f: _stream(f))
+        except NestingError as exc:
+            raise SourceError(f"{f}: {exc}") from None
         parts.append(Part(start, f, dataset=ds))
         start += len(ds)
     _remember_parts(fingerprint, parts)
     return parts
+
+
+def _stream(path: str):
+    import pyarrow as pa
+
+    return pa.input_stream(path, compression="detect")
 
 
 def _manifest_path(fingerprint: str) -> Path:
@@ -338,7 +304,8 @@ def _lazy_loader(files: list[str], fingerprint: str):
         def load():
             if "parts" not in memo:
                 builder, options = FORMATS[format_of(files[0])]
-                memo["parts"] = _load_parts(files[0], files, builder, options, format_of(files[0]), fingerprint)
+                memo["parts"] = _load_parts(files[0], files, builder, options, format_of(files[0]), fingerprint,
+                                            checked=True)
             return memo["parts"][i].dataset
         return load
     return for_part
@@ -376,8 +343,7 @@ def open_audio_folder(spec: str, files: list[str], split: str | None) -> Source:
                 raise SourceError(f"{sidecar}: cannot read the transcript: {first_line(exc)}") from exc
         texts.append(text)
         for f in (path, sidecar) if sidecar else (path,):
-            st = os.stat(f)
-            stamp.append((f, st.st_size, st.st_mtime_ns))
+            stamp.append(file_stamp(f))
     ds = Dataset.from_dict({"audio": paths, "text": texts})
     fingerprint = digest(json.dumps(["audiofolder", stamp]))[:16]
     return Source(spec, "audiofolder", (SplitSource("train", (Part(0, None, dataset=ds),), fingerprint),), False)

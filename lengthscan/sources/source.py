@@ -10,13 +10,16 @@ from dataclasses import dataclass
 import numpy as np
 
 #: File suffix -> (datasets builder, builder options). CSV keeps "NA"/"null" as text: only an
-#: empty cell is missing, so a transcript that reads "NA" is not silently turned into None.
+#: empty cell is missing, so a transcript that reads "NA" is not silently turned into None. Every
+#: CSV/TSV column is read as text (``csv_files.text_features``): "00501" stays "00501". A TSV file
+#: has no quoting (``quoting=3``, ``csv.QUOTE_NONE``, as Common Voice's): each line is one row and
+#: a double quote is a character of its field.
 FORMATS = {
     ".jsonl": ("json", {}),
     ".ndjson": ("json", {}),
     ".json": ("json", {}),
     ".csv": ("csv", {"keep_default_na": False, "na_values": [""]}),
-    ".tsv": ("csv", {"sep": "\t", "keep_default_na": False, "na_values": [""]}),
+    ".tsv": ("csv", {"sep": "\t", "quoting": 3, "keep_default_na": False, "na_values": [""]}),
     ".parquet": ("parquet", {}),
     ".arrow": ("arrow", {}),
 }
@@ -201,6 +204,13 @@ def format_of(path: str) -> str | None:
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0][:300]
+
+
+def name_list(names, limit: int = 10) -> str:
+    """Column names for a message: the first ``limit`` (each cut to 60 characters), then how many more."""
+    names = [str(n) if len(str(n)) <= 60 else f"{str(n)[:57]}..." for n in names]
+    shown = ", ".join(names[:limit])
+    return shown if len(names) <= limit else f"{shown} and {len(names) - limit:,} more"
 
 
 def quiet_datasets() -> None:

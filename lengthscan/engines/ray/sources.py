@@ -104,9 +104,19 @@ def csv_options(split_src: SplitSource) -> dict:
     tsv = format_of(split_src.parts[0].path) == ".tsv"
     schema = features_schema(split_src.parts[0].features())
     return {"read_options": pacsv.ReadOptions(use_threads=False),
-            "parse_options": pacsv.ParseOptions(delimiter="\t" if tsv else ",", newlines_in_values=True),
+            "parse_options": _csv_parse_options(tsv),
             "convert_options": pacsv.ConvertOptions(column_types=schema, null_values=[""],
                                                     strings_can_be_null=True)}
+
+
+def _csv_parse_options(tsv: bool):
+    """As the local engine parses: a TSV without quoting (each line a row), a CSV with line breaks
+    allowed inside quotes."""
+    import pyarrow.csv as pacsv
+
+    if tsv:
+        return pacsv.ParseOptions(delimiter="\t", quote_char=False)
+    return pacsv.ParseOptions(delimiter=",", newlines_in_values=True)
 
 
 def features_schema(features: dict):
@@ -260,22 +270,21 @@ CSV_CHUNK_ROWS = 10_000
 
 
 def _csv_layout(fs, path: str, fmt: str):
-    """A remote CSV file's rows (counted with pyarrow, parsing as the readers do) and its columns'
-    types as ``datasets``' CSV builder gets them: pandas on the first chunk (the same options as
-    the local engine), then ``pa.Table.from_pandas``."""
-    import pandas as pd
+    """A remote CSV file's rows (counted with pyarrow, parsing as the readers do) and its columns,
+    every one text as the local engine reads them (``sources.csv_files``); a header naming a
+    column twice is refused."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
+    from lengthscan.sources.csv_files import check_names, read_header, text_names
     from lengthscan.sources.source import FORMATS
 
-    with fs.open_input_stream(path, compression="detect") as fh:
-        head = pd.read_csv(fh, nrows=CSV_CHUNK_ROWS, **FORMATS[fmt][1])
-    schema = pa.Schema.from_pandas(head, preserve_index=False).remove_metadata()
+    header = read_header(fs.open_input_stream(path, compression="detect"), FORMATS[fmt][1])
+    check_names(path, header)  # a SourceError (a ValueError): "cannot read it: ..." below
+    schema = pa.schema([(name, pa.string()) for name in text_names(header)])  # every column as text, as locally
     first = schema.names[0]
     with fs.open_input_stream(path, compression="detect") as fh:
-        reader = pacsv.open_csv(fh, parse_options=pacsv.ParseOptions(
-            delimiter="\t" if fmt == ".tsv" else ",", newlines_in_values=True),
+        reader = pacsv.open_csv(fh, parse_options=_csv_parse_options(fmt == ".tsv"),
             convert_options=pacsv.ConvertOptions(include_columns=[first], column_types={first: pa.large_string()}))
         rows = sum(batch.num_rows for batch in reader)
     return rows, schema, None

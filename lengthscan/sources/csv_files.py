@@ -1,0 +1,104 @@
+"""CSV and TSV files: their headers checked, and every column read as the text the file holds.
+
+A CSV row must come out of ``clean`` as it went in, and ``clean`` writes every column, measured or
+not: so no column is converted to a number (``00501`` stays ``00501``, an id column with a blank
+stays integers-as-text, not ``1.0``, and a 30-digit number keeps its digits). Nothing lengthscan
+measures needs a CSV column as a number: text is tokenized and audio is measured from its files'
+headers. A blank cell is missing (null), whatever column it is in.
+
+A header naming one column twice is refused (pandas would rename the second ``text.1``, in silence).
+"""
+
+from __future__ import annotations
+
+from lengthscan.sources.source import SourceError, name_list
+
+#: In the source fingerprint: how a CSV/TSV file's columns are read (a change reads them anew).
+READ_AS = "every column as text"
+
+
+def raw_header(path: str, options: dict) -> list[str]:
+    """The names on a CSV/TSV file's first line, as written (a TSV's without quoting)."""
+    import csv
+
+    import pyarrow as pa
+
+    try:
+        return read_header(pa.input_stream(path, compression="detect"), options)
+    except csv.Error as exc:  # a name of more than 1 GiB, say
+        raise SourceError(f"{path}: cannot read its header (line 1): {exc}") from None
+
+
+def read_header(stream, options: dict) -> list[str]:
+    """The names on the first line of a binary ``stream`` (closed after) of CSV/TSV with ``options``
+    (``FORMATS``'): for any file system's stream (the Ray engine's remote files too)."""
+    import csv
+    import io
+
+    limit = csv.field_size_limit(1 << 30)  # a name may be long (the module's limit: 128 KiB)
+    try:
+        with io.TextIOWrapper(io.BufferedReader(stream), encoding="utf-8-sig", errors="replace", newline="") as fh:
+            reader = csv.reader(fh, delimiter=options.get("sep", ","),
+                                quoting=csv.QUOTE_NONE if options.get("quoting") == 3 else csv.QUOTE_MINIMAL)
+            return next(reader, [])
+    finally:
+        csv.field_size_limit(limit)
+
+
+def check_names(path: str, header: list[str]) -> None:
+    """A ``SourceError`` naming the file and the column when its header names a column twice."""
+    seen: dict = {}
+    for i, name in enumerate(header, start=1):
+        if name in seen and name != "":  # empty names pandas calls "Unnamed: N"
+            raise SourceError(f"{path}: the header names the column {_short(name)!r} twice (columns {seen[name]} and "
+                              f"{i}); rename one (lengthscan does not rename columns)")
+        seen.setdefault(name, i)
+
+
+def text_names(header: list[str]) -> list[str]:
+    """The column names pandas (so ``datasets``) gives a header that names each column once: as
+    written, an empty name ``Unnamed: N`` (N from 0)."""
+    return [name or f"Unnamed: {i}" for i, name in enumerate(header)]
+
+
+def check_headers(spec: str, files: list[str], options: dict) -> None:
+    """Each file names each column once, and every file names the same columns: a ``SourceError``
+    naming the file and the column otherwise."""
+    first = None
+    for f in files:
+        header = raw_header(f, options)
+        check_names(f, header)
+        if first is None:
+            first = (f, header)
+        elif set(header) != set(first[1]):
+            raise SourceError(different_columns(spec, first, (f, header)))
+
+
+def different_columns(spec: str, one: tuple, other: tuple) -> str:
+    """The message for two files, each (path, header), that hold different columns."""
+    (a, ha), (b, hb) = one, other
+    only_a, only_b = [c for c in ha if c not in set(hb)], [c for c in hb if c not in set(ha)]
+    detail = "; ".join(part for part in (f"only {a} has {name_list(only_a)}" if only_a else "",
+                                         f"only {b} has {name_list(only_b)}" if only_b else "") if part)
+    return (f"{spec}: the files have different columns: {a} has {name_list(ha)}; {b} has {name_list(hb)}"
+            f"{f' ({detail})' if detail else ''}; give files with the same columns")
+
+
+def different_headers(spec: str, files: list[str], options: dict) -> str | None:
+    """A message when CSV files disagree on their columns (``load_dataset`` says "Couldn't cast")."""
+    headers = [(f, raw_header(f, options)) for f in files]
+    odd = next((h for h in headers[1:] if h[1] != headers[0][1]), None)
+    return None if odd is None else different_columns(spec, headers[0], odd)
+
+
+def text_features(path: str, options: dict):
+    """``datasets.Features`` reading every column of ``path`` as text (``text_names``; its header names
+    each column once: ``check_headers``). Read with the ``csv`` module: pandas takes seconds over a
+    header of 100,000 columns."""
+    from datasets import Features, Value
+
+    return Features({name: Value("string") for name in text_names(raw_header(path, options))})
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else f"{text[:limit - 3]}..."
