@@ -267,8 +267,10 @@ def _where(split_src: SplitSource, batch: Batch, i: int) -> str:
 
 def _wrong_value(column: str, split_src: SplitSource, batch: Batch, i: int, value, kind: str, wanted: str):
     where = _where(split_src, batch, i)
+    paths = getattr(split_src, "paths", None) or [getattr(p, "path", None) for p in getattr(split_src, "parts", ())]
+    single = paths[0] if len(paths) == 1 and paths[0] else None
     raise ColumnError(f"column {column!r} holds {kind}, not {wanted}: {where} has {type(value).__name__} "
-                      f"value {str(value)[:60]!r}")
+                      f"value {str(value)[:60]!r}" + (f" ({single})" if single else ""))
 
 
 def identity_field(src, column: str | None, reserved=()) -> pa.Field | None:

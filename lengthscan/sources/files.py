@@ -169,7 +169,9 @@ def _blank(path: str, *, header: bool = False) -> bool:
                         continue
                     chunk, skipping = chunk.partition(b"\n")[2], False
                 if chunk.strip():
-                    return False
+                    # a JSON array file holding an empty array ("[]") or an empty object is zero rows too
+                    return path.endswith((".json", ".json.gz", ".json.bz2", ".json.xz", ".json.zst")) and \
+                        len(chunk) < 64 and bytes(chunk).split() in ([b"[]"], [b"{}"], [b"[", b"]"], [b"{", b"}"])
     except (OSError, pa.ArrowException) as exc:
         raise SourceError(f"{path}: unreadable (corrupt or truncated?): {exc}") from None
     return True
