@@ -60,7 +60,7 @@ def open_source(source, *, split: str | None = None) -> Source:
                           f"({', '.join(FORMATS)}) and no audio files")
     if path.is_file():  # a literal name wins over its reading as a glob (train[2024].jsonl)
         return open_files(spec, [str(path)], split)
-    if path.is_symlink():  # exists() is False for a broken link and a loop of links
+    if path.is_symlink() and not path.exists():  # exists() is False for a broken link and a loop of links
         raise SourceError(f"{spec}: a symbolic link that leads nowhere (a broken link, or a loop of links)")
     if path.exists():
         raise SourceError(f"{spec}: not a regular file or folder (a FIFO, socket or device): lengthscan reads "
