@@ -150,6 +150,7 @@ def _add_memory_data_flags(m: argparse.ArgumentParser) -> None:
     m.add_argument("--out", type=named, metavar="DIR",
                    help="data mode: write lengths.parquet, report.json and report.html here")
     add_flags(m, "overwrite", overwrite={"help": "data mode: replace --out / --export-worst-batch"})
+    add_flags(m, "packing", "max_length", "packing_num_proc", "shuffle_seed", prefix="data mode: ")
 
 
 def _memory_data(args, command: str) -> int:
@@ -174,7 +175,8 @@ def _memory_data(args, command: str) -> int:
                 max_chars=args.max_chars or DEFAULT_MAX_CHARS, num_proc=args.num_proc, progress=progress,
                 command=command, chat={"messages": args.messages, "prompt": args.prompt, "completion": args.completion,
                                        "tools": args.tools, "chat_template": args.chat_template,
-                                       "train_on": args.train_on if args.messages or args.prompt else None})
+                                       "train_on": args.train_on if args.messages or args.prompt else None},
+                packing=_packing(args))
     except ValueError as exc:
         say(f"lengthscan: error: {_as_flags(exc)}")
         return EXIT_USAGE
@@ -183,3 +185,13 @@ def _memory_data(args, command: str) -> int:
     else:
         print("\n".join(summary_lines(result.memory)))
     return EXIT_GATE if result.fits is False else EXIT_OK
+
+
+def _packing(args):
+    """``PackingOptions`` of data mode's ``--packing`` flags (None without them)."""
+    if args.packing is None and args.max_length is None:
+        return None
+    from lengthscan.pack.run import PackingOptions
+
+    return PackingOptions(packing=args.packing, max_length=args.max_length, packing_num_proc=args.packing_num_proc,
+                          shuffle_seed=args.shuffle_seed, batch_size=args.batch_size, grad_accum=args.grad_accum)

@@ -52,7 +52,7 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
                     seed: int = TRAINER_SEED, pad_to_multiple_of: int | None = None, budget_bytes: int | None = None,
                     margin: float = 0.1, out=None, overwrite: bool = False, export_worst_batch=None,
                     cache: bool = True, max_chars: int = DEFAULT_MAX_CHARS, num_proc: int = 1, progress=None,
-                    command: str | None = None, chat: dict | None = None) -> MemoryPrediction:
+                    command: str | None = None, chat: dict | None = None, packing=None) -> MemoryPrediction:
     """Predict the peak memory of every batch of one training epoch of ``model`` on ``source``.
 
     Every row of the train split (else the first; ``split`` to choose) is measured by the audit
@@ -63,6 +63,8 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
     ``margin``; ``out`` writes the audit's files with the memory section; ``export_worst_batch``
     saves the worst batch's source rows with ``save_to_disk``. ``chat`` (audit's conversation
     options: ``messages`` or ``prompt``/``completion``, ``tools``, ``chat_template``, ``train_on``)
+    ``packing`` (``pack.run.PackingOptions``: strategy and ``max_length``) also prices the packed
+    batches the strategy makes (``memory["packing"]``, see ``memory.packed``); the verdict is then theirs.
     measures conversations: a decoder-only model's input is the rendered sequence
     (``sequence_tokens``), and the limits found are stated on it.
     """
@@ -71,6 +73,10 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
     from lengthscan.write.staging import OutputError, check_out_path, check_writable, discard, publish, staging_dir
 
     check_sampler(sampler)  # before the audit pass, not after it
+    if packing is not None:
+        packing.check()
+        if export_worst_batch is not None:
+            raise OutputError("--export-worst-batch saves rows of unpacked batches: drop it with --packing")
     options = options if options is not None else MemoryOptions()
     if not isinstance(batch_size, int) or batch_size < 1:
         raise LayoutError("--batch-size must be at least 1")
@@ -112,10 +118,13 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
         work = Path(tempfile.mkdtemp(prefix="lengthscan-memory-"))
     try:
         chat = {k: v for k, v in (chat or {}).items() if v is not None}
+        packed = {} if packing is None else dict(
+            packing=packing.packing, max_length=packing.max_length, packing_num_proc=packing.packing_num_proc,
+            shuffle_seed=packing.shuffle_seed, batch_size=batch_size, grad_accum=options.gradient_accumulation_steps)
         result = audit(source, tokenizer=tokenizer, input=input, target=target, audio=audio, model=model,
                        sampling_rate=sampling_rate, split=split, full=True, seed=seed, out=work, overwrite=True,
                        cache=cache, max_chars=max_chars, num_proc=num_proc, progress=progress, command=command,
-                       **chat)
+                       **chat, **packed)
         rows, lengths, total = _read_lengths(work / "lengths.parquet", split)
         layout = layout_for(config, pad_to_multiple_of=pad_to_multiple_of, **lengths)
         rows = rows[layout.known]
@@ -134,6 +143,8 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
             memory["limits"]["clean_command"] = clean_command(
                 source, memory["limits"]["rules"], input=input, target=target, audio=audio, tokenizer=tokenizer,
                 model=model, sampling_rate=sampling_rate, **chat)
+        if packing is not None:
+            memory["packing"] = _packed(config, lengths, packing, batch_size, options, seed, memory)
         if export is not None:
             memory["export"] = export_rows(source, split, memory["worst_batch"]["rows"], export, overwrite=overwrite)
         prediction = MemoryPrediction(result, epoch, memory)
@@ -298,6 +309,14 @@ def summary_lines(memory: dict) -> list[str]:
     lines.append("per-batch peaks: " + " · ".join(f"{k} {size(p[k])}" for k in ("p50", "p90", "p99", "max"))
                  + ("" if p["grid_bits"] is None else f" ({p['exact']:,} exact, the rest upper bounds)"))
     lines.append(f"any shuffle: {_shape_text(a['shape'], memory)}, peak {size(a['peak_bytes'])}")
+    pk = memory.get("packing")
+    if pk:
+        pw = pk["worst_batch"]
+        lines.append(f"packed ({pk['strategy']}, L {pk['max_length']:,}): {pk['batches']:,} batches; "
+                     f"worst #{pw['index']} {pw['shape']['batch_size']} x {pw['shape']['input_len']:,} tokens, "
+                     f"predicted peak {size(pw['peak_bytes'])} at {pw['phase']} "
+                     f"(attention follows {pk['attention_follows']})"
+                     + ("" if pk.get("fits") is None else f"; {'fits' if pk['fits'] else 'does NOT fit'} the budget"))
     for over in memory.get("over_model_limits") or []:
         lines.append(f"note: {over['rows']:,} rows over the model limit {over['name']}: training fails on them "
                      "whatever the memory")
@@ -338,3 +357,21 @@ def _rows_text(rows: list[int], most: int = 16) -> str:
 def _overlap(a: Path, b: Path) -> bool:
     a, b = a.resolve(), b.resolve()
     return a == b or a.is_relative_to(b) or b.is_relative_to(a)
+
+
+def _packed(config, lengths: dict, packing, batch_size: int, options, seed: int, memory: dict) -> dict:
+    """The packed batches' prediction; with a budget, the verdict becomes theirs."""
+    from dataclasses import replace
+
+    from lengthscan.memory.packed import price_packed
+    from lengthscan.pack.run import make_packs
+
+    name = "sequence_tokens" if "sequence_tokens" in lengths else "input_tokens"
+    values = np.nan_to_num(np.asarray(lengths[name], np.float64), nan=-1).astype(np.int64)
+    packs = make_packs(values, packing.max_length, replace(packing, batch_size=batch_size))
+    out = price_packed(config, packs, packing.packing, batch_size, options=options, seed=seed)
+    out["unpacked_peak_bytes"] = memory["peak_bytes"]
+    if memory.get("usable_bytes") is not None:
+        out["fits"] = out["worst_batch"]["peak_bytes"] <= memory["usable_bytes"]
+        memory["unpacked_fits"], memory["fits"] = memory["fits"], out["fits"]
+    return out

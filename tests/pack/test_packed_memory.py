@@ -1,0 +1,61 @@
+"""``lengthscan memory --packing``: packed batches priced as the trainers build them."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from lengthscan.memory.api import estimate
+from lengthscan.memory.options import MemoryOptions, Shape
+from lengthscan.memory.packed import packed_batches, price_packed
+from lengthscan.pack.others import pack_knapsack
+from lengthscan.pack.trl import pack_trl
+
+
+@pytest.fixture(scope="module")
+def config():
+    from transformers import GPT2Config
+
+    return GPT2Config(n_embd=64, n_layer=2, n_head=2, vocab_size=1000, n_positions=4096)
+
+
+def test_a_padding_free_batch_is_one_row_of_its_packs_tokens(config):
+    lengths = np.random.default_rng(0).integers(1, 300, 500)
+    packs = pack_trl(lengths, 256, "bfd")
+    members, shapes = packed_batches(packs, "bfd", 4, seed=42)
+    sizes = packs.pack_lengths()
+    assert [int(sizes[m].sum()) for m in members] == shapes[:, 1].tolist() and set(shapes[:, 0]) == {1}
+    for attention, masked in (("sdpa", True), ("flash", False)):
+        options = MemoryOptions(attention=attention)
+        out = price_packed(config, packs, "bfd", 4, options=options)
+        worst = out["worst_batch"]
+        assert worst["shape"] == {"batch_size": 1, "input_len": int(shapes[:, 1].max()), "target_len": None,
+                                  "padding": masked}
+        assert worst["peak_bytes"] == estimate(config, Shape(1, int(shapes[:, 1].max()), None, masked),
+                                               options).peak_bytes
+        flat = [r for p in worst["rows"] for r in p]
+        assert sum(min(int(lengths[r]), 256) for r in flat) == worst["shape"]["input_len"]
+
+
+def test_knapsack_batches_are_padded_to_the_cutoff_plus_one(config):
+    packs = pack_knapsack(np.random.default_rng(1).integers(1, 100, 300), 128)
+    out = price_packed(config, packs, "knapsack", 8)
+    assert out["worst_batch"]["shape"] == {"batch_size": 8, "input_len": 129, "target_len": None, "padding": False}
+
+
+def test_the_memory_command_prices_packed_batches(tmp_path, bpe_dir, corpus_jsonl):
+    from lengthscan.cli.main import main
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 2,
+                                  "vocab_size": 1000, "n_positions": 1024}))
+    out = tmp_path / "m"
+    assert main(["memory", str(corpus_jsonl), "--model", str(config), "--tokenizer", str(bpe_dir), "--input", "text",
+                 "--batch-size", "4", "--packing", "bfd", "--max-length", "128", "--budget", "8GiB",
+                 "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    packed = report["memory"]["packing"]
+    assert packed["flattened"] and packed["fits"] is True and packed["worst_batch"]["shape"]["batch_size"] == 1
+    assert report["packing"]["splits"][0]["packs"] > 0 and (out / "packs.parquet").exists()
