@@ -59,3 +59,30 @@ def test_the_memory_command_prices_packed_batches(tmp_path, bpe_dir, corpus_json
     packed = report["memory"]["packing"]
     assert packed["flattened"] and packed["fits"] is True and packed["worst_batch"]["shape"]["batch_size"] == 1
     assert report["packing"]["splits"][0]["packs"] > 0 and (out / "packs.parquet").exists()
+
+
+def test_a_packed_batch_is_predicted_as_measured_on_cpu():
+    """TRL's padding-free collation of the worst bfd batch, one steady-state step measured on CPU."""
+    pytest.importorskip("torch")
+    pytest.importorskip("trl")
+    from transformers import LlamaConfig
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    from lengthscan.memory.build import build_model
+    from lengthscan.memory.cpu_peak import measure_step
+
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=4, vocab_size=1000, max_position_embeddings=4096)
+    rng = np.random.default_rng(3)
+    packs = pack_trl(rng.integers(20, 300, 120), 384, "bfd")
+    options = MemoryOptions(attention="sdpa")
+    predicted = price_packed(config, packs, "bfd", 4, options=options)["worst_batch"]
+    members, _ = packed_batches(packs, "bfd", 4)
+    o = packs.offsets
+    examples = [{"input_ids": rng.integers(4, 1000, int(packs.seq_lengths[o[p]:o[p + 1]].sum())).tolist(),
+                 "seq_lengths": packs.seq_lengths[o[p]:o[p + 1]].tolist()} for p in members[predicted["index"]]]
+    batch = DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True)(examples)
+    assert batch["input_ids"].shape == (1, predicted["shape"]["input_len"])
+    measured = measure_step(build_model(config, options), {k: batch[k] for k in ("input_ids", "labels",
+                                                                                  "position_ids")}, options)
+    assert abs(predicted["peak_bytes"] / measured.peak_bytes - 1) < 0.01
