@@ -94,6 +94,8 @@ def run_audit(source, options: AuditOptions, engine) -> AuditResult:
     options.packing.check()
     prepared = prepare_run(options.measure, options.rules)
     setup, rules, sample = prepared.setup, options.rules, options.sample
+    if options.packing.packing is not None:
+        _check_max_length(options.packing, setup)
     out = options.output.out
     if out is not None:
         from lengthscan.write.staging import check_out_path, check_writable
@@ -154,3 +156,14 @@ def _pack(packer, options: PackingOptions, setup, output) -> dict:
     if output.final is not None:
         write_packs(output.staging / "packs.parquet", packs)
     return report
+
+
+def _check_max_length(options: PackingOptions, setup) -> None:
+    """A packed length that cannot hold one token of content beside the special tokens every
+    sequence carries (BOS, EOS ...) packs nothing: refused before measuring."""
+    from lengthscan.pack.run import PackingError
+
+    special = special_lengths(setup.counter, setup.fields).get("input", 0)
+    if options.max_length <= special:
+        raise PackingError(f"--max-length {options.max_length}: every sequence carries {special} special token(s); "
+                           "a pack that short holds no content: give a larger L")
