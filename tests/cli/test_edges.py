@@ -15,6 +15,7 @@ import pytest
 
 from lengthscan.cli.main import main
 from lengthscan.sources.sampling import SampleError, parse_sample, plan_sample
+from tests.support.cli import one_line
 
 
 def _jsonl(path, rows):
@@ -25,14 +26,6 @@ def _jsonl(path, rows):
 def _audit(src, bpe_dir, out, *extra, column="text"):
     return main(["audit", str(src), "--tokenizer", str(bpe_dir), "--input", column, "--out", str(out), "--quiet",
                  *extra])
-
-
-def _one_line(capsys, *words):
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    for w in words:
-        assert w in err, err
-    return err
 
 
 def test_sample_percentages_and_fractions():
@@ -49,7 +42,7 @@ def test_sample_percentages_and_fractions():
                                               ("--sampling-rate", "99999999999999999999", "--sampling-rate")])
 def test_numbers_past_their_range(tmp_path, bpe_dir, corpus_jsonl, capsys, flag, value, words):
     assert _audit(corpus_jsonl, bpe_dir, tmp_path / "o", "--sample", "10", flag, value) == 2
-    _one_line(capsys, words)
+    one_line(capsys, words)
     assert not (tmp_path / "o").exists()
 
 
@@ -69,28 +62,28 @@ def test_a_feature_extractor_rate_that_is_no_rate(tmp_path, bpe_dir, capsys):
     for name in ("neg", "zero", "text", "broken"):
         assert main(["audit", str(tmp_path / "m.csv"), "--audio", "path", "--model", str(tmp_path / name),
                      "--out", str(tmp_path / f"o-{name}"), "--quiet", "--no-cache"]) == 2
-        _one_line(capsys, "preprocessor_config.json")
+        one_line(capsys, "preprocessor_config.json")
 
 
 def test_text_files_that_fail_to_load_name_the_line(tmp_path, bpe_dir, capsys):
     (tmp_path / "a.csv").write_bytes(b"text\nok\nbad \xff here\n")
     assert _audit(tmp_path / "a.csv", bpe_dir, tmp_path / "o") == 2
-    _one_line(capsys, "a.csv: line 3 is not UTF-8")
+    one_line(capsys, "a.csv: line 3 is not UTF-8")
     (tmp_path / "b.jsonl").write_text('{"text": "ok"}\n{"text": broken\n{"text": "x"}\n')
     assert _audit(tmp_path / "b.jsonl", bpe_dir, tmp_path / "o") == 2
-    _one_line(capsys, "b.jsonl: line 2 is not valid JSON")
+    one_line(capsys, "b.jsonl: line 2 is not valid JSON")
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "a.csv").write_text("text\nhello\n")
     (tmp_path / "c" / "b.csv").write_text("other\nx\n")
     assert _audit(tmp_path / "c", bpe_dir, tmp_path / "o") == 2
-    _one_line(capsys, "have different columns", "b.csv has other")
+    one_line(capsys, "have different columns", "b.csv has other")
 
 
 def test_clean_never_publishes_bytes_that_are_not_utf8(tmp_path, bpe_dir, capsys):
     (tmp_path / "s.jsonl").write_bytes(b'{"text": "ok", "other": "fine"}\n{"text": "fine", "other": "bad \xff"}\n')
     assert main(["clean", str(tmp_path / "s.jsonl"), "--tokenizer", str(bpe_dir), "--input", "text",
                  "--limit", "input_tokens<=64", "--out", str(tmp_path / "o"), "--quiet"]) == 2
-    _one_line(capsys, "column 'other' holds text that is not UTF-8: row 1")
+    one_line(capsys, "column 'other' holds text that is not UTF-8: row 1")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.jsonl"]
 
 
@@ -107,7 +100,7 @@ def test_a_file_of_a_multi_file_source_without_the_column(tmp_path, bpe_dir, cap
     for command in ("audit", "clean"):
         assert main([command, str(data), "--tokenizer", str(bpe_dir), "--input", "text", "--out",
                      str(tmp_path / command), "--quiet"]) == 2
-        _one_line(capsys, f"b.{kind}: no column 'text' for --input; columns are: other")
+        one_line(capsys, f"b.{kind}: no column 'text' for --input; columns are: other")
 
 
 def test_tokenizer_folders_that_do_not_load_say_why(tmp_path, bpe_dir, corpus_jsonl, capsys):
@@ -119,7 +112,7 @@ def test_tokenizer_folders_that_do_not_load_say_why(tmp_path, bpe_dir, corpus_js
              (bpe_dir / "tokenizer.json", "it is a file; give the folder")]
     for tok, words in cases:
         assert _audit(corpus_jsonl, tok, tmp_path / "o") == 2
-        _one_line(capsys, words)
+        one_line(capsys, words)
 
 
 def test_a_damaged_cache_is_ignored_with_a_warning_and_the_numbers_stay_right(tmp_path, bpe_dir, monkeypatch):
@@ -158,7 +151,7 @@ def test_clean_never_turns_a_file_into_its_out(tmp_path, bpe_dir, corpus_jsonl, 
     (tmp_path / "notes.txt").write_text("precious")
     assert main(["clean", str(corpus_jsonl), "--tokenizer", str(bpe_dir), "--input", "text", "--out",
                  str(tmp_path / "notes.txt"), "--overwrite", "--quiet"]) == 2
-    _one_line(capsys, "exists and is not a directory")
+    one_line(capsys, "exists and is not a directory")
     assert (tmp_path / "notes.txt").read_text() == "precious" and sorted(os.listdir(tmp_path)) == ["notes.txt"]
 
 
@@ -187,13 +180,13 @@ def test_memory_models_that_do_not_load_and_bad_values(tmp_path, capsys, monkeyp
     from transformers import GPT2Config
 
     assert main(["memory", "--model", str(tmp_path / "nope"), "--batch-size", "4", "--input-len", "8"]) == 2
-    _one_line(capsys, "no such directory or config file")
+    one_line(capsys, "no such directory or config file")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert main(["memory", "--model", "someorg/somemodel", "--batch-size", "4", "--input-len", "8"]) == 2
-    _one_line(capsys, "offline mode is on")
+    one_line(capsys, "offline mode is on")
     GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=500).save_pretrained(tmp_path / "gpt2")
     assert main(["memory", "--model", str(tmp_path / "gpt2"), "--batch-size", "0", "--input-len", "8"]) == 2
-    _one_line(capsys, "--batch-size must be at least 1")
+    one_line(capsys, "--batch-size must be at least 1")
 
 
 def test_memory_exports_never_land_in_the_source(tmp_path, bpe_dir, capsys):
@@ -208,9 +201,9 @@ def test_memory_exports_never_land_in_the_source(tmp_path, bpe_dir, capsys):
     _jsonl(data / "a.jsonl", [{"text": f"row {i} " * (i + 1)} for i in range(20)])
     base = ["memory", str(data), "--model", str(model), "--input", "text", "--batch-size", "4"]
     assert main([*base, "--export-worst-batch", str(data / "worst")]) == 2
-    _one_line(capsys, "--export-worst-batch", "lies inside the source path")
+    one_line(capsys, "--export-worst-batch", "lies inside the source path")
     assert main([*base, "--pad-to-multiple-of", "-7"]) == 2
-    _one_line(capsys, "--pad-to-multiple-of -7")
+    one_line(capsys, "--pad-to-multiple-of -7")
     assert sorted(os.listdir(data)) == ["a.jsonl"]
 
 
@@ -232,7 +225,7 @@ def test_a_zero_row_parquet_is_refused_like_an_empty_file(tmp_path, bpe_dir, cap
     for command in ("audit", "clean"):
         assert main([command, str(tmp_path / "zero.parquet"), "--tokenizer", str(bpe_dir), "--input", "text",
                      "--out", str(tmp_path / command), "--quiet"]) == 2
-        _one_line(capsys, "holds no rows")
+        one_line(capsys, "holds no rows")
 
 
 def test_date_like_strings_in_json_lines_stay_text(tmp_path, bpe_dir):
@@ -253,7 +246,7 @@ def test_a_loop_of_links_as_the_source(tmp_path, bpe_dir, capsys):
     (tmp_path / "a").symlink_to(tmp_path / "b")
     (tmp_path / "b").symlink_to(tmp_path / "a")
     assert _audit(tmp_path / "a", bpe_dir, tmp_path / "o") == 2
-    _one_line(capsys, "a symbolic link that leads nowhere")
+    one_line(capsys, "a symbolic link that leads nowhere")
 
 
 @pytest.mark.parametrize("argv,words", [
@@ -264,7 +257,7 @@ def test_clean_values_that_mean_nothing(tmp_path, bpe_dir, corpus_jsonl, capsys,
     assert main(["clean", str(corpus_jsonl), "--tokenizer", str(bpe_dir), "--input", "text", "--out",
                  str(tmp_path / "o"), "--quiet", *(["--limit", "input_tokens<=64"] if "--limit" not in argv else []),
                  *argv]) == 2
-    _one_line(capsys, words)
+    one_line(capsys, words)
 
 
 def test_memory_sizes_and_shapes_past_sense(tmp_path, capsys):
@@ -273,9 +266,9 @@ def test_memory_sizes_and_shapes_past_sense(tmp_path, capsys):
     GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=500).save_pretrained(tmp_path / "gpt2")
     base = ["memory", "--model", str(tmp_path / "gpt2"), "--input-len", "8"]
     assert main([*base, "--batch-size", "4", "--budget", "0"]) == 2
-    _one_line(capsys, "--budget 0")
+    one_line(capsys, "--budget 0")
     assert main([*base, "--batch-size", str(10**20)]) == 2
-    _one_line(capsys, "--batch-size", "not a training batch")
+    one_line(capsys, "--batch-size", "not a training batch")
 
 
 def test_a_dead_runs_staging_folder_is_swept_by_the_next_run(tmp_path, bpe_dir, corpus_jsonl):
@@ -326,5 +319,5 @@ def test_a_template_that_loops_is_a_rows_error_then_stops_the_run(tmp_path, chat
     assert "template_error" in json.dumps(chat)
     src = _jsonl(tmp_path / "c.jsonl", rows[-1:] * 4)
     assert main([*args, "--out", str(tmp_path / "o2")]) == 2  # slow on row after row: the run stops
-    _one_line(capsys, "the chat template ran past 0.3 s on 3 rows")
+    one_line(capsys, "the chat template ran past 0.3 s on 3 rows")
     assert time.monotonic() - started < 20

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from lengthscan.cli.main import main
+from tests.support.cli import one_line
 
 KEEP_ALL = "input_tokens<=100000"
 
@@ -30,14 +31,6 @@ def _audit(src, bpe_dir, out, *extra, column="text"):
 def _clean(src, bpe_dir, out, *extra, limit=KEEP_ALL):
     return main(["clean", str(src), "--tokenizer", str(bpe_dir), "--input", "text", "--out", str(out), "--quiet",
                  "--limit", limit, "--length-from", "none", *extra])
-
-
-def _one_line(capsys, *words):
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    for w in words:
-        assert w in err, err
-    return err
 
 
 def _run(*args):
@@ -118,7 +111,7 @@ def test_a_cached_schema_too_deep_to_read_back_is_rebuilt_then_refused(tmp_path,
     entry = {"path": str(src), "rows": 2, "schema": base64.b64encode(schema).decode()}
     monkeypatch.setattr(files, "_jsonl_manifest", lambda fingerprint: [entry])
     assert _audit(src, bpe_dir, tmp_path / "o") == 2
-    _one_line(capsys, f"{src}: line 2 nests objects and arrays more than 32 levels deep")
+    one_line(capsys, f"{src}: line 2 nests objects and arrays more than 32 levels deep")
 
 
 def test_a_json_array_file_nested_too_deep_is_refused(tmp_path, bpe_dir, capsys):
@@ -146,7 +139,7 @@ def test_a_line_that_is_no_row_is_named(tmp_path, bpe_dir, capsys, line, words):
     src = tmp_path / "d.jsonl"
     src.write_text('{"text": "first", "n": 1}\n\n' + line + '\n{"text": "last", "n": 2}\n')
     assert _audit(src, bpe_dir, tmp_path / "o") == 2
-    _one_line(capsys, f"{src}: line 3 ", *words)
+    one_line(capsys, f"{src}: line 3 ", *words)
     assert not (tmp_path / "o").exists()
 
 
@@ -154,7 +147,7 @@ def test_a_first_line_that_is_no_object_is_named(tmp_path, bpe_dir, capsys):
     src = tmp_path / "d.jsonl"
     src.write_text('3\n{"text": "a"}\n')
     assert _audit(src, bpe_dir, tmp_path / "o") == 2
-    _one_line(capsys, f"{src}: line 1 is a number (3), not an object")
+    one_line(capsys, f"{src}: line 1 is a number (3), not an object")
 
 
 def test_a_key_twice_is_refused_where_the_fallback_reader_would_keep_one(tmp_path, bpe_dir, capsys):
@@ -163,7 +156,7 @@ def test_a_key_twice_is_refused_where_the_fallback_reader_would_keep_one(tmp_pat
     src = tmp_path / "d.jsonl"
     src.write_text('{"text": "a", "m": 1}\n{"text": "b", "m": "x", "text": "c"}\n')
     assert _audit(src, bpe_dir, tmp_path / "o") == 2
-    _one_line(capsys, f"{src}: line 2 has the key 'text' twice")
+    one_line(capsys, f"{src}: line 2 has the key 'text' twice")
 
 
 def test_mixed_types_and_null_lines_still_read(tmp_path, bpe_dir):
@@ -289,7 +282,7 @@ def test_a_header_naming_a_column_twice_is_refused(tmp_path, bpe_dir, capsys, na
     sep = "\t" if name.endswith(".tsv") else ","
     src.write_text(header + "\n" + sep.join(["a", "b", "c"]) + "\n")
     assert _audit(src, bpe_dir, tmp_path / "o") == 2
-    _one_line(capsys, f"{src}: the header names the column 'text' twice (columns 1 and 3)")
+    one_line(capsys, f"{src}: the header names the column 'text' twice (columns 1 and 3)")
 
 
 def test_column_lists_in_messages_are_capped(tmp_path, bpe_dir, capsys):
@@ -297,15 +290,15 @@ def test_column_lists_in_messages_are_capped(tmp_path, bpe_dir, capsys):
     src = tmp_path / "wide.csv"
     src.write_text(",".join(f"c{i}" for i in range(n)) + "\n" + ",".join("x" for _ in range(n)) + "\n")
     assert _audit(src, bpe_dir, tmp_path / "o") == 2
-    err = _one_line(capsys, "no column 'text' for --input", "c0, c1,", "c9 and 2,990 more")
+    err = one_line(capsys, "no column 'text' for --input", "c0, c1,", "c9 and 2,990 more")
     assert len(err) < 300
     assert _audit(src, bpe_dir, tmp_path / "o", "--id", "nope", column="c1") == 2
-    err = _one_line(capsys, "no column 'nope' for --id", "and 2,990 more")
+    err = one_line(capsys, "no column 'nope' for --id", "and 2,990 more")
     assert len(err) < 300
     other = tmp_path / "more" / "b.csv"
     other.parent.mkdir()
     (tmp_path / "more" / "a.csv").write_text(src.read_text())
     other.write_text(",".join(f"d{i}" for i in range(n)) + "\n" + ",".join("x" for _ in range(n)) + "\n")
     assert _audit(tmp_path / "more" / "*.csv", bpe_dir, tmp_path / "o", column="c1") == 2
-    err = _one_line(capsys, "the files have different columns", "and 2,990 more")
+    err = one_line(capsys, "the files have different columns", "and 2,990 more")
     assert len(err) < 1000
