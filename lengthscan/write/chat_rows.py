@@ -7,9 +7,15 @@
   trained tokens all lie past L was already dropped by the decision table (``no_trained_tokens``).
 * ``drop-turns``: the longest prefix of the conversation that ends with an assistant message and
   whose rendering, rendered again (templates such as Qwen3's render the last turn differently), is
-  within L tokens. Every shorter prefix ending with an assistant message is measured with the same
+  within L tokens. The prefixes ending with an assistant message are measured with the same
   template and tools; the system message and tools stay; the ``messages`` column keeps its form
-  with the later turns gone. A conversation whose first exchange does not fit is dropped.
+  with the later turns gone. A conversation whose first exchange does not fit is dropped. The kept
+  prefix has a trained token (``completion_tokens`` > 0, or no count where the template rewrites
+  earlier turns): a fitting prefix with none is passed over for a shorter one, and a conversation
+  whose every fitting prefix has none is dropped (``no_trained_tokens (after dropping turns ...)``),
+  unless ``--keep-empty-targets``. The search (``measure.chat.prefixes``) goes from the longest
+  prefix down and never renders the prefixes shorter than the one kept; a conversation of
+  thousands of turns far over the limit is finished by bisection, noted in its reasons.
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ FIRST_EXCHANGE = "drop-turns: the first exchange does not fit"
 
 
 def clean_chat(chat, field, table: pa.Table, d: Decisions, final: dict, given: dict | None, *,
-               tokenize: bool, raw: dict | None = None) -> tuple[pa.Table, Decisions, dict | None]:
+               tokenize: bool, raw: dict | None = None, keep_empty_targets: bool = False
+               ) -> tuple[pa.Table, Decisions, dict | None]:
     """Apply ``d``'s truncations and turn drops to one batch of conversation rows.
 
     Returns the table (conversations cut by turns), the decisions (rows whose first exchange does
@@ -44,6 +51,8 @@ def clean_chat(chat, field, table: pa.Table, d: Decisions, final: dict, given: d
     ids = list(given["chat"]) if given and given.get("chat") is not None else None
     labels = list(given["chat_labels"]) if given and given.get("chat_labels") is not None else None
     if not (cut.any() or sliced.any() or (tokenize and ids is None)):
+        if tokenize:
+            d = _unlabelled(d, ids, labels)
         return table, d, ({"ids": ids, "labels": labels} if tokenize else None)
     values = _field_values(field, table, raw)
     if tokenize and ids is None:  # lengths came from a first pass: measure the kept rows with ids now
@@ -70,53 +79,59 @@ def clean_chat(chat, field, table: pa.Table, d: Decisions, final: dict, given: d
         if final["final_eot_at"][i] >= cap:  # the cut removes the end-of-turn token that closed the last turn
             final["final_eot_at"][i], final["ends_with_eot"][i] = -1, 0
     if cut.any():
-        table, d = _drop_turns(chat, field, table, values, d, cut, caps, final, ids, labels)
+        table, d = _drop_turns(chat, field, table, values, d, cut, caps, final, ids, labels, keep_empty_targets)
+    if tokenize:
+        d = _unlabelled(d, ids, labels)
     return table, d, ({"ids": ids, "labels": labels} if tokenize else None)
 
 
-def _drop_turns(chat, field, table, values, d, cut, caps, final, ids, labels):
-    """Cut the ``cut`` rows to their longest fitting prefix ending with an assistant message."""
+def _unlabelled(d: Decisions, ids, labels) -> Decisions:
+    """With ``--tokenize``, a kept conversation whose tokens or labels could not be made (a template
+    that renders earlier turns differently as the conversation grows, a rendering past the per-turn
+    budget: no trained-token count) is dropped with its reason: labels cannot be written exactly."""
+    missing = [i for i in np.flatnonzero(d.decision != DROP)
+               if ids is None or labels is None or ids[i] is None or labels[i] is None]
+    if not missing:
+        return d
+    decision, reason, reasons = d.decision.copy(), list(d.reason), [list(r) for r in d.reasons]
+    for i in missing:
+        decision[i], reason[i] = DROP, "no_labels"
+        reasons[i].append("no_labels: --tokenize cannot write this conversation's labels (its trained tokens "
+                          "could not be counted exactly: see the row's measurement note)")
+    drop_turns = None if d.drop_turns is None else d.drop_turns & (decision != DROP)
+    return Decisions(decision, reason, reasons, d.truncate_to, d.crop_seconds, drop_turns)
+
+
+def _drop_turns(chat, field, table, values, d, cut, caps, final, ids, labels, keep_empty: bool):
+    """Cut the ``cut`` rows to their longest fitting prefix ending with an assistant message (one
+    with a trained token unless ``keep_empty``)."""
     from lengthscan.measure.batch import column_values
     from lengthscan.measure.chat.conversations import Conversation, RowProblem, messages_of
+    from lengthscan.measure.chat.prefixes import PrefixSearch
 
     column = field.column
     source, typed = values[column], column_values(_as_batch(table), column)
-    owners, prefixes = [], []
+    ends: dict = {}
     for i in np.flatnonzero(cut):
         try:  # roles of the normalized messages (ShareGPT's "from" mapped): the cut points
             roles = [m.get("role") for m in messages_of(source[i], Conversation())]
         except RowProblem:
             continue
-        ends = [k + 1 for k, role in enumerate(roles) if role == "assistant" and k + 1 < len(roles)]
-        for end in ends:
-            owners.append((int(i), end))
-            prefixes.append(source[i][:end])
-    measured = None
-    if prefixes:
-        columns = {column: prefixes}
-        for extra in field.extra:  # the tools of each prefix's row
-            columns[extra] = [values[extra][i] for i, _ in owners]
-        measured = chat.measure(columns, {s.name: s for s in field.specs}, with_ids=ids is not None)
-    best: dict = {}
-    shortest: dict = {}
-    seq = measured.values[field.primary] if measured is not None else np.zeros(0)
-    for k, (i, end) in enumerate(owners):
-        length = int(seq[k])
-        if length < 0:
-            continue
-        shortest[i] = min(shortest.get(i, length), length)
-        if length <= caps[i] and end > best.get(i, (0, -1))[0]:
-            best[i] = (end, k)
+        ends[int(i)] = [k + 1 for k, role in enumerate(roles) if role == "assistant" and k + 1 < len(roles)]
+    search = PrefixSearch(chat, field, values, caps, keep_empty, with_ids=ids is not None)
+    found = search.run(ends)
     decision, reason, reasons = d.decision.copy(), list(d.reason), [list(r) for r in d.reasons]
     new_values = list(typed)
     for i in np.flatnonzero(cut):
-        if i not in best:
-            first = shortest.get(i, final["sequence_tokens"][i])
-            decision[i], reason[i] = DROP, FIRST_EXCHANGE
-            reasons[i].append(f"{FIRST_EXCHANGE}: the first prefix ending with an assistant message is "
-                              f"{int(first):,} tokens, over {int(caps[i]):,}")
+        cap = int(caps[i])
+        if i not in found:
+            why, detail = search.failure(int(i), cap, final["sequence_tokens"][i], FIRST_EXCHANGE)
+            decision[i], reason[i] = DROP, why
+            reasons[i].append(detail)
             continue
-        end, k = best[i]
+        end, measured, k = found[i]
+        if search.note(int(i)):
+            reasons[i].append(search.note(int(i)))
         new_values[i] = typed[i][:end]
         for spec in field.specs:
             final[spec.name][i] = measured.values[spec][k]

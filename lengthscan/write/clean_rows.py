@@ -83,7 +83,7 @@ def clean_batch(spec: CleanSpec, layout, rows: np.ndarray, table: pa.Table, meas
         from lengthscan.write.chat_rows import clean_chat
 
         out, d, chat_tokens = clean_chat(setup.chat, setup.fields[0], out, d, final, ids, tokenize=spec.tokenize,
-                                         raw=raw)
+                                         raw=raw, keep_empty_targets=spec.keep_empty_targets)
     if d.crop_seconds is not None:
         out = _cropped(spec, out, d, final, layout.base_dir(rows))
     keep = d.decision != DROP

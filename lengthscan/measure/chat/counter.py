@@ -11,7 +11,7 @@ Per row (metrics, see ``CHAT_METRICS``):
     of q = render(messages[:i+1]) past the common prefix of q and p = render(messages[:i],
     add_generation_prompt=True), counted only where q is a token prefix of the whole rendering;
     otherwise the template rewrites earlier turns (note ``rewrites_history``) and the row has no
-    completion count;
+    completion count; nor has a conversation too long for the rule's quadratic work (``plan.PREFIX_CHARS``);
   - prompt-completion rows: TRL's rule (the prompt rendered with the generation prompt, the
     completion being the rest past the common prefix); strings: no template, the completion gets
     the EOS text, both tokenized with special tokens;
@@ -35,7 +35,7 @@ from lengthscan.measure.chat.plan import RowPlan, TooLong, plan_row
 from lengthscan.measure.chat.ranges import message_ranges
 from lengthscan.measure.chat.spans import common_prefix, eot_position, is_prefix
 from lengthscan.measure.chat.template import ChatTemplateError, RenderTimeout
-from lengthscan.measure.chat.views import EncodingView, IdsView, views
+from lengthscan.measure.chat.views import EncodingView, IdsView, ranges_agree, views
 from lengthscan.measure.records import (
     FLAG_CODES,
     FLAG_MISSING,
@@ -174,28 +174,7 @@ class ChatCounter:
         errors: list = [None] * n
         texts: list[str] = []          # rendered chat texts (tokenized without special tokens)
         plain: list[str] = []          # string prompt-completion texts (tokenized with special tokens)
-        work: dict[int, RowPlan] = {}
-        for i, conv in enumerate(convs):
-            if conv is None:
-                flags[i] = FLAG_MISSING
-                continue
-            if isinstance(conv, RowProblem):
-                flags[i], errors[i] = FLAG_CODES[conv.flag], str(conv)
-                continue
-            try:
-                work[i] = plan_row(conv, self.renderer, train_on=self.options.train_on,
-                                   max_chars=self.counter.max_chars, eos=self.counter.tokenizer.eos_token,
-                                   texts=texts, plain=plain)
-            except TooLong as exc:
-                flags[i], errors[i] = FLAG_TOO_LONG, str(exc)
-            except RenderTimeout as exc:  # a row's error; a template slow on row after row stops the run
-                self.timeouts += 1
-                if self.timeouts >= MAX_TIMEOUTS:
-                    raise ChatTemplateError(f"the chat template ran past {exc.seconds:g} s on {self.timeouts} rows "
-                                            "(a template that loops?): fix the template") from None
-                flags[i], errors[i] = FLAG_TEMPLATE_ERROR, str(exc)
-            except Exception as exc:  # noqa: BLE001 - the template's own message, per row
-                flags[i], errors[i] = FLAG_TEMPLATE_ERROR, _template_message(exc)
+        work = self._plan(convs, flags, errors, texts, plain)
         encoded = self._views(texts, work)
         plain_ids = [IdsView(ids) for ids in self.counter.ids(plain, "input")] if plain else []
         longest = self._message_tokens(work, notes, encoded)
@@ -219,6 +198,9 @@ class ChatCounter:
                 notes["parts_not_rendered"][i] = True
             trained = self._trained(w, view, encoded, plain_ids, with_ids)
             if trained is None:
+                if w.uncounted is not None:  # too long a conversation for the per-turn rule
+                    errors[i] = w.uncounted
+                    continue
                 notes["rewrites_history"][i] = True
                 if w.prefix_error is not None:
                     errors[i] = f"no completion count: a prefix of the conversation does not render ({w.prefix_error})"
@@ -237,6 +219,50 @@ class ChatCounter:
                         errors if any(e is not None for e in errors) else None, notes=notes, ids=ids_out,
                         labels=labels_out)
 
+    def sequence_lengths(self, columns: dict) -> np.ndarray:
+        """Per row, what ``measure`` gives as ``sequence_tokens`` (-1: none), from the whole
+        rendering alone (no trained tokens, no per-turn prefixes): drop-turns' search."""
+        convs = conversations(columns, self.options.format)
+        n = len(convs)
+        texts: list[str] = []
+        plain: list[str] = []
+        work = self._plan(convs, np.zeros(n, np.int8), [None] * n, texts, plain, whole_only=True)
+        encoded = views(self.counter, texts, exact=False)
+        plain_ids = [IdsView(ids) for ids in self.counter.ids(plain, "input")] if plain else []
+        out = np.full(n, -1, np.int64)
+        for i, w in work.items():
+            size = len(plain_ids[w.full] if w.conv.text is not None else encoded[w.full])
+            out[i] = size if size else -1
+        return out
+
+    def _plan(self, convs: list, flags, errors: list, texts: list, plain: list, *,
+              whole_only: bool = False) -> dict:
+        """row -> its ``RowPlan`` (its renderings added to ``texts``/``plain``); the flags and errors
+        of the rows that have none."""
+        work: dict[int, RowPlan] = {}
+        for i, conv in enumerate(convs):
+            if conv is None:
+                flags[i] = FLAG_MISSING
+                continue
+            if isinstance(conv, RowProblem):
+                flags[i], errors[i] = FLAG_CODES[conv.flag], str(conv)
+                continue
+            try:
+                work[i] = plan_row(conv, self.renderer, train_on=self.options.train_on,
+                                   max_chars=self.counter.max_chars, eos=self.counter.tokenizer.eos_token,
+                                   texts=texts, plain=plain, whole_only=whole_only)
+            except TooLong as exc:
+                flags[i], errors[i] = FLAG_TOO_LONG, str(exc)
+            except RenderTimeout as exc:  # a row's error; a template slow on row after row stops the run
+                self.timeouts += 1
+                if self.timeouts >= MAX_TIMEOUTS:
+                    raise ChatTemplateError(f"the chat template ran past {exc.seconds:g} s on {self.timeouts} rows "
+                                            "(a template that loops?): fix the template") from None
+                flags[i], errors[i] = FLAG_TEMPLATE_ERROR, str(exc)
+            except Exception as exc:  # noqa: BLE001 - the template's own message, per row
+                flags[i], errors[i] = FLAG_TEMPLATE_ERROR, _template_message(exc)
+        return work
+
     def _views(self, texts: list[str], work: dict) -> list:
         """The tokenized renderings. Token ranges come from ``char_to_token`` once the first rows of
         the run have shown them equal to the full offsets' (spans and messages), else from the offsets."""
@@ -248,11 +274,7 @@ class ChatCounter:
             view = out[w.full] if w.conv.text is None and w.full < len(out) else None
             if not isinstance(view, EncodingView) or checked >= PROOF_ROWS:
                 continue
-            fast = EncodingView(view.enc, view.text, exact=False)
-            probes = [(s, e) for s, e in w.spans] + [r for _, r in message_ranges(view.text, w.conv.messages or [])
-                                                     if isinstance(r, tuple)]
-            if fast.count(w.spans) != view.count(w.spans) or any(fast.overlap(*r) != view.overlap(*r)
-                                                                  for r in probes):
+            if not ranges_agree(view, w.spans, w.conv.messages or []):
                 self._exact = True
                 return out
             checked += 1
@@ -279,7 +301,7 @@ class ChatCounter:
             spans = w.spans[-1:] if self.options.train_on == "last" else w.spans
             total, first, last = view.count(spans)
             return total, first, last, view.mask(spans) if with_mask else None
-        if w.prefix_error is not None:
+        if w.prefix_error is not None or w.uncounted is not None:
             return None
         mask = np.zeros(n, np.int8)
         last, total = -1, 0

@@ -7,6 +7,14 @@
 * ``--train-on all``: the rendering ending with the last assistant turn (where its end-of-turn is);
 * prompt-completion rows: the prompt with the generation prompt (strings: the prompt's text, and
   prompt + completion + EOS, tokenized with special tokens).
+
+The common-prefix rule is quadratic in a conversation's length: two prefixes per trained assistant
+message, each rendered (Jinja) and tokenized, so a conversation of thousands of turns would take
+minutes. Nothing cheaper gives the same counts (a template may render any prefix differently), so
+a row whose prefixes would total more than ``PREFIX_CHARS`` characters (estimated before any is
+rendered as the whole rendering's length times the trained assistant messages, about what they
+total) keeps its exact sequence length and gets no completion count, with an error saying why;
+a template with ``{% generation %}`` blocks counts such rows from its one rendering.
 """
 
 from __future__ import annotations
@@ -14,6 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lengthscan.measure.chat.conversations import Conversation
+
+#: the characters the common-prefix rule may render for one row (about 10 s of rendering and
+#: tokenizing); ``--max-chars`` raises it when it is larger
+PREFIX_CHARS = 16_000_000
 
 
 class TooLong(ValueError):
@@ -31,13 +43,15 @@ class RowPlan:
     spans: list = field(default_factory=list)   # generation spans of the whole rendering
     ref: int = -1                        # ``all``: the rendering that ends with the last assistant turn
     prefix_error: str | None = None      # a prefix the template refuses to render: no completion count
+    uncounted: str | None = None         # too many prefixes to render (``PREFIX_CHARS``): no completion count
 
 
 def plan_row(conv: Conversation, renderer, *, train_on: str, max_chars: int, eos: str | None, texts: list,
-             plain: list) -> RowPlan:
-    """Render what ``conv`` needs into ``texts`` (rendered chats) or ``plain`` (string prompt-completion)."""
+             plain: list, whole_only: bool = False) -> RowPlan:
+    """Render what ``conv`` needs into ``texts`` (rendered chats) or ``plain`` (string prompt-completion);
+    ``whole_only``: the whole rendering alone (its length; the generation spans do not change the text)."""
     row = RowPlan(conv, spans_wanted=renderer.has_generation(conv.tools) and train_on != "all"
-                  and conv.split_at is None and conv.text is None)
+                  and conv.split_at is None and conv.text is None and not whole_only)
     if conv.text is not None:
         prompt, completion = conv.text
         if eos and not completion.endswith(eos):
@@ -45,7 +59,8 @@ def plan_row(conv: Conversation, renderer, *, train_on: str, max_chars: int, eos
         if len(prompt) + len(completion) > max_chars:
             raise TooLong(f"longer than --max-chars {max_chars:,} characters")
         row.full = _add(plain, prompt + completion)
-        row.pairs = [(_add(plain, prompt), row.full)]
+        if not whole_only:
+            row.pairs = [(_add(plain, prompt), row.full)]
         return row
 
     def render(messages, **kw):
@@ -57,8 +72,10 @@ def plan_row(conv: Conversation, renderer, *, train_on: str, max_chars: int, eos
     msgs = conv.messages
     text, row.spans = render(msgs, spans=row.spans_wanted)  # the template's refusal here: no length
     row.full = _add(texts, text)
+    if whole_only:
+        return row
     try:
-        _plan_prefixes(row, render, train_on, texts)
+        _plan_prefixes(row, render, train_on, texts, max(PREFIX_CHARS, max_chars))
     except TooLong:
         raise
     except Exception as exc:  # noqa: BLE001 - a prefix the template refuses: the row keeps its length
@@ -66,7 +83,7 @@ def plan_row(conv: Conversation, renderer, *, train_on: str, max_chars: int, eos
     return row
 
 
-def _plan_prefixes(row: RowPlan, render, train_on: str, texts: list) -> None:
+def _plan_prefixes(row: RowPlan, render, train_on: str, texts: list, budget: int) -> None:
     conv, msgs = row.conv, row.conv.messages
     if conv.split_at is not None:  # conversational prompt-completion: TRL's rule
         prompt, _ = render(msgs[:conv.split_at], add_generation_prompt=True)
@@ -79,7 +96,14 @@ def _plan_prefixes(row: RowPlan, render, train_on: str, texts: list) -> None:
         k = assistants[-1]
         row.ref = row.full if k == len(msgs) - 1 else _add(texts, render(msgs[:k + 1])[0])
         return
-    for k in (assistants if train_on == "assistant" else assistants[-1:]):
+    trained = assistants if train_on == "assistant" else assistants[-1:]
+    if len(trained) > 1 and len(trained) * len(texts[row.full]) > budget:
+        row.uncounted = (f"no completion count: {len(trained):,} assistant messages in a rendering of "
+                         f"{len(texts[row.full]):,} characters, over the {budget:,} characters the per-turn "
+                         f"common-prefix rule may render for a row (a template with {{% generation %}} blocks "
+                         f"counts it)")
+        return
+    for k in trained:
         q = row.full if k == len(msgs) - 1 else _add(texts, render(msgs[:k + 1])[0])
         p = _add(texts, render(msgs[:k], add_generation_prompt=True)[0]) if k else -1
         row.pairs.append((p, q))

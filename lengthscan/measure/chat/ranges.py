@@ -6,11 +6,25 @@ the token at a few characters (``char_to_token``, ``token_to_chars``: Rust calls
 without converting every token's offsets to Python, which costs more than tokenizing. It assumes
 token offsets that grow with the token index; ``ChatCounter`` checks it against the full offsets
 on the first rows of a run (and counts from offsets when it does not hold).
+
+``char_to_token`` scans the encoding's tokens (its cost grows with the token's position), so this
+is for a few ranges of a rendering: ``views.EncodingView`` reads the full offsets (once, then binary
+searches) past ``FAST_QUERIES`` ranges, and when a range starts in a run of more than ``MAX_GAP``
+characters no token holds (``SlowRanges``).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+#: ranges of one rendering asked of ``char_to_token`` before its full offsets are read instead
+FAST_QUERIES = 64
+#: characters no token holds that ``_first_from`` steps over before it gives up (``SlowRanges``)
+MAX_GAP = 64
+
+
+class SlowRanges(Exception):
+    """A range starts in a long run of characters no token holds: read the full offsets instead."""
 
 
 class TokenRanges:
@@ -24,11 +38,14 @@ class TokenRanges:
     def _first_from(self, char: int):
         """The first token holding a character at or after ``char`` (None: none)."""
         enc, length = self.enc, self.length
+        stop = char + MAX_GAP
         while char < length:
             t = enc.char_to_token(char)
             if t is not None:
                 return t
             char += 1
+            if char > stop:
+                raise SlowRanges
         return None
 
     def tokens(self, start: int, end: int) -> tuple[int, int]:

@@ -51,12 +51,7 @@ def load_template(tokenizer, path: str | Path | None) -> ChatTemplate:
     """``--chat-template FILE`` if given, else the tokenizer's own (its default one when it has
     several); ChatTemplateError with the fix when there is none or the file cannot be read."""
     if path is not None:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ChatTemplateError(f"--chat-template {path}: cannot read it ({exc}); give a Jinja file, e.g. "
-                                    f"a model's chat_template.jinja or TRL's trl/chat_templates/*_training.jinja"
-                                    ) from None
+        text = read_template_file(path)
         if not text.strip():
             raise ChatTemplateError(f"--chat-template {path}: the file is empty")
         template = ChatTemplate(text, str(path))
@@ -75,6 +70,58 @@ def load_template(tokenizer, path: str | Path | None) -> ChatTemplate:
         template = ChatTemplate(own, "tokenizer", tool_use)
     check_syntax(template)
     return template
+
+
+#: the largest chat template file read (real ones are a few KiB; Jinja compiles what it is given)
+MAX_TEMPLATE_BYTES = 1 << 20
+_HINT = "give a Jinja file, e.g. a model's chat_template.jinja or TRL's trl/chat_templates/*_training.jinja"
+
+
+def read_template_file(path: str | Path) -> str:
+    """The text of ``--chat-template FILE``: a regular file (a FIFO, a device, a socket or a
+    folder is refused before anything is read, so nothing blocks or reads forever) of at most
+    ``MAX_TEMPLATE_BYTES``, in UTF-8; ChatTemplateError naming the path otherwise."""
+    import os
+    import stat
+
+    try:  # not blocking on a FIFO; checked on what was opened (the path cannot change in between)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, ValueError) as exc:
+        raise ChatTemplateError(f"--chat-template {path}: cannot read it ({_reason(exc)}); {_HINT}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            mode = info.st_mode
+            kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                    else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+            raise ChatTemplateError(f"--chat-template {path}: {kind}, not a regular file; {_HINT}")
+        if info.st_size > MAX_TEMPLATE_BYTES:
+            raise ChatTemplateError(f"--chat-template {path}: not a chat template: {info.st_size:,} bytes (over "
+                                    f"{MAX_TEMPLATE_BYTES:,}); {_HINT}")
+        data = b""
+        while len(data) <= MAX_TEMPLATE_BYTES:  # the file may have grown since
+            part = os.read(fd, MAX_TEMPLATE_BYTES + 1 - len(data))
+            if not part:
+                break
+            data += part
+    except OSError as exc:
+        raise ChatTemplateError(f"--chat-template {path}: cannot read it ({_reason(exc)}); {_HINT}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_TEMPLATE_BYTES:
+        raise ChatTemplateError(f"--chat-template {path}: not a chat template: over {MAX_TEMPLATE_BYTES:,} bytes; "
+                                f"{_HINT}")
+    try:  # newlines as a text-mode read gives them (\r\n and \r become \n)
+        return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    except UnicodeDecodeError as exc:
+        raise ChatTemplateError(f"--chat-template {path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                                f"{exc.start:,}); {_HINT}") from None
+
+
+def _reason(exc: BaseException) -> str:
+    text = getattr(exc, "strerror", None) or str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def check_syntax(template: ChatTemplate) -> None:
