@@ -115,6 +115,7 @@ def test_tokenizer_folders_that_do_not_load_say_why(tmp_path, bpe_dir, corpus_js
         one_line(capsys, words)
 
 
+@pytest.mark.slow  # five damaged caches, each an audit
 def test_a_damaged_cache_is_ignored_with_a_warning_and_the_numbers_stay_right(tmp_path, bpe_dir, monkeypatch):
     monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "cache"))
     src = _jsonl(tmp_path / "s.jsonl", [{"text": f"row {i} " + "word " * i} for i in range(50)])
@@ -155,6 +156,7 @@ def test_clean_never_turns_a_file_into_its_out(tmp_path, bpe_dir, corpus_jsonl, 
     assert (tmp_path / "notes.txt").read_text() == "precious" and sorted(os.listdir(tmp_path)) == ["notes.txt"]
 
 
+@pytest.mark.slow  # a process writing into a closed pipe, for each command
 @pytest.mark.parametrize("command", ["audit", "clean"])
 def test_a_closed_pipe_on_the_summary_exits_0(tmp_path, bpe_dir, corpus_jsonl, command):
     limit = "--limit 'input_tokens<=64'" if command == "clean" else ""

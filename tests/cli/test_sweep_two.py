@@ -20,6 +20,8 @@ import pytest
 from lengthscan.cli.main import main
 from tests.support.audio_files import write_audio
 
+pytestmark = pytest.mark.slow  # the second sweep's cases run the CLI as a user would, mostly in subprocesses
+
 ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
 
 
@@ -222,7 +224,7 @@ def test_a_usage_error_exits_2_when_stderr_cannot_be_written(tmp_path, bpe_dir, 
 
 
 def test_sigterm_is_handled_as_ctrl_c(tmp_path, bpe_dir):
-    src = _jsonl(tmp_path / "big.jsonl", 300_000, "word {i} " * 3)
+    src = _jsonl(tmp_path / "big.jsonl", 200_000, "word {i} " * 3)
     proc = subprocess.Popen([sys.executable, "-m", "lengthscan", "clean", str(src), "--tokenizer", str(bpe_dir),
                              "--input", "text", "--no-cache", "--out", str(tmp_path / "o")],
                             stderr=subprocess.PIPE, text=True)

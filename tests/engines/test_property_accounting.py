@@ -30,6 +30,8 @@ from lengthscan.policy.rules import RuleError
 from lengthscan.sources.source import SourceError
 from tests.support.texts import EDGE_TEXTS
 
+pytestmark = pytest.mark.slow  # a hypothesis search of 25 generated sources, each cleaned
+
 # -- the generated cases (shared with the Ray variant) ---------------------------------------------
 
 WHITESPACE = st.sampled_from([" ", "   ", "\t", "\n", " \t\r\n ", "\u00a0", "\u3000"])

@@ -13,6 +13,8 @@ from lengthscan.memory.packed import packed_batches, price_packed
 from lengthscan.pack.others import pack_knapsack
 from lengthscan.pack.trl import pack_trl
 
+pytestmark = pytest.mark.slow  # a training step measured on CPU and a memory command
+
 
 @pytest.fixture(scope="module")
 def config():

@@ -42,6 +42,7 @@ def _mine(packs):
             [packs.seq_lengths[o[p]:o[p + 1]].tolist() for p in range(packs.count)], packs.pack_lengths().tolist())
 
 
+@pytest.mark.slow  # trl's own pack_dataset, 15 times
 @pytest.mark.parametrize("strategy", ["bfd", "bfd_split", "wrapped"])
 @pytest.mark.parametrize("case", [
     dict(n=2500, high=400, max_length=173),                       # three 1,000-row map batches
@@ -72,6 +73,7 @@ def test_bfd_reports_the_overflow_it_discards():
     assert 2 not in packs.rows.tolist()  # the empty row is in no pack
 
 
+@pytest.mark.slow  # an audit per strategy
 @pytest.mark.parametrize("strategy", ["bfd", "bfd_split", "wrapped"])
 def test_the_audits_packs_are_trls_packs_of_its_own_lengths(tmp_path, bpe_dir, corpus_jsonl, strategy):
     out = tmp_path / "o"

@@ -20,6 +20,8 @@ import pytest
 from lengthscan.cli.main import main
 from tests.support.cli import one_line
 
+pytestmark = pytest.mark.slow  # every format case runs the CLI, several in child processes
+
 KEEP_ALL = "input_tokens<=100000"
 
 

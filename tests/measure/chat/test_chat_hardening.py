@@ -14,6 +14,8 @@ import pytest
 
 from tests.support.chat import trl_template, write_jsonl
 
+pytestmark = pytest.mark.slow  # subprocesses and conversations of thousands of turns
+
 
 def _cli(*args, timeout: float = 120):
     return subprocess.run([sys.executable, "-m", "lengthscan", *map(str, args)], capture_output=True, text=True,
