@@ -119,7 +119,7 @@ def run_audit(source, options: AuditOptions, engine) -> AuditResult:
         if options.packing.packing is not None:
             from lengthscan.pack.run import PackSink
 
-            packer = PackSink(setup.fields)
+            packer = PackSink(setup.fields, setup.identity)
         try:
             measurement = measure_source(
                 src, setup, engine, run=options.run, ratios=prepared.ratios, seed=sample.seed,
@@ -152,7 +152,8 @@ def _pack(packer, options: PackingOptions, setup, output) -> dict:
     from lengthscan.pack.run import simulate_packing, write_packs
 
     limit = setup.model_limits.get(packer.spec.name) if setup.model_limits is not None else None
-    report, packs = simulate_packing(packer.lengths, options, model_limit=int(limit.value) if limit else None)
+    report, packs = simulate_packing(packer.lengths, options, model_limit=int(limit.value) if limit else None,
+                                     ids=None if output.redact else packer.id_of)
     if output.final is not None:
         write_packs(output.staging / "packs.parquet", packs)
     return report

@@ -44,7 +44,8 @@ class Steps:
 
 def pack_figures(packs: Packs, lengths: np.ndarray, steps: Steps, *, ids=None, plain_steps: Steps | None = None,
                  max_length: int | None = None) -> dict:
-    """The figures of ``packs`` made from rows of ``lengths`` tokens (negative: no length);
+    """The figures of ``packs`` made from rows of ``lengths`` tokens (negative: no length); ``ids``
+    (row -> ``--id`` value) names the rows listed;
     ``plain_steps`` and ``max_length`` (default: ``steps`` and the packs') for the epoch without packing."""
     lengths = np.asarray(lengths, np.int64)
     known = lengths >= 0
@@ -113,6 +114,6 @@ def _listed(rows: np.ndarray, values: np.ndarray, ids, *, key: str = "tokens_los
     for r in top.tolist():
         entry = {"row": int(r), key: int(values[r])}
         if ids is not None:
-            entry["id"] = ids[r]
+            entry["id"] = ids(r)
         out.append(entry)
     return out

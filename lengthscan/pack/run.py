@@ -72,17 +72,22 @@ def packed_metric(fields):
 class PackSink:
     """A sink of the measuring loop: the packed metric of every row of each split, by row id."""
 
-    def __init__(self, fields):
+    def __init__(self, fields, identity=None):
         self.role, self.spec = packed_metric(fields)
         self.lengths: dict[str, np.ndarray] = {}
+        self.identity = identity  # --id COL's field: its values name the rows that lose tokens
+        self.ids: dict[str, list] = {}
 
     def open_split(self, split_src, plan) -> None:
         if not plan.full:
             raise PackingError(f"--packing simulates every row of a split, and split {split_src.name!r} is sampled "
                                f"({plan.size:,} of {plan.rows_total:,} rows): add --full")
         self.lengths[split_src.name] = np.full(split_src.num_rows, -1, np.int64)
+        self.ids[split_src.name] = []
 
     def write(self, split_src, batch, measured: dict) -> None:
+        if self.identity is not None and batch.table is not None and self.identity.name in batch.table.column_names:
+            self.ids[split_src.name].append((batch.rows, batch.table.column(self.identity.name)))
         m = measured.get(self.role)
         if m is not None:
             values = np.asarray(m.values[self.spec])
@@ -90,6 +95,21 @@ class PackSink:
 
     def close_split(self, split_src) -> None:
         """Nothing to do."""
+
+    def id_of(self, split: str):
+        """row -> ``--id`` value shown in the report (None without ``--id``)."""
+        if self.identity is None or not self.ids.get(split):
+            return None
+        from lengthscan.write.longest import shown_id
+
+        def lookup(row: int):
+            for rows, column in self.ids[split]:
+                k = np.searchsorted(rows, row)
+                if k < len(rows) and rows[k] == row:
+                    return shown_id(column[int(k)].as_py())
+            return None
+
+        return lookup
 
 
 def make_packs(lengths: np.ndarray, max_length: int, options: PackingOptions) -> Packs:
@@ -110,14 +130,16 @@ def make_packs(lengths: np.ndarray, max_length: int, options: PackingOptions) ->
 
 
 def simulate_packing(lengths_by_split: dict[str, np.ndarray], options: PackingOptions, *,
-                     model_limit: int | None = None) -> tuple[dict, dict[str, Packs]]:
-    """``report.json["packing"]`` and each split's packs."""
+                     model_limit: int | None = None, ids=None) -> tuple[dict, dict[str, Packs]]:
+    """``report.json["packing"]`` and each split's packs; ``ids(split)`` gives a row -> ``--id``
+    value lookup (or None) for the rows listed."""
     splits, packs = [], {}
     steps = options.steps if options.packing != "multipack" else Steps(1, options.grad_accum, options.devices)
     for name, lengths in lengths_by_split.items():
         p = make_packs(lengths, options.max_length, options)
         packs[name] = p
-        figures = pack_figures(p, lengths, steps, plain_steps=options.steps, max_length=options.max_length)
+        figures = pack_figures(p, lengths, steps, plain_steps=options.steps, max_length=options.max_length,
+                               ids=ids(name) if ids is not None else None)
         if options.packing == "bfd" and figures["tokens_lost"]:  # what keeping the overflow would cost
             kept = make_packs(lengths, options.max_length, replace(options, packing="bfd_split"))
             figures["bfd_split_efficiency"] = round(float(kept.seq_lengths.sum()) / (kept.count * kept.max_length), 6)

@@ -131,3 +131,16 @@ def test_the_report_has_a_packing_panel_and_findings(tmp_path, bpe_dir, corpus_j
     assert len(said) == 2 and f"{split['packs']:,} packs" in said[0] and f"{split['tokens_lost']:,} tokens" in said[1]
     html = (out / "report.html").read_text()
     assert 'id="packing"' in html and "Packing: bfd at 48 tokens" in html and "pack fill" in html
+
+
+def test_rows_losing_tokens_are_named_by_their_id(tmp_path, bpe_dir, corpus_jsonl):
+    rows = [json.loads(line) for line in corpus_jsonl.read_text().splitlines()]
+    src = tmp_path / "c.jsonl"
+    src.write_text("".join(json.dumps({"doc": f"d{i}", **r}) + "\n" for i, r in enumerate(rows)))
+    out = tmp_path / "o"
+    assert main(["audit", str(src), "--tokenizer", str(bpe_dir), "--input", "text", "--id", "doc", "--packing", "bfd",
+                 "--max-length", "32", "--out", str(out), "--quiet"]) == 0
+    losses = json.loads((out / "report.json").read_text())["packing"]["splits"][0]["largest_losses"]
+    assert losses and all(e["id"] == f"d{e['row']}" for e in losses)
+    lengths = pq.read_table(out / "lengths.parquet").column("input_tokens").fill_null(0).to_numpy()
+    assert [e["tokens_lost"] for e in losses] == sorted((int(x) - 32 for x in lengths if x > 32), reverse=True)[:20]
