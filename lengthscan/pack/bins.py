@@ -7,8 +7,9 @@ and bins sharing a space wait in a first-in first-out queue. A space of L (an em
 in the tree: finding it opens a new bin. Bins are emitted in the order they were opened, each
 with its sequences in the order they went in.
 
-The same steps here, compiled with numba (which librosa brings): O(n log L) a batch, the tree and
-queues reset between batches as TRL builds them anew for each ``map`` batch.
+The same steps here, compiled with numba (which librosa brings): O(n log L) a batch; between
+batches only the spaces a batch queued are cleared (TRL builds its tree anew for each ``map``
+batch), so a large L costs its arrays once, not once a batch.
 """
 
 from __future__ import annotations
@@ -59,13 +60,12 @@ def best_fit_decreasing(lengths, starts, limit, tree_size):
     head = np.full(limit + 1, -1, np.int64)
     tail = np.full(limit + 1, -1, np.int64)
     nxt = np.full(max(n, 1), -1, np.int64)
+    touched = np.empty(max(n, 1), np.int64)  # the spaces queued in this batch, to reset after it
     bins = 0
     for b in range(batches):
         first_bin[b] = bins
-        tree[:] = 0
-        head[:] = -1
-        tail[:] = -1
         _tree_set(tree, tree_size, limit, True)  # an empty bin is always available
+        queued = 0
         for k in range(starts[b], starts[b + 1]):
             length = lengths[k]
             space = _tree_search(tree, tree_size, length)
@@ -83,11 +83,19 @@ def best_fit_decreasing(lengths, starts, limit, tree_size):
             nxt[local] = -1
             if tail[space] == -1:
                 head[space] = local
+                touched[queued] = space
+                queued += 1
             else:
                 nxt[tail[space]] = local
             tail[space] = local
             if space > 0:
                 _tree_set(tree, tree_size, space, True)
+        for q in range(queued):  # TRL builds its tree and queues anew for each batch: undo what this one did
+            space = touched[q]
+            head[space] = -1
+            tail[space] = -1
+            if space > 0:
+                _tree_set(tree, tree_size, space, False)
     first_bin[batches] = bins
     return bin_of, first_bin
 
