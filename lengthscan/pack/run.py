@@ -52,6 +52,9 @@ class PackingOptions:
         for name, value, most in bounds:
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most):
                 raise PackingError(f"{name} {value}: give a whole number between 1 and {most:,}")
+        seed = self.shuffle_seed
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63):
+            raise PackingError(f"--shuffle-seed {seed}: give a whole number of at least 0 (TRL's args.seed)")
 
     @property
     def steps(self) -> Steps:
@@ -60,6 +63,9 @@ class PackingOptions:
 
 def packed_metric(fields):
     """(role, spec) of the lengths a trainer packs: a conversation's sequence, else the input text."""
+    if any(f.role == "target" for f in fields):
+        raise PackingError("--packing packs one sequence per row: measure --input alone (a decoder's text), or "
+                           "conversations (--messages, or --prompt with --completion), not an --input/--target pair")
     for f in fields:
         if f.kind == "chat":
             return f.role, next(s for s in f.specs if s.name == "sequence_tokens")

@@ -99,6 +99,8 @@ def test_the_audits_packs_are_trls_packs_of_its_own_lengths(tmp_path, bpe_dir, c
     (["--packing", "bfd", "--max-length", "64", "--sample", "10"], "add --full"),
     (["--packing", "bfd", "--max-length", "64", "--batch-size", "0"], "--batch-size 0"),
     (["--packing", "bfd", "--max-length", "2"], "special token"),  # the BPE tokenizer adds <s> and </s>
+    (["--packing", "bfd", "--max-length", "64", "--shuffle-seed", "-1"], "--shuffle-seed -1"),
+    (["--packing", "bfd", "--max-length", "64", "--target", "summary"], "not an --input/--target pair"),
 ])
 def test_packing_asked_wrongly_is_one_line(tmp_path, bpe_dir, corpus_jsonl, capsys, args, words):
     code = main(["audit", str(corpus_jsonl), "--tokenizer", str(bpe_dir), "--input", "text", *args,
