@@ -83,11 +83,11 @@ FLAGS: dict[str, tuple[str, dict]] = {
                                                     "dataset_num_proc (it changes the packs; default none)")),
     "shuffle_seed": ("--shuffle-seed", dict(type=int, metavar="SEED", help="with --packing: TRL's "
                                             "shuffle_dataset with args.seed SEED (default: not shuffled)")),
-    "batch_size": ("--batch-size", dict(type=int, default=8, metavar="B", help="with --packing: per-device "
+    "batch_size": ("--batch-size", dict(type=int, metavar="B", help="with --packing: per-device "
                                         "batch size, for steps per epoch (default 8)")),
-    "grad_accum": ("--grad-accum", dict(type=int, default=1, metavar="K", help="with --packing: gradient "
+    "grad_accum": ("--grad-accum", dict(type=int, metavar="K", help="with --packing: gradient "
                                                                                "accumulation steps (default 1)")),
-    "devices": ("--devices", dict(type=int, default=1, metavar="N", help="with --packing: data-parallel devices "
+    "devices": ("--devices", dict(type=int, metavar="N", help="with --packing: data-parallel devices "
                                                                          "(default 1)")),
     "overwrite": ("--overwrite", dict(action="store_true", help="replace --out even if it holds other files")),
 }
@@ -164,8 +164,14 @@ def engine_for(args):
 
 def packing_options(args):
     """``PackingOptions`` from the parsed flags."""
-    from lengthscan.pack.run import PackingOptions
+    from lengthscan.pack.run import PackingError, PackingOptions
 
+    given = {"--packing-num-proc": args.packing_num_proc, "--shuffle-seed": args.shuffle_seed,
+             "--batch-size": args.batch_size, "--grad-accum": args.grad_accum, "--devices": args.devices}
+    stray = [flag for flag, value in given.items() if value is not None]
+    if args.packing is None and stray:
+        raise PackingError(f"{', '.join(stray)}: packing's options; add --packing STRATEGY --max-length L")
     return PackingOptions(packing=args.packing, max_length=args.max_length, packing_num_proc=args.packing_num_proc,
-                          shuffle_seed=args.shuffle_seed, batch_size=args.batch_size, grad_accum=args.grad_accum,
-                          devices=args.devices)
+                          shuffle_seed=args.shuffle_seed, batch_size=8 if args.batch_size is None else args.batch_size,
+                          grad_accum=1 if args.grad_accum is None else args.grad_accum,
+                          devices=1 if args.devices is None else args.devices)

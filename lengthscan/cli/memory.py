@@ -189,7 +189,8 @@ def _memory_data(args, command: str) -> int:
 
 def _packing(args):
     """``PackingOptions`` of data mode's ``--packing`` flags (None without them)."""
-    if args.packing is None and args.max_length is None:
+    if args.packing is None and args.max_length is None and args.packing_num_proc is None \
+            and args.shuffle_seed is None:
         return None
     from lengthscan.pack.run import PackingOptions
 

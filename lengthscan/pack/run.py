@@ -39,8 +39,12 @@ class PackingOptions:
 
     def check(self) -> None:
         if self.packing is None:
-            if self.max_length is not None:
-                raise PackingError("--max-length is packing's: add --packing STRATEGY (bfd, bfd_split or wrapped)")
+            stray = [flag for flag, value in (("--max-length", self.max_length),
+                                              ("--packing-num-proc", self.packing_num_proc),
+                                              ("--shuffle-seed", self.shuffle_seed)) if value is not None]
+            if stray:
+                raise PackingError(f"{', '.join(stray)}: packing's options; add --packing STRATEGY "
+                                   f"({', '.join(STRATEGIES)})")
             return
         if self.packing not in STRATEGIES:
             raise PackingError(f"--packing {self.packing}: not a strategy; choose {', '.join(STRATEGIES)}")

@@ -95,6 +95,7 @@ def test_the_audits_packs_are_trls_packs_of_its_own_lengths(tmp_path, bpe_dir, c
 @pytest.mark.parametrize("args,words", [
     (["--packing", "bfd"], "needs --max-length"),
     (["--max-length", "512"], "add --packing"),
+    (["--batch-size", "4", "--devices", "2"], "--batch-size, --devices: packing's options"),
     (["--packing", "bfd", "--max-length", "0"], "between 1 and"),
     (["--packing", "bfd", "--max-length", "64", "--sample", "10"], "add --full"),
     (["--packing", "bfd", "--max-length", "64", "--batch-size", "0"], "--batch-size 0"),
