@@ -369,7 +369,8 @@ def _packed(config, lengths: dict, packing, batch_size: int, options, seed: int,
     name = "sequence_tokens" if "sequence_tokens" in lengths else "input_tokens"
     values = np.nan_to_num(np.asarray(lengths[name], np.float64), nan=-1).astype(np.int64)
     packs = make_packs(values, packing.max_length, replace(packing, batch_size=batch_size))
-    out = price_packed(config, packs, packing.packing, batch_size, options=options, seed=seed)
+    out = price_packed(config, packs, packing.packing, batch_size, options=options, seed=seed,
+                       shuffle_seed=packing.shuffle_seed)
     out["unpacked_peak_bytes"] = memory["peak_bytes"]
     if memory.get("usable_bytes") is not None:
         out["fits"] = out["worst_batch"]["peak_bytes"] <= memory["usable_bytes"]

@@ -11,7 +11,7 @@ How a packed batch reaches the model:
 - axolotl's multipack: a bin of ``micro_batch_size x sequence_len`` tokens is one batch, flattened
   the same way (its flash-attention path).
 - TRL ``wrapped``: packs of L tokens (the batch's last shorter), padded per batch of B as usual.
-- LLaMA-Factory's knapsack: every pack padded to ``cutoff_len + 1``, B packs a batch.
+- LLaMA-Factory's knapsack: packs of ``cutoff_len - 1`` tokens padded to ``cutoff_len``, B packs a batch.
 The Trainer's batches of packs are its random order with ``args.seed`` (``training.batches``).
 Peaks grow with rows and lengths, so the worst batch is the one with the most tokens (flattened)
 or the longest padded length (padded batches, full ones first): only distinct candidate shapes
@@ -29,8 +29,11 @@ from lengthscan.memory.options import MemoryOptions, Shape
 FLATTENED = ("bfd", "bfd_split", "multipack")
 
 
-def packed_batches(packs, strategy: str, batch_size: int, *, seed: int = 42) -> tuple[list[np.ndarray], np.ndarray]:
-    """(pack indices of each batch, (rows, length, padding) of each batch) in the Trainer's order."""
+def packed_batches(packs, strategy: str, batch_size: int, *, seed: int = 42,
+                   shuffle_seed: int | None = None) -> tuple[list[np.ndarray], np.ndarray]:
+    """(pack indices of each batch, (rows, length, padding) of each batch) in the Trainer's order.
+    ``shuffle_seed``: TRL's ``shuffle_dataset``, which shuffles the packed dataset again before the
+    Trainer's sampler draws from it."""
     from lengthscan.training.batches import random_batches
 
     lengths = packs.pack_lengths()
@@ -39,21 +42,25 @@ def packed_batches(packs, strategy: str, batch_size: int, *, seed: int = 42) -> 
         return members, np.stack([np.ones(packs.count, np.int64), lengths, np.zeros(packs.count, np.int64)], axis=1)
     batches = random_batches(packs.count, batch_size, seed=seed)
     members = batches.indices
+    if shuffle_seed is not None and strategy in ("bfd", "bfd_split", "wrapped"):
+        shuffled = np.random.default_rng(shuffle_seed).permutation(packs.count)
+        members = [shuffled[m] for m in members]
     if strategy in FLATTENED:
         tokens = np.array([int(lengths[m].sum()) for m in members], np.int64)
         return members, np.stack([np.ones(len(members), np.int64), tokens, np.zeros(len(members), np.int64)], axis=1)
-    if strategy == "knapsack":  # every pack padded to cutoff_len + 1, its pads unmasked (ones): no mask
+    if strategy == "knapsack":  # packs of C - 1 padded to C (its own cutoff_len + 1), pads unmasked: no mask
         return members, np.array([[len(m), packs.max_length + 1, 0] for m in members], np.int64)
     return members, np.array([[len(m), int(lengths[m].max()), int(lengths[m].min() < lengths[m].max())]
                               for m in members], np.int64)
 
 
 def price_packed(config, packs, strategy: str, batch_size: int, *, options: MemoryOptions = MemoryOptions(),
-                 seed: int = 42) -> dict:
+                 seed: int = 42, shuffle_seed: int | None = None) -> dict:
     """``memory["packing"]``: the worst packed batch (its packs, source rows and peak) and the spread."""
-    members, shapes = packed_batches(packs, strategy, batch_size, seed=seed)
+    members, shapes = packed_batches(packs, strategy, batch_size, seed=seed, shuffle_seed=shuffle_seed)
     if not members:
-        raise ValueError("no packs to batch: every row lacks a length, or the source is empty")
+        raise ValueError("no packs to batch: every row lacks a length, the source is empty, or the strategy "
+                         "dropped every row (multipack drops rows longer than L)")
     flattened = strategy in FLATTENED
     mask = flattened and options.attention != "flash"  # sdpa/eager: a mask over the flattened row
 

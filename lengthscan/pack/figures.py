@@ -17,6 +17,8 @@ from lengthscan.pack.trl import Packs
 
 #: the lengths of the table over L, with the model's limit added when known
 TABLE_LENGTHS = (1024, 2048, 4096, 8192, 16384)
+#: the largest L of the table (the largest --max-length): a model limit past it is left out
+MAX_TABLE_LENGTH = 1 << 24
 #: rows listed by name among those losing tokens or split
 LISTED_ROWS = 20
 
@@ -90,7 +92,8 @@ def by_length(lengths: np.ndarray, make, steps: Steps, *, model_limit: int | Non
     """Efficiency, tokens lost, packs and steps for each L of ``TABLE_LENGTHS``, the model's limit
     and the ``chosen`` one; ``make(lengths, L)`` packs."""
     table = []
-    for limit in sorted(set(TABLE_LENGTHS) | {x for x in (model_limit, chosen) if x}):
+    lengths_asked = set(TABLE_LENGTHS) | {x for x in (model_limit, chosen) if x}
+    for limit in sorted(x for x in lengths_asked if x <= MAX_TABLE_LENGTH):  # a limit of 10^9 is no pack
         packs = make(lengths, limit)
         in_packs = int(packs.seq_lengths.sum())
         table.append({"max_length": limit, "packs": packs.count,

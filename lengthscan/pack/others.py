@@ -17,12 +17,16 @@ estimate is ``floor(0.99 x tokens / eff_est / sequence_len // batch_size) - 1`` 
 First-fit is O(rows x bins) as axolotl writes it; here a max-tree over the bins' free space finds
 the first bin with room in O(log bins), the same bin.
 
-**LLaMA-Factory** (``data/processor/supervised.py``, ``PackedSupervisedDatasetProcessor``, and
-``processor_utils.greedy_knapsack`` at ff6d4d1, August 2026): within each preprocessing batch
-(``preprocessing_batch_size``, 1,000 rows), rows longer than ``cutoff_len`` are dropped; the lengths
-are sorted ascending and knapsacks filled one at a time, each taking the largest remaining length
-that still fits (``bisect``) until none does; a length's row is the last kept row of that length
-not yet packed. Each pack is padded to ``cutoff_len + 1`` tokens.
+**LLaMA-Factory** (``data/processor/supervised.py``, ``PackedSupervisedDatasetProcessor``,
+``processor_utils.greedy_knapsack`` and ``hparams/data_args.py`` at ff6d4d1, August 2026): with
+packing, ``DataArguments`` lowers ``cutoff_len`` by one, so a pack holds C - 1 tokens for the C the
+user gives; each example is cut to that by ``infer_seqlen`` when it is encoded (the "dropped lengthy
+example" branch is then unreachable), so a long row keeps its first C - 1 tokens and loses the
+rest. Within each preprocessing batch (``preprocessing_batch_size``, 1,000 rows, from each of the
+``preprocessing_num_workers`` contiguous shards of ``Dataset.map``), the lengths are sorted
+ascending and knapsacks filled one at a time, each taking the largest remaining length that still
+fits (``bisect``) until none does; a length's row is the last row of that length not yet packed.
+Each pack is padded to C tokens.
 """
 
 from __future__ import annotations
@@ -35,8 +39,8 @@ import numpy as np
 from lengthscan.pack.bins import njit
 from lengthscan.pack.trl import Packs
 
-#: axolotl's defaults: sample_packing_group_size, sample_packing_bin_size
-AXOLOTL_GROUP, AXOLOTL_BIN_ROWS = 100_000, 200
+#: axolotl's defaults: sample_packing_group_size, sample_packing_bin_size, min_sample_len
+AXOLOTL_GROUP, AXOLOTL_BIN_ROWS, AXOLOTL_MIN_LEN = 100_000, 200, 2
 #: LLaMA-Factory's default preprocessing_batch_size
 LLAMAFACTORY_BATCH = 1000
 
@@ -83,8 +87,8 @@ def pack_multipack(lengths, sequence_len: int, *, order=None, micro_batch_size: 
     lengths = np.asarray(lengths, np.int64)
     capacity = sequence_len if real_batches else micro_batch_size * sequence_len
     order = np.arange(len(lengths), dtype=np.int64) if order is None else np.asarray(order, np.int64)
-    lost = np.where(lengths > sequence_len, lengths, 0)
-    kept = order[(lengths[order] > 0) & (lengths[order] <= sequence_len)]
+    lost = np.where((lengths > sequence_len) | (lengths == 1), np.maximum(lengths, 0), 0)
+    kept = order[(lengths[order] >= AXOLOTL_MIN_LEN) & (lengths[order] <= sequence_len)]
     rows, seq, offsets = [], [], [0]
     for start in range(0, len(kept), group_size):
         group = kept[start:start + group_size]
@@ -108,27 +112,42 @@ def multipack_steps(packs: Packs, sequence_len: int, *, micro_batch_size: int = 
     efficiency = tokens / (packs.count * packs.max_length) if packs.count else 0.0
     eff_est = math.ceil(efficiency * 100.0) / 100.0
     batch_size = micro_batch_size * grad_accum * devices  # axolotl's cfg.batch_size
+    # calculate_total_num_steps without sample_packing_eff_est (the default): len(sampler) * mbs // batch_size
+    steps = max(1, batches * micro_batch_size // batch_size) if batches else 0
     estimate = int(math.floor(0.99 * tokens / eff_est / sequence_len // batch_size) - 1) if eff_est else None
     return {"batches": batches, "efficiency": round(efficiency, 6), "sample_packing_eff_est": eff_est,
-            "axolotl_estimated_steps": estimate}
+            "steps_per_epoch": steps,
+            "steps_with_eff_est": estimate if estimate is not None and estimate >= 1 else None,
+            "note": "steps as axolotl counts them (accelerate's even_batches off); steps_with_eff_est is its estimate "
+                    "once sample_packing_eff_est is set (None: the formula gives less than one step)"}
 
 
-def pack_knapsack(lengths, cutoff_len: int, *, batch_size: int = LLAMAFACTORY_BATCH) -> Packs:
-    """LLaMA-Factory's packs (see the module) of rows of ``lengths``, in source order."""
+def pack_knapsack(lengths, cutoff_len: int, *, batch_size: int = LLAMAFACTORY_BATCH,
+                  num_proc: int | None = None) -> Packs:
+    """LLaMA-Factory's packs (see the module) of rows of ``lengths``, in source order, for the
+    ``cutoff_len`` the user gives (C): packs of C - 1 tokens; ``num_proc``: its
+    ``preprocessing_num_workers``."""
+    from lengthscan.pack.trl import batch_starts
+
+    limit = cutoff_len - 1
+    if limit < 1:
+        raise ValueError(f"cutoff_len {cutoff_len}: LLaMA-Factory packs cutoff_len - 1 tokens; give at least 2")
     lengths = np.asarray(lengths, np.int64)
-    lost = np.where(lengths > cutoff_len, lengths, 0)
+    lost = np.maximum(lengths - limit, 0)
+    cut = np.minimum(lengths, limit)
     rows, seq, offsets = [], [], [0]
-    for start in range(0, len(lengths), batch_size):
-        ids = np.arange(start, min(start + batch_size, len(lengths)))
-        valid = ids[(lengths[ids] >= 0) & (lengths[ids] <= cutoff_len)]
+    starts = batch_starts(len(lengths), num_proc=num_proc, batch_size=batch_size)
+    for b in range(len(starts) - 1):
+        ids = np.arange(starts[b], starts[b + 1])
+        valid = ids[cut[ids] >= 0]
         by_length = defaultdict(list)
         numbers = []
         for row in valid.tolist():
-            by_length[int(lengths[row])].append(row)
-            numbers.append(int(lengths[row]))
+            by_length[int(cut[row])].append(row)
+            numbers.append(int(cut[row]))
         numbers.sort()
         while numbers:
-            capacity = cutoff_len
+            capacity = limit
             while True:
                 index = bisect.bisect(numbers, capacity)
                 if index == 0:
@@ -138,7 +157,7 @@ def pack_knapsack(lengths, cutoff_len: int, *, batch_size: int = LLAMAFACTORY_BA
                 rows.append(by_length[length].pop())
                 seq.append(length)
             offsets.append(len(rows))
-    return Packs("knapsack", cutoff_len, np.array(offsets, np.int64), np.array(rows, np.int64),
+    return Packs("knapsack", limit, np.array(offsets, np.int64), np.array(rows, np.int64),
                  np.array(seq, np.int64), lost)
 
 

@@ -134,7 +134,7 @@ def make_packs(lengths: np.ndarray, max_length: int, options: PackingOptions) ->
     if options.packing == "knapsack":
         from lengthscan.pack.others import pack_knapsack
 
-        return pack_knapsack(lengths, max_length)
+        return pack_knapsack(lengths, max_length, num_proc=options.packing_num_proc)
     return pack_trl(lengths, max_length, options.packing, num_proc=options.packing_num_proc,
                     shuffle_seed=options.shuffle_seed)
 
@@ -150,6 +150,11 @@ def simulate_packing(lengths_by_split: dict[str, np.ndarray], options: PackingOp
         packs[name] = p
         figures = pack_figures(p, lengths, steps, plain_steps=options.steps, max_length=options.max_length,
                                ids=ids(name) if ids is not None else None)
+        if options.packing in ("bfd", "bfd_split"):
+            from lengthscan.pack.trl import failing_batches
+
+            figures["trl_failing_batches"] = failing_batches(lengths, num_proc=options.packing_num_proc,
+                                                             shuffle_seed=options.shuffle_seed)
         if options.packing == "bfd" and figures["tokens_lost"]:  # what keeping the overflow would cost
             kept = make_packs(lengths, options.max_length, replace(options, packing="bfd_split"))
             figures["bfd_split_efficiency"] = round(float(kept.seq_lengths.sum()) / (kept.count * kept.max_length), 6)
@@ -158,14 +163,18 @@ def simulate_packing(lengths_by_split: dict[str, np.ndarray], options: PackingOp
 
             figures["multipack"] = multipack_steps(p, options.max_length, micro_batch_size=options.batch_size,
                                                    grad_accum=options.grad_accum, devices=options.devices)
-            figures["steps_per_epoch"] = steps.per_epoch(figures["multipack"]["batches"])
+            figures["steps_per_epoch"] = figures["multipack"]["steps_per_epoch"]
         figures.update(split=name, fill=pack_fill(p),
                        by_max_length=by_length(lengths, lambda x, L: make_packs(x, L, options), steps,
                                                model_limit=model_limit, chosen=options.max_length))
         splits.append(figures)
-    report = {"strategy": options.packing, "max_length": options.max_length, "implementation": _implementation(),
-              "dataset_num_proc": options.packing_num_proc, "shuffle_seed": options.shuffle_seed,
+    report = {"strategy": options.packing, "max_length": options.max_length,
+              "implementation": _implementation(options.packing), "dataset_num_proc": options.packing_num_proc,
+              "shuffle_seed": options.shuffle_seed if options.packing != "knapsack" else None,
               "steps": options.steps.to_dict(), "splits": splits}
+    if options.packing == "multipack":
+        report["sampler_seed"] = 42 if options.shuffle_seed is None else options.shuffle_seed
+        report["bin_tokens"] = options.batch_size * options.max_length
     return report, packs
 
 
@@ -190,13 +199,30 @@ def write_packs(path: Path, packs: dict[str, Packs]) -> None:
     pq.write_table(pa.concat_tables(tables) if len(tables) > 1 else tables[0], path)
 
 
-def _implementation() -> dict:
+def _implementation(strategy: str) -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
+    if strategy == "multipack":
+        return {"library": "axolotl", "function": "axolotl.utils.samplers.multipack.MultipackBatchSampler",
+                "installed": None, "note": "simulated from axolotl at 067b021 (July 2026): first-fit in the "
+                "sampler's order in groups of 100,000 rows, at most 200 rows a bin of micro_batch_size x L tokens, "
+                "rows under 2 or over L tokens dropped; axolotl's RandomSampler draws a fresh order from torch's "
+                "global RNG, so this order (seeded) is one such draw: the counts are representative, the exact "
+                "bins are not"}
+    if strategy == "knapsack":
+        return {"library": "LLaMA-Factory", "function": "llamafactory.data.processor.supervised."
+                "PackedSupervisedDatasetProcessor", "installed": None,
+                "note": "simulated from LLaMA-Factory at ff6d4d1 (August 2026): packs of cutoff_len - 1 tokens "
+                        "(its DataArguments lower cutoff_len by one), each row cut to that, greedy knapsack per "
+                        "1,000-row preprocessing batch, packs padded to cutoff_len"}
     try:
         trl = version("trl")
     except PackageNotFoundError:
         trl = None
-    return {"library": "trl", "function": "trl.data_utils.pack_dataset", "installed": trl,
-            "note": "simulated from trl 1.x's _pack_bfd / _pack_wrapped: 1,000-row map batches per contiguous "
-                    "dataset_num_proc shard, empty rows dropped (bfd), best-fit decreasing with a segment tree"}
+    note = ("simulated from trl 1.x's _pack_bfd / _pack_wrapped: 1,000-row map batches per contiguous "
+            "dataset_num_proc shard, empty rows dropped (bfd), best-fit decreasing with a segment tree; "
+            "the lengths are the audit's own: for plain text TRL's SFTTrainer first appends the EOS text "
+            "to every row not ending with it (usually one more token)")
+    if strategy == "wrapped":
+        note += "; wrapped has no padding-free mode: the rows in a pack attend to each other"
+    return {"library": "trl", "function": "trl.data_utils.pack_dataset", "installed": trl, "note": note}

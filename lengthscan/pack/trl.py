@@ -137,3 +137,17 @@ def _wrapped(ordered: np.ndarray, order: np.ndarray, starts: np.ndarray, limit: 
     rows_a = np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, np.int64)
     seq_a = np.concatenate(seq).astype(np.int64) if seq else np.zeros(0, np.int64)
     return Packs("wrapped", limit, np.array(offsets, np.int64), rows_a, seq_a, np.zeros(len(order), np.int64))
+
+
+def failing_batches(lengths, *, num_proc: int | None = None, shuffle_seed: int | None = None,
+                    batch_size: int = MAP_BATCH) -> int:
+    """``map`` batches whose every row is empty: trl's ``_pack_bfd`` fails on them (pyarrow has no
+    ``take`` of an empty selection of list columns: ``ArrowNotImplementedError``), so ``bfd`` and
+    ``bfd_split`` cannot pack such a dataset until its empty rows are removed."""
+    lengths = np.maximum(np.asarray(lengths, dtype=np.int64), 0)
+    ordered = lengths[row_order(len(lengths), shuffle_seed=shuffle_seed)]
+    starts = batch_starts(len(lengths), num_proc=num_proc, batch_size=batch_size)
+    if len(starts) < 2 or not len(ordered):
+        return 0
+    filled = np.add.reduceat((ordered > 0).astype(np.int64), starts[:-1])
+    return int(((np.diff(starts) > 0) & (filled == 0)).sum())

@@ -13,7 +13,9 @@ def packing_findings(packing: dict | None) -> list[str]:
     multi = len(packing["splits"]) > 1
     for s in packing["splits"]:
         where = f"split {s['split']}: " if multi else ""
-        head = f"{where}With {s['strategy']} packing at {s['max_length']:,} tokens"
+        asked = packing["max_length"]
+        bins = f" (bins of {s['max_length']:,} tokens)" if s["strategy"] == "multipack" else ""
+        head = f"{where}With {s['strategy']} packing at {asked:,} tokens{bins}"
         eff = f"{s['efficiency']:.1%}" if s["efficiency"] is not None else "n/a"
         text = f"{head}, {s['packs']:,} packs are {eff} full and an epoch takes {s['steps_per_epoch']:,} steps"
         plain = s["without_packing"]
@@ -30,9 +32,19 @@ def packing_findings(packing: dict | None) -> list[str]:
                 lost += (f"; bfd_split keeps them at {abs(delta):.2%} {'lower' if delta >= 0 else 'higher'} "
                          "efficiency")
             out.append(lost + ".")
-        elif s["rows_split"] and s["strategy"] != "bfd":
+        elif s["rows_split"] and s["strategy"] == "bfd_split":
             out.append(f"{head}, {s['rows_split']:,} rows are split across packs (no token is lost, but a split "
                        "row's parts are trained as separate sequences).")
+        elif s["rows_split"] and s["strategy"] == "wrapped":
+            out.append(f"{head}, {s['rows_split']:,} rows are cut across packs, and the rows in a pack attend to "
+                       "each other (wrapped has no padding-free mode).")
+        if s.get("trl_failing_batches"):
+            out.append(f"{head}, TRL's pack_dataset fails: {s['trl_failing_batches']:,} of its 1,000-row batches hold "
+                       "only empty rows (ArrowNotImplementedError in _pack_bfd); remove empty rows first.")
+        if s["rows_without_length"]:
+            out.append(f"{where}{s['rows_without_length']:,} rows have no length (no text, or over --max-chars): "
+                       "they are packed as empty rows here; TRL fails on a missing text and packs a text over "
+                       "--max-chars at full length.")
     return out
 
 
@@ -70,7 +82,9 @@ def packing_view(packing: dict | None, add) -> dict | None:
 def _how_lost(strategy: str) -> str:
     if strategy == "bfd":
         return "bfd cuts each row at L and discards the rest"
-    return f"{strategy} drops every row longer than L whole"
+    if strategy == "knapsack":
+        return "LLaMA-Factory cuts each row to cutoff_len - 1 tokens"
+    return "axolotl drops every row longer than L (and of a single token) whole"
 
 
 def _tokens(n: int) -> str:

@@ -31,14 +31,15 @@ def _axolotl_pack_group(sizes, capacity, bin_size):
 
 
 def _llamafactory(lengths, cutoff, batch=1000):
-    """LLaMA-Factory's packing per preprocessing batch: (rows, lengths) of each pack."""
-    packs = []
+    """LLaMA-Factory's packing per preprocessing batch: (rows, lengths) of each pack. With packing
+    its DataArguments lower cutoff_len by one, and infer_seqlen cuts each example to that."""
+    packs, cutoff = [], cutoff - 1
     for start in range(0, len(lengths), batch):
         kept, index_of = [], defaultdict(list)
         for row in range(start, min(start + batch, len(lengths))):
-            if lengths[row] <= cutoff:
-                index_of[int(lengths[row])].append(row)
-                kept.append(int(lengths[row]))
+            n = min(int(lengths[row]), cutoff)
+            index_of[n].append(row)
+            kept.append(n)
         numbers = sorted(kept)
         while numbers:
             knapsack, room = [], cutoff
@@ -59,14 +60,14 @@ def test_multipack_is_axolotls_first_fit(seed):
     lengths = rng.integers(0, 500, n)
     order = rng.permutation(n)
     packs = pack_multipack(lengths, length, order=order, micro_batch_size=micro, group_size=600, bin_rows=7)
-    kept = [int(r) for r in order if 0 < lengths[r] <= length]
+    kept = [int(r) for r in order if 2 <= lengths[r] <= length]  # axolotl's min_sample_len is 2
     expected = []
     for g in range(0, len(kept), 600):
         group = kept[g:g + 600]
         expected += [[group[i] for i in b] for b in _axolotl_pack_group([lengths[r] for r in group], micro * length, 7)]
     o = packs.offsets
     assert [packs.rows[o[p]:o[p + 1]].tolist() for p in range(packs.count)] == expected
-    assert packs.lost.tolist() == [int(x) if x > length else 0 for x in lengths]
+    assert packs.lost.tolist() == [int(x) if x > length or x == 1 else 0 for x in lengths]
 
 
 def test_multipack_by_hand():
@@ -75,6 +76,7 @@ def test_multipack_by_hand():
     assert packs.offsets.tolist() == [0, 2, 4, 5] and packs.rows.tolist() == [0, 2, 1, 3, 4]
     steps = multipack_steps(packs, 10)
     assert steps["batches"] == 3 and steps["sample_packing_eff_est"] == 0.67  # 20 / 30, rounded up
+    assert multipack_steps(packs, 10, grad_accum=2)["steps_per_epoch"] == 1  # 3 bins // 2, as axolotl floors
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -83,6 +85,7 @@ def test_knapsack_is_llamafactorys(seed):
     lengths = rng.integers(1, 300, int(rng.integers(10, 3000)))
     cutoff = int(rng.integers(50, 400))
     packs = pack_knapsack(lengths, cutoff)
+    assert packs.lost.tolist() == [max(int(n) - (cutoff - 1), 0) for n in lengths]
     o = packs.offsets
     mine = [(packs.rows[o[p]:o[p + 1]].tolist(), packs.seq_lengths[o[p]:o[p + 1]].tolist())
             for p in range(packs.count)]

@@ -41,10 +41,12 @@ def test_a_padding_free_batch_is_one_row_of_its_packs_tokens(config):
         assert sum(min(int(lengths[r]), 256) for r in flat) == worst["shape"]["input_len"]
 
 
-def test_knapsack_batches_are_padded_to_the_cutoff_plus_one(config):
+def test_knapsack_batches_are_padded_to_the_cutoff(config):
+    # LLaMA-Factory packs cutoff_len - 1 tokens (its DataArguments lower it by one) and pads to cutoff_len
     packs = pack_knapsack(np.random.default_rng(1).integers(1, 100, 300), 128)
+    assert packs.max_length == 127 and packs.pack_lengths().max() <= 127
     out = price_packed(config, packs, "knapsack", 8)
-    assert out["worst_batch"]["shape"] == {"batch_size": 8, "input_len": 129, "target_len": None, "padding": False}
+    assert out["worst_batch"]["shape"] == {"batch_size": 8, "input_len": 128, "target_len": None, "padding": False}
 
 
 def test_the_memory_command_prices_packed_batches(tmp_path, bpe_dir, corpus_jsonl):

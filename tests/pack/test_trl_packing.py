@@ -147,3 +147,18 @@ def test_rows_losing_tokens_are_named_by_their_id(tmp_path, bpe_dir, corpus_json
     assert losses and all(e["id"] == f"d{e['row']}" for e in losses)
     lengths = pq.read_table(out / "lengths.parquet").column("input_tokens").fill_null(0).to_numpy()
     assert [e["tokens_lost"] for e in losses] == sorted((int(x) - 32 for x in lengths if x > 32), reverse=True)[:20]
+
+
+def test_batches_trl_cannot_pack_are_counted():
+    """trl's _pack_bfd fails on a map batch of empty rows only: the simulation says how many there are."""
+    from datasets import Dataset, disable_progress_bars
+    from trl import pack_dataset
+
+    from lengthscan.pack.trl import failing_batches
+
+    disable_progress_bars()
+    lengths = [3, 0, 2]
+    assert failing_batches(lengths, num_proc=3) == 1 and failing_batches(lengths) == 0
+    ds = Dataset.from_dict({"input_ids": [[1] * n for n in lengths]})
+    with pytest.raises(Exception, match="(?i)kernel|not implemented"):
+        pack_dataset(ds, 4, "bfd", {"num_proc": 3})
