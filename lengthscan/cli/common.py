@@ -39,13 +39,20 @@ def silence_stderr() -> None:
     exception while reporting) or 120 (the interpreter's failed final flush)."""
     import os
 
+    to_devnull(2)
+    sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - the process's stderr until exit
+
+
+def to_devnull(fd: int) -> None:
+    """Point file descriptor ``fd`` at /dev/null (a stream nobody reads any more stays silent)."""
+    import os
+
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 2)
+        os.dup2(devnull, fd)
         os.close(devnull)
-    except OSError:
+    except (OSError, ValueError):
         pass
-    sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - the process's stderr until exit
 
 
 def _pipe_console(*, stderr: bool):

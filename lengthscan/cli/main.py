@@ -24,6 +24,7 @@ from lengthscan.cli.common import (
     printable,
     say,
     silence_stderr,
+    to_devnull,
 )
 from lengthscan.cli.flags import (
     PACKING_FLAGS,
@@ -203,8 +204,7 @@ def _plain_warnings() -> None:
 def _quiet_stdout() -> None:
     """Point stdout at /dev/null, so the interpreter's final flush of a closed pipe stays silent."""
     try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        to_devnull(sys.stdout.fileno())
     except (OSError, ValueError):
         pass
 

@@ -164,9 +164,12 @@ def simulate_packing(lengths_by_split: dict[str, np.ndarray], options: PackingOp
             figures["multipack"] = multipack_steps(p, options.max_length, micro_batch_size=options.batch_size,
                                                    grad_accum=options.grad_accum, devices=options.devices)
             figures["steps_per_epoch"] = figures["multipack"]["steps_per_epoch"]
+        def table_packs(x, limit, made=p):  # the chosen L is packed already
+            return made if limit == options.max_length else make_packs(x, limit, options)
+
         figures.update(split=name, fill=pack_fill(p),
-                       by_max_length=by_length(lengths, lambda x, L: make_packs(x, L, options), steps,
-                                               model_limit=model_limit, chosen=options.max_length))
+                       by_max_length=by_length(lengths, table_packs, steps, model_limit=model_limit,
+                                               chosen=options.max_length))
         splits.append(figures)
     report = {"strategy": options.packing, "max_length": options.max_length,
               "implementation": _implementation(options.packing), "dataset_num_proc": options.packing_num_proc,
