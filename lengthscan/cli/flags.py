@@ -41,6 +41,13 @@ FLAGS: dict[str, tuple[str, dict]] = {
                                                            "a fraction (0.01) or a percentage (1%%); default: every "
                                                            "row up to 200,000 rows, a 100,000-row sample above")),
     "full": ("--full", dict(action="store_true", help="measure every row")),
+    "sample_unit": ("--sample-unit", dict(choices=("row", "block"), help="what --sample draws: rows, or whole "
+                                          "Parquet row groups (blocks: a small share of the bytes; intervals from a "
+                                          "cluster bootstrap). Default: block for remote Parquet and local Parquet "
+                                          "over 2 GiB, row elsewhere")),
+    "config": ("--config", dict(metavar="NAME", help="a hub dataset's configuration (subset)")),
+    "revision": ("--revision", dict(metavar="REV", help="a hub dataset's branch, tag or commit (default main), "
+                                                         "pinned to its commit for the whole run")),
     "seed": ("--seed", dict(type=int, default=0, help="sample seed (default 0)")),
     "max_chars": ("--max-chars", dict(type=int, default=None, metavar="N",
                                       help="texts longer than N characters are recorded as too long, not tokenized "
@@ -94,8 +101,8 @@ FLAGS: dict[str, tuple[str, dict]] = {
 
 #: The flags of every command that measures a source (``model`` apart: memory requires it).
 SOURCE_FLAGS = ("input", "audio", "target", "messages", "prompt", "completion", "tools", "chat_template",
-                "train_on", "tokenizer", "model", "sampling_rate", "split", "sample", "full",
-                "seed", "max_chars", "no_cache", "engine", "ray_address", "num_proc")
+                "train_on", "tokenizer", "model", "sampling_rate", "split", "config", "revision", "sample",
+                "sample_unit", "full", "seed", "max_chars", "no_cache", "engine", "ray_address", "num_proc")
 #: audit (what clean would do) and clean (what it does).
 RULE_FLAGS = ("limit", "action", "keep_empty_targets", "crop_audio", "fail_over")
 #: ``audit --packing``: TRL's packing simulated, and the steps it makes.
@@ -110,7 +117,7 @@ def add_flags(parser: argparse.ArgumentParser, *names: str, prefix: str = "", **
     for name in names:
         flag, kwargs = FLAGS[name]
         kwargs = {**kwargs, **overrides.get(name, {})}
-        if kwargs.get("metavar") in ("COL", "FILE", "DIR_OR_NAME") or name == "split":
+        if kwargs.get("metavar") in ("COL", "FILE", "DIR_OR_NAME", "NAME", "REV") or name == "split":
             kwargs["type"] = named
         if prefix and "help" in kwargs:
             kwargs["help"] = prefix + kwargs["help"]

@@ -236,7 +236,9 @@ def _audit(args, command: str) -> int:
     engine = engine_for(args)
     with ProgressBars(disabled=args.quiet) as progress:
         options = AuditOptions(measure_options(args),
-                               SampleOptions(split=args.split, sample=args.sample, full=args.full, seed=args.seed),
+                               SampleOptions(split=args.split, sample=args.sample, full=args.full, seed=args.seed,
+                                             sample_unit=args.sample_unit, config=args.config,
+                                             revision=args.revision),
                                rule_options(args),
                                OutputOptions(out=args.out, overwrite=args.overwrite, redact=args.redact,
                                              id_column=args.id),
@@ -255,8 +257,8 @@ def _clean(args, command: str) -> int:
     from lengthscan.engines.clean import CleanOptions, run_clean
     from lengthscan.engines.options import DatasetOptions, OutputOptions
 
-    if args.sample is not None or args.full:
-        say("lengthscan: error: clean always decides on every row: drop --sample/--full")
+    if args.sample is not None or args.full or args.sample_unit is not None:
+        say("lengthscan: error: clean always decides on every row: drop --sample/--sample-unit/--full")
         return EXIT_USAGE
     engine = engine_for(args)
     with ProgressBars(disabled=args.quiet) as progress:
@@ -266,7 +268,8 @@ def _clean(args, command: str) -> int:
         options = CleanOptions(measure_options(args), args.split, rule_options(args),
                                OutputOptions(out=args.out, overwrite=args.overwrite, redact=args.redact,
                                              id_column=args.id), dataset,
-                               run_options(args, progress=progress, command=command))
+                               run_options(args, progress=progress, command=command), config=args.config,
+                               revision=args.revision)
         result = run_clean(args.source, options, engine)
     print_result(result, json_out=args.json, quiet=args.quiet)
     if result.gate_failed:

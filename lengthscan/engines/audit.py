@@ -27,7 +27,7 @@ from lengthscan.measure.batch import ColumnError, check_columns
 from lengthscan.measure.text.counter import DEFAULT_MAX_CHARS
 from lengthscan.pack.run import PackingOptions
 from lengthscan.policy.decisions import special_lengths
-from lengthscan.sources.sampling import DEFAULT_SEED, plan_sample
+from lengthscan.sources.sampling import DEFAULT_SEED, choose_unit, plan_sample
 from lengthscan.sources.scan import BATCH_ROWS
 from lengthscan.stats.result import AuditResult
 
@@ -55,6 +55,7 @@ class AuditOptions:
 def audit(source, *, tokenizer=None, input: str | None = None, target: str | None = None,
           audio: str | None = None, model: str | None = None, sampling_rate: int | None = None,
           split: str | None = None, sample=None, full: bool = False, seed: int = DEFAULT_SEED,
+          sample_unit: str | None = None, config: str | None = None, revision: str | None = None,
           limits=(), action: str = "drop", keep_empty_targets: bool = False, crop_audio: bool = False,
           fail_over=None, out: str | Path | None = None, overwrite: bool = False, cache: bool = True,
           max_chars: int = DEFAULT_MAX_CHARS, batch_rows: int = BATCH_ROWS, redact: bool = False,
@@ -68,7 +69,9 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
     ``source`` is anything ``open_source`` opens (path, glob, directory, audio folder, hub id,
     Dataset or DatasetDict). ``tokenizer`` is a local directory, a hub name or a loaded tokenizer
     (default: ``model``). ``model`` also gives the model's limits, sampling rate and frame rule.
-    ``sample`` is a row count or a fraction; ``full`` measures every row. ``limits`` are
+    ``sample`` is a row count or a fraction; ``full`` measures every row; ``sample_unit`` ("row" or
+    "block": whole Parquet row groups) is what the sample draws (default: block for remote and
+    large Parquet sources). ``config`` and ``revision`` pick a hub dataset's subset and commit. ``limits`` are
     ``clean``'s rules: the audit then reports what clean would do to each row (with ``action``,
     ``keep_empty_targets``, ``crop_audio``), and ``fail_over`` ('1%' or a row count) marks the
     result failed when more rows would be dropped or truncated. With ``out``, writes
@@ -104,7 +107,7 @@ def run_audit(source, options: AuditOptions, engine) -> AuditResult:
         check_writable(Path(out), overwrite=options.output.overwrite)
     engine.check(source)
     with engine.session():
-        src = engine.open(source, sample.split)
+        src = engine.open(source, sample.split, config=sample.config, revision=sample.revision)
         if out is not None:
             from lengthscan.engines.setup import source_paths
             from lengthscan.write.staging import check_apart
@@ -124,7 +127,7 @@ def run_audit(source, options: AuditOptions, engine) -> AuditResult:
             measurement = measure_source(
                 src, setup, engine, run=options.run, ratios=prepared.ratios, seed=sample.seed,
                 sinks=[*output.sinks(src, setup), *([packer] if packer is not None else [])],
-                plan_for=lambda s: plan_sample(s.num_rows, sample=sample.sample, full=sample.full, seed=sample.seed))
+                plan_for=lambda s: _plan(s, sample, remote=src.remote is not None))
             if setup.counter is not None and setup.counter.loaded:
                 special_lengths(setup.counter, setup.fields)  # free now; a clean on cached lengths needs it
             decisions = None
@@ -145,6 +148,17 @@ def run_audit(source, options: AuditOptions, engine) -> AuditResult:
         except BaseException:
             output.abort()
             raise
+
+
+def _plan(split_src, sample, *, remote: bool):
+    """The split's sample plan: by row or by block (``sampling.choose_unit``)."""
+    import os
+
+    blocks = split_src.blocks()
+    unit, why = choose_unit(sample.sample_unit, remote=remote, has_blocks=bool(blocks),
+                            local_bytes=lambda: sum(os.path.getsize(p.path) for p in split_src.parts))
+    return plan_sample(split_src.num_rows, sample=sample.sample, full=sample.full, seed=sample.seed, unit=unit,
+                       blocks=blocks, why_unit=why)
 
 
 def _pack(packer, options: PackingOptions, setup, output) -> dict:

@@ -61,18 +61,22 @@ class CleanOptions:
     output: OutputOptions = OutputOptions()
     dataset: DatasetOptions = DatasetOptions()
     run: RunOptions = RunOptions()
+    config: str | None = None      # a hub dataset's configuration and revision
+    revision: str | None = None
 
     @classmethod
-    def of(cls, *, split: str | None = None, **kwargs) -> "CleanOptions":
+    def of(cls, *, split: str | None = None, config: str | None = None, revision: str | None = None,
+           **kwargs) -> "CleanOptions":
         """The records from ``clean``'s keyword arguments."""
         measure, rules, output, dataset, run = split_options(kwargs, MeasureOptions, RuleOptions, OutputOptions,
                                                              DatasetOptions, RunOptions)
-        return cls(measure, split, rules, output, dataset, run)
+        return cls(measure, split, rules, output, dataset, run, config, revision)
 
 
 def clean(source, *, out, tokenizer=None, input: str | None = None, target: str | None = None,
           audio: str | None = None, model: str | None = None, sampling_rate: int | None = None,
-          split: str | None = None, limits=(), action: str = "drop", keep_empty_targets: bool = False,
+          split: str | None = None, config: str | None = None, revision: str | None = None, limits=(),
+          action: str = "drop", keep_empty_targets: bool = False,
           crop_audio: bool = False, fail_over=None, length_column: str | None = "length",
           length_from: str | None = None, embed_audio: bool = False, tokenize: bool = False,
           overwrite: bool = False, format: str = "arrow",
@@ -152,7 +156,7 @@ def run_clean(source, options: CleanOptions, engine) -> CleanResult:
     final = out.resolve()  # Ray's workers may run in another working directory
     engine.check(source)
     with engine.session():
-        src = engine.open(source, options.split)
+        src = engine.open(source, options.split, config=options.config, revision=options.revision)
         check_apart(out, source_paths(source, src))
         check_columns(src, prepared.setup.fields)
         plan = plan_dataset(prepared, src, rules, dataset)

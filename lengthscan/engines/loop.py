@@ -68,7 +68,8 @@ def measure_source(src: Source, setup: Setup, engine, *, plan_for: Callable[[Spl
     splits, tallies, plans, cached = [], [], [], set()
     for split_src in src.splits:
         plan = plan_for(split_src)
-        tally = SplitTally(setup.fields, setup.ceilings, ratios, keep_positions=simulation_positions(plan, seed))
+        tally = SplitTally(setup.fields, setup.ceilings, ratios, keep_positions=simulation_positions(plan, seed),
+                            design=plan.design)
         for sink in sinks:
             sink.open_split(split_src, plan)
         cached |= measure_split(split_src, plan, setup, tally, engine, run=run, sinks=sinks,
@@ -203,10 +204,10 @@ class LocalEngine:
     def session(self):
         return nullcontext(self)
 
-    def open(self, source, split: str | None) -> Source:
+    def open(self, source, split: str | None, *, config: str | None = None, revision: str | None = None) -> Source:
         from lengthscan.sources.opener import open_source
 
-        return open_source(source, split=split)
+        return open_source(source, split=split, config=config, revision=revision)
 
     def measure(self, split_src: SplitSource, plan: SamplePlan, setup: Setup, fields: tuple, columns: list[str], *,
                 batch_rows: int, with_ids: bool = False):

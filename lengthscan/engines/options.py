@@ -62,15 +62,21 @@ class MeasureOptions:
 
 @dataclass(frozen=True)
 class SampleOptions:
-    """Which rows: the split, and a seeded uniform sample or every row."""
+    """Which rows: the split (a hub dataset's config and revision), and a seeded sample of rows or
+    of blocks (Parquet row groups), or every row."""
 
     split: str | None = None
     sample: object = None             # a row count, a fraction or a percentage text
     full: bool = False
     seed: int = DEFAULT_SEED
+    sample_unit: str | None = None    # "row", "block"; None: block for remote and large Parquet, else row
+    config: str | None = None
+    revision: str | None = None
 
     def __post_init__(self):
         _at_least("--seed", self.seed, 0, MAX_SEED)
+        if self.sample_unit not in (None, "row", "block"):
+            raise OptionError(f"--sample-unit {self.sample_unit!r}: row or block")
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,33 @@ def audit_result(src, setup: Setup, measurement: Measurement, *, tokenizer, seed
         model=setup.model_limits, audio=setup.audio_dict(), decisions=decisions,
         chat=setup.chat.to_dict() if setup.chat is not None else None,
         batches=simulate_batches(src, measurement.tallies, setup, seed, of="source"), longest_rows=longest,
-        packing=packing,
+        packing=packing, source_io=source_account(src, measurement, seed),
     )
+
+
+def source_account(src, measurement: Measurement, seed: int) -> dict:
+    """``report.json["source"]``'s account: where the files live, the bytes read of their total (a
+    remote source's reads are counted; local reads are not), how the rows were drawn."""
+    import os
+
+    if src.remote is not None:
+        where = src.remote.to_dict()
+    else:
+        paths = [p.path for s in src.splits for p in s.parts if p.path]
+        try:
+            total = sum(os.path.getsize(p) for p in paths) if paths else None
+        except OSError:
+            total = None
+        where = {"location": "local", "files": len(paths) or None, "bytes_total": total, "bytes_read": None}
+    plans = measurement.plans
+    units = sorted({p.unit for p in plans if not p.full})
+    blocks = [p.design for p in plans if p.design is not None]
+    return {**where, "sampling": {
+        "unit": units[0] if len(units) == 1 else (units or None),
+        "seed": seed,
+        "blocks_drawn": sum(d.count for d in blocks) if blocks else None,
+        "blocks_total": sum(d.blocks_total for d in blocks) if blocks else None,
+    }}
 
 
 @dataclass(frozen=True)

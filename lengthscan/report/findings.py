@@ -53,11 +53,34 @@ def findings(data: dict) -> list[str]:
     if splits and not model and not any(s.get("limits") for s in splits):
         out.append("No model or tokenizer limit was checked: pass --model to compare the lengths with the model's "
                    "own limits.")
+    for split in sampled:
+        out += _block_findings(split, multi=multi)
     if sampled:
         s = sampled[0]["sample"]
-        out.append(f"Measured on a sample of {s['rows_measured']:,} of {s['rows_total']:,} rows (seed {s['seed']}): "
-                   "counts over limits are estimates with 95% intervals, and a sample can miss the rarest, "
-                   "longest rows. `lengthscan clean` decides on every row.")
+        blocks = f" in {s['blocks_drawn']:,} blocks" if s.get("blocks_drawn") is not None else ""
+        out.append(f"Measured on a sample of {s['rows_measured']:,} of {s['rows_total']:,} rows{blocks} (seed "
+                   f"{s['seed']}): counts over limits are estimates with 95% intervals, and a sample can miss the "
+                   "rarest, longest rows. `lengthscan clean` decides on every row.")
+    return out
+
+
+def _block_findings(split: dict, *, multi: bool) -> list[str]:
+    """A block sample whose blocks differ more than rows do (sorted or grouped data): a sentence
+    per measurement, with the rows the sample is worth."""
+    from lengthscan.stats.design import DEFF_FINDING
+
+    out = []
+    where = f" (split {split['split']})" if multi else ""
+    for name, f in split.get("fields", {}).items():
+        design = f.get("design") or {}
+        deff = design.get("design_effect")
+        if deff is None or deff <= DEFF_FINDING:
+            continue
+        out.append(f"The blocks of the sample differ more than rows do{where}: {name}'s design effect is {deff:,.1f}, "
+                   f"so its {design['rows']:,} rows in {design['blocks']:,} blocks are worth about "
+                   f"{design['effective_rows']:,} rows drawn one by one (the data looks sorted or grouped by source "
+                   "or length). The intervals account for it; more blocks (a larger --sample) or --sample-unit row "
+                   "narrow them.")
     return out
 
 

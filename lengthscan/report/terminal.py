@@ -14,6 +14,10 @@ def render_summary(data: dict, console: Console) -> None:
     tok = data.get("tokenizer") or {}
     console.print(Text.assemble(("lengthscan ", "bold"), f"{data['lengthscan_version']}  ",
                                 ("source ", "dim"), data["source"]["spec"]))
+    if data["source"].get("location") == "remote":
+        _say(console, source_line(data["source"]), head="read ")
+        for note in data["source"].get("notes", []):
+            _say(console, f"note: {note}", indent="  ", style="yellow")
     methods = ", ".join(f"{role}: {m}" for role, m in tok.get("methods", {}).items())
     _say(console, f"{tok.get('name')} ({tok.get('class')}; {methods})", head="tokenizer ")
     by_column: dict = {}
@@ -68,6 +72,31 @@ def render_summary(data: dict, console: Console) -> None:
         _render_decisions(data["decisions"], data.get("clean"), console)
     if data.get("cache_hits"):
         console.print(Text(f"reused cached lengths for {data['cache_hits']} column(s)", style="dim"))
+
+
+def source_line(source: dict) -> str:
+    """How a remote source was read: bytes of the total, requests, the unit, blocks and seed."""
+    sampling = source.get("sampling") or {}
+    unit = sampling.get("unit")
+    how = f"; sample by {unit}" if unit else "; every row"
+    if sampling.get("blocks_drawn") is not None:
+        how += f", {sampling['blocks_drawn']:,} of {sampling['blocks_total']:,} blocks"
+    if unit:
+        how += f", seed {sampling.get('seed')}"
+    if source.get("bytes_read") is None:
+        return f"{source.get('resolved')}{how}"
+    total = source["bytes_total"] or 0
+    share = f" ({source['bytes_read'] / total:.1%})" if total else ""
+    retries = f", {source['retries']:,} retried" if source.get("retries") else ""
+    return (f"{_bytes(source['bytes_read'])} of {_bytes(total)}{share} in {source['files']:,} file(s), "
+            f"{source['requests']:,} requests{retries}{how}; {source.get('resolved')}")
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n:,} B"
 
 
 def _say(console: Console, text: str, *, head: str = "", indent: str = "", style: str | None = None) -> None:

@@ -102,3 +102,53 @@ def text_features(path: str, options: dict):
 
 def _short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else f"{text[:limit - 3]}..."
+
+
+def pyarrow_parse_options(tsv: bool):
+    """pyarrow's CSV parsing as the local reading parses: a TSV without quoting (each line a row), a
+    CSV with line breaks allowed inside quotes."""
+    import pyarrow.csv as pacsv
+
+    if tsv:
+        return pacsv.ParseOptions(delimiter="\t", quote_char=False)
+    return pacsv.ParseOptions(delimiter=",", newlines_in_values=True)
+
+
+def pyarrow_convert_options(schema, columns: list[str] | None = None):
+    """Every column as text, only an empty cell missing (``keep_default_na=False, na_values=[""]``)."""
+    import pyarrow.csv as pacsv
+
+    return pacsv.ConvertOptions(column_types=schema, null_values=[""], strings_can_be_null=True,
+                                include_columns=columns)
+
+
+def remote_csv_parts(entries, files, options: dict) -> list:
+    """Remote CSV/TSV files (``sources.remote``), each streamed once to count its rows; their
+    columns read as text from the header, as local files are."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    from lengthscan.sources.source import Part, first_line
+
+    parts, start, first = [], 0, None
+    for e in entries:
+        header = read_header(files.stream(e.url), options)
+        check_names(e.url, header)
+        if first is None:
+            first = (e.url, header)
+        elif set(header) != set(first[1]):
+            raise SourceError(different_columns(e.url, first, (e.url, header)))
+        schema = pa.schema([(name, pa.string()) for name in text_names(header)])
+        try:
+            with files.stream(e.url) as fh:
+                reader = pacsv.open_csv(fh, read_options=pacsv.ReadOptions(use_threads=False),
+                                        parse_options=pyarrow_parse_options(options.get("sep") == "\t"),
+                                        convert_options=pyarrow_convert_options(schema, [schema.names[0]]))
+                rows = sum(batch.num_rows for batch in reader)
+        except SourceError:
+            raise
+        except Exception as exc:
+            raise SourceError(f"{e.url}: cannot read as CSV: {first_line(exc)}") from None
+        parts.append(Part(start, e.url, rows=rows, columns=schema.names, csv_schema=schema, remote=files))
+        start += rows
+    return parts

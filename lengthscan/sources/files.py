@@ -89,7 +89,8 @@ def _parquet_parts(spec: str, files: list[str]) -> list[Part]:
             raise SourceError(f"{f}: cannot read as parquet: {first_line(exc)}") from exc
         features = features_without_views(schema)
         if features is None:
-            parts.append(Part(start, f, rows=meta.num_rows, columns=schema.names, parquet=True,
+            groups = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
+            parts.append(Part(start, f, rows=meta.num_rows, columns=schema.names, parquet=True, groups=groups,
                               loader=_single_file_loader("parquet", f, {})))
         else:
             parts.append(Part(start, f, rows=meta.num_rows, columns=schema.names,
@@ -105,14 +106,9 @@ def _jsonl_parts(files: list[str], fingerprint: str) -> list[Part] | None:
     changes, or a line longer than the reader's block."""
     import pyarrow as pa
 
-    known = _jsonl_manifest(fingerprint)
-    if known is not None and [e["path"] for e in known] == files:
-        try:
-            schemas = [pa.ipc.read_schema(pa.py_buffer(base64.b64decode(e["schema"]))) for e in known]
-        except (OSError, ValueError, pa.ArrowException):  # never written so: rebuilt
-            schemas = None
-        if schemas is not None:
-            return _jsonl_part_list(files, [e["rows"] for e in known], schemas)
+    known = jsonl_manifest(fingerprint, files)
+    if known is not None:
+        return _jsonl_part_list(files, *known)
     rows_of, schemas = [], []
     for f in files:
         if not looks_like_lines(f):
@@ -125,10 +121,29 @@ def _jsonl_parts(files: list[str], fingerprint: str) -> list[Part] | None:
             return None
         rows_of.append(rows)
         schemas.append(schema)
+    remember_jsonl(fingerprint, files, rows_of, schemas)
+    return _jsonl_part_list(files, rows_of, schemas)
+
+
+def jsonl_manifest(fingerprint: str, files: list[str]) -> tuple[list, list] | None:
+    """(rows, schemas) of JSON Lines ``files`` remembered under ``fingerprint``, or None."""
+    import pyarrow as pa
+
+    known = _read_manifest(_jsonl_manifest_path(fingerprint), {"path": str, "rows": int, "schema": str})
+    if known is None or [e["path"] for e in known] != files:
+        return None
+    try:
+        schemas = [pa.ipc.read_schema(pa.py_buffer(base64.b64decode(e["schema"]))) for e in known]
+    except (OSError, ValueError, pa.ArrowException):  # never written so: rebuilt
+        return None
+    return [e["rows"] for e in known], schemas
+
+
+def remember_jsonl(fingerprint: str, files: list[str], rows_of: list, schemas: list) -> None:
+    """Remember each JSON Lines file's rows and schema (``jsonl_manifest`` reads them back)."""
     _write_manifest(_jsonl_manifest_path(fingerprint),
                     [{"path": f, "rows": n, "schema": base64.b64encode(s.serialize().to_pybytes()).decode()}
                      for f, n, s in zip(files, rows_of, schemas)])
-    return _jsonl_part_list(files, rows_of, schemas)
 
 
 def _jsonl_part_list(files, rows_of, schemas) -> list[Part]:
@@ -144,10 +159,6 @@ def _jsonl_manifest_path(fingerprint: str) -> Path:
     import pyarrow as pa
 
     return cache_root() / "sources" / f"{fingerprint}-jsonl-pyarrow{pa.__version__}.json"
-
-
-def _jsonl_manifest(fingerprint: str) -> list | None:
-    return _read_manifest(_jsonl_manifest_path(fingerprint), {"path": str, "rows": int, "schema": str})
 
 
 def _blank(path: str, *, header: bool = False) -> bool:

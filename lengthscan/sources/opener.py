@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob as _glob
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from lengthscan.sources.cache_dir import file_stamp
@@ -28,9 +29,12 @@ def load_source(source, *, split: str | None = None):
     return open_source(source, split=split).to_datasets()
 
 
-def open_source(source, *, split: str | None = None) -> Source:
-    """Open ``source`` with row identity; ``split`` selects one split of a multi-split source."""
+def open_source(source, *, split: str | None = None, config: str | None = None,
+                revision: str | None = None) -> Source:
+    """Open ``source`` with row identity; ``split`` selects one split of a multi-split source;
+    ``config`` and ``revision`` are a hub dataset's (``revision``: a branch, tag or commit)."""
     from lengthscan.sources.files import open_audio_folder, open_files
+    from lengthscan.sources.remote.stores import is_remote
 
     if _is_datasets_object(source):
         from datasets import Dataset, DatasetDict
@@ -43,6 +47,12 @@ def open_source(source, *, split: str | None = None) -> Source:
     spec = os.fspath(source)
     if not spec.strip():
         raise SourceError("the source is an empty name: give a file, folder, glob, save_to_disk dataset or hub id")
+    if (config is not None or revision is not None) and (is_remote(spec) or Path(spec).expanduser().exists()):
+        raise SourceError(f"{spec}: --config and --revision are a hub dataset id's; this source is files")
+    if is_remote(spec):
+        from lengthscan.sources.remote.opening import open_remote
+
+        return open_remote(spec, split)
     path = Path(spec).expanduser()
     if path.is_dir():
         if (path / "dataset_dict.json").exists() or (path / "state.json").exists():
@@ -74,7 +84,7 @@ def open_source(source, *, split: str | None = None) -> Source:
         return open_files(spec, files, split)
     if format_of(spec) or path.parent != Path(".") and path.parent.exists() or spec.startswith((".", "/", "~")):
         raise SourceError(f"{spec}: no such file or directory")
-    return _open_hub(spec, split)
+    return _open_hub(spec, split, config, revision)
 
 
 def folder_files(root: Path) -> list[str]:
@@ -207,15 +217,27 @@ def _check_disk_layout(spec: str, path: Path) -> None:
                               f"inside its folder ({str(names)[:120]})")
 
 
-def _open_hub(spec: str, split: str | None) -> Source:
+def _open_hub(spec: str, split: str | None, config: str | None, revision: str | None) -> Source:
+    """A hub dataset id: its Parquet files (or the hub's conversion) read by range at one commit,
+    else ``load_dataset`` (which downloads and converts it), said in the report."""
     from lengthscan.sources.hub import hub_offline, offline_reason
 
     offline = hub_offline()  # fast, once: no minute of retries without a network
+    fallback = None
+    if not offline:
+        from lengthscan.sources.remote.hub_ids import resolve_hub
+        from lengthscan.sources.remote.opening import RemoteFiles, open_hub_files
+
+        hub = resolve_hub(spec, config=config, revision=revision)
+        if hub is not None:
+            return open_hub_files(spec, hub, split)
+        fallback = RemoteFiles({}, resolved="load_dataset: the repository has no Parquet files and the hub no "
+                                             "Parquet conversion, so the dataset was downloaded and converted whole")
     from datasets import DatasetDict, load_dataset
 
     quiet_datasets()
     try:
-        loaded = load_dataset(spec, split=split)
+        loaded = load_dataset(spec, name=config, split=split, revision=revision)
     except Exception as exc:
         if offline:
             raise SourceError(f"{spec}: not a local file or directory, and {offline_reason()}: a hub dataset can only "
@@ -225,8 +247,8 @@ def _open_hub(spec: str, split: str | None) -> Source:
             f"(offline, or no such dataset?): {first_line(exc)}"
         ) from exc
     if isinstance(loaded, DatasetDict):
-        return _from_dict(spec, "hub", loaded, None)
-    return Source(spec, "hub", (_single(split or "train", loaded),), False)
+        return replace(_from_dict(spec, "hub", loaded, None), remote=fallback)
+    return Source(spec, "hub", (_single(split or "train", loaded),), False, remote=fallback)
 
 
 def _from_dict(spec: str, kind: str, dd, split: str | None) -> Source:

@@ -57,7 +57,16 @@ _UNREADABLE = (OSError, EOFError, UnicodeDecodeError, pa.ArrowException, json.JS
 
 
 def _part_rows(split: SplitSource, part, columns: list[str], indices, batch_rows: int, raw: tuple):
-    """One part's batches (see ``iter_batches``)."""
+    """One part's batches (see ``iter_batches``); a remote file is checked unchanged once read."""
+    if part.remote is not None:
+        if part.parquet:
+            yield from _parquet_batches(part, columns, indices, batch_rows)
+        elif part.jsonl_schema is not None:
+            yield from _jsonl_batches(part, columns, indices, batch_rows, raw)
+        else:
+            yield from _csv_batches(part, columns, indices, batch_rows)
+        part.remote.check_unchanged(part.path)
+        return
     if part.parquet:
         yield from _parquet_batches(part, columns, indices, batch_rows)
         return
@@ -87,10 +96,13 @@ def _parquet_batches(part, columns: list[str], indices, batch_rows: int) -> Iter
     """A Parquet file read with pyarrow: every row group in turn, or only those holding sampled rows."""
     import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(part.path)
+    pf = part.remote.parquet(part.path) if part.remote is not None else pq.ParquetFile(part.path)
     if indices is None:
         offset = part.start
-        for rb in pf.iter_batches(batch_size=batch_rows, columns=columns):
+        # a remote file row group by row group: its pre-buffered reads then hold one group at a time
+        groups = [[g] for g in range(pf.metadata.num_row_groups)] if part.remote is not None else [None]
+        for rb in (rb for g in groups for rb in pf.iter_batches(batch_size=batch_rows, columns=columns,
+                                                                    row_groups=g)):
             yield Batch(np.arange(offset, offset + rb.num_rows, dtype=np.int64), rb)
             offset += rb.num_rows
         if offset != part.start + part.rows:
@@ -178,13 +190,38 @@ def _jsonl_batches(part, columns: list[str], indices, batch_rows: int, raw: tupl
 
     from lengthscan.sources.files import json_parse_options, json_read_options
 
-    reader = pj.open_json(pa.input_stream(part.path, compression="detect"), read_options=json_read_options(),
+    reader = pj.open_json(_stream(part), read_options=json_read_options(),
                           parse_options=json_parse_options(part.jsonl_schema))
-    lines = RawLines(part.path, raw) if raw else None
+    lines = RawLines(part.path, raw, lambda: _stream(part)) if raw else None
+    yield from _sliced(part, (rb.select(columns) for rb in reader), indices, batch_rows, lines)
+
+
+def _stream(part):
+    """The part's file front to back, decompressed (a remote file through its counted reads)."""
+    if part.remote is not None:
+        return part.remote.stream(part.path)
+    return pa.input_stream(part.path, compression="detect")
+
+
+def _csv_batches(part, columns: list[str], indices, batch_rows: int) -> Iterator[Batch]:
+    """A CSV/TSV file streamed with pyarrow (every column as text), a sample taking its rows on the way."""
+    import pyarrow.csv as pacsv
+
+    from lengthscan.sources.csv_files import pyarrow_convert_options, pyarrow_parse_options
+
+    tsv = str(part.path).lower().split("?")[0].removesuffix(".gz").removesuffix(".bz2").endswith(".tsv")
+    with _stream(part) as fh:
+        reader = pacsv.open_csv(fh, read_options=pacsv.ReadOptions(use_threads=False),
+                                parse_options=pyarrow_parse_options(tsv),
+                                convert_options=pyarrow_convert_options(part.csv_schema, columns))
+        yield from _sliced(part, reader, indices, batch_rows)
+
+
+def _sliced(part, batches, indices, batch_rows: int, lines=None) -> Iterator[Batch]:
+    """A part's record batches, read front to back, cut to ``batch_rows`` (or to its sampled rows)."""
     offset = part.start
     wanted = None if indices is None else indices[(indices >= part.start) & (indices < part.start + part.rows)]
-    for rb in reader:
-        rb = rb.select(columns)
+    for rb in batches:
         if wanted is None:
             for k in range(0, rb.num_rows, batch_rows):
                 piece = rb.slice(k, batch_rows)
@@ -206,9 +243,9 @@ class RawLines:
     """The ``columns`` of a JSON Lines file's rows parsed with ``json.loads``, line by line, for
     rows asked in increasing order (blank lines are skipped, as the readers skip them)."""
 
-    def __init__(self, path: str, columns: tuple):
+    def __init__(self, path: str, columns: tuple, open_stream=None):
         self.columns = columns
-        self._lines = _json_lines(path)
+        self._lines = _json_lines(path, open_stream)
         self._next = 0  # the row the next line holds
 
     def take(self, rows) -> dict:
@@ -223,12 +260,12 @@ class RawLines:
         return {c: [r.get(c) if isinstance(r, dict) else None for r in parsed] for c in self.columns}
 
 
-def _json_lines(path: str):
+def _json_lines(path: str, open_stream=None):
     """The lines of a JSON Lines file (decompressed as pyarrow reads it) that hold a row."""
     import io
 
-    with io.TextIOWrapper(io.BufferedReader(pa.input_stream(path, compression="detect")), encoding="utf-8",
-                          newline="\n") as fh:
+    stream = open_stream() if open_stream is not None else pa.input_stream(path, compression="detect")
+    with io.TextIOWrapper(io.BufferedReader(stream), encoding="utf-8", newline="\n") as fh:
         for line in fh:
             if line.strip():
                 yield line

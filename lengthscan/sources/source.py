@@ -46,20 +46,29 @@ class Part:
 
     Its ``datasets.Dataset`` is opened lazily: a rerun whose lengths are all cached, or a Parquet
     or JSON Lines file read directly with pyarrow, never needs it (nor the seconds
-    ``import datasets`` and its conversion cost).
+    ``import datasets`` and its conversion cost). A remote file's part reads through ``remote``
+    (``sources.remote.opening.RemoteFiles``), which counts its bytes.
     """
 
     def __init__(self, start: int, path: str | None = None, *, dataset=None, loader=None,
                  rows: int | None = None, columns: list[str] | None = None, parquet: bool = False,
-                 jsonl_schema=None):
+                 jsonl_schema=None, csv_schema=None, remote=None, groups: tuple[int, ...] | None = None,
+                 schema=None):
         self.start, self.path, self.parquet = start, path, parquet
         self.jsonl_schema = jsonl_schema  # set when the file is JSON Lines read directly with pyarrow
+        self.csv_schema = csv_schema  # set when the file is CSV/TSV streamed with pyarrow (a remote file)
+        self.remote = remote
+        self.groups = groups  # a Parquet file's row groups' row counts: the blocks a block sample draws
+        self._schema = schema  # a Parquet file's Arrow schema, when its footer is already read
         self._dataset, self._loader = dataset, loader
         self._rows, self._columns = rows, columns
 
     @property
     def dataset(self):
         if self._dataset is None:
+            if self._loader is None:
+                raise SourceError(f"{self.path}: a remote file is read with pyarrow only; this needs it as a "
+                                  "datasets.Dataset: download it first")
             self._dataset = self._loader()
         return self._dataset
 
@@ -77,7 +86,9 @@ class Part:
         from lengthscan.sources import features as feats
 
         schema = None
-        if self.parquet and self._dataset is None:
+        if self._schema is not None or self.csv_schema is not None:
+            schema = self._schema if self._schema is not None else self.csv_schema
+        elif self.parquet and self._dataset is None:
             import pyarrow.parquet as pq
 
             schema = pq.read_schema(self.path)
@@ -108,6 +119,12 @@ class SplitSource:
     @property
     def multi_file(self) -> bool:
         return len(self.parts) > 1 and all(p.path for p in self.parts)
+
+    def blocks(self) -> list[tuple[int, ...]] | None:
+        """Each file's row groups' row counts, in row order (None unless every part is Parquet)."""
+        if not self.parts or any(p.groups is None for p in self.parts):
+            return None
+        return [p.groups for p in self.parts]
 
     @property
     def column_names(self) -> list[str]:
@@ -153,6 +170,8 @@ class SplitLayout:
         if rows.size == 0:
             return None
         path = self.paths[self._part(int(rows[0]))]
+        if path and "://" in path:
+            return path.rsplit("/", 1)[0]  # a remote file's folder (relative audio paths resolve there)
         return os.path.dirname(os.path.abspath(path)) if path else None
 
     def locate(self, rows: np.ndarray) -> tuple[list[str], np.ndarray]:
@@ -169,6 +188,7 @@ class Source:
     kind: str
     splits: tuple[SplitSource, ...]
     has_splits: bool
+    remote: object = None  # ``sources.remote.opening.RemoteFiles`` of a remote source: its bytes, its revision
 
     @property
     def fingerprint(self) -> str:

@@ -144,15 +144,21 @@ class SampleInfo:
     seed: int
     requested: str | None
     reason: str
+    unit: str = "row"
+    blocks: int | None = None          # a block sample: the blocks drawn, of ``blocks_total``
+    blocks_total: int | None = None
 
     def to_dict(self) -> dict:
         return {
             "mode": "full" if self.full else "sample",
+            "unit": None if self.full else self.unit,
             "rows_total": self.rows_total,
             "rows_measured": self.rows_measured,
             "seed": self.seed,
             "requested": self.requested,
             "reason": self.reason,
+            "blocks_drawn": self.blocks,
+            "blocks_total": self.blocks_total,
         }
 
 
@@ -213,6 +219,7 @@ class SplitAudit:
     pair: PairStats | None
     limits: tuple[CeilingCheck, ...] = ()
     chat: dict | None = None  # ``stats.chat.ChatTally.to_dict()`` of a conversation field
+    design: dict | None = None  # a block sample: measurement -> ``stats.design.block_summary``
 
     def _roles(self) -> dict:
         """Per role (input, target): its column and why rows have no length (the flags it shares)."""
@@ -229,12 +236,22 @@ class SplitAudit:
                 return f
         raise KeyError(name)
 
+    def _field_dict(self, f: FieldStats, sampled: bool) -> dict:
+        """A field's statistics; a block sample's intervals are its cluster bootstrap's, with the design."""
+        out = f.to_dict(sampled)
+        design = (self.design or {}).get(f.spec.name)
+        if design is not None:
+            if design["intervals"] is not None:
+                out["intervals"] = {k: list(v) for k, v in design["intervals"].items()}
+            out["design"] = {k: v for k, v in design.items() if k != "intervals"}
+        return out
+
     def to_dict(self) -> dict:
         sampled = not self.sample.full
         return {
             "split": self.split,
             "sample": self.sample.to_dict(),
-            "fields": {f.spec.name: f.to_dict(sampled) for f in self.fields},
+            "fields": {f.spec.name: self._field_dict(f, sampled) for f in self.fields},
             "roles": self._roles(),
             "pair": self.pair.to_dict(sampled) if self.pair else None,
             "limits": [c.to_dict() for c in self.limits],

@@ -35,6 +35,7 @@ class AuditResult:
     chat: dict | None = None           # how conversations were measured (template, format, rule)
     longest_rows: tuple = ()           # an audit's longest rows per measurement, with previews (write.longest)
     packing: dict | None = None        # --packing: the packs' figures (pack.run.simulate_packing)
+    source_io: dict | None = None      # where the source lives, bytes read of bytes total, the sampling unit
 
     def split(self, name: str) -> SplitAudit:
         for s in self.splits:
@@ -61,7 +62,7 @@ class AuditResult:
             "lengthscan_version": self.version,
             "created": self.created,
             "command": self.command,
-            "source": {"spec": self.source, "fingerprint": self.source_fingerprint},
+            "source": {"spec": self.source, "fingerprint": self.source_fingerprint, **(self.source_io or {})},
             "tokenizer": self.tokenizer.to_dict() if self.tokenizer else None,
             "fields": [{"name": f.name, "role": f.role, "column": f.column, "unit": f.unit, "kind": f.kind}
                        for f in self.fields],

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lengthscan.measure.records import FLAG_NAMES, FLAG_OK, FieldSpec, Measured
-from lengthscan.sources.sampling import SamplePlan
+from lengthscan.sources.sampling import BlockDesign, SamplePlan
 from lengthscan.stats.chat import ChatTally
+from lengthscan.stats.design import block_summary
 from lengthscan.stats.histograms import (
     RATIO_SCALE,
     Histogram,
@@ -100,10 +101,16 @@ class CeilingTally:
         order = np.lexsort((self.rows, -self.values))[:WORST_ROWS]
         self.rows, self.values = self.rows[order], self.values[order]
 
-    def check(self, sample: SampleInfo) -> CeilingCheck:
+    def check(self, sample: SampleInfo, deff: float | None = None) -> CeilingCheck:
+        """Rows over the limit, and the split's estimate; ``deff`` (a block sample's design effect)
+        widens the interval to that of n / deff rows."""
         self._prune()
         n, total = sample.rows_measured, sample.rows_total
-        lo, hi = proportion_interval(self.over, n, total)
+        if deff is not None and deff > 1 and n:
+            n_eff = max(1, int(n / deff))
+            lo, hi = proportion_interval(int(round(self.over * n_eff / n)), n_eff, total)
+        else:
+            lo, hi = proportion_interval(self.over, n, total)
         estimate = self.over / n * total if n else 0.0
         worst = tuple((int(r), _plain(v)) for r, v in zip(self.rows, self.values))
         return CeilingCheck(self.limit, self.over, n, estimate, (lo * total, hi * total), worst, self.unknown)
@@ -128,6 +135,8 @@ class SplitTally:
     keep_positions: np.ndarray | None = None  # which measured rows to keep lengths of (None: all)
     kept: list = field(default_factory=list)  # (rows, input values, target values) per batch
     seen: int = 0
+    design: BlockDesign | None = None  # a block sample's blocks: each measurement's values kept by block
+    by_block: dict = field(default_factory=dict)  # spec -> [(block ids, integer units)] of rows with a length
 
     def __post_init__(self):
         self.ceiling_tallies = [CeilingTally(limit) for limit in self.ceilings]
@@ -156,6 +165,11 @@ class SplitTally:
                     bounds[spec.name] = m.bounds[spec]
                 bucket = self.parts.setdefault(spec, [])
                 bucket.append(stats_from_lengths(spec, values, m.flags, m.decoded))
+                if self.design is not None:
+                    valid = values >= 0
+                    units = values[valid] if spec.scale == 1 else np.rint(values[valid] * spec.scale)
+                    self.by_block.setdefault(spec, []).append((self.design.block_of(rows[valid]),
+                                                               units.astype(np.int64)))
                 if len(bucket) >= 32:
                     bucket[:] = [merge_all(bucket)]
         pair = self._pair_fields()
@@ -192,6 +206,8 @@ class SplitTally:
                 bucket[:] = [merge_histograms(bucket)]
         if self.chat is not None and other.chat is not None:
             self.chat.merge(other.chat)
+        for spec, pieces in other.by_block.items():
+            self.by_block.setdefault(spec, []).extend(pieces)
         self.kept.extend(other.kept)
         self.seen += other.seen
         return self
@@ -236,16 +252,35 @@ class SplitTally:
         return out
 
     def split_audit(self, name: str, plan: SamplePlan, seed: int) -> SplitAudit:
-        sample = SampleInfo(plan.full, plan.rows_total, plan.size, seed, plan.requested, plan.reason)
+        design = plan.design
+        sample = SampleInfo(plan.full, plan.rows_total, plan.size, seed, plan.requested, plan.reason, plan.unit,
+                            design.count if design is not None else None,
+                            design.blocks_total if design is not None else None)
         stats = tuple(merge_all(self.parts[s]) if self.parts.get(s) else FieldStats(s)
                       for f in self.fields for s in f.specs)
+        by_block = None
+        if design is not None:
+            by_block = {}
+            for s in (s for f in self.fields for s in f.specs):
+                pieces = self.by_block.get(s, [])
+                blocks = np.concatenate([p[0] for p in pieces]) if pieces else np.zeros(0, np.int64)
+                units = np.concatenate([p[1] for p in pieces]) if pieces else np.zeros(0, np.int64)
+                by_block[s.name] = block_summary(units, blocks, design.count, seed, s.scale)
         pair = None
         if (xy := self._pair_fields()) is not None:
             x, y = xy
             pair = merge_all(self.pairs) if self.pairs else PairStats(x.name, y.name, x_scale=x.scale,
                                                                       y_scale=y.scale)
-        return SplitAudit(name, sample, stats, pair, tuple(lt.check(sample) for lt in self.ceiling_tallies),
-                          chat=self.chat.to_dict() if self.chat is not None else None)
+        limits = tuple(lt.check(sample, _effective(by_block, lt.limit.measure)) for lt in self.ceiling_tallies)
+        chat = self.chat.to_dict() if self.chat is not None else None
+        return SplitAudit(name, sample, stats, pair, limits, chat=chat, design=by_block)
+
+
+def _effective(by_block: dict | None, measure: str) -> float | None:
+    """A block sample's rows-worth for a limit on ``measure``: n over its design effect (None: a row sample)."""
+    if by_block is None or measure not in by_block or by_block[measure]["design_effect"] is None:
+        return None
+    return max(1.0, by_block[measure]["design_effect"])
 
 
 def merge_all(items):

@@ -60,7 +60,7 @@ class AuditOutput:
             return ()
         rows = self.longest.rows()
         if self.redact:  # row numbers and lengths only: no text of the data, the --id value included
-            return tuple({k: v for k, v in r.items() if k != "id"} for r in rows)
+            return tuple({k: v for k, v in r.items() if k not in ("id", "_preview")} for r in rows)
         return tuple(with_previews(src, setup.fields, rows))
 
     def decide(self, src, plans, setup, resolved, *, special: dict, keep_empty_targets: bool) -> list:

@@ -1,9 +1,11 @@
 """The audit's longest rows: kept while measuring (a sink of the measuring loop, ``WORST_ROWS`` per
 measurement, flat memory), then their texts read back for the report's previews.
 
-A clean keeps its worst rows as it writes them (``write.worst_rows``); an audit never holds the
-texts it measured, so the few longest rows are read again afterwards: by row group for Parquet,
-by position for ``datasets`` sources, and one streaming pass (no tokenizing) for JSON Lines.
+A clean keeps its worst rows as it writes them (``write.worst_rows``); an audit takes the preview
+of a row when it enters the longest, from the batch being measured, and reads rows again
+afterwards only where the batch did not hold the column (its lengths came from the cache): by
+row group for Parquet, by position for ``datasets`` sources, and one streaming pass (no
+tokenizing) for JSON Lines. A remote source is thus never read twice for its previews.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class LongestSink:
             k = min(WORST_ROWS, values.size)
             top = np.argpartition(-values, k - 1)[:k] if k else []
             items = self.best[f.primary.name]
+            at = {}
             for i in top:
                 if not np.isfinite(values[i]):
                     continue
@@ -52,7 +55,13 @@ class LongestSink:
                 if ids is not None:
                     entry["id"] = shown_id(ids[int(i)].as_py())
                 items.append((float(values[i]), -entry["row"], entry))
+                at[id(entry)] = int(i)
             self.best[f.primary.name] = sorted(items, key=lambda t: (-t[0], -t[1]))[:WORST_ROWS]
+            if at and batch.table is not None and f.column in batch.table.column_names:
+                column = batch.table.column(f.column)
+                for _, _, entry in self.best[f.primary.name]:
+                    if id(entry) in at:  # a row of this batch among the longest: its preview now
+                        entry["_preview"] = preview_of(f, column[at[id(entry)]].as_py())
 
     def rows(self) -> list[dict]:
         """The longest rows' entries, by measurement, longest first."""
@@ -79,8 +88,13 @@ def with_previews(src, fields, rows: list[dict]) -> list[dict]:
 
     by_field = {f.primary.name: f for f in fields}
     columns = list(dict.fromkeys(f.column for f in fields))
+    for r in rows:
+        if "_preview" in r:
+            r.update(r.pop("_preview"))
+            r["_taken"] = True
     for split_src in src.splits:
-        wanted = np.unique([r["row"] for r in rows if r["split"] == split_src.name]).astype(np.int64)
+        wanted = np.unique([r["row"] for r in rows if r["split"] == split_src.name and not r.get("_taken")]) \
+            .astype(np.int64)
         if not wanted.size:
             continue
         values: dict[int, dict] = {}
@@ -89,8 +103,10 @@ def with_previews(src, fields, rows: list[dict]) -> list[dict]:
             for k, row in enumerate(batch.rows.tolist()):
                 values[row] = {c: table.column(c)[k].as_py() for c in columns}
         for r in rows:
-            if r["split"] == split_src.name and r["row"] in values:
+            if r["split"] == split_src.name and r["row"] in values and not r.get("_taken"):
                 f = by_field[r["field"]]
                 r.update(preview_of(f, values[r["row"]][f.column]))
+    for r in rows:
+        r.pop("_taken", None)
     return rows
 

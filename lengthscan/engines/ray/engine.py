@@ -21,7 +21,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from lengthscan.engines.ray.pool import block_pieces, block_refs, start_actors, table_batches
-from lengthscan.engines.ray.session import import_ray, ray_session
+from lengthscan.engines.ray.session import EngineError, import_ray, ray_session
 from lengthscan.sources.scan import Batch
 
 
@@ -52,9 +52,12 @@ class RayEngine:
         with ray_session(self.ray, self.address):
             yield self
 
-    def open(self, source, split: str | None):
+    def open(self, source, split: str | None, *, config: str | None = None, revision: str | None = None):
         from lengthscan.engines.ray.sources import open_for_ray
 
+        if config is not None or revision is not None:
+            raise EngineError("--config and --revision (a hub dataset id) are read by the local engine only: drop "
+                              "--engine ray")
         return open_for_ray(self.ray, source, split)
 
     def measure(self, split_src, plan, setup, fields: tuple, columns: list[str], *, batch_rows: int,

@@ -24,6 +24,7 @@ import os
 from pathlib import Path
 
 from lengthscan.engines.ray.session import EngineError
+from lengthscan.sources.csv_files import pyarrow_parse_options
 from lengthscan.sources.source import Part, Source, SplitSource, digest, format_of
 
 #: Formats the Ray engine reads from object storage.
@@ -104,19 +105,9 @@ def csv_options(split_src: SplitSource) -> dict:
     tsv = format_of(split_src.parts[0].path) == ".tsv"
     schema = features_schema(split_src.parts[0].features())
     return {"read_options": pacsv.ReadOptions(use_threads=False),
-            "parse_options": _csv_parse_options(tsv),
+            "parse_options": pyarrow_parse_options(tsv),
             "convert_options": pacsv.ConvertOptions(column_types=schema, null_values=[""],
                                                     strings_can_be_null=True)}
-
-
-def _csv_parse_options(tsv: bool):
-    """As the local engine parses: a TSV without quoting (each line a row), a CSV with line breaks
-    allowed inside quotes."""
-    import pyarrow.csv as pacsv
-
-    if tsv:
-        return pacsv.ParseOptions(delimiter="\t", quote_char=False)
-    return pacsv.ParseOptions(delimiter=",", newlines_in_values=True)
 
 
 def features_schema(features: dict):
@@ -284,7 +275,7 @@ def _csv_layout(fs, path: str, fmt: str):
     schema = pa.schema([(name, pa.string()) for name in text_names(header)])  # every column as text, as locally
     first = schema.names[0]
     with fs.open_input_stream(path, compression="detect") as fh:
-        reader = pacsv.open_csv(fh, parse_options=_csv_parse_options(fmt == ".tsv"),
+        reader = pacsv.open_csv(fh, parse_options=pyarrow_parse_options(fmt == ".tsv"),
             convert_options=pacsv.ConvertOptions(include_columns=[first], column_types={first: pa.large_string()}))
         rows = sum(batch.num_rows for batch in reader)
     return rows, schema, None

@@ -1,0 +1,151 @@
+"""A remote file as pyarrow reads it: ranged reads with retries, byte accounting and change detection.
+
+``RemoteFile`` is a raw (unbuffered) file object: each ``read`` is one request for exactly the
+bytes asked, so Parquet reads fetch the footer and the column chunks of the row groups read and
+nothing else. Sequential readers (JSON Lines, CSV) wrap it in a large ``io.BufferedReader``.
+A failed request is retried ``RETRIES`` times with exponential backoff, then the run stops with
+a ``SourceError`` naming the file and the byte range; a file that is no longer the one listed
+(``stores.Changed``) stops it at once.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from dataclasses import dataclass, field
+
+from lengthscan.sources.remote.stores import Changed, Gone, RemoteEntry, store_for
+from lengthscan.sources.source import SourceError, first_line
+
+#: Attempts after the first for one range.
+RETRIES = 4
+#: Seconds before the first retry (doubled at each, at most ``BACKOFF_MAX``).
+BACKOFF = 0.25
+BACKOFF_MAX = 4.0
+#: Bytes a sequential reader (JSON Lines, CSV) asks at once.
+STREAM_BLOCK = 8 << 20
+
+
+@dataclass
+class Traffic:
+    """What reading a source cost: data bytes received, requests, retries (thread-safe)."""
+
+    bytes_read: int = 0
+    requests: int = 0
+    retries: int = 0
+    by_file: dict = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, url: str, n: int) -> None:
+        with self._lock:
+            self.bytes_read += n
+            self.requests += 1
+            self.by_file[url] = self.by_file.get(url, 0) + n
+
+    def retried(self) -> None:
+        with self._lock:
+            self.retries += 1
+
+
+class RemoteFile(io.RawIOBase):
+    """``entry``'s bytes, read by range through its store; every byte received counts in ``traffic``."""
+
+    def __init__(self, entry: RemoteEntry, traffic: Traffic):
+        super().__init__()
+        self.entry, self.traffic = entry, traffic
+        self._read = store_for(entry.url).opener(entry)
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def size(self) -> int:
+        return self.entry.size
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self.entry.size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buffer) -> int:
+        data = self.read_range(self._pos, min(self._pos + len(buffer), self.entry.size))
+        buffer[:len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+    def read_range(self, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)``, retried with backoff; a ``SourceError`` naming the range when it fails."""
+        if end <= start:
+            return b""
+        wait = BACKOFF
+        for attempt in range(RETRIES + 1):
+            try:
+                data = self._read(start, end)
+            except Changed as exc:
+                raise SourceError(f"{self.entry.url}: the file changed during the run ({exc}); nothing was "
+                                  "mixed: run again") from None
+            except Gone as exc:
+                raise SourceError(f"{self.entry.url}: bytes {start}-{end - 1}: {exc}") from None
+            except SourceError:
+                raise
+            except Exception as exc:  # each library its own errors (aiohttp's, httpx's, pyarrow's OSError)
+                if attempt == RETRIES:
+                    raise SourceError(f"{self.entry.url}: bytes {start}-{end - 1}: the request failed "
+                                      f"{RETRIES + 1} times ({first_line(exc)})") from None
+                self.traffic.retried()
+                time.sleep(wait)
+                wait = min(wait * 2, BACKOFF_MAX)
+                continue
+            self.traffic.add(self.entry.url, len(data))
+            if len(data) != end - start:
+                raise SourceError(f"{self.entry.url}: bytes {start}-{end - 1}: {len(data):,} bytes came back "
+                                  f"of {end - start:,} (the file is shorter than when it was listed: changed "
+                                  "during the run?)")
+            return data
+        raise AssertionError("unreachable")
+
+
+def parquet_file(entry: RemoteEntry, traffic: Traffic):
+    """A ``pyarrow.parquet.ParquetFile`` over the remote file: its footer read exactly (8 bytes for
+    its length, then the footer, where pyarrow would read the last 64 KiB), then each row group's
+    column chunks in one coalesced request (``pre_buffer``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    raw = RemoteFile(entry, traffic)
+    size = entry.size
+    if size < 12:
+        raise SourceError(f"{entry.url}: {size} bytes: too short for a Parquet file")
+    tail = raw.read_range(size - 8, size)
+    if tail[4:] != b"PAR1":
+        raise SourceError(f"{entry.url}: not a Parquet file (no PAR1 at its end)")
+    length = int.from_bytes(tail[:4], "little")
+    if length + 12 > size:
+        raise SourceError(f"{entry.url}: its Parquet footer claims {length:,} bytes of a {size:,}-byte file")
+    footer = raw.read_range(size - 8 - length, size - 8)
+    meta = pq.read_metadata(pa.BufferReader(b"PAR1" + footer + tail))
+    return pq.ParquetFile(pa.PythonFile(raw, mode="r"), metadata=meta, pre_buffer=True)
+
+
+def input_stream(entry: RemoteEntry, traffic: Traffic):
+    """The file read front to back in ``STREAM_BLOCK`` requests, decompressed by its suffix."""
+    import pyarrow as pa
+
+    raw = pa.PythonFile(io.BufferedReader(RemoteFile(entry, traffic), buffer_size=STREAM_BLOCK), mode="r")
+    codec = _codec(entry.url)
+    return pa.CompressedInputStream(raw, codec) if codec else raw
+
+
+def _codec(url: str) -> str | None:
+    name = url.lower().split("?")[0]
+    for suffix, codec in ((".gz", "gzip"), (".bz2", "bz2"), (".zst", "zstd"), (".zstd", "zstd"), (".xz", "lzma")):
+        if name.endswith(suffix):
+            return codec
+    return None

@@ -1,0 +1,260 @@
+"""Where remote files live, one store per scheme: list a URL or glob, stat a file, read a byte range.
+
+Every read is one ranged request for exactly the bytes asked (no read-ahead): pyarrow's
+``S3FileSystem``/``GcsFileSystem`` ``read_at``, fsspec's ``HTTPFileSystem.cat_file`` with a
+``Range`` header (and ``If-Match`` on the ETag seen when the file was listed, so a file rewritten
+during the run answers 412 instead of mixing two versions), and ``HfFileSystem`` files opened with
+``cache_type="none"`` at a revision pinned to a commit sha. Credentials come from where each
+library looks: the AWS environment and configuration (``AWS_ENDPOINT_URL`` too), Google's
+application default credentials, ``HF_TOKEN`` and the hub's login; none is ever written anywhere.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import threading
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+#: Schemes read remotely.
+SCHEMES = ("s3", "gs", "gcs", "http", "https", "hf")
+
+
+class Changed(OSError):
+    """The file is not the one listed: another ETag, size or revision (rewritten during the run)."""
+
+
+class Gone(OSError):
+    """The file is no longer there (404), or access is refused (403): retrying cannot help."""
+
+
+@dataclass(frozen=True)
+class RemoteEntry:
+    """A listed file: its URL, size and version (ETag, modification time or the hub's blob id)."""
+
+    url: str
+    size: int
+    version: str
+
+
+def is_remote(spec) -> bool:
+    """``spec`` names a remote file, glob or folder (``s3://``, ``gs://``, ``http(s)://``, ``hf://``)."""
+    return isinstance(spec, str) and urlsplit(spec).scheme.lower() in SCHEMES and "://" in spec
+
+
+def has_magic(url: str) -> bool:
+    return any(ch in urlsplit(url).path for ch in "*?[")
+
+
+def store_for(url: str):
+    """The store of ``url``'s scheme (one per scheme and process: each keeps its connections)."""
+    scheme = urlsplit(url).scheme.lower()
+    key = {"gcs": "gs", "https": "http"}.get(scheme, scheme)
+    with _LOCK:
+        if key not in _STORES:
+            _STORES[key] = {"s3": ArrowStore.s3, "gs": ArrowStore.gcs, "http": HttpStore, "hf": HubStore}[key]()
+        return _STORES[key]
+
+
+_STORES: dict = {}
+_LOCK = threading.Lock()
+
+
+class ArrowStore:
+    """Object storage through pyarrow's own filesystems (no fsspec, no botocore pin)."""
+
+    def __init__(self, fs, scheme: str):
+        self.fs, self.scheme = fs, scheme
+
+    @classmethod
+    def s3(cls) -> "ArrowStore":
+        from pyarrow import fs
+
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        kwargs = {}
+        if endpoint:
+            parts = urlsplit(endpoint)
+            kwargs = {"endpoint_override": parts.netloc or parts.path, "scheme": parts.scheme or "https"}
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if region:
+            kwargs["region"] = region
+        return cls(fs.S3FileSystem(**kwargs), "s3")
+
+    @classmethod
+    def gcs(cls) -> "ArrowStore":
+        from pyarrow import fs
+
+        return cls(fs.GcsFileSystem(), "gs")
+
+    def _path(self, url: str) -> str:
+        parts = urlsplit(url)
+        return f"{parts.netloc}{parts.path}"
+
+    def _url(self, path: str) -> str:
+        return f"{self.scheme}://{path}"
+
+    def _entry(self, info) -> RemoteEntry:
+        return RemoteEntry(self._url(info.path), int(info.size), str(info.mtime_ns))
+
+    def list(self, url: str) -> list[RemoteEntry]:
+        from pyarrow import fs
+
+        path = self._path(url)
+        if not has_magic(url):
+            info = self.fs.get_file_info(path)
+            if info.type == fs.FileType.File:
+                return [self._entry(info)]
+            if info.type != fs.FileType.Directory:
+                return []
+            selector, pattern = fs.FileSelector(path.rstrip("/"), recursive=True), None
+        else:
+            fixed = path.split("*")[0].split("?")[0].split("[")[0].rsplit("/", 1)[0]
+            selector, pattern = fs.FileSelector(fixed, recursive=True, allow_not_found=True), path
+        infos = [i for i in self.fs.get_file_info(selector) if i.type == fs.FileType.File]
+        if pattern is not None:
+            infos = [i for i in infos if _glob_match(i.path, pattern)]
+        return sorted((self._entry(i) for i in infos), key=lambda e: e.url)
+
+    def stat(self, url: str) -> RemoteEntry | None:
+        from pyarrow import fs
+
+        info = self.fs.get_file_info(self._path(url))
+        return self._entry(info) if info.type == fs.FileType.File else None
+
+    def opener(self, entry: RemoteEntry):
+        """A function reading ``[start, end)`` of the file."""
+        handle: list = []
+
+        def read(start: int, end: int) -> bytes:
+            if not handle:
+                handle.append(self.fs.open_input_file(self._path(entry.url)))
+            try:
+                return handle[0].read_at(end - start, start)
+            except BaseException:
+                handle.clear()  # reopened by the next attempt
+                raise
+        return read
+
+
+class HttpStore:
+    """Plain HTTP(S) through fsspec's ``HTTPFileSystem``: a ranged GET per read, no block cache."""
+
+    def __init__(self):
+        import fsspec
+
+        self.fs = fsspec.filesystem("http", skip_instance_cache=True)
+
+    def _entry(self, url: str, info: dict) -> RemoteEntry:
+        if info.get("size") is None:
+            raise OSError(f"{url}: the server does not say the file's size (no Content-Length): it cannot be read "
+                          "by range")
+        version = info.get("ETag") or info.get("Last-Modified") or ""
+        return RemoteEntry(url, int(info["size"]), str(version))
+
+    def list(self, url: str) -> list[RemoteEntry]:
+        if has_magic(url):
+            urls = sorted(self.fs.glob(url))
+        elif url.endswith("/"):
+            urls = sorted(u for u in self.fs.find(url) if not u.endswith("/"))
+        else:
+            urls = [url]
+        out = []
+        for u in urls:
+            try:
+                out.append(self._entry(u, self.fs.info(u)))
+            except FileNotFoundError:
+                if len(urls) == 1:
+                    return []
+                raise
+        return out
+
+    def stat(self, url: str) -> RemoteEntry | None:
+        try:
+            return self._entry(url, self.fs.info(url))
+        except FileNotFoundError:
+            return None
+
+    def opener(self, entry: RemoteEntry):
+        headers = {"If-Match": entry.version} if entry.version.startswith(('"', 'W/"')) else {}
+
+        def read(start: int, end: int) -> bytes:
+            try:
+                data = self.fs.cat_file(entry.url, start=start, end=end, headers=headers)
+            except FileNotFoundError as exc:
+                raise Gone(f"no longer there (404): {exc}") from None
+            except Exception as exc:
+                status = getattr(exc, "status", None)
+                if status == 412:
+                    raise Changed("its ETag changed (412 Precondition Failed)") from None
+                if status in (401, 403, 404, 410):
+                    raise Gone(f"HTTP {status}") from None
+                raise
+            if len(data) > end - start:
+                raise Gone(f"the server answered {len(data):,} bytes to a request for {end - start:,}: it does not "
+                           "serve byte ranges (a server with Range support is needed)")
+            return data
+        return read
+
+
+class HubStore:
+    """``hf://`` paths through ``huggingface_hub``'s ``HfFileSystem`` (endpoint from ``HF_ENDPOINT``,
+    token from ``HF_TOKEN`` or the login), every read a ranged GET of a revision-pinned URL."""
+
+    def __init__(self):
+        from huggingface_hub import HfFileSystem
+
+        endpoint = os.environ.get("HF_ENDPOINT") or None
+        self.fs = HfFileSystem(endpoint=endpoint, skip_instance_cache=True)
+
+    def _strip(self, url: str) -> str:
+        return url[len("hf://"):] if url.startswith("hf://") else url
+
+    def _entry(self, path: str, info: dict) -> RemoteEntry:
+        lfs = info.get("lfs") or {}
+        version = lfs.get("sha256") or lfs.get("oid") or info.get("blob_id") or info.get("last_commit") or ""
+        return RemoteEntry(f"hf://{path}", int(info["size"]), str(version))
+
+    def list(self, url: str) -> list[RemoteEntry]:
+        path = self._strip(url)
+        if has_magic(path):
+            infos = self.fs.glob(path, detail=True)
+        else:
+            try:
+                info = self.fs.info(path)
+            except FileNotFoundError:
+                return []
+            infos = {path: info} if info["type"] == "file" else self.fs.find(path, detail=True)
+        return sorted((self._entry(p, i) for p, i in infos.items() if i.get("type") == "file"), key=lambda e: e.url)
+
+    def stat(self, url: str) -> RemoteEntry | None:
+        try:
+            return self._entry(self._strip(url), self.fs.info(self._strip(url), refresh=True))
+        except FileNotFoundError:
+            return None
+
+    def opener(self, entry: RemoteEntry):
+        handle: list = []
+
+        def read(start: int, end: int) -> bytes:
+            if not handle:
+                handle.append(self.fs.open(self._strip(entry.url), "rb", cache_type="none", size=entry.size))
+            try:
+                handle[0].seek(start)
+                data = handle[0].read(end - start)
+            except FileNotFoundError as exc:
+                raise Gone(f"no longer there: {exc}") from None
+            except BaseException:
+                handle.clear()
+                raise
+            if len(data) > end - start:
+                raise Gone(f"the server answered {len(data):,} bytes to a request for {end - start:,}")
+            return data
+        return read
+
+
+def _glob_match(path: str, pattern: str) -> bool:
+    """A glob over object keys: ``*`` and ``?`` within one path level, ``**`` across levels."""
+    if "**" in pattern:
+        return fnmatch.fnmatchcase(path, pattern.replace("**/", "*").replace("**", "*"))
+    return len(path.split("/")) == len(pattern.split("/")) and fnmatch.fnmatchcase(path, pattern)

@@ -1,0 +1,157 @@
+"""Remote sources on the local engine, against the same audit of the local files: HTTP through
+fsspec (the range server counts what it sends), S3 on moto's server through pyarrow, with block
+and row samples, full passes, retries, failures and files that change during the run."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow.parquet as pq
+import pytest
+
+from lengthscan import audit
+from lengthscan.cli.main import main
+from lengthscan.sources.opener import open_source
+from lengthscan.sources.scan import iter_batches
+from lengthscan.sources.source import SourceError
+
+KW = dict(input="text", target="summary", cache=False)
+
+
+def _lengths(out) -> list[dict]:
+    """lengths.parquet's rows without the file column (a URL on one side, a path on the other)."""
+    table = pq.read_table(out / "lengths.parquet")
+    if "source_file" in table.column_names:
+        table = table.drop_columns(["source_file"])
+    return table.to_pylist()
+
+
+def _report(out) -> dict:
+    return json.loads((out / "report.json").read_text())
+
+
+def _same_stats(a: dict, b: dict) -> None:
+    for sa, sb in zip(a["splits"], b["splits"], strict=True):
+        assert sa["fields"] == sb["fields"]
+        assert {k: v for k, v in sa["sample"].items()} == {k: v for k, v in sb["sample"].items()}
+        assert sa["limits"] == sb["limits"]
+
+
+def _pair(tmp_path, remote_spec, local_spec, bpe_dir, **kw):
+    remote = audit(remote_spec, tokenizer=str(bpe_dir), out=tmp_path / "remote", **KW, **kw)
+    local = audit(local_spec, tokenizer=str(bpe_dir), out=tmp_path / "local", **KW, **kw)
+    return remote, local
+
+
+def test_http_block_sample_reads_its_blocks_only_and_equals_the_local_audit(tmp_path, server, corpus_dir, bpe_dir):
+    server.reset_counts()
+    remote, local = _pair(tmp_path, f"{server.url}/files/parquet/*.parquet", str(corpus_dir / "parquet/*.parquet"),
+                          bpe_dir, sample="10%", sample_unit="block", seed=3)
+    assert _lengths(tmp_path / "remote") == _lengths(tmp_path / "local")
+    rep, loc = _report(tmp_path / "remote"), _report(tmp_path / "local")
+    _same_stats(rep, loc)
+    source = rep["source"]
+    assert source["location"] == "remote" and loc["source"]["location"] == "local"
+    assert source["bytes_read"] == server.bytes_served  # every byte the server sent, and nothing else
+    total = sum(os.path.getsize(p) for p in (corpus_dir / "parquet").glob("*.parquet"))
+    assert source["bytes_total"] == total
+    assert source["bytes_read"] < 0.3 * total
+    sample = rep["splits"][0]["sample"]
+    assert source["sampling"] == {"unit": "block", "seed": 3, "blocks_drawn": sample["blocks_drawn"],
+                                  "blocks_total": 26}
+    assert sample["unit"] == "block" and sample["blocks_drawn"] >= 2
+    # whole row groups: every measured row's group is measured whole
+    rows = [r["row"] for r in _lengths(tmp_path / "remote")]
+    assert len(rows) == sample["rows_measured"] >= 0.1 * sample["rows_total"]
+    design = rep["splits"][0]["fields"]["input_tokens"]["design"]
+    assert design["blocks"] == sample["blocks_drawn"] and 1 <= design["effective_rows"] <= design["rows"]
+    assert "url" not in json.dumps(source).lower() or source["spec"].startswith("http")
+    assert remote.to_dict()["source"]["bytes_read"] == source["bytes_read"]
+
+
+def test_http_full_audit_equals_the_local_one(tmp_path, server, corpus_dir, bpe_dir):
+    server.reset_counts()
+    _pair(tmp_path, f"{server.url}/files/parquet/", str(corpus_dir / "parquet"), bpe_dir, full=True)
+    assert _lengths(tmp_path / "remote") == _lengths(tmp_path / "local")
+    rep = _report(tmp_path / "remote")
+    _same_stats(rep, _report(tmp_path / "local"))
+    assert rep["source"]["bytes_read"] == server.bytes_served
+    assert rep["source"]["bytes_read"] <= rep["source"]["bytes_total"]  # each byte once: no read-ahead, no re-read
+
+
+def test_remote_parquet_samples_by_block_by_default_and_by_row_when_asked(tmp_path, server, corpus_dir, bpe_dir):
+    url = f"{server.url}/files/parquet/*.parquet"
+    by_default = audit(url, tokenizer=str(bpe_dir), sample=300, **KW)
+    assert by_default.splits[0].sample.unit == "block"
+    assert "default for remote Parquet" in by_default.splits[0].sample.reason
+    server.reset_counts()
+    rows = audit(url, tokenizer=str(bpe_dir), sample=300, sample_unit="row", out=tmp_path / "rows", **KW)
+    local = audit(str(corpus_dir / "parquet/*.parquet"), tokenizer=str(bpe_dir), sample=300, out=tmp_path / "local",
+                  **KW)
+    assert rows.splits[0].sample.unit == "row" == local.splits[0].sample.unit
+    assert _lengths(tmp_path / "rows") == _lengths(tmp_path / "local")
+    # 300 rows of 2,600 touch most row groups of 100 rows: a row sample reads most of the bytes
+    read = _report(tmp_path / "rows")["source"]
+    assert read["bytes_read"] > 0.6 * read["bytes_total"]
+
+
+@pytest.mark.parametrize("fmt,name", [("jsonl", "jsonl/corpus.jsonl"), ("csv", "csv/corpus.csv")])
+def test_http_jsonl_and_csv_equal_the_local_files(tmp_path, server, corpus_dir, bpe_dir, fmt, name):
+    _pair(tmp_path, f"{server.url}/files/{name}", str(corpus_dir / name), bpe_dir, full=True)
+    assert _lengths(tmp_path / "remote") == _lengths(tmp_path / "local")
+    _same_stats(_report(tmp_path / "remote"), _report(tmp_path / "local"))
+    block = audit(f"{server.url}/files/{name}", tokenizer=str(bpe_dir), sample=200, sample_unit="block", **KW)
+    assert block.splits[0].sample.unit == "row"  # no row groups: rows sampled while streaming, and said
+    assert "no row groups" in block.splits[0].sample.reason
+
+
+def test_failed_requests_are_retried_and_counted(tmp_path, server, corpus_dir, bpe_dir):
+    server.fail_next(2)
+    try:
+        audit(f"{server.url}/files/parquet/part-0.parquet", tokenizer=str(bpe_dir), full=True, out=tmp_path / "o",
+              **KW)
+    finally:
+        server.clear_faults()
+    assert _report(tmp_path / "o")["source"]["retries"] == 2
+
+
+def test_a_request_that_keeps_failing_exits_2_naming_the_file_and_range(tmp_path, server, bpe_dir, capsys):
+    import lengthscan.sources.remote.remote_file as remote_file
+
+    server.fail_path("part-2.parquet", status=503)
+    saved = remote_file.BACKOFF
+    remote_file.BACKOFF = 0.01  # the retries themselves, without their waits
+    try:
+        code = main(["audit", f"{server.url}/files/parquet/*.parquet", "--tokenizer", str(bpe_dir), "--input", "text",
+                     "--full", "--no-cache", "--out", str(tmp_path / "out"), "--quiet"])
+    finally:
+        remote_file.BACKOFF = saved
+        server.clear_faults()
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "part-2.parquet: bytes " in err and "failed 5 times" in err and "503" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_file_rewritten_during_the_run_is_refused(tmp_path, corpus_dir):
+    import shutil
+
+    from tests.support.range_server import RangeServer
+
+    folder = tmp_path / "served"
+    shutil.copytree(corpus_dir / "parquet", folder)
+    with RangeServer(folder) as srv:
+        src = open_source(f"{srv.url}/files/*.parquet")
+        data = (folder / "part-1.parquet").read_bytes()
+        (folder / "part-1.parquet").write_bytes(data)  # same bytes, a new file: another ETag
+        with pytest.raises(SourceError, match="part-1.parquet: the file changed during the run"):
+            for _ in iter_batches(src.splits[0], ["text"]):
+                pass
+
+
+def test_a_missing_remote_file_or_empty_glob_is_a_source_error(server):
+    with pytest.raises(SourceError, match="matches no data file"):
+        open_source(f"{server.url}/files/parquet/*.arrow")
+    with pytest.raises(SourceError, match="matches no data file"):
+        open_source(f"{server.url}/files/parquet/none.parquet")
