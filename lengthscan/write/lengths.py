@@ -101,7 +101,8 @@ class LengthsSink:
         """Nothing to do: one file holds every split."""
 
     def write(self, split_src, batch, measured: dict) -> None:
-        located = split_src.locate(batch.rows) if split_src.multi_file else None
+        # every split of a source whose files are listed (a split of one file too, beside one of several)
+        located = split_src.locate(batch.rows) if "source_file" in self.writer.schema.names else None
         self.writer.write(batch.rows, split=split_src.name if self.with_split else None, located=located,
                           measured=measured, table=batch.table)
 

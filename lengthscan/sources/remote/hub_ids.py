@@ -18,7 +18,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from lengthscan.sources.remote.stores import RemoteEntry
+from lengthscan.sources.remote.stores import RemoteEntry, hub_version
 from lengthscan.sources.source import SourceError, first_line
 
 #: Split -> the keywords that name it in file and folder names (as ``datasets.data_files.SPLIT_KEYWORDS``).
@@ -62,8 +62,7 @@ def resolve_hub(repo_id: str, *, config: str | None, revision: str | None) -> Hu
 
 def _entry(repo_id: str, sha: str, path: str, sibling) -> RemoteEntry:
     size = sibling.size if sibling.size is not None else (sibling.lfs.size if sibling.lfs else 0)
-    version = (sibling.lfs.sha256 if sibling.lfs else None) or sibling.blob_id or sha
-    return RemoteEntry(f"hf://datasets/{repo_id}@{sha}/{path}", int(size), str(version))
+    return RemoteEntry(f"hf://datasets/{repo_id}@{sha}/{path}", int(size), hub_version(sibling.lfs, sibling.blob_id))
 
 
 def _own_parquet(repo_id: str, sha: str, files: dict, card: dict, config: str | None) -> HubFiles | None:
@@ -106,13 +105,19 @@ def _card_splits(data_files, parquet: list[str]) -> dict[str, list[str]]:
 
 
 def _keyword_splits(parquet: list[str]) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
+    out: dict[str, list[str]] = {s: [] for s in SPLIT_KEYWORDS}
     for f in parquet:
         tokens = set(re.split(r"[-._ /0-9]+", f.lower()))
         split = next((s for s, words in SPLIT_KEYWORDS.items() if tokens & set(words)), None)
         if split is not None:
-            out.setdefault(split, []).append(f)
-    return out or {"train": parquet}
+            out[split].append(f)
+    return {s: fs for s, fs in out.items() if fs} or {"train": parquet}
+
+
+def _ordered(splits: dict) -> dict:
+    """train, validation, test first (as ``datasets`` orders them), then the others by name."""
+    known = [s for s in SPLIT_KEYWORDS if s in splits]
+    return {s: splits[s] for s in known + sorted(s for s in splits if s not in SPLIT_KEYWORDS)}
 
 
 def _converted(repo_id: str, sha: str, files: dict, config: str | None) -> HubFiles | None:
@@ -134,6 +139,7 @@ def _converted(repo_id: str, sha: str, files: dict, config: str | None) -> HubFi
         if folder != split:
             partial.append(split)
         splits.setdefault(split, []).append(f)
+    splits = _ordered(splits)
     notes = [f"split {s}: the hub converted only a first part of it (partial-{s}); the audit covers that part, "
              "not the whole split" for s in sorted(set(partial))]
     return HubFiles(repo_id, sha, {s: [_entry(repo_id, sha, f, files[f]) for f in fs] for s, fs in splits.items()},

@@ -211,12 +211,28 @@ class HubStore:
         return url[len("hf://"):] if url.startswith("hf://") else url
 
     def _entry(self, path: str, info: dict) -> RemoteEntry:
-        lfs = info.get("lfs") or {}
-        version = lfs.get("sha256") or lfs.get("oid") or info.get("blob_id") or info.get("last_commit") or ""
-        return RemoteEntry(f"hf://{path}", int(info["size"]), str(version))
+        return RemoteEntry(f"hf://{path}", int(info["size"]), hub_version(info.get("lfs"), info.get("blob_id")))
+
+    def _pinned(self, path: str) -> str:
+        """``path`` at its revision's commit sha (``datasets/ID@SHA/...``), asked once: a push during
+        the run cannot mix two versions."""
+        import re
+
+        from huggingface_hub import HfApi
+
+        resolved = self.fs.resolve_path(path)
+        if re.fullmatch(r"[0-9a-f]{40}", resolved.revision or ""):
+            return path
+        api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None)
+        sha = api.repo_info(resolved.repo_id, repo_type=resolved.repo_type, revision=resolved.revision).sha
+        prefix = {"dataset": "datasets/", "space": "spaces/"}.get(resolved.repo_type, "")
+        return f"{prefix}{resolved.repo_id}@{sha}/{resolved.path_in_repo}".rstrip("/")
 
     def list(self, url: str) -> list[RemoteEntry]:
-        path = self._strip(url)
+        try:
+            path = self._pinned(self._strip(url))
+        except FileNotFoundError:
+            return []
         if has_magic(path):
             infos = self.fs.glob(path, detail=True)
         else:
@@ -251,6 +267,12 @@ class HubStore:
                 raise Gone(f"the server answered {len(data):,} bytes to a request for {end - start:,}")
             return data
         return read
+
+
+def hub_version(lfs, blob_id) -> str:
+    """A hub file's version: its LFS sha256, else its git blob id ('' when the listing gave neither)."""
+    sha = lfs.get("sha256") if isinstance(lfs, dict) else getattr(lfs, "sha256", None)
+    return str(sha or blob_id or "")
 
 
 def _glob_match(path: str, pattern: str) -> bool:
