@@ -48,13 +48,19 @@ def has_magic(url: str) -> bool:
 
 
 def store_for(url: str):
-    """The store of ``url``'s scheme (one per scheme and process: each keeps its connections)."""
+    """The store of ``url``'s scheme (one per scheme, endpoint and process: each keeps its connections)."""
     scheme = urlsplit(url).scheme.lower()
-    key = {"gcs": "gs", "https": "http"}.get(scheme, scheme)
+    kind = {"gcs": "gs", "https": "http"}.get(scheme, scheme)
+    key = (kind, *(os.environ.get(v) for v in _ENDPOINT_VARS.get(kind, ())))
     with _LOCK:
         if key not in _STORES:
-            _STORES[key] = {"s3": ArrowStore.s3, "gs": ArrowStore.gcs, "http": HttpStore, "hf": HubStore}[key]()
+            _STORES[key] = {"s3": ArrowStore.s3, "gs": ArrowStore.gcs, "http": HttpStore, "hf": HubStore}[kind]()
         return _STORES[key]
+
+
+#: The environment that says where a scheme's store is (a store is made anew when it changes).
+_ENDPOINT_VARS = {"s3": ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION"),
+                  "hf": ("HF_ENDPOINT",)}
 
 
 _STORES: dict = {}

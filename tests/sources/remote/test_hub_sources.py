@@ -106,7 +106,8 @@ def test_a_push_during_the_run_cannot_mix_versions_and_revision_pins_a_commit(tm
         [("train", 2000), ("test", len(corpus_rows) - 2000)]
     new_report = json.loads((tmp_path / "new" / "report.json").read_text())
     assert new_report["splits"][0]["sample"]["rows_total"] == 300 + 1100  # the files of commit B, all of them
-    assert all(f"@{SHA_B}/" in f for f in pq.read_table(tmp_path / "new" / "lengths.parquet")["source_file"].to_pylist())
+    files = pq.read_table(tmp_path / "new" / "lengths.parquet")["source_file"].to_pylist()
+    assert all(f"@{SHA_B}/" in f for f in files)
 
 
 def test_the_hubs_conversion_is_read_and_a_partial_split_said_so(tmp_path, hub, bpe_dir):

@@ -155,3 +155,64 @@ def test_a_missing_remote_file_or_empty_glob_is_a_source_error(server):
         open_source(f"{server.url}/files/parquet/*.arrow")
     with pytest.raises(SourceError, match="matches no data file"):
         open_source(f"{server.url}/files/parquet/none.parquet")
+
+
+AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+@pytest.fixture(scope="module")
+def s3(corpus_dir):
+    """moto's S3 server on 127.0.0.1 holding the corpus; its endpoint and credentials in the environment."""
+    server = pytest.importorskip("moto.server", reason='the s3:// tests need moto: pip install "moto[server]"')
+    boto3 = pytest.importorskip("boto3")
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    srv = server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    srv.start()
+    host, port = srv.get_host_and_port()
+    env = {**AWS_ENV, "AWS_ENDPOINT_URL": f"http://{host}:{port}"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        client = boto3.client("s3")
+        client.create_bucket(Bucket="corpus")
+        for path in sorted(corpus_dir.rglob("*.*")):
+            client.upload_file(str(path), "corpus", path.relative_to(corpus_dir).as_posix())
+        yield "s3://corpus"
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        srv.stop()
+
+
+def test_s3_block_sample_and_jsonl_equal_the_local_audit(tmp_path, s3, corpus_dir, bpe_dir):
+    _pair(tmp_path, f"{s3}/parquet/*.parquet", str(corpus_dir / "parquet/*.parquet"), bpe_dir, sample="10%",
+          sample_unit="block", seed=9)
+    assert _lengths(tmp_path / "remote") == _lengths(tmp_path / "local")
+    report = _report(tmp_path / "remote")
+    _same_stats(report, _report(tmp_path / "local"))
+    assert 0 < report["source"]["bytes_read"] < 0.3 * report["source"]["bytes_total"]
+    assert "testing" not in json.dumps(report)  # credentials are never written
+    jsonl = audit(f"{s3}/jsonl/corpus.jsonl", tokenizer=str(bpe_dir), full=True, out=tmp_path / "jsonl", **KW)
+    local = audit(str(corpus_dir / "jsonl/corpus.jsonl"), tokenizer=str(bpe_dir), full=True, out=tmp_path / "j2", **KW)
+    assert jsonl.splits[0].fields == local.splits[0].fields
+    assert _lengths(tmp_path / "jsonl") == _lengths(tmp_path / "j2")
+
+
+def test_clean_of_a_remote_source_writes_what_the_local_clean_writes(tmp_path, server, corpus_dir, bpe_dir):
+    from datasets import load_from_disk
+
+    from lengthscan import clean
+
+    kw = dict(tokenizer=str(bpe_dir), input="text", target="summary", limits=["input_tokens<=64:truncate"],
+              cache=False)
+    server.reset_counts()
+    remote = clean(f"{server.url}/files/parquet/*.parquet", out=tmp_path / "remote", **kw)
+    clean(str(corpus_dir / "parquet/*.parquet"), out=tmp_path / "local", **kw)
+    assert load_from_disk(str(tmp_path / "remote" / "dataset")).to_dict() == \
+        load_from_disk(str(tmp_path / "local" / "dataset")).to_dict()
+    assert remote.audit.to_dict()["source"]["bytes_read"] == server.bytes_served
