@@ -73,3 +73,21 @@ def size(nbytes) -> str:
     if abs(gib) >= 1024:
         return f"{gib / 1024:,.2f} TiB"
     return f"{gib:,.2f} GiB" if abs(gib) >= 1 else f"{nbytes / 1024 ** 2:,.1f} MiB"
+
+
+def source_line(source: dict) -> str:
+    """How a remote source was read: bytes of the total, requests, the unit, blocks and seed."""
+    sampling = source.get("sampling") or {}
+    unit = sampling.get("unit")
+    how = f"; sample by {unit}" if unit else "; every row"
+    if sampling.get("blocks_drawn") is not None:
+        how += f", {sampling['blocks_drawn']:,} of {sampling['blocks_total']:,} blocks"
+    if unit:
+        how += f", seed {sampling.get('seed')}"
+    if source.get("bytes_read") is None:
+        return f"{source.get('resolved')}{how}"
+    total = source["bytes_total"] or 0
+    part = f" ({source['bytes_read'] / total:.1%})" if total else ""
+    retries = f", {source['retries']:,} retried" if source.get("retries") else ""
+    return (f"{size(source['bytes_read'])} of {size(total)}{part} in {source['files']:,} file(s), "
+            f"{source['requests']:,} requests{retries}{how}; {source.get('resolved')}")

@@ -6,6 +6,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from lengthscan.report.fmt import source_line
+
 SHOWN = ("p50", "p90", "p99", "p99.9")
 
 
@@ -72,31 +74,6 @@ def render_summary(data: dict, console: Console) -> None:
         _render_decisions(data["decisions"], data.get("clean"), console)
     if data.get("cache_hits"):
         console.print(Text(f"reused cached lengths for {data['cache_hits']} column(s)", style="dim"))
-
-
-def source_line(source: dict) -> str:
-    """How a remote source was read: bytes of the total, requests, the unit, blocks and seed."""
-    sampling = source.get("sampling") or {}
-    unit = sampling.get("unit")
-    how = f"; sample by {unit}" if unit else "; every row"
-    if sampling.get("blocks_drawn") is not None:
-        how += f", {sampling['blocks_drawn']:,} of {sampling['blocks_total']:,} blocks"
-    if unit:
-        how += f", seed {sampling.get('seed')}"
-    if source.get("bytes_read") is None:
-        return f"{source.get('resolved')}{how}"
-    total = source["bytes_total"] or 0
-    share = f" ({source['bytes_read'] / total:.1%})" if total else ""
-    retries = f", {source['retries']:,} retried" if source.get("retries") else ""
-    return (f"{_bytes(source['bytes_read'])} of {_bytes(total)}{share} in {source['files']:,} file(s), "
-            f"{source['requests']:,} requests{retries}{how}; {source.get('resolved')}")
-
-
-def _bytes(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:,.1f} {unit}"
-    return f"{n:,} B"
 
 
 def _say(console: Console, text: str, *, head: str = "", indent: str = "", style: str | None = None) -> None:
