@@ -27,7 +27,7 @@ from lengthscan.measure.batch import ColumnError, check_columns
 from lengthscan.measure.text.counter import DEFAULT_MAX_CHARS
 from lengthscan.pack.run import PackingOptions
 from lengthscan.policy.decisions import special_lengths
-from lengthscan.sources.sampling import DEFAULT_SEED, choose_unit, plan_sample
+from lengthscan.sources.sampling import DEFAULT_SEED, FULL_UP_TO, choose_unit, plan_sample
 from lengthscan.sources.scan import BATCH_ROWS
 from lengthscan.stats.result import AuditResult
 
@@ -127,7 +127,8 @@ def run_audit(source, options: AuditOptions, engine) -> AuditResult:
             measurement = measure_source(
                 src, setup, engine, run=options.run, ratios=prepared.ratios, seed=sample.seed,
                 sinks=[*output.sinks(src, setup), *([packer] if packer is not None else [])],
-                plan_for=lambda s: _plan(s, sample, remote=src.remote is not None))
+                plan_for=lambda s: _plan(s, sample, remote=src.remote is not None,
+                                         columns=list(dict.fromkeys(c for f in setup.fields for c in f.columns))))
             if setup.counter is not None and setup.counter.loaded:
                 special_lengths(setup.counter, setup.fields)  # free now; a clean on cached lengths needs it
             decisions = None
@@ -150,11 +151,13 @@ def run_audit(source, options: AuditOptions, engine) -> AuditResult:
             raise
 
 
-def _plan(split_src, sample, *, remote: bool):
-    """The split's sample plan: by row or by block (``sampling.choose_unit``)."""
+def _plan(split_src, sample, *, remote: bool, columns: list[str]):
+    """The split's sample plan: by row or by block (``sampling.choose_unit``); a remote file's huge
+    row groups are split into page blocks where its page index allows (``sources.remote.parquet_pages``)."""
     import os
 
-    blocks = split_src.blocks()
+    drawn = not sample.full and (sample.sample is not None or split_src.num_rows > FULL_UP_TO)
+    blocks = split_src.blocks(columns) if drawn and sample.sample_unit != "row" else None
     unit, why = choose_unit(sample.sample_unit, remote=remote, has_blocks=bool(blocks),
                             local_bytes=lambda: sum(os.path.getsize(p.path) for p in split_src.parts))
     return plan_sample(split_src.num_rows, sample=sample.sample, full=sample.full, seed=sample.seed, unit=unit,

@@ -154,7 +154,8 @@ def plan_sample(n_rows: int, *, sample=None, full: bool = False, seed: int = DEF
                                                        "row measured")
         return SamplePlan(indices, n_rows, requested,
                           f"{head}: {indices.size:,} of {n_rows:,} rows in {design.count:,} of {design.blocks_total:,} "
-                          f"blocks (Parquet row groups), seed {seed}{why_unit}", "block", design)
+                          f"blocks (Parquet row groups, or runs of pages of huge ones), seed {seed}{why_unit}", "block",
+                          design)
     note = ("; --sample-unit block: these files have no row groups (JSON Lines, CSV ...), so rows are sampled while "
             "the files are read whole") if unit == "block" else ""
     return SamplePlan(sample_indices(n_rows, n, seed), n_rows, requested,

@@ -120,11 +120,22 @@ class SplitSource:
     def multi_file(self) -> bool:
         return len(self.parts) > 1 and all(p.path for p in self.parts)
 
-    def blocks(self) -> list[tuple[int, ...]] | None:
-        """Each file's row groups' row counts, in row order (None unless every part is Parquet)."""
+    def blocks(self, columns: list[str] | None = None) -> list | None:
+        """Each file's blocks' row counts, in row order (None unless every part is Parquet): its row
+        groups, a remote file's huge ones split by their page index where ``columns`` allow."""
         if not self.parts or any(p.groups is None for p in self.parts):
             return None
-        return [p.groups for p in self.parts]
+        from lengthscan.sources.parquet_pages import SPLIT_OVER, local_page_index, page_blocks
+
+        out = []
+        for p in self.parts:
+            if p.remote is not None:
+                out.append(p.remote.blocks(p.path, p.groups, columns or []))
+            elif columns and p.path and os.path.getsize(p.path) >= SPLIT_OVER:  # a row group may be huge
+                out.append(page_blocks(local_page_index(p.path), p.groups, columns))
+            else:
+                out.append(list(p.groups))
+        return out
 
     @property
     def column_names(self) -> list[str]:

@@ -9,6 +9,7 @@ import json
 import threading
 from dataclasses import dataclass, field
 
+from lengthscan.sources.parquet_pages import PageIndex, page_blocks
 from lengthscan.sources.remote.remote_file import Traffic, input_stream, parquet_file
 from lengthscan.sources.remote.stores import RemoteEntry, has_magic, is_remote, store_for
 from lengthscan.sources.source import (
@@ -35,7 +36,8 @@ class RemoteFiles:
     revision: str | None = None        # the hub commit sha every file was read at
     notes: tuple[str, ...] = ()
     _parquet: dict = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _pages: dict = field(default_factory=dict)
+    _lock: threading.RLock = field(default_factory=threading.RLock)
 
     @property
     def bytes_total(self) -> int:
@@ -43,10 +45,26 @@ class RemoteFiles:
 
     def parquet(self, url: str):
         """The file's ``ParquetFile``, its footer read once for the run."""
+        return self._opened(url)[0]
+
+    def page_index(self, url: str) -> PageIndex:
+        """The file's raw footer and page index (``parquet_pages``), read through the same counted file."""
+        with self._lock:
+            if url not in self._pages:
+                _, footer, raw = self._opened(url)
+                self._pages[url] = PageIndex(footer, raw.read_range)
+            return self._pages[url]
+
+    def _opened(self, url: str) -> tuple:
         with self._lock:
             if url not in self._parquet:
                 self._parquet[url] = parquet_file(self.entries[url], self.traffic)
             return self._parquet[url]
+
+    def blocks(self, url: str, groups: tuple[int, ...], columns: list[str]) -> list[int]:
+        """The file's blocks for a block sample: each row group, or the page blocks of a huge one
+        whose ``columns`` are all flat with a page index (``parquet_pages.PageIndex.sub_blocks``)."""
+        return page_blocks(self.page_index(url), groups, columns)
 
     def stream(self, url: str):
         return input_stream(self.entries[url], self.traffic)

@@ -113,9 +113,9 @@ class RemoteFile(io.RawIOBase):
 
 
 def parquet_file(entry: RemoteEntry, traffic: Traffic):
-    """A ``pyarrow.parquet.ParquetFile`` over the remote file: its footer read exactly (8 bytes for
-    its length, then the footer, where pyarrow would read the last 64 KiB), then each row group's
-    column chunks in one coalesced request (``pre_buffer``)."""
+    """(``pyarrow.parquet.ParquetFile`` over the remote file, its raw footer, the file): the footer
+    read exactly (8 bytes for its length, then the footer, where pyarrow would read the last 64 KiB),
+    then each row group's column chunks in one coalesced request (``pre_buffer``)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -131,7 +131,7 @@ def parquet_file(entry: RemoteEntry, traffic: Traffic):
         raise SourceError(f"{entry.url}: its Parquet footer claims {length:,} bytes of a {size:,}-byte file")
     footer = raw.read_range(size - 8 - length, size - 8)
     meta = pq.read_metadata(pa.BufferReader(b"PAR1" + footer + tail))
-    return pq.ParquetFile(pa.PythonFile(raw, mode="r"), metadata=meta, pre_buffer=True)
+    return pq.ParquetFile(pa.PythonFile(raw, mode="r"), metadata=meta, pre_buffer=True), footer, raw
 
 
 def input_stream(entry: RemoteEntry, traffic: Traffic):
