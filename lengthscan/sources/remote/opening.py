@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from lengthscan.sources.parquet_pages import PageIndex, page_blocks
 from lengthscan.sources.remote.remote_file import Traffic, input_stream, parquet_file
-from lengthscan.sources.remote.stores import RemoteEntry, has_magic, is_remote, store_for
+from lengthscan.sources.remote.stores import Gone, RemoteEntry, has_magic, is_remote, store_for
 from lengthscan.sources.source import (
     FORMATS,
     Part,
@@ -100,6 +100,8 @@ def list_remote(spec: str) -> list[RemoteEntry]:
         entries = store_for(spec).list(spec)
     except SourceError:
         raise
+    except Gone as exc:
+        raise SourceError(str(exc)) from None
     except Exception as exc:
         raise SourceError(f"{spec}: cannot list: {first_line(exc)}") from None
     if has_magic(spec) or spec.endswith("/"):

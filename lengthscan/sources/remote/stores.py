@@ -17,6 +17,8 @@ import threading
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+#: Seconds a GCS request is retried for before it fails.
+GCS_RETRY_S = 15
 #: Schemes read remotely.
 SCHEMES = ("s3", "gs", "gcs", "http", "https", "hf")
 
@@ -89,9 +91,27 @@ class ArrowStore:
 
     @classmethod
     def gcs(cls) -> "ArrowStore":
+        """Google Cloud Storage with the application default credentials where there are some
+        (``GOOGLE_APPLICATION_CREDENTIALS``, gcloud's file, a token in ``GCS_ACCESS_TOKEN``), else
+        anonymous (public buckets): the credentials' search on a machine outside Google Cloud asks a
+        metadata server that never answers, in C++ where Ctrl-C cannot stop it. ``STORAGE_EMULATOR_HOST``
+        is an endpoint (a local emulator). Requests give up after ``GCS_RETRY_S`` seconds."""
+        import datetime
+        from pathlib import Path
+
         from pyarrow import fs
 
-        return cls(fs.GcsFileSystem(), "gs")
+        kwargs: dict = {"retry_time_limit": datetime.timedelta(seconds=GCS_RETRY_S)}
+        adc = Path.home() / ".config" / "gcloud" / "application_default_credentials.json"
+        if os.environ.get("GCS_ACCESS_TOKEN"):
+            kwargs.update(access_token=os.environ["GCS_ACCESS_TOKEN"],
+                          credential_token_expiration=datetime.datetime.now() + datetime.timedelta(hours=1))
+        elif not (os.environ.get("GOOGLE_APPLICATION_CREDENTIALS") or adc.is_file()):
+            kwargs["anonymous"] = True
+        if os.environ.get("STORAGE_EMULATOR_HOST"):
+            parts = urlsplit(os.environ["STORAGE_EMULATOR_HOST"])
+            kwargs.update(endpoint_override=parts.netloc or parts.path, scheme=parts.scheme or "http")
+        return cls(fs.GcsFileSystem(**kwargs), "gs")
 
     def _path(self, url: str) -> str:
         parts = urlsplit(url)
@@ -169,10 +189,10 @@ class HttpStore:
         for u in urls:
             try:
                 out.append(self._entry(u, self.fs.info(u)))
-            except FileNotFoundError:
-                if len(urls) == 1:
-                    return []
-                raise
+            except FileNotFoundError as exc:  # fsspec says so of a 404 and of a server it cannot reach
+                cause = exc.__cause__ or exc.__context__
+                why = f"{type(cause).__name__}: {str(cause).splitlines()[0][:200]}" if cause else "404, not found"
+                raise Gone(f"{u}: cannot be read ({why})") from None
         return out
 
     def stat(self, url: str) -> RemoteEntry | None:

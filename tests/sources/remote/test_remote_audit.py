@@ -153,8 +153,10 @@ def test_a_file_rewritten_during_the_run_is_refused(tmp_path, corpus_dir):
 def test_a_missing_remote_file_or_empty_glob_is_a_source_error(server):
     with pytest.raises(SourceError, match="matches no data file"):
         open_source(f"{server.url}/files/parquet/*.arrow")
-    with pytest.raises(SourceError, match="matches no data file"):
+    with pytest.raises(SourceError, match="none.parquet: cannot be read"):
         open_source(f"{server.url}/files/parquet/none.parquet")
+    with pytest.raises(SourceError, match="cannot be read .*(Connect|connect)"):
+        open_source("http://127.0.0.1:9/x.parquet")  # nothing listens on port 9
 
 
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
