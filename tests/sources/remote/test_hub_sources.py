@@ -50,8 +50,19 @@ def hub(tmp_path_factory, corpus_rows):
     conv = root / "conv"
     _write(conv / "default" / "train" / "0000.parquet", corpus_rows[:1500])
     _write(conv / "default" / "partial-test" / "0000.parquet", corpus_rows[1500:1800])
+    configs = root / "configs"
+    _write(configs / "en" / "train.parquet", corpus_rows[:400])
+    _write(configs / "fr" / "part-0.parquet", corpus_rows[400:700])
+    _write(configs / "fr" / "part-1.parquet", corpus_rows[700:1000])
+    lines = root / "lines"
+    lines.mkdir()
+    (lines / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in corpus_rows[:50]))
+    card = {"configs": [{"config_name": "en", "data_files": [{"split": "train", "path": "en/*.parquet"}]},
+                        {"config_name": "fr", "data_files": "fr/*.parquet"}]}
     with RangeServer(root) as srv:
         srv.add_dataset("lsc/corpus", {"main": (main, SHA_A)})
+        srv.add_dataset("lsc/configs", {"main": (configs, "e" * 40)}, card_data=card)
+        srv.add_dataset("lsc/lines", {"main": (lines, "f" * 40)})
         srv.add_dataset("lsc/converted", {"main": (plain, SHA_C), "refs/convert/parquet": (conv, SHA_CONV)})
         yield srv, root
 
@@ -132,3 +143,25 @@ def test_an_unknown_dataset_or_revision_exits_2(tmp_path, hub, bpe_dir):
     assert missing.returncode == 2 and "lsc/nothing" in missing.stderr and "Traceback" not in missing.stderr
     bad_rev = _cli(srv, tmp_path, "lsc/corpus", "--revision", "no-such-branch", *args)
     assert bad_rev.returncode == 2 and "no-such-branch" in bad_rev.stderr and "Traceback" not in bad_rev.stderr
+
+
+def test_a_config_of_the_dataset_card_picks_its_files(tmp_path, hub, bpe_dir):
+    srv, root = hub
+    args = ["--tokenizer", str(bpe_dir), "--input", "text", "--full", "--no-cache"]
+    run = _cli(srv, tmp_path, "lsc/configs", "--config", "fr", *args, "--out", str(tmp_path / "fr"))
+    assert run.returncode == 0, run.stderr
+    report = json.loads((tmp_path / "fr" / "report.json").read_text())
+    assert report["source"]["files"] == 2 and report["splits"][0]["sample"]["rows_total"] == 600
+    assert "config fr" in report["source"]["resolved"]
+    several = _cli(srv, tmp_path, "lsc/configs", *args)
+    assert several.returncode == 2 and "--config" in several.stderr and "en, fr" in several.stderr
+
+
+def test_a_dataset_without_parquet_goes_through_load_dataset_and_says_so(tmp_path, hub, bpe_dir):
+    srv, _ = hub
+    run = _cli(srv, tmp_path, "lsc/lines", "--tokenizer", str(bpe_dir), "--input", "text", "--full", "--no-cache",
+               "--out", str(tmp_path / "lines"))
+    assert run.returncode == 0, run.stderr
+    report = json.loads((tmp_path / "lines" / "report.json").read_text())
+    assert report["source"]["resolved"].startswith("load_dataset") and report["source"]["bytes_read"] is None
+    assert report["splits"][0]["sample"]["rows_total"] == 50
