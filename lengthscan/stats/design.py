@@ -4,13 +4,13 @@ the design effect and the effective sample size.
 Rows of one block (a Parquet row group) are alike when the data is sorted or grouped (by source,
 by length, by date): then m rows of a block say less than m rows drawn one by one, and intervals
 computed as if rows were drawn independently are too narrow. The bootstrap resamples whole blocks
-with replacement (``REPLICATES`` times; the blocks' strata, their files, are pooled, which errs on
-the wide side), recomputes each nearest-rank percentile of the resampled rows and takes the 2.5th
-and 97.5th percentiles of those. The design effect is the bootstrap variance of the mean over the
-variance a row sample of the same size would have (s^2 / n); the effective sample size is n over
-it (at most n): the number of independently drawn rows the block sample is worth. An upper end
-the sample cannot bound (the order-statistic interval of a row sample of n_eff rows reaches past
-the largest value seen) stays None, as for row samples.
+with replacement (``REPLICATES`` times, fewer for millions of rows; the blocks' strata, their
+files, are pooled, which errs on the wide side), recomputes each nearest-rank percentile of the
+resampled rows and takes the 2.5th and 97.5th percentiles of those. The design effect is the
+bootstrap variance of the mean over the variance a row sample of the same size would have
+(s^2 / n); the effective sample size is n over it (at most n): the number of independently drawn
+rows the block sample is worth. An upper end the sample cannot bound (the order-statistic interval
+of a row sample of n_eff rows reaches past the largest value seen) stays None, as for row samples.
 """
 
 from __future__ import annotations
@@ -21,8 +21,11 @@ import numpy as np
 
 from lengthscan.stats.histograms import PERCENTILES, Z95, nearest_rank_index, pkey
 
-#: Bootstrap replicates.
+#: Bootstrap replicates: 400, fewer (at least 100) past ``WORK`` rows x replicates, so that a block
+#: sample of millions of rows costs seconds, not minutes (tokenizing them costs far more).
 REPLICATES = 400
+MIN_REPLICATES = 100
+WORK = 100_000_000
 #: A design effect above this is a finding: the blocks differ more than rows do.
 DEFF_FINDING = 2.0
 
@@ -39,9 +42,10 @@ def block_summary(values: np.ndarray, blocks: np.ndarray, n_blocks: int, seed: i
     block_sum = np.bincount(blocks, weights=values.astype(np.float64), minlength=n_blocks)
     block_n = np.bincount(blocks, minlength=n_blocks).astype(np.float64)
     rng = np.random.default_rng([seed, 0x5EED])
-    reps = np.empty((REPLICATES, len(PERCENTILES)))
-    means = np.empty(REPLICATES)
-    for r in range(REPLICATES):
+    replicates = int(min(REPLICATES, max(MIN_REPLICATES, WORK // n)))
+    reps = np.empty((replicates, len(PERCENTILES)))
+    means = np.empty(replicates)
+    for r in range(replicates):
         w = np.bincount(rng.integers(0, n_blocks, n_blocks), minlength=n_blocks)
         cum = np.cumsum(w[b])
         total = int(cum[-1]) if cum.size else 0

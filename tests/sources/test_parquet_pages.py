@@ -61,12 +61,14 @@ def huge(tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow
 def test_huge_row_groups_are_split_into_page_blocks(huge):
     blocks = page_blocks(local_page_index(str(huge / "part-0.parquet")), (13000,), ["text"])
     assert len(blocks) >= 4 and sum(blocks) == 13000  # runs of pages of at least 1 MiB
     assert page_blocks(local_page_index(str(huge / "part-0.parquet")), (13000,), []) == [13000]
 
 
+@pytest.mark.slow
 def test_a_block_sample_of_huge_row_groups_reads_a_few_pages_and_equals_the_local_audit(tmp_path, huge, bpe_dir):
     kw = dict(tokenizer=str(bpe_dir), input="text", target="summary", sample="10%", sample_unit="block", seed=5,
               cache=False)

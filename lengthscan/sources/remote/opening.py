@@ -6,6 +6,7 @@ CSV reader (every column as text, as local CSV is read). The datasets cache is n
 from __future__ import annotations
 
 import json
+import re
 import threading
 from dataclasses import dataclass, field
 
@@ -116,7 +117,10 @@ def open_remote(spec: str, split: str | None, *, entries: list[RemoteEntry] | No
     if split not in (None, "train"):
         raise SourceError(f"{spec}: data files have one split, 'train'; --split {split} does not exist")
     entries = list_remote(spec) if entries is None else entries
-    files = RemoteFiles({e.url: e for e in entries})
+    shas = {m.group(1) for e in entries if (m := re.search(r"@([0-9a-f]{40})/", e.url))}
+    revision = next(iter(shas)) if len(shas) == 1 else None  # hf:// files, pinned to their commit
+    files = RemoteFiles({e.url: e for e in entries}, revision=revision,
+                        resolved="the files named" + (f" at hub commit {revision}" if revision else ""))
     return Source(spec, _format(spec, entries)[1:], (remote_split("train", entries, files),), False, remote=files)
 
 

@@ -21,6 +21,8 @@ import pytest
 from lengthscan import audit
 from tests.support.range_server import RangeServer, hub_env
 
+pytestmark = pytest.mark.slow  # lengthscan processes (the hub needs a fresh huggingface_hub import)
+
 SHA_A = "a" * 40
 SHA_B = "b" * 40
 SHA_C = "c" * 40
@@ -116,6 +118,7 @@ def test_a_push_during_the_run_cannot_mix_versions_and_revision_pins_a_commit(tm
     assert [(s["split"], s["sample"]["rows_total"]) for s in old_report["splits"]] == \
         [("train", 2000), ("test", len(corpus_rows) - 2000)]
     new_report = json.loads((tmp_path / "new" / "report.json").read_text())
+    assert new_report["source"]["revision"] == SHA_B
     assert new_report["splits"][0]["sample"]["rows_total"] == 300 + 1100  # the files of commit B, all of them
     files = pq.read_table(tmp_path / "new" / "lengths.parquet")["source_file"].to_pylist()
     assert all(f"@{SHA_B}/" in f for f in files)
