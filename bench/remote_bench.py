@@ -65,6 +65,7 @@ sys.path.insert(1, str(REPO))
 from data import DEFAULT_DIR, docstring_rows, man_rows  # noqa: E402
 from harness import PY, Proc, SideFailed, run_proc  # noqa: E402
 
+from tests.support import range_server  # noqa: E402
 from tests.support.range_server import RangeServer  # noqa: E402
 
 CORPUS_VERSION = 1  # bump when what is built changes: an older corpus is rebuilt
@@ -339,6 +340,20 @@ def download_main(argv: list[str]) -> int:
 # ------------------------------------------------------------------------------------------------ the runs
 
 
+class _NoDelayHandler(range_server._Handler):
+    # TCP_NODELAY, as object stores and CDNs answer: with Nagle's algorithm on (http.server's default) every
+    # request after the first on a kept-alive connection waits ~40 ms for the client's delayed ACK
+    disable_nagle_algorithm = True
+
+
+def serve(folder: Path, nagle: bool) -> RangeServer:
+    """The test server over ``folder``, started; TCP_NODELAY on its connections unless ``nagle``."""
+    srv = RangeServer(folder).start()
+    if not nagle:
+        srv._server.RequestHandlerClass = _NoDelayHandler
+    return srv
+
+
 @dataclass
 class Audit:
     """One audit process: its wall time, report.json and the lengths it wrote."""
@@ -346,6 +361,7 @@ class Audit:
     proc: Proc
     report: dict
     lengths: object  # pyarrow Table: row, file_row, input_tokens
+    by_file: dict[str, int]  # rows measured in each file (its name)
     served: int | None = None  # the server's count of file bytes sent during the run
 
     @property
@@ -375,9 +391,13 @@ def run_audit(argv: list[str], workdir: Path, srv: RangeServer | None = None) ->
     served = srv.bytes_served if srv is not None else None
     out = workdir / "out"
     report = json.loads((out / "report.json").read_text())
-    lengths = pq.read_table(out / "lengths.parquet", columns=["row", "file_row", "input_tokens"])
+    lengths = pq.read_table(out / "lengths.parquet", columns=["row", "file_row", "input_tokens", "source_file"])
+    by_file: dict[str, int] = {}
+    for name in lengths.column("source_file").to_pylist():
+        name = name.rsplit("/", 1)[-1]
+        by_file[name] = by_file.get(name, 0) + 1
     shutil.rmtree(workdir, ignore_errors=True)
-    return Audit(proc, report, lengths, served)
+    return Audit(proc, report, lengths.drop_columns(["source_file"]), by_file, served)
 
 
 @dataclass
@@ -393,8 +413,8 @@ class Runs:
 
 
 class Bench:
-    def __init__(self, folder: Path, meta: dict, tok: str, scratch: Path):
-        self.folder, self.meta, self.tok, self.scratch = folder, meta, tok, scratch
+    def __init__(self, folder: Path, meta: dict, tok: str, scratch: Path, nagle: bool):
+        self.folder, self.meta, self.tok, self.scratch, self.nagle = folder, meta, tok, scratch, nagle
         self.copy = scratch / "copy"
         self.runs = Runs()
         self._n = 0
@@ -441,7 +461,7 @@ class Bench:
 
     def measure(self, repeats: int, *, full: bool, row_sample: bool) -> Runs:
         warm(self.folder, self.names())
-        with RangeServer(self.folder) as srv:
+        with serve(self.folder, self.nagle) as srv:
             for rep in range(repeats):
                 _progress(f"repeat {rep + 1}/{repeats}")
                 for label, fn, into in (("a. remote block sample", self.remote, self.runs.remote),
@@ -544,8 +564,13 @@ def model_line(runs: Runs, remote_s: float, local_s: float) -> tuple:
     read, total, requests = src.get("bytes_read") or 0, src.get("bytes_total") or 0, src.get("requests") or 0
     remote = remote_s + read / MODEL_BANDWIDTH + requests * MODEL_RTT
     base = total / MODEL_BANDWIDTH + local_s
-    return (f"model, not measured: b / a at {MODEL_BANDWIDTH / 1e6:.0f} MB/s and {MODEL_RTT * 1e3:.0f} ms a request",
-            f"{base / remote:.1f}x (b {base:.0f} s, a {remote:.1f} s)", "", "info")
+    # (total/bw + local) / (remote + read/bw + requests*rtt) = GOAL  <=>  bw = (total - GOAL*read) / (...)
+    slack = GOAL_SPEEDUP * (remote_s + requests * MODEL_RTT) - local_s
+    even = (total - GOAL_SPEEDUP * read) / slack if slack > 0 else float("inf")
+    return (f"model, not measured: b / a at {MODEL_BANDWIDTH / 1e6:.0f} MB/s and {MODEL_RTT * 1e3:.0f} ms a request "
+            "(the measured compute plus transfer times)",
+            f"{base / remote:.1f}x (b {base:.0f} s, a {remote:.1f} s); {GOAL_SPEEDUP:.0f}x below "
+            f"{even / 1e6:.1f} MB/s", "", "info")
 
 
 def same_lengths(runs: Runs) -> tuple:
@@ -577,19 +602,31 @@ def percentile_rows(runs: Runs) -> list[tuple]:
         lo, hi = (est.get("intervals") or {}).get(p, [None, None])
         x = exact.get(p)
         inside = None if x is None or lo is None else (lo <= x and (hi is None or x <= hi))
-        rows.append((p, _fmt(x) if x is not None else "n/a", _fmt(est["percentiles"].get(p)),
-                     f"[{_fmt(lo)}, {_fmt(hi)}]", {None: "n/a", True: "yes", False: "**no**"}[inside]))
+        e = est["percentiles"].get(p)
+        err = f"{(e - x) / x:+.1%}" if x and e is not None else "n/a"
+        rows.append((p, _fmt(x) if x is not None else "n/a", _fmt(e), err, f"[{_fmt(lo)}, {_fmt(hi)}]",
+                     {None: "n/a", True: "yes", False: "**no**"}[inside]))
     return rows
 
 
-def design_line(runs: Runs) -> str:
+def design_line(runs: Runs, meta: dict) -> str:
     if not runs.remote:
         return ""
     a = runs.remote[0]
     d, s = a.field.get("design") or {}, a.source.get("sampling") or {}
-    return (f"Block sample: {s.get('blocks_drawn')} of {s.get('blocks_total')} blocks drawn "
-            f"({d.get('rows'):,} rows of {a.report['splits'][0]['sample']['rows_total']:,}); design effect "
-            f"{d.get('design_effect'):.2f}, effective rows {d.get('effective_rows'):,.0f}.")
+    kind = {f["name"]: f["kind"] for f in meta["files"]}
+    drawn: dict[str, int] = {}
+    corpus: dict[str, int] = {}
+    for name, rows in a.by_file.items():
+        drawn[kind[name]] = drawn.get(kind[name], 0) + rows
+    for f in meta["files"]:
+        corpus[f["kind"]] = corpus.get(f["kind"], 0) + f["rows"]
+    n = sum(drawn.values()) or 1
+    mix = ", ".join(f"{k} {drawn.get(k, 0) / n:.0%} ({v / meta['rows']:.0%})" for k, v in corpus.items())
+    return (f"Block sample: {s.get('blocks_drawn')} of {s.get('blocks_total')} blocks drawn, from {len(a.by_file)} of "
+            f"{len(meta['files'])} files ({d.get('rows'):,} rows of {meta['rows']:,}); design effect "
+            f"{d.get('design_effect'):.2f}, effective rows {d.get('effective_rows'):,.0f}. Rows of the sample by kind "
+            f"of file (of the corpus): {mix}.")
 
 
 # ---------------------------------------------------------------------------------------------- the report
@@ -643,7 +680,8 @@ def header(args, meta: dict, tok: str, host: dict, text_bytes: int, load_end: fl
         f"{meta['params']['compression']}; {meta['text_chars'] / 1e9:.2f} G characters of text, the text column "
         f"{text_bytes / meta['bytes']:.1%} of the bytes. Files: "
         + ", ".join(f"{n} {k}" for k, n in kinds.items()) + ".",
-        f"* Served by `tests.support.range_server.RangeServer` on 127.0.0.1 (loopback), files in the page cache. "
+        f"* Served by `tests.support.range_server.RangeServer` on 127.0.0.1 (loopback), files in the page cache, "
+        f"{'Nagle on (`--nagle`)' if args.nagle else 'TCP_NODELAY on its sockets'}. "
         f"Tokenizer: `{tok}`. Sample: `--sample {SAMPLE} --sample-unit block --seed {SEED}`; each side a whole "
         f"process with fresh caches and `--no-cache`; {args.repeats} repeat(s) of a and b (median [range]).",
         "",
@@ -656,10 +694,10 @@ def render(args, meta: dict, tok: str, runs: Runs, host: dict, text_bytes: int) 
     for row in [*bytes_lines(runs, meta, text_bytes), *time_lines(runs), same_lengths(runs)]:
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "Token lengths of `text` (input_tokens): the 1% block sample against the full audit's exact values.",
-              "", "| percentile | exact (full audit) | block sample | its 95% interval | exact inside |",
-              "|---|---:|---:|---|---|"]
+              "", "| percentile | exact (full audit) | block sample | error | its 95% interval | exact inside |",
+              "|---|---:|---:|---:|---|---|"]
     lines += ["| " + " | ".join(r) + " |" for r in percentile_rows(runs)]
-    lines += ["", design_line(runs)]
+    lines += ["", design_line(runs, meta)]
     if runs.full is not None:
         lines.append(f"The full audit of the local copy took {runs.full.proc.wall:,.0f} s "
                      f"({runs.full.proc.cpu:,.0f} s CPU, {runs.full.proc.rss_mb:,.0f} MiB peak).")
@@ -693,6 +731,8 @@ def parse_args(argv):
     ap.add_argument("--compression", choices=("snappy", "zstd"), default="snappy", help="default snappy")
     ap.add_argument("--tokenizer", help="default: bench/data.py's, else lengthscan demo's")
     ap.add_argument("--results", type=Path, default=BENCH / "results-remote.md", help="the markdown copy")
+    ap.add_argument("--nagle", action="store_true",
+                    help="leave Nagle's algorithm on in the server (its default: ~40 ms a request)")
     ap.add_argument("--build-only", action="store_true", help="build the corpus and stop")
     return ap.parse_args(argv)
 
@@ -713,7 +753,7 @@ def main(argv=None) -> int:
     tok = args.tokenizer or default_tokenizer(args.data_dir)
     text_bytes = text_column_bytes(folder, meta["files"])
     with tempfile.TemporaryDirectory(prefix="remote-bench-") as scratch:
-        runs = Bench(folder, meta, tok, Path(scratch)).measure(args.repeats, full=not args.skip_full,
+        runs = Bench(folder, meta, tok, Path(scratch), args.nagle).measure(args.repeats, full=not args.skip_full,
                                                                row_sample=args.row_sample)
     table = render(args, meta, tok, runs, host, text_bytes)
     print(table)

@@ -265,7 +265,7 @@ class SplitTally:
                 pieces = self.by_block.get(s, [])
                 blocks = np.concatenate([p[0] for p in pieces]) if pieces else np.zeros(0, np.int64)
                 units = np.concatenate([p[1] for p in pieces]) if pieces else np.zeros(0, np.int64)
-                by_block[s.name] = block_summary(units, blocks, design.count, seed, s.scale)
+                by_block[s.name] = block_summary(units, blocks, design.count, seed, s.scale, design.files)
         pair = None
         if (xy := self._pair_fields()) is not None:
             x, y = xy

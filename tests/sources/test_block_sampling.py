@@ -91,3 +91,23 @@ def test_a_sorted_corpus_gets_the_finding_and_wider_intervals(tmp_path, bpe_dir,
 
     assert any("blocks of the sample differ more than rows do" in line for line in findings(ordered))
     assert not any("differ more than rows" in line for line in findings(mixed))
+
+
+def test_files_that_differ_are_strata_not_a_design_effect():
+    """Blocks drawn stratified by file: files of very different lengths (one of long documents, one of
+    short ones) do not widen the intervals, blocks within a file that differ (a sorted file) do."""
+    from lengthscan.stats.design import collapsed_strata
+
+    rng = np.random.default_rng(3)
+    values, blocks, strata = [], [], []
+    for f in range(12):
+        for j in range(3):
+            mu = 8 if f == 0 else 3 if f == 1 else 5
+            values.append(rng.lognormal(mu, 1, 500).astype(np.int64))
+            blocks.append(np.full(500, f * 3 + j))
+            strata.append(f)
+    v, b = np.concatenate(values), np.concatenate(blocks)
+    stratified = block_summary(v, b, 36, seed=0, strata=np.array(strata))
+    pooled = block_summary(v, b, 36, seed=0)
+    assert stratified["design_effect"] < 2 < 20 < pooled["design_effect"]
+    assert [g.tolist() for g in collapsed_strata(np.array([0, 1, 1, 2, 3, 3, 4]))] == [[0, 1, 2], [3, 4, 5, 6]]
