@@ -152,12 +152,21 @@ class PageIndex:
         return b"PAR1" + prefix + body + raw + len(raw).to_bytes(4, "little") + b"PAR1"
 
 
-def page_blocks(index: PageIndex, groups, columns: list[str]) -> list[int]:
+def page_blocks(metadata, index, groups, columns: list[str]) -> list[int]:
     """A file's blocks for a block sample: each row group, or the page blocks of a huge one whose
-    ``columns`` are all flat with a page index. Local and remote copies of a file give the same."""
+    ``columns`` are all flat with a page index. Local and remote copies of a file give the same.
+    ``metadata`` is pyarrow's (it says cheaply whether any group is huge); ``index()`` gives the
+    file's ``PageIndex``, decoded only then."""
+    names = metadata.schema.to_arrow_schema().names if columns else []
+    first = next((i for i, leaf in enumerate(metadata.schema) if columns and leaf.path.split(".")[0] == columns[0]),
+                 None) if columns and columns[0] in names else None
+    if first is None or all(metadata.row_group(g).column(first).total_compressed_size < SPLIT_OVER
+                            for g in range(metadata.num_row_groups)):
+        return list(groups)
+    pages = index()
     out = []
     for g, rows in enumerate(groups):
-        sub = index.sub_blocks(g, columns[0]) if columns and index.can_read(g, columns) else None
+        sub = pages.sub_blocks(g, columns[0]) if pages.can_read(g, columns) else None
         out.extend(sub if sub else [rows])
     return out
 

@@ -132,7 +132,10 @@ class SplitSource:
             if p.remote is not None:
                 out.append(p.remote.blocks(p.path, p.groups, columns or []))
             elif columns and p.path and os.path.getsize(p.path) >= SPLIT_OVER:  # a row group may be huge
-                out.append(page_blocks(local_page_index(p.path), p.groups, columns))
+                import pyarrow.parquet as pq
+
+                out.append(page_blocks(pq.read_metadata(p.path), lambda p=p: local_page_index(p.path), p.groups,
+                                       columns))
             else:
                 out.append(list(p.groups))
         return out

@@ -63,9 +63,12 @@ def huge(tmp_path_factory):
 
 @pytest.mark.slow
 def test_huge_row_groups_are_split_into_page_blocks(huge):
-    blocks = page_blocks(local_page_index(str(huge / "part-0.parquet")), (13000,), ["text"])
+    path = str(huge / "part-0.parquet")
+    meta = pq.read_metadata(path)
+    blocks = page_blocks(meta, lambda: local_page_index(path), (13000,), ["text"])
     assert len(blocks) >= 4 and sum(blocks) == 13000  # runs of pages of at least 1 MiB
-    assert page_blocks(local_page_index(str(huge / "part-0.parquet")), (13000,), []) == [13000]
+    assert page_blocks(meta, lambda: local_page_index(path), (13000,), []) == [13000]
+    assert page_blocks(meta, lambda: local_page_index(path), (13000,), ["summary"]) == [13000]  # a small column
 
 
 @pytest.mark.slow

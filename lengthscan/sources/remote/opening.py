@@ -65,7 +65,7 @@ class RemoteFiles:
     def blocks(self, url: str, groups: tuple[int, ...], columns: list[str]) -> list[int]:
         """The file's blocks for a block sample: each row group, or the page blocks of a huge one
         whose ``columns`` are all flat with a page index (``parquet_pages.PageIndex.sub_blocks``)."""
-        return page_blocks(self.page_index(url), groups, columns)
+        return page_blocks(self.parquet(url).metadata, lambda: self.page_index(url), groups, columns)
 
     def stream(self, url: str):
         return input_stream(self.entries[url], self.traffic)
