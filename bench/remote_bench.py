@@ -459,7 +459,7 @@ class Bench:
         _progress(f"  {label:<28} {proc.wall:7.2f} s wall {proc.cpu:7.2f} s CPU {proc.rss_mb:6.0f} MiB{extra}")
         return got
 
-    def measure(self, repeats: int, *, full: bool, row_sample: bool) -> Runs:
+    def measure(self, repeats: int, *, full: bool, row_sample: bool, reuse: bool = False) -> Runs:
         warm(self.folder, self.names())
         with serve(self.folder, self.nagle) as srv:
             for rep in range(repeats):
@@ -475,8 +475,26 @@ class Bench:
             if row_sample:
                 self.runs.row_sample = self.attempt("e. remote row sample", self.row_sample, srv)
         if full:
-            self.runs.full = self.attempt("d. full audit (local copy)", self.local, "--full")
+            self.runs.full = self.full_audit(reuse)
         return self.runs
+
+    def full_audit(self, reuse: bool) -> Audit | None:
+        """The full audit of the local copy (16 minutes on 2 cores), kept beside the corpus: its exact
+        percentiles depend on the corpus and the tokenizer only, so ``--reuse-full`` reads them back
+        when the sampling side changes."""
+        import hashlib
+
+        key = hashlib.sha256(f"{self.tok}|{json.dumps(self.meta, sort_keys=True)}".encode()).hexdigest()[:12]
+        kept = self.folder / f"full-audit-{key}.json"
+        if reuse and kept.exists():
+            data = json.loads(kept.read_text())
+            _progress(f"  d. full audit (local copy)   reused from {kept}")
+            return Audit(Proc(data["wall"], data["rss_mb"], cpu=data["cpu"]), data["report"], None, {})
+        got = self.attempt("d. full audit (local copy)", self.local, "--full")
+        if got is not None:
+            kept.write_text(json.dumps({"wall": got.proc.wall, "cpu": got.proc.cpu, "rss_mb": got.proc.rss_mb,
+                                        "report": got.report}))
+        return got
 
 
 def warm(folder: Path, names: list[str]) -> None:
@@ -554,6 +572,10 @@ def time_lines(runs: Runs) -> list[tuple]:
          f">= {GOAL_SPEEDUP:.0f}x", _verdict(ratio >= GOAL_SPEEDUP)),
     ]
     lines.append(model_line(runs, _median(a), _median(loc)))
+    if runs.full is not None:
+        whole = (_median(dl) + runs.full.proc.wall) / _median(a)
+        lines.append(("b' / a: (download + a full audit of the copy) / remote audit",
+                      f"{whole:,.1f}x ({_median(dl) + runs.full.proc.wall:,.0f} s)", "", "info"))
     return lines
 
 
@@ -726,6 +748,8 @@ def parse_args(argv):
     ap.add_argument("--repeats", type=int, default=1, help="runs of a and b (default 1); the full audit runs once")
     ap.add_argument("--rebuild", action="store_true", help="rebuild the corpus even if built")
     ap.add_argument("--skip-full", action="store_true", help="no full audit (no exact percentiles)")
+    ap.add_argument("--reuse-full", action="store_true",
+                    help="the full audit kept from an earlier run on the same corpus and tokenizer, if any")
     ap.add_argument("--row-sample", action="store_true", help="also the same 1%% drawn as rows, remote")
     ap.add_argument("--row-group-rows", type=int, default=ROW_GROUP_ROWS, help="rows per row group (default 1,000)")
     ap.add_argument("--compression", choices=("snappy", "zstd"), default="snappy", help="default snappy")
@@ -754,6 +778,7 @@ def main(argv=None) -> int:
     text_bytes = text_column_bytes(folder, meta["files"])
     with tempfile.TemporaryDirectory(prefix="remote-bench-") as scratch:
         runs = Bench(folder, meta, tok, Path(scratch), args.nagle).measure(args.repeats, full=not args.skip_full,
+                                                               reuse=args.reuse_full,
                                                                row_sample=args.row_sample)
     table = render(args, meta, tok, runs, host, text_bytes)
     print(table)

@@ -117,12 +117,11 @@ def _parquet_batches(part, columns: list[str], indices, batch_rows: int) -> Iter
     pending, pending_rows = [], []
     bounds = np.searchsorted(group_of, np.unique(group_of), side="left").tolist() + [local.size]
 
-    pages = part.remote.page_index(part.path) if part.remote is not None else None
-
     def read(span):
         g, in_group = int(group_of[span[0]]), local[span[0]:span[1]]
         at = in_group - starts[g]
-        if pages is not None and at.size < sizes[g] and pages.can_read(g, columns):
+        pages = part.remote.page_index(part.path) if part.remote is not None and at.size < sizes[g] else None
+        if pages is not None and pages.can_read(g, columns):
             # a remote file's rows by the pages that hold them, not the whole row group
             return in_group, pages.read(g, columns, at, pf.schema_arrow)
         if sizes[g] <= LARGE_ROW_GROUP:
