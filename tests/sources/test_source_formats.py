@@ -111,7 +111,7 @@ def test_a_cached_schema_too_deep_to_read_back_is_rebuilt_then_refused(tmp_path,
         deep = pa.struct([("a", deep)])
     schema = pa.schema([("text", pa.string()), ("m", deep)]).serialize().to_pybytes()
     entry = {"path": str(src), "rows": 2, "schema": base64.b64encode(schema).decode()}
-    monkeypatch.setattr(files, "_jsonl_manifest", lambda fingerprint: [entry])
+    monkeypatch.setattr(files, "_read_manifest", lambda path, fields: [entry])
     assert _audit(src, bpe_dir, tmp_path / "o") == 2
     one_line(capsys, f"{src}: line 2 nests objects and arrays more than 32 levels deep")
 
