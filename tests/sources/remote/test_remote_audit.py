@@ -80,6 +80,7 @@ def test_http_full_audit_equals_the_local_one(tmp_path, server, corpus_dir, bpe_
     assert rep["source"]["bytes_read"] <= rep["source"]["bytes_total"]  # each byte once: no read-ahead, no re-read
 
 
+@pytest.mark.slow
 def test_remote_parquet_samples_by_block_by_default_and_by_row_when_asked(tmp_path, server, corpus_dir, bpe_dir):
     url = f"{server.url}/files/parquet/*.parquet"
     by_default = audit(url, tokenizer=str(bpe_dir), sample=300, **KW)
@@ -96,6 +97,7 @@ def test_remote_parquet_samples_by_block_by_default_and_by_row_when_asked(tmp_pa
     assert read["bytes_read"] > 0.6 * read["bytes_total"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt,name", [("jsonl", "jsonl/corpus.jsonl"), ("csv", "csv/corpus.csv")])
 def test_http_jsonl_and_csv_equal_the_local_files(tmp_path, server, corpus_dir, bpe_dir, fmt, name):
     _pair(tmp_path, f"{server.url}/files/{name}", str(corpus_dir / name), bpe_dir, full=True)
@@ -116,6 +118,7 @@ def test_failed_requests_are_retried_and_counted(tmp_path, server, corpus_dir, b
     assert _report(tmp_path / "o")["source"]["retries"] == 2
 
 
+@pytest.mark.slow
 def test_a_request_that_keeps_failing_exits_2_naming_the_file_and_range(tmp_path, server, bpe_dir, capsys):
     import lengthscan.sources.remote.remote_file as remote_file
 
@@ -191,6 +194,7 @@ def s3(corpus_dir):
         srv.stop()
 
 
+@pytest.mark.slow
 def test_s3_block_sample_and_jsonl_equal_the_local_audit(tmp_path, s3, corpus_dir, bpe_dir):
     _pair(tmp_path, f"{s3}/parquet/*.parquet", str(corpus_dir / "parquet/*.parquet"), bpe_dir, sample="10%",
           sample_unit="block", seed=9)
@@ -205,6 +209,7 @@ def test_s3_block_sample_and_jsonl_equal_the_local_audit(tmp_path, s3, corpus_di
     assert _lengths(tmp_path / "jsonl") == _lengths(tmp_path / "j2")
 
 
+@pytest.mark.slow
 def test_clean_of_a_remote_source_writes_what_the_local_clean_writes(tmp_path, server, corpus_dir, bpe_dir):
     from datasets import load_from_disk
 
