@@ -73,6 +73,11 @@ def _block_findings(split: dict, *, multi: bool) -> list[str]:
     where = f" (split {split['split']})" if multi else ""
     for name, f in split.get("fields", {}).items():
         design = f.get("design") or {}
+        if design.get("too_few_blocks"):
+            out.append(f"The sample holds only {design['blocks']:,} blocks{where}: too few to bound {name}'s "
+                       "percentiles, so its intervals are left open. A larger --sample draws more blocks; "
+                       "--sample-unit row spreads the same rows over the whole corpus.")
+            continue
         deff = design.get("design_effect")
         if deff is None or deff <= DEFF_FINDING:
             continue

@@ -30,6 +30,8 @@ from lengthscan.stats.histograms import PERCENTILES, Z95, pkey
 REPLICATES = 400
 MIN_REPLICATES = 100
 WORK = 100_000_000
+#: Fewer blocks than this bound nothing: the intervals are left open (from the smallest value seen).
+MIN_BLOCKS = 10
 #: A design effect above this is a finding: the blocks differ more than rows do.
 DEFF_FINDING = 2.0
 
@@ -43,6 +45,10 @@ def block_summary(values: np.ndarray, blocks: np.ndarray, n_blocks: int, seed: i
     out = {"blocks": int(np.unique(blocks).size) if n else 0, "rows": n}
     if n < 2 or n_blocks < 2:
         return {**out, "design_effect": None, "effective_rows": n, "intervals": None}
+    if out["blocks"] < MIN_BLOCKS:  # a bootstrap over a handful of blocks is confidently wrong: no bound
+        low = _conv(int(values.min()), scale)
+        return {**out, "design_effect": None, "effective_rows": None, "too_few_blocks": True,
+                "intervals": {pkey(q): (low, None) for q in PERCENTILES}}
     order = np.argsort(values, kind="stable")
     v, b = values[order], blocks[order]
     block_sum = np.bincount(blocks, weights=values.astype(np.float64), minlength=n_blocks)

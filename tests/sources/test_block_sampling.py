@@ -111,3 +111,10 @@ def test_files_that_differ_are_strata_not_a_design_effect():
     pooled = block_summary(v, b, 36, seed=0)
     assert stratified["design_effect"] < 2 < 20 < pooled["design_effect"]
     assert [g.tolist() for g in collapsed_strata(np.array([0, 1, 1, 2, 3, 3, 4]))] == [[0, 1, 2], [3, 4, 5, 6]]
+
+
+def test_a_handful_of_blocks_bounds_nothing():
+    values = np.arange(3000)
+    summary = block_summary(values, np.repeat(np.arange(3), 1000), 3, seed=0, strata=np.arange(3))
+    assert summary["too_few_blocks"] and summary["effective_rows"] is None
+    assert all(v == (0, None) for v in summary["intervals"].values())

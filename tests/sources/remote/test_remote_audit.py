@@ -65,7 +65,12 @@ def test_http_block_sample_reads_its_blocks_only_and_equals_the_local_audit(tmp_
     rows = [r["row"] for r in _lengths(tmp_path / "remote")]
     assert len(rows) == sample["rows_measured"] >= 0.1 * sample["rows_total"]
     design = rep["splits"][0]["fields"]["input_tokens"]["design"]
-    assert design["blocks"] == sample["blocks_drawn"] and 1 <= design["effective_rows"] <= design["rows"]
+    assert design["blocks"] == sample["blocks_drawn"]
+    if design["blocks"] < 10:  # too few blocks to bound anything: open intervals, said in a finding
+        assert design["too_few_blocks"] and all(hi is None for _, hi in
+                                                rep["splits"][0]["fields"]["input_tokens"]["intervals"].values())
+    else:
+        assert 1 <= design["effective_rows"] <= design["rows"]
     assert "url" not in json.dumps(source).lower() or source["spec"].startswith("http")
     assert remote.to_dict()["source"]["bytes_read"] == source["bytes_read"]
 
