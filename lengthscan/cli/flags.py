@@ -52,6 +52,13 @@ FLAGS: dict[str, tuple[str, dict]] = {
     "max_chars": ("--max-chars", dict(type=int, default=None, metavar="N",
                                       help="texts longer than N characters are recorded as too long, not tokenized "
                                            "(default 10,000,000)")),
+    "count_engine": ("--count-engine", dict(choices=("auto", "tokenizers"), default="auto",
+                                            help="auto (default): byte-level BPE texts counted by a count-only "
+                                                 "engine (tiktoken) where it is proven exact for the tokenizer, "
+                                                 "else by the tokenizer; tokenizers: always the tokenizer")),
+    "verify_counts": ("--verify-counts", dict(type=int, default=0, metavar="N",
+                                              help="recount N random rows that the count-only engine counted with "
+                                                   "the tokenizer itself; any difference stops the run (exit 3)")),
     "no_cache": ("--no-cache", dict(action="store_true", help="neither read nor write the per-row length cache")),
     "engine": ("--engine", dict(choices=("local", "ray"), default="local",
                                 help="local (default) or ray: the same measurement on Ray Data "
@@ -102,7 +109,8 @@ FLAGS: dict[str, tuple[str, dict]] = {
 #: The flags of every command that measures a source (``model`` apart: memory requires it).
 SOURCE_FLAGS = ("input", "audio", "target", "messages", "prompt", "completion", "tools", "chat_template",
                 "train_on", "tokenizer", "model", "sampling_rate", "split", "config", "revision", "sample",
-                "sample_unit", "full", "seed", "max_chars", "no_cache", "engine", "ray_address", "num_proc")
+                "sample_unit", "full", "seed", "max_chars", "count_engine", "verify_counts", "no_cache", "engine",
+                "ray_address", "num_proc")
 #: audit (what clean would do) and clean (what it does).
 RULE_FLAGS = ("limit", "action", "keep_empty_targets", "crop_audio", "fail_over")
 #: ``audit --packing``: TRL's packing simulated, and the steps it makes.
@@ -140,7 +148,8 @@ def measure_options(args):
                           model=args.model, sampling_rate=args.sampling_rate,
                           max_chars=args.max_chars if args.max_chars is not None else DEFAULT_MAX_CHARS,
                           messages=args.messages, prompt=args.prompt, completion=args.completion, tools=args.tools,
-                          chat_template=args.chat_template, train_on=args.train_on)
+                          chat_template=args.chat_template, train_on=args.train_on,
+                          count_engine=args.count_engine, verify_counts=args.verify_counts)
 
 
 def rule_options(args):

@@ -52,11 +52,17 @@ class MeasureOptions:
     tools: str | None = None          # per-row tool definitions (a list or a JSON string)
     chat_template: str | None = None  # a Jinja file (default: the tokenizer's chat template)
     train_on: str = "assistant"       # which tokens are trained: assistant, last or all
+    count_engine: str = "auto"        # auto: the count-only BPE engine where proven exact; tokenizers: never
+    verify_counts: int = 0            # rows the engine counted that are recounted by the tokenizer itself
 
     def __post_init__(self):
         from lengthscan.measure.audio.durations import MAX_AUDIO_RATE
+        from lengthscan.measure.text.counter import COUNT_ENGINES
 
         _at_least("--max-chars", self.max_chars, 1)
+        _at_least("--verify-counts", self.verify_counts, 0)
+        if self.count_engine not in COUNT_ENGINES:
+            raise OptionError(f"--count-engine {self.count_engine!r}: one of {', '.join(COUNT_ENGINES)}")
         _at_least("--sampling-rate", self.sampling_rate, 1, MAX_AUDIO_RATE)
 
 

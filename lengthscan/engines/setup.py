@@ -37,13 +37,15 @@ class Setup:
 
 def prepare(*, tokenizer=None, input=None, target=None, audio=None, model=None, sampling_rate=None,
             max_chars: int = DEFAULT_MAX_CHARS, messages=None, prompt=None, completion=None, tools=None,
-            chat_template=None, train_on: str = "assistant") -> Setup:
+            chat_template=None, train_on: str = "assistant", count_engine: str = "auto",
+            verify_counts: int = 0) -> Setup:
     """Load the model's context, choose the fields and their measurements, the counter and limits."""
     fmt = _chat_format(messages, prompt, completion, tools, chat_template)
     ctx = _model_context(model, tokenizer)
     settings = _audio_settings(ctx, sampling_rate) if audio else AudioSettings()
     fields = role_fields(input=input, target=target, audio=audio, audio_settings=settings, chat=fmt)
-    counter = _counter(fields, tokenizer, model, ctx, max_chars)
+    counter = _counter(fields, tokenizer, model, ctx, dict(max_chars=max_chars, count_engine=count_engine,
+                                                          verify_counts=verify_counts))
     chat = _chat_counter(counter, fmt, chat_template, train_on)
     model_limits = _model_limits(ctx)
     return Setup(fields, counter, settings, model_limits, _limits(fields, counter, model_limits), chat=chat)
@@ -125,7 +127,7 @@ def _audio_settings(ctx, sampling_rate: int | None) -> AudioSettings:
     return AudioSettings(rate, rule)
 
 
-def _counter(fields, tokenizer, model, ctx, max_chars: int):
+def _counter(fields, tokenizer, model, ctx, settings: dict):
     """The token counter text fields need: the given tokenizer, else the model's own."""
     if not any(f.kind in ("text", "chat") for f in fields):
         return None
@@ -133,11 +135,11 @@ def _counter(fields, tokenizer, model, ctx, max_chars: int):
         return tokenizer
     if ctx is not None and ctx.tokenizer is not None:
         name = tokenizer if isinstance(tokenizer, (str, Path)) else model
-        return TokenCounter(ctx.tokenizer, max_chars=max_chars, name=str(name))
+        return TokenCounter(ctx.tokenizer, name=str(name), **settings)
     if tokenizer is None:
         raise ColumnError("text columns and conversations need a tokenizer: --tokenizer DIR_OR_NAME (or a --model "
                           "that has one)")
-    return TokenCounter(tokenizer, max_chars=max_chars)
+    return TokenCounter(tokenizer, **settings)
 
 
 def _limits(fields, counter, model_limits) -> list[Ceiling]:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -101,6 +101,7 @@ class TokenizerInfo:
     hash: str
     methods: dict[str, str]
     model_max_length: int | None
+    counting: dict = field(default_factory=dict)  # role -> engine, reason (and the count-only engine's tallies)
 
     def to_dict(self) -> dict:
         return {
@@ -110,4 +111,5 @@ class TokenizerInfo:
             "hash": self.hash,
             "methods": dict(self.methods),
             "model_max_length": self.model_max_length,
+            "counting": {role: dict(c) for role, c in self.counting.items()},
         }

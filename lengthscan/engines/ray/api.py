@@ -22,8 +22,9 @@ def audit_ray(source, *, ray_address: str | None = None, num_blocks: int | None 
               sample=None, full: bool = False, seed: int = DEFAULT_SEED, limits=(), action: str = "drop",
               keep_empty_targets: bool = False, crop_audio: bool = False, fail_over=None,
               out: str | Path | None = None, overwrite: bool = False, cache: bool = True,
-              max_chars: int = DEFAULT_MAX_CHARS, batch_rows: int = BATCH_ROWS, redact: bool = False,
-              num_proc: int = 1, progress=None, command: str | None = None, messages: str | None = None,
+              max_chars: int = DEFAULT_MAX_CHARS, count_engine: str = "auto", verify_counts: int = 0,
+              batch_rows: int = BATCH_ROWS, redact: bool = False, num_proc: int = 1, progress=None,
+              command: str | None = None, messages: str | None = None,
               prompt: str | None = None, completion: str | None = None, tools: str | None = None,
               chat_template: str | None = None, train_on: str = "assistant", id_column: str | None = None):
     """``lengthscan.audit`` on a Ray cluster: same arguments, same ``AuditResult`` and outputs.
@@ -47,7 +48,8 @@ def clean_ray(source, *, out, ray_address: str | None = None, num_blocks: int | 
               crop_audio: bool = False, fail_over=None, length_column: str | None = "length",
               length_from: str | None = None, embed_audio: bool = False, tokenize: bool = False,
               overwrite: bool = False, cache: bool = True, max_chars: int = DEFAULT_MAX_CHARS,
-              batch_rows: int = BATCH_ROWS, redact: bool = False, num_proc: int = 1, decide_only: bool = True,
+              count_engine: str = "auto", verify_counts: int = 0, batch_rows: int = BATCH_ROWS, redact: bool = False,
+              num_proc: int = 1, decide_only: bool = True,
               progress=None, command: str | None = None, messages: str | None = None, prompt: str | None = None,
               completion: str | None = None, tools: str | None = None, chat_template: str | None = None,
               train_on: str = "assistant", id_column: str | None = None):

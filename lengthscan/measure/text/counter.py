@@ -59,11 +59,17 @@ PROBES = (
 
 
 
+#: ``count_engine`` values: the count-only BPE engine where it is proven exact, or the tokenizer always.
+COUNT_ENGINES = ("auto", "tokenizers")
+
+
 @dataclass
 class _RoleMethod:
     method: str
     reason: str
     backend: object = None
+    engine: object = None      # a countbpe ``RoleEngine`` where the count-only engine is proven for the role
+    engine_reason: str = ""
 
 
 class TokenCounter:
@@ -73,7 +79,12 @@ class TokenCounter:
     """
 
     def __init__(self, tokenizer, *, revision: str | None = None, trust_remote_code: bool = False,
-                 max_chars: int = DEFAULT_MAX_CHARS, name: str | None = None):
+                 max_chars: int = DEFAULT_MAX_CHARS, name: str | None = None, count_engine: str = "auto",
+                 verify_counts: int = 0):
+        if count_engine not in COUNT_ENGINES:
+            raise ValueError(f"count_engine {count_engine!r}: one of {', '.join(COUNT_ENGINES)}")
+        self.count_engine = count_engine
+        self.verify_counts = int(verify_counts)
         self.revision = revision
         self.trust_remote_code = trust_remote_code
         if isinstance(tokenizer, (str, os.PathLike)):
@@ -89,6 +100,7 @@ class TokenCounter:
         self._bounds: dict = {}
         self._hash: str | None = None
         self._snapshot = None  # the private backend copy, shared by roles (both in input mode)
+        self._engine = None    # (count-only engine or None, reason), built once for every role
 
     @property
     def tokenizer(self):
@@ -128,7 +140,18 @@ class TokenCounter:
             cls, fast = f"{config.get('tokenizer_class', '?')} (not loaded)", False
             max_len = tokenizer_max_length(SimpleNamespace(model_max_length=config.get("model_max_length")))
         return TokenizerInfo(name=self.name, cls=cls, is_fast=fast, hash=self.hash, methods=methods,
-                             model_max_length=max_len)
+                             model_max_length=max_len, counting=self.counting())
+
+    def counting(self) -> dict:
+        """role -> which engine counted it and why, with what the count-only engine did."""
+        out = {}
+        for role, m in self._methods.items():
+            if m.engine is not None:
+                out[role] = m.engine.to_dict(m.engine_reason)
+            else:
+                out[role] = {"engine": "tokenizers" if m.method == METHOD_FAST else "__call__",
+                             "reason": m.engine_reason or m.reason}
+        return out
 
     def model_max_length(self) -> int | None:
         """The tokenizer's real ``model_max_length`` (None for transformers' placeholder)."""
@@ -268,7 +291,9 @@ class TokenCounter:
         out = np.empty(len(texts), np.int64)
         for start, stop in chunks(texts, CHUNK_CHARS):
             part = texts[start:stop]
-            if method.method == METHOD_FAST:
+            if method.engine is not None:
+                out[start:stop] = method.engine.count(part)
+            elif method.method == METHOD_FAST:
                 encodings = method.backend.encode_batch_fast(part, add_special_tokens=True)
                 out[start:stop] = [len(e) for e in encodings]
             else:
@@ -300,12 +325,33 @@ class TokenCounter:
             bad = next((i for i, (a, b) in enumerate(zip(fast_ids, call_ids)) if a != b), None)
             if bad is None:
                 method = _RoleMethod(METHOD_FAST, f"proven: same ids as __call__ on {len(probe)} probe texts", backend)
+                self._engine_for(method, role, probe)
             else:
                 method = _RoleMethod(METHOD_CALL, f"backend ids differ from __call__ on probe {probe[bad][:40]!r}")
         else:
             method = _RoleMethod(METHOD_CALL, reason)
         self._methods[role] = method
         return method
+
+    def _engine_for(self, method: _RoleMethod, role: str, probe: list[str]) -> None:
+        """The count-only engine for a role on the proven fast path, where it is proven too (chat
+        renderings need offsets: always the tokenizer)."""
+        if role == CHAT_ROLE:
+            method.engine_reason = "conversations need offsets for their trained tokens: counted by tokenizers"
+            return
+        if self.count_engine == "tokenizers":
+            method.engine_reason = "--count-engine tokenizers"
+            return
+        from lengthscan.measure.text.countbpe.counting import engine_for, role_engine
+        from lengthscan.sources.cache_dir import cache_root
+
+        if self._engine is None:  # one engine for every role: they share the backend snapshot
+            self._engine = engine_for(method.backend, cache_root() / "countbpe")
+        engine, method.engine_reason = self._engine
+        if engine is not None:
+            method.engine, why = role_engine(engine, method.backend, role, probe, verify=self.verify_counts,
+                                             recount=lambda texts, r: [len(ids) for ids in self._call_ids(texts, r)])
+            method.engine_reason = why or method.engine_reason
 
     def _structural_reason(self, role: str) -> str | None:
         """None when the fast path is structurally sound for ``role``, else why not."""
@@ -356,6 +402,7 @@ class TokenCounter:
         state["_methods"] = {}
         state["_bounds"] = {}
         state["_snapshot"] = None
+        state["_engine"] = None
         if Path(self.name).is_dir():
             state["_tokenizer"] = None  # workers load it from the directory, once each
         return state

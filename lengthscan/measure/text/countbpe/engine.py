@@ -1,0 +1,305 @@
+"""Token counts of byte-level BPE texts by tiktoken's merge loop on a rank table proven to merge as
+the tokenizer does (``proof.py``), with the tokenizer's own steps around it reproduced:
+
+* added tokens split out first, as ``tokenizers`` does: those matched on the raw text, then (in
+  what is left) those matched on the normalized text, leftmost-longest; each is one token. A text
+  holding an added token with ``lstrip``/``rstrip``/``single_word`` goes to the tokenizer;
+* ByteLevel's prefix space added to every segment that does not start with one;
+* the split regex (``pattern.py``); texts with characters the engines read differently, lone
+  surrogates, and texts the normalizer would change go to the tokenizer (``count`` answers -1).
+
+Speed: many texts are joined into one string with a separator that tiktoken knows as a special
+token, so one call counts thousands of texts (no Python per text) and the segments between the
+separators are split and merged independently, exactly as separate calls would. The calls run on
+a thread pool (tiktoken releases the GIL), one share of the batch a thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import unicodedata
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lengthscan.measure.text.countbpe.pattern import differences, normalizer_form, pre_tokenizer
+from lengthscan.measure.text.countbpe.proof import Derived, Refused, derive
+
+#: The separator between joined texts: a tiktoken special token no real text holds.
+SEP = "\x00\ue000lengthscan-sep\ue001\x00"
+#: Characters one tiktoken call counts at most (memory stays flat; a share per thread below it).
+JOB_CHARS = 1_000_000
+#: Below this many characters a batch is not worth a second thread.
+MIN_JOB_CHARS = 32_000
+
+_SEP_CODES = np.array(sorted(set(map(ord, SEP))), np.int64)
+_DERIVED: dict[str, Derived] = {}  # rank tables built in this process, by tokenizer.json hash
+
+
+@dataclass(frozen=True)
+class _Added:
+    """The added tokens the engine splits out: raw-text and normalized-text matchers, and a matcher
+    of those it cannot (their texts go to the tokenizer)."""
+
+    raw: re.Pattern | None
+    normalized: re.Pattern | None
+    hard: re.Pattern | None
+
+
+def threads_default() -> int:
+    """Every core this process may use, or one in a worker whose tokenizer threads are off."""
+    if os.environ.get("TOKENIZERS_PARALLELISM", "").lower() in ("false", "0"):
+        return 1
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class CountEngine:
+    """Counts (before the post-processor's tokens) for one ``tokenizer.json``; ``build`` makes it."""
+
+    def __init__(self, encoding, sep_id: int, route: np.ndarray, form: str | None, prefix_space: bool,
+                 added: _Added, derived: Derived, threads: int):
+        self._enc = encoding
+        self._sep_id = sep_id
+        self._route = route
+        self._form = form
+        self._prefix = prefix_space
+        self._added = added
+        self.derived = derived
+        self.threads = threads
+        self._pool: ThreadPoolExecutor | None = None
+
+    @property
+    def name(self) -> str:
+        import tiktoken
+
+        return f"tiktoken {tiktoken.__version__}"
+
+    def describe(self) -> str:
+        d = self.derived
+        extra = f", {d.whole_only:,} whole-word entries (ignore_merges)" if d.ignore_merges else ""
+        return (f"count-only BPE proven exact: {d.merged:,} merged tokens merge as the tokenizer's merge list"
+                f"{extra}; {self.threads} thread{'s' if self.threads != 1 else ''}")
+
+    # -- counting ----------------------------------------------------------------------------
+    def count(self, texts: list[str]) -> np.ndarray:
+        """Token counts of ``texts`` without the post-processor's tokens; -1 where the text must be
+        counted by the tokenizer itself (characters or added tokens the engine does not take)."""
+        n = len(texts)
+        out = np.full(n, -1, np.int64)
+        ranges = list(_ranges(texts, self._job_chars(texts)))
+        jobs = [self._prepare(texts, a, b) for a, b in ranges]
+        if len(jobs) > 1 and self.threads > 1:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="lengthscan-count")
+            counted = list(self._pool.map(self._count_joined, [j[0] for j in jobs]))
+        else:
+            counted = [self._count_joined(j[0]) for j in jobs]
+        for (a, b), (_, owners, base, exact), counts in zip(ranges, jobs, counted):
+            got = counts if owners is None else np.bincount(owners, weights=counts, minlength=b - a).astype(np.int64)
+            got = got + base
+            got[exact] = -1
+            out[a:b] = got
+        return out
+
+    def _job_chars(self, texts: list[str]) -> int:
+        total = sum(map(len, texts))
+        return min(JOB_CHARS, max(MIN_JOB_CHARS, -(-total // self.threads)))
+
+    def _count_joined(self, joined: str) -> np.ndarray:
+        """Per-segment counts of segments joined by ``SEP``."""
+        ids = self._enc.encode_to_numpy(joined, allowed_special={SEP})
+        cuts = np.flatnonzero(ids == self._sep_id)
+        return np.diff(np.concatenate(([-1], cuts, [ids.size]))) - 1
+
+    def _prepare(self, texts: list[str], a: int, b: int):
+        """One job: (joined segments, owner of each segment or None for one per text, added tokens
+        per text, texts to leave to the tokenizer)."""
+        part = texts[a:b]
+        k = b - a
+        joined = SEP.join(part)
+        exact = np.zeros(k, bool)
+        base = np.zeros(k, np.int64)
+        if joined.count(SEP) != k - 1:
+            exact |= [SEP in t for t in part]
+        if not joined.isascii():
+            self._route_chars(joined, part, exact)
+            if self._form is not None:
+                exact |= [not (t.isascii() or unicodedata.is_normalized(self._form, t)) for t in part]
+        added = self._added
+        split = [False] * k
+        if added.hard is not None and added.hard.search(joined):
+            self._mark(joined, part, added.hard, exact)
+        if (added.raw is not None and added.raw.search(joined)) or (
+                added.normalized is not None and added.normalized.search(joined)):
+            split = [bool((added.raw and added.raw.search(t)) or (added.normalized and added.normalized.search(t)))
+                     for t in part]
+        if not self._prefix and not any(split) and not exact.any():
+            return joined, None, base, exact
+        segments, owners = [], []
+        for i, text in enumerate(part):
+            if exact[i]:
+                continue
+            pieces = self._split(text, base, i) if split[i] else [text]
+            for piece in pieces:
+                if piece:
+                    segments.append(" " + piece if self._prefix and not piece.startswith(" ") else piece)
+                    owners.append(i)
+        return SEP.join(segments), np.asarray(owners, np.int64), base, exact
+
+    def _route_chars(self, joined: str, part: list[str], exact: np.ndarray) -> None:
+        """Mark the texts holding a character of the routing table (the separator's own characters
+        are looked for text by text, where the table holds them)."""
+        codes = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), np.uint32)
+        hits = np.flatnonzero(self._route[codes])
+        if hits.size:
+            ends = np.cumsum([len(t) + len(SEP) for t in part])
+            owner = np.searchsorted(ends, hits, side="right")
+            inside = hits < ends[np.minimum(owner, len(part) - 1)] - len(SEP)
+            exact[np.unique(owner[inside & (owner < len(part))])] = True
+        if self._route[_SEP_CODES].any():
+            exact |= [any(c in t for c in SEP) for t in part]
+
+    @staticmethod
+    def _mark(joined: str, part: list[str], pattern: re.Pattern, exact: np.ndarray) -> None:
+        """Mark the texts of ``part`` (joined by SEP) where ``pattern`` matches, one search a text."""
+        ends = np.cumsum([len(t) + len(SEP) for t in part])
+        pos = 0
+        while (m := pattern.search(joined, pos)) is not None:
+            i = int(np.searchsorted(ends, m.start(), side="right"))
+            if i >= len(part):
+                break
+            if m.start() < ends[i] - len(SEP):  # not a match inside the separator after text i
+                exact[i] = True
+            pos = int(ends[i])
+
+    def _split(self, text: str, base: np.ndarray, i: int) -> list[str]:
+        """``text`` without its added tokens (counted into ``base[i]``), raw matches first."""
+        out = []
+        for piece in _cut(text, self._added.raw, base, i):
+            out += _cut(piece, self._added.normalized, base, i)
+        return out
+
+    # -- pickling: the pool and the compiled tables stay behind --------------------------------
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
+
+def _cut(text: str, pattern: re.Pattern | None, base: np.ndarray, i: int) -> list[str]:
+    if pattern is None:
+        return [text]
+    pieces = pattern.split(text)
+    base[i] += len(pieces) - 1
+    return pieces
+
+
+def _ranges(texts: list[str], budget: int):
+    start, size = 0, 0
+    for i, text in enumerate(texts):
+        if size and size + len(text) > budget:
+            yield start, i
+            start, size = i, 0
+        size += len(text)
+    if start < len(texts):
+        yield start, len(texts)
+
+
+# -- building ---------------------------------------------------------------------------------------
+
+def build(backend, *, cache_dir: Path | None = None, threads: int | None = None) -> CountEngine:
+    """The engine for a ``tokenizers.Tokenizer`` (untruncated, unpadded), or ``Refused`` (or
+    ImportError without tiktoken)."""
+    import tiktoken
+
+    pre = pre_tokenizer(_state(backend.pre_tokenizer))
+    form = normalizer_form(_state(backend.normalizer))
+    tokens = [{"content": t.content, "lstrip": t.lstrip, "rstrip": t.rstrip, "single_word": t.single_word,
+               "normalized": t.normalized, "special": t.special}
+              for _, t in sorted(backend.get_added_tokens_decoder().items())]
+    added = _added(tokens, form, bool(backend.encode_special_tokens))
+    derived = _derived(backend.to_str(), cache_dir)
+    sep_id = max(derived.ranks.values()) + 1
+    try:
+        enc = tiktoken.Encoding("lengthscan-count", pat_str=pre.regex, mergeable_ranks=derived.ranks,
+                                special_tokens={SEP: sep_id})
+    except Exception as exc:  # the regex crate's message: the pattern does not compile there
+        raise Refused(f"the split regex does not compile in tiktoken: {str(exc).splitlines()[0][:120]}") from exc
+    route = differences(pre, form, cache_dir)
+    return CountEngine(enc, sep_id, route, form, pre.prefix_space, added, derived, threads or threads_default())
+
+
+def _state(component) -> dict | None:
+    """A tokenizers component as its ``tokenizer.json`` entry."""
+    return None if component is None else json.loads(component.__getstate__())
+
+
+def _added(tokens: list[dict], form: str | None, encode_special_tokens: bool) -> _Added:
+    raw, normalized, hard = [], [], []
+    for t in tokens:
+        content = t.get("content") or ""
+        if not content or (t.get("special") and encode_special_tokens):
+            continue
+        if t.get("lstrip") or t.get("rstrip") or t.get("single_word"):
+            hard.append(content)
+        elif t.get("normalized", not t.get("special")):
+            normalized.append(unicodedata.normalize(form, content) if form else content)
+        else:
+            raw.append(content)
+    return _Added(_alternation(raw), _alternation(normalized), _alternation(hard))
+
+
+def _alternation(contents: list[str]) -> re.Pattern | None:
+    """Leftmost-longest matching of literal strings (longest first at each position)."""
+    if not contents:
+        return None
+    ordered = sorted(set(contents), key=lambda c: (-len(c), c))
+    return re.compile("|".join(re.escape(c) for c in ordered))
+
+
+def _derived(tokenizer_json: str, cache_dir: Path | None) -> Derived:
+    key = hashlib.sha256(tokenizer_json.encode("utf-8")).hexdigest()[:32]
+    if key in _DERIVED:
+        return _DERIVED[key]
+    path = cache_dir / f"ranks-{key}.npz" if cache_dir is not None else None
+    derived = _load(path) if path is not None else None
+    if derived is None:
+        derived = derive(tokenizer_json)
+        if path is not None:
+            _save(path, derived)
+    _DERIVED[key] = derived
+    return derived
+
+
+def _save(path: Path, d: Derived) -> None:
+    words = list(d.ranks)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.stem}.tmp{os.getpid()}.npz")
+        np.savez(tmp, blob=np.frombuffer(b"".join(words), np.uint8),
+                 sizes=np.fromiter(map(len, words), np.int64, len(words)),
+                 ranks=np.fromiter(d.ranks.values(), np.int64, len(words)),
+                 meta=np.array([d.merged, d.whole_only, int(d.ignore_merges)], np.int64))
+        os.replace(tmp, path)
+    except OSError:  # a read-only cache costs time, never correctness
+        pass
+
+
+def _load(path: Path) -> Derived | None:
+    try:
+        with np.load(path) as z:
+            blob, sizes, ranks, meta = z["blob"].tobytes(), z["sizes"], z["ranks"], z["meta"]
+    except (OSError, ValueError, KeyError):
+        return None
+    ends = np.cumsum(sizes)
+    starts = ends - sizes
+    table = {blob[s:e]: int(r) for s, e, r in zip(starts.tolist(), ends.tolist(), ranks.tolist())}
+    return Derived(table, int(meta[0]), int(meta[1]), bool(meta[2]))

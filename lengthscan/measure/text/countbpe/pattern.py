@@ -1,0 +1,281 @@
+r"""What happens before the BPE, made the count-only engine's: one split regex, a normalizer that
+leaves the text alone, and the characters where the two regex engines disagree.
+
+``tokenizers`` splits with Oniguruma (Ruby syntax), tiktoken with fancy-regex (Rust's ``regex``
+underneath). They agree on the constructs the released byte-level patterns use (literals,
+classes, ``\p{..}``, ``\s``, groups, ``(?i:..)``, lookahead, greedy and possessive ``? * +``,
+``{m,n}``), so a pattern is taken only when it is built from those alone; anchors, ``\b``, ``\h``,
+numeric escapes, named or atomic groups, POSIX classes and ``{m,n}+`` (possessive in one engine,
+not the other) are refused.
+
+Where the engines still differ is *which characters* a class holds: their Unicode tables are not
+the same version, and ``(?i:..)`` may fold non-ASCII letters onto ASCII ones (``ſ`` onto ``s``,
+the Kelvin sign onto ``k``). ``differences`` measures the first for every class of the pattern
+over every code point, with both engines themselves: a text holding such a character goes to the
+tokenizer. The second is handled the same way with Python's own case tables.
+
+A normalizer is taken when it is NFC or NFKC (or none): a text the normalizer would leave alone is
+counted as it is, and one it would change goes to the tokenizer. Python decides "would leave
+alone" with its Unicode version; Unicode's stability policy makes a text normalized under one
+version normalized under every later one when it holds only characters that version assigns, so
+characters unassigned in Python's tables, and any code point whose normalization by the two
+libraries differs, also go to the tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import unicodedata
+from dataclasses import dataclass
+
+import numpy as np
+
+from lengthscan.measure.text.countbpe.proof import Refused
+
+#: The regex ``tokenizers``' ByteLevel pre-tokenizer splits with when ``use_regex`` is on (GPT-2's).
+BYTE_LEVEL_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+_ATOM_ESCAPES = "sSdDwW"
+_PLAIN_ESCAPES = "rntfv"
+_GROUPS = ("(?:", "(?=", "(?!", "(?i:")
+
+
+@dataclass(frozen=True)
+class PreTokenizer:
+    """The split the engine makes: one regex over each segment, after an optional prefix space."""
+
+    regex: str
+    prefix_space: bool
+    atoms: tuple[str, ...]     # the character classes the regex uses (probed in both engines)
+    folds: bool                # the regex has case-insensitive groups
+
+
+def pre_tokenizer(spec: dict | None) -> PreTokenizer:
+    """The pre-tokenizer of a ``tokenizer.json`` as one regex, or ``Refused``."""
+    steps = _flatten(spec)
+    types = [s.get("type") for s in steps]
+    if types == ["ByteLevel"] and steps[0].get("use_regex", True):
+        regex, prefix = BYTE_LEVEL_REGEX, bool(steps[0].get("add_prefix_space", True))
+    elif types == ["Split", "ByteLevel"]:
+        split, level = steps
+        if level.get("use_regex", True):
+            raise Refused("a split followed by ByteLevel's own regex is two regexes")
+        if level.get("add_prefix_space"):
+            raise Refused("ByteLevel after a split adds a space to every piece")
+        if split.get("behavior") != "Isolated" or split.get("invert"):
+            raise Refused(f"the split's behaviour is {split.get('behavior')} (invert={split.get('invert')}), "
+                          "not Isolated")
+        regex = (split.get("pattern") or {}).get("Regex")
+        if regex is None:
+            raise Refused("the split is on a string, not a regex")
+        prefix = False
+    else:
+        raise Refused(f"the pre-tokenizer is {' + '.join(map(str, types)) or 'none'}; the engine takes "
+                      "ByteLevel with its regex, or one Isolated regex split then ByteLevel")
+    atoms, folds = scan(regex)
+    return PreTokenizer(regex, prefix, atoms, folds)
+
+
+def _flatten(spec: dict | None) -> list[dict]:
+    if not spec:
+        return []
+    if spec.get("type") == "Sequence":
+        return [s for inner in spec.get("pretokenizers") or [] for s in _flatten(inner)]
+    return [spec]
+
+
+def normalizer_form(spec: dict | None) -> str | None:
+    """"NFC", "NFKC" or None (no normalizer) for a ``tokenizer.json`` normalizer, or ``Refused``."""
+    if not spec:
+        return None
+    if spec.get("type") == "Sequence":
+        inner = [s for s in spec.get("normalizers") or [] if s]
+        if not inner:
+            return None
+        if len(inner) == 1:
+            return normalizer_form(inner[0])
+        raise Refused(f"a sequence of {len(inner)} normalizers")
+    if spec.get("type") in ("NFC", "NFKC"):
+        return spec["type"]
+    raise Refused(f"the {spec.get('type')} normalizer changes text the engine would count unchanged")
+
+
+def scan(regex: str) -> tuple[tuple[str, ...], bool]:
+    """The single-character classes of a regex and whether it folds case, or ``Refused`` for a
+    construct the two engines may read differently (module docstring)."""
+    atoms: list[str] = []
+    folds = False
+    i, n, depth = 0, len(regex), 0
+    in_class = False
+    while i < n:
+        c = regex[i]
+        if c == "\\":
+            if i + 1 >= n:
+                raise Refused("the regex ends in a backslash")
+            e = regex[i + 1]
+            if e in "pP":
+                m = re.match(r"\\[pP](\{[A-Za-z_]+\}|[A-Za-z])", regex[i:])
+                if m is None:
+                    raise Refused(f"unreadable property escape at {regex[i:i + 8]!r}")
+                atoms.append("\\p" + m.group(1))
+                i += m.end()
+                continue
+            if e in _ATOM_ESCAPES:
+                atoms.append("\\" + e.lower())
+            elif e not in _PLAIN_ESCAPES and (e.isalnum() or e == "_"):
+                raise Refused(f"the escape \\{e} is not read alike by both regex engines")
+            i += 2
+            continue
+        if in_class:
+            if c == "[":
+                raise Refused("nested or POSIX character classes")
+            if c == "&" and regex.startswith("&&", i):
+                raise Refused("class intersection")
+            if c == "]":
+                in_class = False
+            i += 1
+            continue
+        if c == "[":
+            in_class = True
+            i += 1
+            if regex.startswith("^", i):
+                i += 1
+            if regex.startswith("]", i):
+                i += 1  # a literal ] first in the class
+            continue
+        if c == "(":
+            if regex.startswith("(?", i):
+                group = next((g for g in _GROUPS if regex.startswith(g, i)), None)
+                if group is None:
+                    raise Refused(f"the group {regex[i:i + 4]!r}... is not read alike by both regex engines")
+                folds |= group == "(?i:"
+                i += len(group)
+            else:
+                i += 1
+            depth += 1
+            continue
+        if c == ")":
+            depth -= 1
+        elif c in "^$":
+            raise Refused("anchors (^, $) mean lines in one regex engine and the text in the other")
+        elif c == ".":
+            atoms.append(".")
+        elif c == "}" and regex.startswith("}+", i):
+            raise Refused("{m,n}+ is possessive in one regex engine and not in the other")
+        i += 1
+    if in_class or depth:
+        raise Refused("unbalanced brackets in the regex")
+    return tuple(dict.fromkeys(atoms)), folds
+
+
+# -- where the engines disagree ---------------------------------------------------------------------
+
+#: What this process has measured already, by engine versions (the cache file may be unwritable).
+_KNOWN: dict[str, dict] = {}
+
+
+def _all_code_points() -> str:
+    return "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF)
+
+
+def differences(pre: PreTokenizer, form: str | None, cache_dir) -> np.ndarray:
+    """The characters a text must not hold to be counted by the engine, as a table by code point
+    (surrogates always; the classes' and normalizer's disagreements; case folds onto ASCII)."""
+    import tiktoken
+    import tokenizers
+
+    wanted = ([f"class {a}" for a in pre.atoms] + ([f"normalizer {form}", "unassigned"] if form else [])
+              + (["folds"] if pre.folds else []))
+    key = f"v2-{tiktoken.__version__}-{tokenizers.__version__}-{sys.version_info[0]}.{sys.version_info[1]}"
+    path = cache_dir / f"differences-{key}.json" if cache_dir is not None else None
+    known = _KNOWN.setdefault(key, {})
+    if path is not None and any(w not in known for w in wanted):
+        try:
+            known.update(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            pass
+    todo = [w for w in wanted if w not in known]
+    if todo:
+        text = _all_code_points()
+        for what in todo:
+            kind, _, name = what.partition(" ")
+            if kind == "class":
+                points = _class_differences(name, text)
+            elif kind == "normalizer":
+                points = _normalizer_differences(name, text)
+            else:
+                points = _ascii_folds() if kind == "folds" else _unassigned()
+            known[what] = _runs(points)
+        if path is not None:
+            _write(path, known)
+    table = np.zeros(0x110000, bool)
+    table[0xD800:0xE000] = True
+    for w in wanted:
+        for lo, hi in known[w]:
+            table[lo:hi + 1] = True
+    return table
+
+
+def _class_differences(atom: str, text: str) -> list[int]:
+    """Code points one engine's ``atom`` matches and the other's does not."""
+    import tiktoken
+    from tokenizers import Regex, pre_tokenizers
+
+    enc = tiktoken.Encoding("lengthscan-probe", pat_str=atom, mergeable_ranks={bytes([b]): b for b in range(256)},
+                            special_tokens={})
+    theirs = set(bytes(enc.encode_ordinary(text)).decode("utf-8"))
+    kept = pre_tokenizers.Split(Regex(atom), behavior="removed").pre_tokenize_str(text)
+    unmatched = set("".join(piece for piece, _ in kept))
+    ours = set(text) - unmatched
+    return sorted(ord(c) for c in ours ^ theirs)
+
+
+def _normalizer_differences(form: str, text: str) -> list[int]:
+    """Code points the tokenizer's normalizer maps otherwise than Python's ``unicodedata``."""
+    from tokenizers import normalizers
+
+    spaced = "\x00".join(text)
+    ours = getattr(normalizers, form)().normalize_str(spaced).split("\x00")
+    theirs = unicodedata.normalize(form, spaced).split("\x00")
+    if len(ours) != len(theirs):  # not expected: then every character is suspect
+        return [ord(c) for c in text if not c.isascii()]
+    return [ord(c) for c, a, b in zip(text, ours, theirs) if a != b]
+
+
+def _ascii_folds() -> list[int]:
+    """Non-ASCII characters whose case forms reach ASCII letters (``(?i:'s)`` may match ``'ſ``)."""
+    out = []
+    for c in range(0x80, 0x110000):
+        if 0xD800 <= c <= 0xDFFF:
+            continue
+        ch = chr(c)
+        if any(x.isascii() and x.isalpha() for form in (ch.lower(), ch.upper(), ch.casefold()) for x in form):
+            out.append(c)
+    return out
+
+
+def _unassigned() -> list[int]:
+    return [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF and unicodedata.category(chr(c)) == "Cn"]
+
+
+def _runs(points: list[int]) -> list[list[int]]:
+    """Sorted code points as [first, last] runs (the cache stays small)."""
+    out: list[list[int]] = []
+    for c in sorted(points):
+        if out and c == out[-1][1] + 1:
+            out[-1][1] = c
+        else:
+            out.append([c, c])
+    return out
+
+
+def _write(path, data: dict) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, path)
+    except OSError:  # a read-only cache costs time, never correctness
+        pass

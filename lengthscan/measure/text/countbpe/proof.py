@@ -1,0 +1,164 @@
+r"""An exact count-only engine for a byte-level BPE: a tiktoken rank table that provably merges
+as the tokenizer's own merge list does.
+
+The two merge loops
+-------------------
+``tokenizers``' BPE starts a word from its characters (byte-level: one character per byte) and
+repeatedly applies the *listed* merge ``(x, y)`` of lowest index among adjacent symbol pairs,
+leftmost on a tie (its heap orders by ``(rank, position)``); a pair listed twice keeps its last
+index (the merge map is a hash map built in list order). With ``ignore_merges`` a word that is a
+vocabulary entry is one token before any merge.
+
+tiktoken starts a piece from its bytes, returns one token if the whole piece is in its rank table,
+and otherwise repeatedly merges the adjacent pair whose *concatenation* is in the table with the
+lowest rank, leftmost on a tie. It never asks whether that split of the token is a listed merge.
+
+The construction
+----------------
+Let ``iso(t)`` be the tokenizer's own merge loop run on the bytes of ``t`` alone (computed below by
+``tokenizers`` itself, with ``ignore_merges`` off). Call ``t`` *self-reducing* when ``iso(t)`` is
+``[t]``. The rank table holds the 256 bytes, every self-reducing token ``t`` with rank
+``256 + lo(t)``, ``lo(t)`` being the lowest index of a listed merge whose concatenation is ``t``,
+and, only under ``ignore_merges``, every other vocabulary entry with a rank above all of those.
+
+Why the counts are equal
+------------------------
+1. *Locality.* Suppose symbols ``x`` and ``y`` are adjacent at some point of the loop on some word,
+   and let ``R`` be the bytes they cover. No merge crossed ``R``'s edges before (symbols never
+   split), and while none does, the merges inside ``R`` are taken in exactly the order the loop on
+   ``R`` alone takes them (a merge inside ``R`` is the lowest of the word's candidates, hence of
+   ``R``'s, and ties go leftmost in both). So ``iso(x + y)`` passes through the state ``[x, y]``.
+   The loop is deterministic and loses one symbol a step, so ``iso(t)`` has at most one
+   two-symbol state: every adjacent pair that concatenates to ``t`` is that one split of ``t``.
+2. *Same candidates.* A listed pair ``(x, y)`` that is ever adjacent is merged by ``iso(x + y)``,
+   so ``x + y`` is self-reducing and in the table. Conversely if adjacent ``x``, ``y`` concatenate
+   to a table entry ``t``: when ``t`` is self-reducing, ``[x, y]`` is ``iso(t)``'s two-symbol state,
+   which it merged, so ``(x, y)`` is listed; when ``t`` is in the table only under
+   ``ignore_merges``, ``iso(t)`` must not *end* in two symbols, which ``derive`` checks (if it
+   did, tiktoken would merge a pair the tokenizer never merges).
+3. *Same order.* The pair that makes a self-reducing ``t`` is always the same listed merge
+   (step 1), whose index lies in ``[lo(t), hi(t)]``, the span of the listed merges that make ``t``.
+   ``derive`` checks that these spans of different tokens never interleave, so ordering by
+   ``lo(t)`` (tiktoken's rank) is ordering by the index actually used. Equal ranks mean the same
+   token, hence the same pair, and both loops take the leftmost.
+4. *Whole pieces.* tiktoken's lookup of the whole piece answers one token exactly when the
+   tokenizer does: a self-reducing piece merges to one token anyway, and under ``ignore_merges``
+   every vocabulary entry is in the table.
+
+So for every piece both loops take the same merges in the same order, and the token counts (not
+the ids: ranks are merge positions) are equal. Nothing here is a sample: ``derive`` answers for
+every token of the vocabulary, and refuses with a reason when a condition fails. What the
+pre-tokenizer, normalizer, added tokens and post-processor do is ``engine.py``'s part.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+
+def byte_alphabet() -> dict[str, int]:
+    """The byte-level alphabet: character -> byte (GPT-2's ``bytes_to_unicode``, inverted)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = list(keep)
+    extra = 0
+    for b in range(256):
+        if b not in keep:
+            keep.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(keep, chars)}
+
+
+@dataclass(frozen=True)
+class Derived:
+    """The rank table (bytes -> rank) that counts as the tokenizer's BPE does, and what it holds."""
+
+    ranks: dict[bytes, int]
+    merged: int          # self-reducing tokens
+    whole_only: int      # entries held only for ``ignore_merges``' whole-word lookup
+    ignore_merges: bool
+
+
+class Refused(ValueError):
+    """The construction does not hold for this model; the message says which condition failed."""
+
+
+def _merge_pairs(merges: list) -> list[tuple[str, str]]:
+    out = []
+    for m in merges:
+        if isinstance(m, str):
+            a, sep, b = m.partition(" ")
+            if not sep:
+                raise Refused(f"merge {m!r} is not two tokens")
+            out.append((a, b))
+        else:
+            out.append((m[0], m[1]))
+    return out
+
+
+def derive(tokenizer_json: str) -> Derived:
+    """The rank table proven exact for this ``tokenizer.json``'s BPE model (module docstring), or
+    ``Refused`` naming the condition that fails."""
+    from tokenizers import Tokenizer
+
+    spec = json.loads(tokenizer_json)
+    model = spec.get("model") or {}
+    if model.get("type") != "BPE":
+        raise Refused(f"the model is {model.get('type')}, not BPE")
+    if model.get("dropout"):
+        raise Refused("BPE dropout makes counts random")
+    if model.get("continuing_subword_prefix") or model.get("end_of_word_suffix"):
+        raise Refused("subword prefixes or word suffixes change the symbols")
+    vocab = model.get("vocab")
+    if not isinstance(vocab, dict):
+        raise Refused("the vocabulary is not a mapping")
+    alphabet = byte_alphabet()
+    missing = [c for c in alphabet if c not in vocab]
+    if missing:
+        raise Refused(f"{len(missing)} of the 256 byte-level characters are not in the vocabulary")
+    pairs = _merge_pairs(model.get("merges") or [])
+    index: dict[tuple[str, str], int] = {}
+    for i, pair in enumerate(pairs):
+        index[pair] = i  # later duplicates win, as in tokenizers' merge map
+    spans: dict[str, list[int]] = {}
+    for (a, b), i in index.items():
+        span = spans.get(a + b)
+        if span is None:
+            spans[a + b] = [i, i]
+        else:
+            span[0], span[1] = min(span[0], i), max(span[1], i)
+    words = [t for t in vocab if len(t) >= 2 and all(c in alphabet for c in t)]
+    sizes = _iso_sizes(spec, words, Tokenizer)
+    ignore = bool(model.get("ignore_merges"))
+    ranks = {bytes([b]): b for b in alphabet.values()}
+    merged, others = [], []
+    for word, size in zip(words, sizes):
+        if size == 1:
+            merged.append(word)
+        elif ignore:
+            if size == 2:
+                raise Refused(f"under ignore_merges, {word!r} is a vocabulary entry whose own merges stop at two "
+                              "tokens that are not a listed merge (tiktoken would merge them)")
+            others.append(word)
+    order = sorted(merged, key=lambda w: spans[w][0])
+    for prev, word in zip(order, order[1:]):
+        if spans[prev][1] >= spans[word][0]:
+            raise Refused(f"the merges making {prev!r} and {word!r} are interleaved in the merge list")
+    for word in order:
+        ranks[bytes(alphabet[c] for c in word)] = 256 + spans[word][0]
+    top = 256 + len(pairs)
+    for j, word in enumerate(others):
+        ranks[bytes(alphabet[c] for c in word)] = top + j
+    return Derived(ranks=ranks, merged=len(merged), whole_only=len(others), ignore_merges=ignore)
+
+
+def _iso_sizes(spec: dict, words: list[str], tokenizer_cls) -> list[int]:
+    """How many tokens the model's own merge loop leaves of each word alone (``iso``): the
+    tokenizer itself with nothing around the model and ``ignore_merges`` off."""
+    bare = dict(spec)
+    bare.update(normalizer=None, pre_tokenizer=None, post_processor=None, decoder=None, added_tokens=[],
+                truncation=None, padding=None)
+    bare["model"] = dict(spec["model"], ignore_merges=False)
+    tok = tokenizer_cls.from_str(json.dumps(bare))
+    return [len(e) for e in tok.encode_batch_fast(words, add_special_tokens=False)]
