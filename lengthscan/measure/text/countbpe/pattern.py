@@ -219,17 +219,23 @@ def differences(pre: PreTokenizer, form: str | None, cache_dir) -> np.ndarray:
 
 
 def _class_differences(atom: str, text: str) -> list[int]:
-    """Code points one engine's ``atom`` matches and the other's does not."""
+    """Code points one engine's ``atom`` matches and the other's does not (each engine removes or
+    keeps the matches of ``text``, every code point once)."""
     import tiktoken
-    from tokenizers import Regex, pre_tokenizers
+    from tokenizers import Regex, normalizers
 
     enc = tiktoken.Encoding("lengthscan-probe", pat_str=atom, mergeable_ranks={bytes([b]): b for b in range(256)},
                             special_tokens={})
-    theirs = set(bytes(enc.encode_ordinary(text)).decode("utf-8"))
-    kept = pre_tokenizers.Split(Regex(atom), behavior="removed").pre_tokenize_str(text)
-    unmatched = set("".join(piece for piece, _ in kept))
-    ours = set(text) - unmatched
-    return sorted(ord(c) for c in ours ^ theirs)
+    theirs = np.zeros(0x110000, bool)
+    theirs[_codes(bytes(enc.encode_ordinary(text)).decode("utf-8"))] = True
+    ours = np.ones(0x110000, bool)
+    ours[_codes(normalizers.Replace(Regex(atom), "").normalize_str(text))] = False  # what is left did not match
+    everything = _codes(text)
+    return everything[ours[everything] != theirs[everything]].tolist()
+
+
+def _codes(text: str) -> np.ndarray:
+    return np.frombuffer(text.encode("utf-32-le"), np.uint32).astype(np.int64)
 
 
 def _normalizer_differences(form: str, text: str) -> list[int]:

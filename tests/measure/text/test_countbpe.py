@@ -1,0 +1,196 @@
+"""The count-only BPE engine (``measure/text/countbpe``): exact against the tokenizer itself, row by
+row, on adversarial texts and vocabularies built to break it; refused wherever it is not proven."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from lengthscan.measure.text.countbpe.counting import CountMismatch, RoleEngine
+from lengthscan.measure.text.countbpe.engine import build
+from lengthscan.measure.text.countbpe.pattern import BYTE_LEVEL_REGEX, scan
+from lengthscan.measure.text.countbpe.proof import Refused, byte_alphabet, derive
+from lengthscan.measure.text.counter import TokenCounter
+from tests.support.bpe_vocab import ADVERSARIAL, byte_level_tokenizer, save_tokenizer_dir
+from tests.support.reference import direct_counts
+
+THREE_MERGES = [("b", "c"), ("a", "b"), ("ab", "c")]
+
+
+def _engine(tok, tmp_path, threads: int = 2):
+    return build(tok, cache_dir=tmp_path / "countbpe", threads=threads)
+
+
+def _strings(alphabet: str, longest: int) -> list[str]:
+    return ["".join(p) for n in range(1, longest + 1) for p in itertools.product(alphabet, repeat=n)]
+
+
+def _tokenizer_counts(tok, texts: list[str]) -> np.ndarray:
+    return np.array([len(e) for e in tok.encode_batch(texts, add_special_tokens=False)])
+
+
+def test_three_merges_break_a_plain_rank_table_but_not_the_derived_one(tmp_path):
+    """b+c, a+b, ab+c: tiktoken with the vocabulary's ids as ranks makes "abc" one token, the
+    tokenizer two; the derived table leaves "abc" out, and every string agrees."""
+    import tiktoken
+
+    tok = byte_level_tokenizer(THREE_MERGES)
+    assert len(tok.encode("abc").ids) == 2
+    to_byte = byte_alphabet()
+    naive = {bytes(to_byte[c] for c in w): i for w, i in tok.get_vocab().items()}
+    plain = tiktoken.Encoding("plain", pat_str=BYTE_LEVEL_REGEX, mergeable_ranks=naive, special_tokens={})
+    assert len(plain.encode_ordinary("abc")) == 1  # the plain table is wrong here
+
+    derived = derive(tok.to_str())
+    assert b"abc" not in derived.ranks and derived.merged == 2
+    texts = _strings("abc ", 7)
+    counts = _engine(tok, tmp_path).count(texts)
+    assert (counts == _tokenizer_counts(tok, texts)).all()
+
+
+def test_ignore_merges_with_a_two_token_end_is_refused(tmp_path):
+    tok = byte_level_tokenizer(THREE_MERGES, ignore_merges=True)
+    with pytest.raises(Refused, match="two tokens"):
+        derive(tok.to_str())
+    out = save_tokenizer_dir(tok, tmp_path / "tok")
+    counter = TokenCounter(str(out))
+    texts = ["abc abcd xabc", "bc ab"]
+    assert list(counter.count(texts, "input")[0]) == direct_counts(out, texts, "input")
+    counting = counter.counting()["input"]
+    assert counting["engine"] == "tokenizers" and "two tokens" in counting["reason"]
+
+
+def test_interleaved_merges_are_refused():
+    """"abc" is made by merges 2 and 4, "cd" by merge 3 in between: no rank order fits both."""
+    tok = byte_level_tokenizer([("a", "b"), ("b", "c"), ("ab", "c"), ("c", "d"), ("a", "bc")])
+    with pytest.raises(Refused, match="interleaved"):
+        derive(tok.to_str())
+
+
+def test_random_vocabularies_count_exactly_wherever_the_proof_says_yes(tmp_path):
+    """Random merge lists over a small alphabet (duplicates and alternative splits included):
+    whatever ``derive`` accepts counts every string exactly; some are accepted in both modes."""
+    rng = np.random.default_rng(7)
+    texts = _strings("abcd ", 5) + ["".join(rng.choice(list("abcd "), size=int(n))) for n in rng.integers(6, 40, 400)]
+    accepted = {False: 0, True: 0}
+    for trial in range(40):
+        tokens, merges = list("abcd"), []
+        for _ in range(int(rng.integers(4, 16))):
+            a, b = (tokens[int(i)] for i in rng.integers(0, len(tokens), 2))
+            if len(a + b) > 6:
+                continue
+            merges.append((a, b))
+            if a + b not in tokens:
+                tokens.append(a + b)
+        for ignore in (False, True):
+            tok = byte_level_tokenizer(merges, ignore_merges=ignore)
+            try:
+                engine = _engine(tok, tmp_path)
+            except Refused:
+                continue
+            accepted[ignore] += 1
+            counts = engine.count(texts)
+            expected = _tokenizer_counts(tok, texts)
+            bad = np.flatnonzero(counts != expected)
+            assert bad.size == 0, (merges, ignore, [texts[i] for i in bad[:3]])
+    assert accepted[False] >= 20 and accepted[True] >= 5, accepted
+
+
+@pytest.mark.parametrize("fixture", ["bpe_dir", "chat_tok_dir", "claude_bpe_dir"])
+@pytest.mark.parametrize("role", ["input", "target"])
+def test_suite_byte_level_tokenizers_count_exactly(request, fixture, role, docs):
+    """GPT-2-style trained vocabularies: a prefix space and a template (bpe_dir), written-out
+    added tokens (chat_tok_dir), NFKC and specials (Anthropic's): the counter's counts through the
+    engine equal ``__call__``'s for every row."""
+    tok_dir = request.getfixturevalue(fixture)
+    texts = ADVERSARIAL + docs[:600]
+    counter = TokenCounter(str(tok_dir))
+    lengths, _ = counter.count(texts, role)
+    assert list(lengths) == direct_counts(tok_dir, texts, role)
+    counting = counter.counting()[role]
+    assert counting["engine"].startswith("tiktoken"), counting
+    assert counting["texts"] > counting["by_tokenizer"]
+    if fixture == "claude_bpe_dir":
+        assert counting["by_tokenizer"] > 0  # texts NFKC changes went to the tokenizer
+
+
+def test_nfkc_texts_that_change_go_to_the_tokenizer(claude_bpe_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    backend = AutoTokenizer.from_pretrained(str(claude_bpe_dir)).backend_tokenizer
+    counts = _engine(backend, tmp_path).count(["plain ascii", "ﬁ ligature", "café", "e\u0301"])
+    assert counts[0] > 0 and counts[2] > 0
+    assert counts[1] == -1 and counts[3] == -1  # NFKC changes both
+
+
+def test_lone_surrogates_go_to_the_tokenizer_and_fail_as_before(bpe_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    backend = AutoTokenizer.from_pretrained(str(bpe_dir)).backend_tokenizer
+    counts = _engine(backend, tmp_path).count(["fine", "bad \ud800 half"])
+    assert counts[0] > 0 and counts[1] == -1
+    errors = []
+    for engine in ("auto", "tokenizers"):
+        with pytest.raises(TypeError) as info:
+            TokenCounter(str(bpe_dir), count_engine=engine).count(["fine", "bad \ud800 half"], "input")
+        errors.append(str(info.value))
+    assert errors[0] == errors[1]
+
+
+@pytest.mark.parametrize("fixture", ["wordpiece_dir", "unigram_dir", "t5_spm_dir", "mistral_spm_dir"])
+def test_other_models_never_use_the_engine(request, fixture):
+    counter = TokenCounter(str(request.getfixturevalue(fixture)))
+    counter.count(["hello world", "naïve café"], "input")
+    counting = counter.counting()["input"]
+    assert counting["engine"] == "tokenizers" and "not proven" in counting["reason"], counting
+
+
+def test_threads_and_short_texts_batch_alike(bpe_dir, tmp_path, docs):
+    from transformers import AutoTokenizer
+
+    backend = AutoTokenizer.from_pretrained(str(bpe_dir)).backend_tokenizer
+    short = [t[:30] for t in docs] * 20 + [""] * 5
+    one, two = _engine(backend, tmp_path, threads=1), _engine(backend, tmp_path, threads=2)
+    expected = _tokenizer_counts(backend, short)
+    assert (one.count(short) == expected).all() and (two.count(short) == expected).all()
+
+
+def test_verify_counts_recounts_random_rows_and_fails_loudly_on_a_mismatch(bpe_dir, claude_bpe_dir, tmp_path, docs):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(bpe_dir))
+    backend = tok.backend_tokenizer
+
+    def recount(texts, role):
+        return [len(ids) for ids in tok(texts)["input_ids"]]
+
+    right = RoleEngine(_engine(backend, tmp_path), backend, "input", 2, verify=50, recount=recount)
+    for k in range(0, 600, 100):
+        right.count(docs[k:k + 100])
+    assert 50 <= right.verified < 600
+    wrong_backend = AutoTokenizer.from_pretrained(str(claude_bpe_dir)).backend_tokenizer
+    wrong = RoleEngine(_engine(wrong_backend, tmp_path), backend, "input", 2, verify=50, recount=recount)
+    with pytest.raises(CountMismatch, match="--count-engine tokenizers"):
+        wrong.count(docs[:100])
+
+
+@pytest.mark.parametrize("regex,why", [
+    (r"\s+$", "anchors"), (r"\bword", r"\\b"), (r"(?<name>x)", "group"), (r"\p{N}{1,3}+", "possessive"),
+    (r"[[:alpha:]]+", "POSIX"), (r"\h+", r"\\h"), (r"\x{41}", r"\\x"), (r"[a-z&&[^aeiou]]", "class"),
+])
+def test_regex_constructs_read_differently_are_refused(regex, why):
+    with pytest.raises(Refused, match=why):
+        scan(regex)
+
+
+def test_released_patterns_are_taken(claude_bpe_dir):
+    spec = json.loads((claude_bpe_dir / "tokenizer.json").read_text())
+    assert spec["pre_tokenizer"]["type"] == "ByteLevel"
+    llama3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+"
+              r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+    for regex in (BYTE_LEVEL_REGEX, llama3):
+        atoms, _ = scan(regex)
+        assert set(atoms) == {r"\p{L}", r"\p{N}", r"\s"}

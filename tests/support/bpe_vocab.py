@@ -1,0 +1,106 @@
+"""Byte-level BPE tokenizers built by hand (merge lists chosen to break count-only engines), the
+adversarial texts of the count-only tests, and tiktoken-born vocabularies converted the way
+transformers converts them (from files shipped in PyPI wheels)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.support.chat import ADDED, SPECIAL
+from tests.support.texts import EDGE_TEXTS
+
+#: Texts where byte-level BPE implementations part: runs, whitespace, digits, scripts, marks,
+#: contractions in every case, written-out special and added tokens, very long words.
+ADVERSARIAL = [
+    *EDGE_TEXTS,
+    "a" * 5000, " " * 3000 + "x", "\n" * 500, "\t \t \n \r\n" * 200, "ab" * 2500, "🙂" * 700,
+    "Pneumonoultramicroscopicsilicovolcanoconiosis" * 60,
+    "don't DON'T it's IT'S we'Re they'VE I'M you'LL he'D 'S 'T 'ſ 'K",
+    "   leading", "trailing   ", "  two  spaces  ", "\u00a0\u2009\u3000\u2028\u2029\u0085 unicode spaces",
+    "1 12 123 1234 12345 1234567890 3.14159 1e-10 ١٢٣٤ ۴۵۶ ३४५ ５６７ ²³",
+    "中文字符测试，日本語のテキスト。한국어 텍스트 ภาษาไทย",
+    "e\u0301 a\u0308\u0301 \u0301leading mark Z\u0351\u0352\u0353\u0354 ﬁ ﬀ Ⅻ ㎏ ½",
+    "emoji 😀👍🏽 👨‍👩‍👧 🇫🇷🇯🇵 1️⃣ ❤️‍🔥",
+    *[f"text {t} inside{t}text {t}{t}" for t in SPECIAL[:6] + ADDED[:4]],
+    "<s> </s> <pad> <unk> <EOT> <META> [CLS]",
+    "def f(x):\n\tif x:\n\t\treturn {'a': [1, 2]}  # ok\n",
+    "https://example.com/a/b?c=d&e=f#g user@example.com",
+    "Ελληνικά русский עברית العربية हिन्दी",
+]
+
+
+def byte_level_tokenizer(merges: list[tuple[str, str]], *, ignore_merges: bool = False, prefix_space: bool = False):
+    """A byte-level BPE ``tokenizers.Tokenizer`` over the 256 byte characters and the merges given
+    (in order; a merge's result joins the vocabulary)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {c: i for i, c in enumerate(pre_tokenizers.ByteLevel.alphabet())}
+    vocab = {c: i for i, c in enumerate(sorted(vocab))}
+    for a, b in merges:
+        vocab.setdefault(a + b, len(vocab))
+    tok = Tokenizer(models.BPE(vocab, list(merges), ignore_merges=ignore_merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=prefix_space)
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def save_tokenizer_dir(tok, out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+    return out
+
+
+def wheel_file(package: str, relative: str) -> Path | None:
+    """A file shipped in an installed wheel (tests/requirements-tokenizers.txt), or None."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / relative
+    return path if path.exists() else None
+
+
+#: tiktoken-born vocabularies in wheels: name -> (package, file, split regex as transformers' converted
+#: tokenizer.json files spell it).
+_LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+_O200K = "|".join([
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    r"\p{N}{1,3}", r" ?[^\s\p{L}\p{N}]+[\r\n/]*", r"\s*[\r\n]+", r"\s+(?!\S)", r"\s+"])
+_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+TIKTOKEN_BORN = {
+    "r50k": ("litellm", "litellm_core_utils/tokenizers/ec7223a39ce59f226a68acc30dc1af2788490e15", _GPT2),
+    "cl100k": ("litellm", "litellm_core_utils/tokenizers/9b5ad71b2ce5302211f9c61530b329a4922fc6a4", _LLAMA3),
+    "o200k": ("litellm", "litellm_core_utils/tokenizers/fb374d419588a4632f3f557e76b4b70aebbca790", _O200K),
+    "llama3": ("llama_models", "llama3/tokenizer.model", _LLAMA3),
+}
+
+
+def converted_tokenizer(name: str):
+    """A tiktoken-born vocabulary as transformers' ``TikTokenConverter`` converts it (Mistral's
+    tekken.json through a ``.tiktoken`` file of its ranks), or None when its wheel is missing."""
+    import tempfile
+
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    with tempfile.TemporaryDirectory() as tmp:
+        if name == "tekken":  # Mistral's tekken.json: ranked base64 tokens, as a .tiktoken file
+            path = wheel_file("mistral_common", "data/tekken_240911.json")
+            if path is None:
+                return None
+            spec = json.loads(path.read_text())
+            config = spec["config"]
+            kept = spec["vocab"][:config["default_vocab_size"] - config["default_num_special_tokens"]]
+            pattern = config["pattern"]
+            path = Path(tmp) / "tekken.tiktoken"
+            path.write_text("".join(f"{t['token_bytes']} {t['rank']}\n" for t in kept))
+        else:
+            package, relative, pattern = TIKTOKEN_BORN[name]
+            path = wheel_file(package, relative)
+            if path is None:
+                return None
+        return TikTokenConverter(vocab_file=str(path), pattern=pattern, extra_special_tokens=SPECIAL[:3]).converted()
