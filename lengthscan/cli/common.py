@@ -111,7 +111,7 @@ def is_usage_error(exc: Exception) -> bool:
     from lengthscan.measure.batch import ColumnError
     from lengthscan.measure.chat.template import ChatTemplateError
     from lengthscan.measure.text.loading import TokenizerError
-    from lengthscan.pack.run import PackingError
+    from lengthscan.pack.options import PackingError
     from lengthscan.policy.model_limits import ModelError
     from lengthscan.policy.rules import RuleError
     from lengthscan.sources.sampling import SampleError

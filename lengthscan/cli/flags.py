@@ -180,7 +180,7 @@ def engine_for(args):
 
 def packing_options(args):
     """``PackingOptions`` from the parsed flags."""
-    from lengthscan.pack.run import PackingError, PackingOptions
+    from lengthscan.pack.options import PackingError, PackingOptions
 
     given = {"--packing-num-proc": args.packing_num_proc, "--shuffle-seed": args.shuffle_seed,
              "--batch-size": args.batch_size, "--grad-accum": args.grad_accum, "--devices": args.devices}

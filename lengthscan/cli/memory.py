@@ -192,7 +192,7 @@ def _packing(args):
     if args.packing is None and args.max_length is None and args.packing_num_proc is None \
             and args.shuffle_seed is None:
         return None
-    from lengthscan.pack.run import PackingOptions
+    from lengthscan.pack.options import PackingOptions
 
     return PackingOptions(packing=args.packing, max_length=args.max_length, packing_num_proc=args.packing_num_proc,
                           shuffle_seed=args.shuffle_seed, batch_size=args.batch_size, grad_accum=args.grad_accum)

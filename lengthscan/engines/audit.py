@@ -25,7 +25,7 @@ from lengthscan.engines.results import DecisionReport, audit_result
 from lengthscan.engines.setup import prepare_run, resolve_for, with_identity
 from lengthscan.measure.batch import ColumnError, check_columns
 from lengthscan.measure.text.counter import DEFAULT_MAX_CHARS
-from lengthscan.pack.run import PackingOptions
+from lengthscan.pack.options import PackingOptions
 from lengthscan.policy.decisions import special_lengths
 from lengthscan.sources.sampling import DEFAULT_SEED, FULL_UP_TO, choose_unit, plan_sample
 from lengthscan.sources.scan import BATCH_ROWS
@@ -180,7 +180,7 @@ def _pack(packer, options: PackingOptions, setup, output) -> dict:
 def _check_max_length(options: PackingOptions, setup) -> None:
     """A packed length that cannot hold one token of content beside the special tokens every
     sequence carries (BOS, EOS ...) packs nothing: refused before measuring."""
-    from lengthscan.pack.run import PackingError
+    from lengthscan.pack.options import PackingError
 
     special = special_lengths(setup.counter, setup.fields).get("input", 0)
     if options.max_length <= special:

@@ -8,62 +8,16 @@ split, in source order, on every row: a sample's packs would not be the trainer'
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from lengthscan.pack.figures import Steps, by_length, pack_figures, pack_fill
-from lengthscan.pack.trl import TRL_STRATEGIES, Packs, pack_trl
+from lengthscan.pack.options import STRATEGIES, PackingError, PackingOptions
+from lengthscan.pack.trl import Packs, pack_trl
 
-#: every strategy ``--packing`` takes: TRL's three, axolotl's multipack, LLaMA-Factory's knapsack
-STRATEGIES = (*TRL_STRATEGIES, "multipack", "knapsack")
-
-
-class PackingError(ValueError):
-    """Packing cannot be simulated as asked (exit code 2)."""
-
-
-@dataclass(frozen=True)
-class PackingOptions:
-    """``--packing STRATEGY --max-length L``; TRL's ``dataset_num_proc`` and ``shuffle_dataset``
-    (with ``args.seed``), and the batch, accumulation and devices that turn packs into steps."""
-
-    packing: str | None = None
-    max_length: int | None = None
-    packing_num_proc: int | None = None
-    shuffle_seed: int | None = None
-    batch_size: int = 8
-    grad_accum: int = 1
-    devices: int = 1
-
-    def check(self) -> None:
-        if self.packing is None:
-            stray = [flag for flag, value in (("--max-length", self.max_length),
-                                              ("--packing-num-proc", self.packing_num_proc),
-                                              ("--shuffle-seed", self.shuffle_seed)) if value is not None]
-            if stray:
-                raise PackingError(f"{', '.join(stray)}: packing's options; add --packing STRATEGY "
-                                   f"({', '.join(STRATEGIES)})")
-            return
-        if self.packing not in STRATEGIES:
-            raise PackingError(f"--packing {self.packing}: not a strategy; choose {', '.join(STRATEGIES)}")
-        if self.max_length is None:
-            raise PackingError(f"--packing {self.packing} needs --max-length L (the packed row's tokens)")
-        bounds = (("--max-length", self.max_length, 1 << 24), ("--packing-num-proc", self.packing_num_proc, 512),
-                  ("--batch-size", self.batch_size, 1 << 20), ("--grad-accum", self.grad_accum, 1 << 20),
-                  ("--devices", self.devices, 1 << 20))
-        for name, value, most in bounds:
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most):
-                raise PackingError(f"{name} {value}: give a whole number between 1 and {most:,}")
-        seed = self.shuffle_seed
-        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63):
-            raise PackingError(f"--shuffle-seed {seed}: give a whole number of at least 0 (TRL's args.seed)")
-
-    @property
-    def steps(self) -> Steps:
-        return Steps(self.batch_size, self.grad_accum, self.devices)
-
+__all__ = ["STRATEGIES", "PackingError", "PackingOptions"]  # their home is pack.options (no numba there)
 
 def packed_metric(fields):
     """(role, spec) of the lengths a trainer packs: a conversation's sequence, else the input text."""
@@ -144,11 +98,12 @@ def simulate_packing(lengths_by_split: dict[str, np.ndarray], options: PackingOp
     """``report.json["packing"]`` and each split's packs; ``ids(split)`` gives a row -> ``--id``
     value lookup (or None) for the rows listed."""
     splits, packs = [], {}
-    steps = options.steps if options.packing != "multipack" else Steps(1, options.grad_accum, options.devices)
+    plain = Steps(options.batch_size, options.grad_accum, options.devices)
+    steps = plain if options.packing != "multipack" else Steps(1, options.grad_accum, options.devices)
     for name, lengths in lengths_by_split.items():
         p = make_packs(lengths, options.max_length, options)
         packs[name] = p
-        figures = pack_figures(p, lengths, steps, plain_steps=options.steps, max_length=options.max_length,
+        figures = pack_figures(p, lengths, steps, plain_steps=plain, max_length=options.max_length,
                                ids=ids(name) if ids is not None else None)
         if options.packing in ("bfd", "bfd_split"):
             from lengthscan.pack.trl import failing_batches
@@ -174,7 +129,7 @@ def simulate_packing(lengths_by_split: dict[str, np.ndarray], options: PackingOp
     report = {"strategy": options.packing, "max_length": options.max_length,
               "implementation": _implementation(options.packing), "dataset_num_proc": options.packing_num_proc,
               "shuffle_seed": options.shuffle_seed if options.packing != "knapsack" else None,
-              "steps": options.steps.to_dict(), "splits": splits}
+              "steps": Steps(options.batch_size, options.grad_accum, options.devices).to_dict(), "splits": splits}
     if options.packing == "multipack":
         report["sampler_seed"] = 42 if options.shuffle_seed is None else options.shuffle_seed
         report["bin_tokens"] = options.batch_size * options.max_length

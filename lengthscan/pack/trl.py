@@ -21,9 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from lengthscan.pack.bins import best_fit_decreasing, tree_size
+from lengthscan.pack.options import TRL_STRATEGIES
 
-#: TRL's strategies (``SFTConfig.packing_strategy``)
-TRL_STRATEGIES = ("bfd", "bfd_split", "wrapped")
 #: ``Dataset.map``'s default ``batch_size``
 MAP_BATCH = 1000
 

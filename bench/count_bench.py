@@ -1,0 +1,219 @@
+"""The count-only BPE engine against the floor every exact counter sits on: the raw
+``encode_batch_fast`` script (``bench/raw_encode.py``), and against lengthscan as it was
+(``--count-engine tokenizers``), on the same corpus, as whole processes, interleaved, median of N.
+
+    python bench/count_bench.py                  # ~15 minutes on 2 cores
+    python bench/count_bench.py --quick          # the 10k-row corpus, ~3 minutes
+    python bench/count_bench.py --repeats 5 --only long
+
+Corpora (``bench/data.py`` builds the first): ``long`` is the long-tailed text corpus (Debian
+descriptions, man pages, docstrings: inputs up to 176k tokens); ``short`` is the same text cut
+into paragraphs of at most 300 characters (the regime where a thread pool over single texts loses
+to ``encode_batch_fast``). Tokenizers: the bench's own byte-level BPE (GPT-2 style, trained on the
+corpus), and, where their wheels are installed (tests/requirements-tokenizers.txt), Llama 3 and
+o200k as transformers converts them, Anthropic's (NFKC) and DeepSeek's (three split regexes: the
+engine is refused, so this line shows what a refused tokenizer costs).
+
+Per line: the three whole-process times (median), raw / engine (goal >= 1.8x where the engine is
+proven), today / engine (never below 1), the tokenize phase alone in one process (backend
+``encode_batch_fast`` against ``CountEngine.count``), the engine's first-run set-up (proof and
+regex probe, cached after), and checks: every row's counts equal between the engine's and
+today's ``lengths.parquet``, and the token totals equal the raw script's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(BENCH.parent))
+
+from harness import PY, SideFailed, run_proc  # noqa: E402
+
+RESULTS = BENCH / "results-count.md"
+
+
+def short_corpus(src: Path, out: Path) -> Path:
+    """Paragraphs of at most 300 characters, each a row (target: its first 60 characters)."""
+    if out.exists():
+        return out
+    rows = 0
+    with open(src, encoding="utf-8") as fh, open(out, "w", encoding="utf-8") as dst:
+        for line in fh:
+            for para in json.loads(line)["text"].split("\n\n"):
+                para = para.strip()[:300]
+                if para:
+                    dst.write(json.dumps({"text": para, "summary": para[:60]}, ensure_ascii=False) + "\n")
+                    rows += 1
+    return out
+
+
+def tokenizers(data: Path, work: Path) -> dict[str, Path]:
+    """name -> tokenizer directory: the bench's own, and the real ones whose wheels are here."""
+    from tests.support.bpe_vocab import converted_tokenizer, save_tokenizer_dir, wheel_file
+
+    out = {"bench-bpe": data / "tokenizer"}
+    for name in ("llama3", "o200k"):
+        folder = work / "tok" / name
+        if not (folder / "tokenizer.json").exists():
+            tok = converted_tokenizer(name)
+            if tok is None:
+                continue
+            save_tokenizer_dir(tok, folder)
+        out[name] = folder
+    for name, (package, relative) in {"anthropic": ("anthropic", "tokenizer.json"),
+                                      "deepseek": ("litellm", "litellm_core_utils/tokenizers/deepseek_tokenizer.json")
+                                      }.items():
+        path = wheel_file(package, relative)
+        if path is not None:
+            folder = work / "tok" / name
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "tokenizer.json").write_bytes(path.read_bytes())
+            (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+            out[name] = folder
+    return out
+
+
+def audit_argv(corpus: Path, tok: Path, out: Path, engine: str) -> list[str]:
+    return [PY, "-m", "lengthscan", "audit", str(corpus), "--tokenizer", str(tok), "--input", "text", "--target",
+            "summary", "--full", "--no-cache", "--quiet", "--overwrite", "--out", str(out), "--count-engine", engine]
+
+
+def phase(corpus: Path, tok: Path, cache: Path) -> dict:
+    """The tokenize phase alone, in this process: backend encode_batch_fast vs the engine."""
+    from transformers import AutoTokenizer
+
+    from lengthscan.measure.text.countbpe.counting import engine_for
+
+    texts = []
+    with open(corpus, encoding="utf-8") as fh:
+        for line in fh:
+            row = json.loads(line)
+            texts += [row["text"], row["summary"]]
+    backend = AutoTokenizer.from_pretrained(str(tok)).backend_tokenizer
+    t0 = time.perf_counter()
+    engine, why = engine_for(backend, cache)
+    setup = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    theirs = [len(e) for e in backend.encode_batch_fast(texts)]
+    fast = time.perf_counter() - t0
+    if engine is None:
+        return {"fast_s": fast, "engine_s": None, "setup_s": setup, "why": why}
+    t0 = time.perf_counter()
+    ours = engine.count(texts)
+    count = time.perf_counter() - t0
+    specials = len(backend.encode("x")) - len(backend.encode("x", add_special_tokens=False))
+    left = [i for i, n in enumerate(ours) if n < 0]
+    same = all(n + specials == theirs[i] for i, n in enumerate(ours) if n >= 0)
+    return {"fast_s": fast, "engine_s": count, "setup_s": setup, "left": len(left), "same": same, "why": why}
+
+
+def lengths_equal(a: Path, b: Path) -> bool:
+    return pq.read_table(a / "lengths.parquet").equals(pq.read_table(b / "lengths.parquet"))
+
+
+def totals(out: Path) -> int:
+    t = pq.read_table(out / "lengths.parquet")
+    return int(sum(t.column(c).to_numpy().clip(0).sum() for c in ("input_tokens", "target_tokens")))
+
+
+def bench_line(corpus: Path, tok: Path, work: Path, repeats: int) -> dict:
+    shared = work / "shared"  # the count-only engine's cache (rank table, probe), as a second run finds it
+    cold = run_proc(audit_argv(corpus, tok, work / "cold-out", "auto"), work / "cold")  # its own empty cache
+    times: dict[str, list[float]] = {"raw": [], "engine": [], "today": []}
+    raw_tokens = None
+    for r in range(repeats):
+        for side in ("raw", "engine", "today"):
+            where = work / f"{side}-{r}"
+            if side == "raw":
+                proc = run_proc([PY, str(BENCH / "raw_encode.py"), str(corpus), str(tok)], where)
+                raw_tokens = proc.out.get("tokens")
+            else:
+                proc = run_proc(audit_argv(corpus, tok, work / f"{side}-out", "auto" if side == "engine"
+                                           else "tokenizers"), where, cache_dir=shared)
+            times[side].append(proc.wall)
+            print(f"  {side:<6} run {r + 1}: {proc.wall:6.2f} s  {proc.rss_mb:7.0f} MiB", file=sys.stderr)
+    report = json.loads((work / "engine-out" / "report.json").read_text())
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"median": med, "cold_s": cold.wall, "same_rows": lengths_equal(work / "engine-out", work / "today-out"),
+            "tokens": totals(work / "engine-out"), "raw_tokens": raw_tokens,
+            "counting": report["tokenizer"].get("counting", {}).get("input", {}),
+            "phase": phase(corpus, tok, shared)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--only", default="long,short")
+    parser.add_argument("--tokenizers", default=None, help="comma-separated names (default: all found)")
+    parser.add_argument("--data-dir", type=Path, default=Path.home() / ".cache" / "lengthscan-bench")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    size = "quick" if args.quick else "full"
+    long_corpus = args.data_dir / "text" / size / "corpus.jsonl"
+    if not long_corpus.exists():
+        print(f"no corpus at {long_corpus}: run python bench/data.py first", file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="lengthscan-count-bench-"))
+    corpora = {"long": long_corpus, "short": short_corpus(long_corpus, args.data_dir / "text" / size / "short.jsonl")}
+    toks = tokenizers(args.data_dir, args.data_dir / "count-bench")
+    if args.tokenizers:
+        toks = {k: v for k, v in toks.items() if k in args.tokenizers.split(",")}
+    lines = []
+    for cname in args.only.split(","):
+        for tname, tok in toks.items():
+            print(f"{cname} x {tname}", file=sys.stderr)
+            try:
+                got = bench_line(corpora[cname], tok, work / f"{cname}-{tname}", args.repeats)
+            except SideFailed as exc:
+                print(f"  failed: {exc}", file=sys.stderr)
+                continue
+            lines.append((cname, tname, got))
+    table = render(lines, args, corpora)
+    print(table)
+    args.results.write_text(table)
+    return 0
+
+
+def render(lines, args, corpora) -> str:
+    rows = sum(1 for _ in open(corpora["long"], encoding="utf-8"))
+    short_rows = sum(1 for _ in open(corpora["short"], encoding="utf-8")) if "short" in args.only else 0
+    out = [f"# Count-only engine: `python bench/count_bench.py{' --quick' if args.quick else ''}`", "",
+           f"Median of {args.repeats} whole processes, interleaved (raw, engine, today). long: {rows:,} rows; "
+           f"short: {short_rows:,} paragraphs of <= 300 characters. raw = `bench/raw_encode.py` "
+           "(`encode_batch_fast`, the floor); engine = `lengthscan audit --full` (default `--count-engine auto`); "
+           "today = the same with `--count-engine tokenizers`. Phase = the tokenize phase alone in one process.", "",
+           "| corpus | tokenizer | engine | raw s | engine s | today s | raw/engine | today/engine | "
+           "phase fast s | phase engine s | phase x | first-run s | same rows | tokens = raw |",
+           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    for cname, tname, g in lines:
+        m, p = g["median"], g["phase"]
+        proven = (g["counting"].get("engine") or "").startswith("tiktoken")
+        ratio = m["raw"] / m["engine"]
+        verdict = ("PASS" if ratio >= 1.8 else "FAIL") if proven else "n/a (refused)"
+        px = f"{p['fast_s'] / p['engine_s']:.2f}x" if p.get("engine_s") else "-"
+        out.append(f"| {cname} | {tname} | {'proven' if proven else 'refused'} | {m['raw']:.1f} | {m['engine']:.1f} | "
+                   f"{m['today']:.1f} | {ratio:.2f}x {verdict} | {m['today'] / m['engine']:.2f}x | {p['fast_s']:.1f} | "
+                   f"{p['engine_s'] or 0:.1f} | {px} | {g['cold_s']:.1f} | {g['same_rows']} | "
+                   f"{g['tokens'] == g['raw_tokens']} |")
+    out += ["", "Why each engine was chosen:", ""]
+    seen = set()
+    for _, tname, g in lines:
+        if tname not in seen:
+            seen.add(tname)
+            out.append(f"- {tname}: {g['counting'].get('reason', '?')}")
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
