@@ -18,13 +18,21 @@ Anything else uses ``__call__`` itself, batched. Which method ran is recorded pe
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 
 from lengthscan.measure.records import FLAG_EMPTY, FLAG_MISSING, FLAG_TOO_LONG, TokenizerInfo
+from lengthscan.measure.text.fastpath import (
+    CHAT_ROLE,
+    METHOD_CALL,  # noqa: F401 - re-exported: the method names are the counter's
+    METHOD_FAST,
+    PROBES,
+    Memo,
+    RoleMethod,
+    prove,
+)
 from lengthscan.measure.text.loading import hash_tokenizer, load_tokenizer, tokenizer_max_length
 
 #: Texts longer than this many characters are recorded as too long instead of tokenized, so one
@@ -34,42 +42,8 @@ DEFAULT_MAX_CHARS = 10_000_000
 #: Characters handed to the tokenizer in one call: bounds memory whatever the row sizes.
 CHUNK_CHARS = 4_000_000
 
-METHOD_FAST = "backend.encode_batch_fast"
-#: The role of rendered chat texts: tokenized as ``apply_chat_template`` does, without special tokens.
-CHAT_ROLE = "chat"
-METHOD_CALL = "__call__"
-
-PROBES = (
-    "",
-    " ",
-    "   leading and trailing   ",
-    "Hello world. Hello, World!",
-    "naïve café – “quoted” déjà vu",
-    "e\u0301 combining, Å vs A\u030a",
-    "ＡＢＣ ﬁ ½ Ⅻ ㎏ ｶﾀｶﾅ",
-    "emoji 😀👍🏽 family 👨‍👩‍👧",
-    "中文字符测试，日本語のテキスト。한국어",
-    "مرحبا بالعالم",
-    "tabs\tand\nnewlines\r\nmixed  \u00a0nbsp",
-    "def f(x):\n    return x ** 2  # comment",
-    "1234567890 3.14159 1e-10 0x1F",
-    "a" * 300,
-    "word " * 100,
-)
-
-
-
 #: ``count_engine`` values: the count-only BPE engine where it is proven exact, or the tokenizer always.
 COUNT_ENGINES = ("auto", "tokenizers")
-
-
-@dataclass
-class _RoleMethod:
-    method: str
-    reason: str
-    backend: object = None
-    engine: object = None      # a countbpe ``RoleEngine`` where the count-only engine is proven for the role
-    engine_reason: str = ""
 
 
 class TokenCounter:
@@ -96,7 +70,7 @@ class TokenCounter:
             self.name = name or getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
             self._tokenizer = tokenizer
         self.max_chars = max_chars
-        self._methods: dict[str, _RoleMethod] = {}
+        self._methods: dict[str, RoleMethod] = {}
         self._bounds: dict = {}
         self._hash: str | None = None
         self._snapshot = None  # the private backend copy, shared by roles (both in input mode)
@@ -132,15 +106,22 @@ class TokenCounter:
         """
         methods = {role: "cached lengths" for role in sorted(cached)}
         methods.update({role: m.method for role, m in self._methods.items()})
+        remembered = self._memo().info() if not self.loaded and self._memo() is not None else {}
         if self.loaded:
-            tok = self._tokenizer
-            cls, fast, max_len = type(tok).__name__, bool(getattr(tok, "is_fast", False)), tokenizer_max_length(tok)
+            cls, fast, max_len = (self._loaded_info()[k] for k in ("cls", "is_fast", "model_max_length"))
+        elif remembered:
+            cls, fast, max_len = (remembered.get(k) for k in ("cls", "is_fast", "model_max_length"))
         else:
             config = self._config()
             cls, fast = f"{config.get('tokenizer_class', '?')} (not loaded)", False
             max_len = tokenizer_max_length(SimpleNamespace(model_max_length=config.get("model_max_length")))
         return TokenizerInfo(name=self.name, cls=cls, is_fast=fast, hash=self.hash, methods=methods,
                              model_max_length=max_len, counting=self.counting())
+
+    def _loaded_info(self) -> dict:
+        tok = self._tokenizer
+        return {"cls": type(tok).__name__, "is_fast": bool(getattr(tok, "is_fast", False)),
+                "model_max_length": tokenizer_max_length(tok)}
 
     def counting(self) -> dict:
         """role -> which engine counted it and why, with what the count-only engine did."""
@@ -157,6 +138,9 @@ class TokenCounter:
         """The tokenizer's real ``model_max_length`` (None for transformers' placeholder)."""
         if self.loaded:
             return tokenizer_max_length(self._tokenizer)
+        remembered = self._memo().info() if self._memo() is not None else {}
+        if remembered:
+            return remembered.get("model_max_length")
         return tokenizer_max_length(SimpleNamespace(model_max_length=self._config().get("model_max_length")))
 
     def _config(self) -> dict:
@@ -314,26 +298,31 @@ class TokenCounter:
         method = self._methods.get(role) or self._decide(role, probe)
         return method.backend if method.method == METHOD_FAST else None
 
-    # -- proof of the fast path ---------------------------------------------------------------
-    def _decide(self, role: str, texts: list[str]) -> _RoleMethod:
-        reason = self._structural_reason(role)
-        if reason is None:
-            backend = self._backend_snapshot()
-            probe = list(PROBES) + self._special_token_probes() + [t for t in texts[:64] if len(t) <= 20_000]
-            fast_ids = [e.ids for e in backend.encode_batch(probe, add_special_tokens=role != CHAT_ROLE)]
-            call_ids = [list(ids) for ids in self._call_ids(probe, role)]
-            bad = next((i for i, (a, b) in enumerate(zip(fast_ids, call_ids)) if a != b), None)
-            if bad is None:
-                method = _RoleMethod(METHOD_FAST, f"proven: same ids as __call__ on {len(probe)} probe texts", backend)
-                self._engine_for(method, role, probe)
-            else:
-                method = _RoleMethod(METHOD_CALL, f"backend ids differ from __call__ on probe {probe[bad][:40]!r}")
-        else:
-            method = _RoleMethod(METHOD_CALL, reason)
+    # -- proof of the fast path (fastpath.py) -----------------------------------------------
+    def _decide(self, role: str, texts: list[str]) -> RoleMethod:
+        memo = self._memo()
+        method = memo.method(role) if memo is not None and not self.loaded else None
+        if method is None:
+            method = prove(self.tokenizer, role, texts, self._call_ids)
+            if memo is not None:
+                memo.remember(role, method, self._loaded_info())
+        if method.method == METHOD_FAST:
+            if self._snapshot is not None:
+                method.backend = self._snapshot  # one backend copy for every role (all in input mode)
+            self._snapshot = method.backend
+            self._engine_for(method, role, [t for t in texts[:64] if len(t) <= 20_000])
         self._methods[role] = method
         return method
 
-    def _engine_for(self, method: _RoleMethod, role: str, probe: list[str]) -> None:
+    def _memo(self) -> Memo | None:
+        """Where a local tokenizer folder's proven fast paths are remembered (None: not one)."""
+        if self.trust_remote_code or not Path(self.name).is_dir():
+            return None
+        from lengthscan.sources.cache_dir import cache_root
+
+        return Memo(cache_root() / "fastpath", self.hash)
+
+    def _engine_for(self, method: RoleMethod, role: str, probe: list[str]) -> None:
         """The count-only engine for a role on the proven fast path, where it is proven too (chat
         renderings need offsets: always the tokenizer)."""
         if role == CHAT_ROLE:
@@ -352,49 +341,6 @@ class TokenCounter:
             method.engine, why = role_engine(engine, method.backend, role, probe, verify=self.verify_counts,
                                              recount=lambda texts, r: [len(ids) for ids in self._call_ids(texts, r)])
             method.engine_reason = why or method.engine_reason
-
-    def _structural_reason(self, role: str) -> str | None:
-        """None when the fast path is structurally sound for ``role``, else why not."""
-        tok = self.tokenizer
-        try:
-            from transformers.tokenization_utils_base import PreTrainedTokenizerBase
-            from transformers.tokenization_utils_tokenizers import TokenizersBackend
-        except ImportError:  # pragma: no cover - older transformers
-            return "transformers without TokenizersBackend: __call__ used"
-        if not isinstance(tok, TokenizersBackend) or not getattr(tok, "is_fast", False):
-            return f"{type(tok).__name__} is not a fast tokenizer"
-        cls = type(tok)
-        if cls.__call__ is not PreTrainedTokenizerBase.__call__:
-            return f"{cls.__name__} overrides __call__"
-        # transformers' own privates: __call__ goes through _encode_plus and the _switch_to_*_mode hooks
-        if cls._encode_plus is not TokenizersBackend._encode_plus:
-            return f"{cls.__name__} overrides _encode_plus"
-        if role == "target" and hasattr(tok, "_switch_to_target_mode"):
-            return f"{cls.__name__} has a separate target mode (text_target)"
-        return None
-
-    def _backend_snapshot(self):
-        """A private copy of the backend in input mode, untruncated and unpadded, as __call__ runs it
-        (made once: the fast path is only taken for a role whose ``__call__`` runs input mode)."""
-        if self._snapshot is None:
-            self._snapshot = self._copy_backend()
-        return self._snapshot
-
-    def _copy_backend(self):
-        from tokenizers import Tokenizer
-
-        tok = self.tokenizer
-        if hasattr(tok, "_switch_to_input_mode"):  # transformers' own private hook, as __call__ runs it
-            tok._switch_to_input_mode()
-        backend = Tokenizer.from_str(tok.backend_tokenizer.to_str())
-        backend.no_truncation()
-        backend.no_padding()
-        backend.encode_special_tokens = bool(getattr(tok, "split_special_tokens", False))
-        return backend
-
-    def _special_token_probes(self) -> list[str]:
-        specials = [t for t in getattr(self.tokenizer, "all_special_tokens", []) if isinstance(t, str)][:8]
-        return [f"{t} inside {t}text" for t in specials]
 
     # -- pickling: workers reload by name ---------------------------------------------------
     def __getstate__(self):

@@ -194,3 +194,19 @@ def test_released_patterns_are_taken(claude_bpe_dir):
     for regex in (BYTE_LEVEL_REGEX, llama3):
         atoms, _ = scan(regex)
         assert set(atoms) == {r"\p{L}", r"\p{N}", r"\s"}
+
+
+def test_a_second_run_on_the_same_files_reuses_the_proof_without_loading_transformers(bpe_dir, docs):
+    texts = docs[:200]
+    first = TokenCounter(str(bpe_dir))
+    expected = list(first.count(texts, "input")[0])
+    assert first.loaded
+    again = TokenCounter(str(bpe_dir))
+    assert list(again.count(texts, "input")[0]) == expected
+    assert not again.loaded  # the remembered backend counted: no AutoTokenizer
+    assert "remembered" in again.method_reasons()["input"]
+    assert again.counting()["input"]["engine"].startswith("tiktoken")
+    info = again.info()
+    assert info.cls == first.info().cls and info.model_max_length == first.info().model_max_length
+    changed = TokenCounter(str(bpe_dir), count_engine="tokenizers")
+    assert list(changed.count(texts, "input")[0]) == expected

@@ -1,0 +1,172 @@
+"""Which method counts a role: the backend's ``encode_batch_fast`` where it is proven to give
+``__call__``'s ids, else ``__call__`` (see ``counter.py``), and the proof remembered.
+
+The proof is structural (transformers' own ``__call__`` and ``_encode_plus``, no separate target
+mode) and empirical (the same ids on probe texts and the role's first texts). It depends only on
+the tokenizer's files and the installed transformers and tokenizers, so it is remembered under
+those: a later run with a tokenizer folder whose files hash the same reads the proven backend back
+(``Memo``) and never imports transformers, which costs over a second a run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+METHOD_FAST = "backend.encode_batch_fast"
+METHOD_CALL = "__call__"
+#: The role of rendered chat texts: tokenized as ``apply_chat_template`` does, without special tokens.
+CHAT_ROLE = "chat"
+
+PROBES = (
+    "",
+    " ",
+    "   leading and trailing   ",
+    "Hello world. Hello, World!",
+    "naïve café – “quoted” déjà vu",
+    "e\u0301 combining, Å vs A\u030a",
+    "ＡＢＣ ﬁ ½ Ⅻ ㎏ ｶﾀｶﾅ",
+    "emoji 😀👍🏽 family 👨‍👩‍👧",
+    "中文字符测试，日本語のテキスト。한국어",
+    "مرحبا بالعالم",
+    "tabs\tand\nnewlines\r\nmixed  \u00a0nbsp",
+    "def f(x):\n    return x ** 2  # comment",
+    "1234567890 3.14159 1e-10 0x1F",
+    "a" * 300,
+    "word " * 100,
+)
+
+
+@dataclass
+class RoleMethod:
+    """How one role is counted, and why."""
+
+    method: str
+    reason: str
+    backend: object = None
+    engine: object = None      # a countbpe ``RoleEngine`` where the count-only engine is proven for the role
+    engine_reason: str = ""
+
+
+def prove(tok, role: str, texts: list[str], call_ids) -> RoleMethod:
+    """The method for ``role`` of a loaded transformers tokenizer; ``call_ids(texts, role)`` is
+    ``__call__``'s ids."""
+    reason = structural_reason(tok, role)
+    if reason is not None:
+        return RoleMethod(METHOD_CALL, reason)
+    backend = copy_backend(tok)
+    probe = list(PROBES) + special_token_probes(tok) + [t for t in texts[:64] if len(t) <= 20_000]
+    fast_ids = [e.ids for e in backend.encode_batch(probe, add_special_tokens=role != CHAT_ROLE)]
+    theirs = [list(ids) for ids in call_ids(probe, role)]
+    bad = next((i for i, (a, b) in enumerate(zip(fast_ids, theirs)) if a != b), None)
+    if bad is not None:
+        return RoleMethod(METHOD_CALL, f"backend ids differ from __call__ on probe {probe[bad][:40]!r}")
+    return RoleMethod(METHOD_FAST, f"proven: same ids as __call__ on {len(probe)} probe texts", backend)
+
+
+def structural_reason(tok, role: str) -> str | None:
+    """None when the fast path is structurally sound for ``role``, else why not."""
+    try:
+        from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+        from transformers.tokenization_utils_tokenizers import TokenizersBackend
+    except ImportError:  # pragma: no cover - older transformers
+        return "transformers without TokenizersBackend: __call__ used"
+    if not isinstance(tok, TokenizersBackend) or not getattr(tok, "is_fast", False):
+        return f"{type(tok).__name__} is not a fast tokenizer"
+    cls = type(tok)
+    if cls.__call__ is not PreTrainedTokenizerBase.__call__:
+        return f"{cls.__name__} overrides __call__"
+    # transformers' own privates: __call__ goes through _encode_plus and the _switch_to_*_mode hooks
+    if cls._encode_plus is not TokenizersBackend._encode_plus:
+        return f"{cls.__name__} overrides _encode_plus"
+    if role == "target" and hasattr(tok, "_switch_to_target_mode"):
+        return f"{cls.__name__} has a separate target mode (text_target)"
+    return None
+
+
+def copy_backend(tok):
+    """A private copy of the backend in input mode, untruncated and unpadded, as __call__ runs it
+    (the fast path is only taken for a role whose ``__call__`` runs input mode)."""
+    from tokenizers import Tokenizer
+
+    if hasattr(tok, "_switch_to_input_mode"):  # transformers' own private hook, as __call__ runs it
+        tok._switch_to_input_mode()
+    backend = Tokenizer.from_str(tok.backend_tokenizer.to_str())
+    backend.no_truncation()
+    backend.no_padding()
+    backend.encode_special_tokens = bool(getattr(tok, "split_special_tokens", False))
+    return backend
+
+
+def special_token_probes(tok) -> list[str]:
+    specials = [t for t in getattr(tok, "all_special_tokens", []) if isinstance(t, str)][:8]
+    return [f"{t} inside {t}text" for t in specials]
+
+
+class Memo:
+    """Proven fast paths remembered by tokenizer-files hash and library versions, with the backend
+    snapshot and what the report says of the tokenizer (its class, ``model_max_length``)."""
+
+    def __init__(self, root: Path, files_hash: str):
+        versions = "-".join(_version(p) for p in ("transformers", "tokenizers", "lengthscan"))
+        self.path = root / f"{files_hash[:32]}-{versions}.json"
+        self._data: dict | None = None
+
+    def _read(self) -> dict:
+        if self._data is None:
+            try:
+                self._data = json.loads(self.path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                self._data = {}
+        return self._data
+
+    def method(self, role: str) -> RoleMethod | None:
+        """The remembered fast path of ``role`` with its backend, or None."""
+        data = self._read()
+        reason = (data.get("roles") or {}).get(role)
+        snapshot = self.path.with_suffix(".tokenizer.json")
+        if reason is None or not snapshot.exists():
+            return None
+        from tokenizers import Tokenizer
+
+        try:
+            backend = Tokenizer.from_file(str(snapshot))
+        except Exception:  # a damaged cache file: prove again
+            return None
+        backend.no_truncation()
+        backend.no_padding()
+        backend.encode_special_tokens = bool(data.get("encode_special_tokens"))
+        return RoleMethod(METHOD_FAST, f"{reason} (remembered from an earlier run on these files)", backend)
+
+    def info(self) -> dict:
+        return self._read().get("info") or {}
+
+    def remember(self, role: str, method: RoleMethod, info: dict) -> None:
+        if method.method != METHOD_FAST:
+            return
+        data = self._read()
+        data.setdefault("roles", {})[role] = method.reason
+        data["info"] = info
+        data["encode_special_tokens"] = bool(method.backend.encode_special_tokens)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            snapshot = self.path.with_suffix(".tokenizer.json")
+            if not snapshot.exists():
+                tmp = snapshot.with_name(f"{snapshot.name}.tmp{os.getpid()}")
+                tmp.write_text(method.backend.to_str(), encoding="utf-8")
+                os.replace(tmp, snapshot)
+            tmp = self.path.with_name(f"{self.path.name}.tmp{os.getpid()}")
+            tmp.write_text(json.dumps(data), encoding="utf-8")
+            os.replace(tmp, self.path)
+        except OSError:  # a read-only cache costs time, never correctness
+            pass
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "0"
