@@ -91,3 +91,23 @@ def source_line(source: dict) -> str:
     retries = f", {source['retries']:,} retried" if source.get("retries") else ""
     return (f"{size(source['bytes_read'])} of {size(total)}{part} in {source['files']:,} file(s), "
             f"{source['requests']:,} requests{retries}{how}; {source.get('resolved')}")
+
+
+def counting_line(tokenizer: dict) -> str | None:
+    """Which engine counted each role's tokens, in one line (None when nothing was counted): the
+    count-only engine's name and tallies, else why it was not used."""
+    counting = tokenizer.get("counting") or {}
+    if not counting:
+        return None
+    parts, reasons = [], []
+    for role, c in counting.items():
+        if str(c.get("engine", "")).startswith("tiktoken"):
+            tally = f"{c.get('texts', 0):,} texts, {c.get('by_tokenizer', 0):,} left to the tokenizer"
+            if c.get("verified"):
+                tally += f", {c['verified']:,} recounted by it and equal"
+            parts.append(f"{role}: {c['engine']} count-only, proven exact ({tally})")
+        else:
+            parts.append(f"{role}: {c.get('engine')}")
+            if c.get("reason") and c["reason"] not in reasons:
+                reasons.append(c["reason"])
+    return "; ".join(parts) + "".join(f" ({r})" for r in reasons)

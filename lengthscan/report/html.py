@@ -18,7 +18,7 @@ from pathlib import Path
 
 from lengthscan.report import charts
 from lengthscan.report.findings import findings
-from lengthscan.report.fmt import count, mean, num, share, size, source_line, unit
+from lengthscan.report.fmt import count, counting_line, mean, num, share, size, source_line, unit
 from lengthscan.report.memory_chart import memory_spec
 from lengthscan.report.packing import packing_view
 
@@ -137,6 +137,7 @@ def _view(data: dict, specs: dict, *, redact: bool) -> dict:
         "worst_groups": _worst_groups(clean.get("worst_rows") or data.get("longest_rows"), redact=redact),
         "memory": _memory_view(data.get("memory"), add),
         "source_line": source_line(data["source"]) if data["source"].get("location") == "remote" else None,
+        "counting_line": counting_line(data.get("tokenizer") or {}),
         "bytes_read": size(data["source"].get("bytes_read")),
         "bytes_total": size(data["source"].get("bytes_total")),
         "packing": packing_view(data.get("packing"), add),

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from lengthscan.report.fmt import source_line
+from lengthscan.report.fmt import counting_line, source_line
 
 SHOWN = ("p50", "p90", "p99", "p99.9")
 
@@ -22,6 +22,8 @@ def render_summary(data: dict, console: Console) -> None:
             _say(console, f"note: {note}", indent="  ", style="yellow")
     methods = ", ".join(f"{role}: {m}" for role, m in tok.get("methods", {}).items())
     _say(console, f"{tok.get('name')} ({tok.get('class')}; {methods})", head="tokenizer ")
+    if (counted := counting_line(tok)) is not None:
+        _say(console, counted, head="counted ")
     by_column: dict = {}
     for f in data.get("fields", []):
         by_column.setdefault(f["column"], []).append(f["name"])
