@@ -180,6 +180,8 @@ def test_verify_counts_recounts_random_rows_and_fails_loudly_on_a_mismatch(bpe_d
 @pytest.mark.parametrize("regex,why", [
     (r"\s+$", "anchors"), (r"\bword", r"\\b"), (r"(?<name>x)", "group"), (r"\p{N}{1,3}+", "possessive"),
     (r"[[:alpha:]]+", "POSIX"), (r"\h+", r"\\h"), (r"\x{41}", r"\\x"), (r"[a-z&&[^aeiou]]", "class"),
+    (r"(?i:ß)|[^ß]", "folds"), (r"[a-z--b]+|[^a-z]", "--"), (r"[ab~~b]|[^ab]", "~~"), (r"(?i:\p{Lu})+|.", "property"),
+    (r"\pL+|.", "write"), (r"\<\w|\w+|\W", r"\\<"), (r"\p{L}*|\P{L}", "empty"), (r"a{,2}", "empty"),
 ])
 def test_regex_constructs_read_differently_are_refused(regex, why):
     with pytest.raises(Refused, match=why):
@@ -210,3 +212,61 @@ def test_a_second_run_on_the_same_files_reuses_the_proof_without_loading_transfo
     assert info.cls == first.info().cls and info.model_max_length == first.info().model_max_length
     changed = TokenCounter(str(bpe_dir), count_engine="tokenizers")
     assert list(changed.count(texts, "input")[0]) == expected
+
+
+def _split(regex: str, merges, **kw):
+    from tokenizers import Regex, pre_tokenizers
+
+    tok = byte_level_tokenizer(merges, **kw)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(regex), "isolated"),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    return tok
+
+
+def _agrees(tok, texts, tmp_path) -> np.ndarray:
+    """The engine's counts where it counts, checked against the tokenizer's; returns them."""
+    counts = _engine(tok, tmp_path).count(texts)
+    expected = _tokenizer_counts(tok, texts)
+    taken = counts >= 0
+    assert (counts[taken] == expected[taken]).all(), (texts, counts, expected)
+    return counts
+
+
+def test_review_cases_count_exactly_or_go_to_the_tokenizer(tmp_path):
+    """What a review found: a text spelling the separator with its neighbour, special tokens kept as
+    text that hide an added token, a stretched added token in NFC, a split regex that does not
+    cover the text, and two tokens sharing an id."""
+    from tokenizers import AddedToken, Tokenizer, normalizers
+
+    from lengthscan.measure.text.countbpe.engine import SEP
+
+    for prefix in (False, True):
+        counts = _agrees(byte_level_tokenizer([("a", "b")], prefix_space=prefix), [SEP[:-1], "\x00x", "ab"], tmp_path)
+        assert list(counts[:2]) == [-1, -1] and counts[2] > 0
+    tok = byte_level_tokenizer([])
+    tok.add_special_tokens([AddedToken("abc", special=True, normalized=False)])
+    tok.add_tokens([AddedToken("bc", normalized=False)])
+    tok.encode_special_tokens = True
+    assert list(_agrees(tok, ["abc", "xabcx", "bc x"], tmp_path)) == [-1, -1, 3]
+    tok = byte_level_tokenizer([])
+    tok.normalizer = normalizers.NFC()
+    tok.add_tokens([AddedToken("e\u0301", lstrip=True, normalized=True)])
+    assert _agrees(tok, ["x\u00e9"], tmp_path)[0] == -1
+    assert list(_agrees(_split(r"\p{L}+", [("a", "b")]), ["ab cd", "12", "ab"], tmp_path)) == [4, 2, 1]
+    spec = json.loads(byte_level_tokenizer([]).to_str())
+    vocab = spec["model"]["vocab"]
+    vocab.update({"ab": len(vocab), "xyz": len(vocab)})
+    spec["model"].update(merges=[["a", "b"]], ignore_merges=True)
+    with pytest.raises(Refused, match="one id"):
+        _engine(Tokenizer.from_str(json.dumps(spec)), tmp_path)
+
+
+def test_an_engine_that_fails_hands_its_texts_to_the_tokenizer(tmp_path):
+    """A split regex that matches the empty string only before a "q" slips past the empty-match
+    probes; tiktoken panics on it (a BaseException): the tokenizer counts from there, and the
+    report says why."""
+    tok = _split(r"(?=q)|[^q]+|q", [("a", "b")])
+    role = RoleEngine(_engine(tok, tmp_path), tok, "input", 0)
+    texts = ["ab ab", "aq", "ab"]
+    assert list(role.count(texts)) == list(_tokenizer_counts(tok, texts))
+    assert "failed" in role.to_dict("proven")["reason"] and role.by_tokenizer == 3

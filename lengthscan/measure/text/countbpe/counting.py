@@ -50,9 +50,24 @@ class RoleEngine:
         self.counted = 0        # texts the engine counted
         self.by_tokenizer = 0   # texts it left to the tokenizer
         self.verified = 0       # rows recounted by the tokenizer itself
+        self.failed: str | None = None  # why the engine stopped counting (the tokenizer counts from then on)
+
+    def _by_tokenizer(self, texts: list[str]) -> np.ndarray:
+        self.by_tokenizer += len(texts)
+        add = self.role != "chat"
+        return np.array([len(e) for e in self.backend.encode_batch_fast(texts, add_special_tokens=add)], np.int64)
 
     def count(self, texts: list[str]) -> np.ndarray:
-        counts = self.engine.count(texts)
+        if self.failed is not None:
+            return self._by_tokenizer(texts)
+        try:
+            counts = self.engine.count(texts)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - tiktoken's Rust panics are BaseExceptions
+            self.failed = (f"the count-only engine failed ({type(exc).__name__}: {str(exc)[:100]}); "
+                           "the tokenizer counted from there")
+            return self._by_tokenizer(texts)
         left = np.flatnonzero(counts < 0)
         counts[counts >= 0] += self.specials
         if left.size:
@@ -90,6 +105,8 @@ class RoleEngine:
                     "rerun with --count-engine tokenizers, and please report it")
 
     def to_dict(self, reason: str) -> dict:
+        if self.failed is not None:
+            reason = f"{reason}; {self.failed}"
         return {"engine": self.engine.name, "reason": reason, "texts": self.counted,
                 "by_tokenizer": self.by_tokenizer, "verified": self.verified}
 
@@ -105,6 +122,10 @@ def engine_for(backend, cache_dir):
         return None, "tiktoken is not installed (pip install tiktoken): counted by tokenizers"
     except Refused as exc:
         return None, f"count-only engine not proven: {exc}"
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a tokenizer the engine cannot read (Rust panics included)
+        return None, f"count-only engine not built ({type(exc).__name__}: {str(exc)[:100]}): counted by tokenizers"
     return engine, engine.describe()
 
 
@@ -114,7 +135,12 @@ def role_engine(engine, backend, role: str, probe: list[str], *, verify: int, re
     add = role != "chat"
     specials = len(backend.encode("x", add_special_tokens=add)) - len(backend.encode("x", add_special_tokens=False))
     texts = [t for t in list(ADVERSARIAL) + list(probe) if t]
-    counts = engine.count(texts)
+    try:
+        counts = engine.count(texts)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - tiktoken's Rust panics are BaseExceptions
+        return None, f"count-only engine failed on the probes ({type(exc).__name__}): counted by tokenizers"
     theirs = [len(e) for e in backend.encode_batch_fast(texts, add_special_tokens=add)]
     for text, ours, n in zip(texts, counts, theirs):
         if ours >= 0 and ours + specials != n:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lengthscan.measure.text.countbpe.pattern import differences, normalizer_form, pre_tokenizer
+from lengthscan.measure.text.countbpe.pattern import covering, differences, normalizer_form, pre_tokenizer
 from lengthscan.measure.text.countbpe.proof import Derived, Refused, derive
 
 #: The separator between joined texts: a tiktoken special token no real text holds.
@@ -127,8 +127,8 @@ class CountEngine:
         joined = SEP.join(part)
         exact = np.zeros(k, bool)
         base = np.zeros(k, np.int64)
-        if joined.count(SEP) != k - 1:
-            exact |= [SEP in t for t in part]
+        if joined.count("\x00") != 2 * (k - 1):  # a text holding NUL could spell a separator with its neighbours
+            exact |= ["\x00" in t for t in part]
         if not joined.isascii():
             self._route_chars(joined, part, exact)
             if self._form is not None:
@@ -226,14 +226,19 @@ def build(backend, *, cache_dir: Path | None = None, threads: int | None = None)
                "normalized": t.normalized, "special": t.special}
               for _, t in sorted(backend.get_added_tokens_decoder().items())]
     added = _added(tokens, form, bool(backend.encode_special_tokens))
+    vocab = backend.get_vocab(with_added_tokens=False)
+    if len(set(vocab.values())) != len(vocab):
+        raise Refused("the vocabulary gives one id to several tokens (merges follow ids, not strings)")
     derived = _derived(backend.to_str(), cache_dir)
     sep_id = max(derived.ranks.values()) + 1
     try:
-        enc = tiktoken.Encoding("lengthscan-count", pat_str=pre.regex, mergeable_ranks=derived.ranks,
+        enc = tiktoken.Encoding("lengthscan-count", pat_str=covering(pre.regex), mergeable_ranks=derived.ranks,
                                 special_tokens={SEP: sep_id})
     except Exception as exc:  # the regex crate's message: the pattern does not compile there
         raise Refused(f"the split regex does not compile in tiktoken: {str(exc).splitlines()[0][:120]}") from exc
     route = differences(pre, form, cache_dir)
+    if route[:128].any():
+        raise Refused("the two regex engines read ASCII characters of the split regex differently")
     return CountEngine(enc, sep_id, route, form, pre.prefix_space, added, derived, threads or threads_default())
 
 
@@ -246,10 +251,11 @@ def _added(tokens: list[dict], form: str | None, encode_special_tokens: bool) ->
     raw, normalized, hard = [], [], []
     for t in tokens:
         content = t.get("content") or ""
-        if not content or (t.get("special") and encode_special_tokens):
+        if not content:
             continue
-        if t.get("lstrip") or t.get("rstrip") or t.get("single_word"):
-            hard.append(content)
+        if (t.get("special") and encode_special_tokens) or t.get("lstrip") or t.get("rstrip") or t.get("single_word"):
+            # matched, then kept as text (encode_special_tokens) or stretched over spaces: the tokenizer counts
+            hard += [content, unicodedata.normalize(form, content)] if form else [content]
         elif t.get("normalized", not t.get("special")):
             normalized.append(unicodedata.normalize(form, content) if form else content)
         else:
@@ -266,7 +272,10 @@ def _alternation(contents: list[str]) -> re.Pattern | None:
 
 
 def _derived(tokenizer_json: str, cache_dir: Path | None) -> Derived:
-    key = hashlib.sha256(tokenizer_json.encode("utf-8")).hexdigest()[:32]
+    from importlib import metadata
+
+    versions = "-".join(metadata.version(p) for p in ("tokenizers", "lengthscan"))
+    key = hashlib.sha256(f"{versions}\n{tokenizer_json}".encode()).hexdigest()[:32]
     if key in _DERIVED:
         return _DERIVED[key]
     path = cache_dir / f"ranks-{key}.npz" if cache_dir is not None else None

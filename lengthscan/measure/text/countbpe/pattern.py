@@ -39,6 +39,8 @@ from lengthscan.measure.text.countbpe.proof import Refused
 BYTE_LEVEL_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 _ATOM_ESCAPES = "sSdDwW"
 _PLAIN_ESCAPES = "rntfv"
+#: Punctuation both engines take escaped as itself (``\\<``, ``\\>`` are word boundaries in one).
+_PUNCT_ESCAPES = "\\.-[](){}|?*+^$/'\"#&~:!,=@%;`"
 _GROUPS = ("(?:", "(?=", "(?!", "(?i:")
 
 
@@ -104,60 +106,81 @@ def normalizer_form(spec: dict | None) -> str | None:
 
 def scan(regex: str) -> tuple[tuple[str, ...], bool]:
     """The single-character classes of a regex and whether it folds case, or ``Refused`` for a
-    construct the two engines may read differently (module docstring)."""
+    construct the two engines may read differently (module docstring). Inside ``(?i:...)`` only
+    ASCII literals and ASCII classes are taken: case folding beyond ASCII (``ß``/``ss``,
+    ``\\p{Lu}``) differs between the engines."""
     atoms: list[str] = []
     folds = False
-    i, n, depth = 0, len(regex), 0
-    in_class = False
+    groups: list[bool] = []  # per open group: is it (?i:...)
+    i, n = 0, len(regex)
+    klass: list[str] | None = None  # the characters of the class being read
     while i < n:
         c = regex[i]
+        folding = any(groups)
         if c == "\\":
             if i + 1 >= n:
                 raise Refused("the regex ends in a backslash")
             e = regex[i + 1]
             if e in "pP":
-                m = re.match(r"\\[pP](\{[A-Za-z_]+\}|[A-Za-z])", regex[i:])
+                m = re.match(r"\\[pP]\{[A-Za-z_]+\}", regex[i:])
                 if m is None:
-                    raise Refused(f"unreadable property escape at {regex[i:i + 8]!r}")
-                atoms.append("\\p" + m.group(1))
+                    raise Refused(f"the property escape at {regex[i:i + 8]!r} is not read alike by both regex engines "
+                                  "(write \\p{Name})")
+                if folding:
+                    raise Refused("a property class inside (?i:...) folds case differently in the two regex engines")
+                atoms.append("\\p" + m.group(0)[2:])
                 i += m.end()
                 continue
             if e in _ATOM_ESCAPES:
+                if folding and e in "wW":
+                    raise Refused("\\w inside (?i:...) folds case differently in the two regex engines")
                 atoms.append("\\" + e.lower())
-            elif e not in _PLAIN_ESCAPES and (e.isalnum() or e == "_"):
+            elif e not in _PLAIN_ESCAPES and e not in _PUNCT_ESCAPES:
                 raise Refused(f"the escape \\{e} is not read alike by both regex engines")
+            if klass is not None:
+                klass.append(e)
             i += 2
             continue
-        if in_class:
+        if not c.isascii() and folding:
+            raise Refused(f"the non-ASCII {c!r} inside (?i:...) folds differently in the two regex engines")
+        if klass is not None:
             if c == "[":
                 raise Refused("nested or POSIX character classes")
-            if c == "&" and regex.startswith("&&", i):
-                raise Refused("class intersection")
+            if c in "&-~" and regex.startswith(c * 2, i):
+                raise Refused(f"the class operator {c * 2} (set operations are read differently)")
             if c == "]":
-                in_class = False
+                klass = None
+            else:
+                klass.append(c)
             i += 1
             continue
         if c == "[":
-            in_class = True
+            klass = []
             i += 1
             if regex.startswith("^", i):
+                if folding:
+                    raise Refused("a negated class inside (?i:...) folds differently in the two regex engines")
                 i += 1
             if regex.startswith("]", i):
                 i += 1  # a literal ] first in the class
             continue
         if c == "(":
+            fold = False
             if regex.startswith("(?", i):
                 group = next((g for g in _GROUPS if regex.startswith(g, i)), None)
                 if group is None:
                     raise Refused(f"the group {regex[i:i + 4]!r}... is not read alike by both regex engines")
-                folds |= group == "(?i:"
+                fold = group == "(?i:"
+                folds |= fold
                 i += len(group)
             else:
                 i += 1
-            depth += 1
+            groups.append(fold)
             continue
         if c == ")":
-            depth -= 1
+            if not groups:
+                raise Refused("unbalanced brackets in the regex")
+            groups.pop()
         elif c in "^$":
             raise Refused("anchors (^, $) mean lines in one regex engine and the text in the other")
         elif c == ".":
@@ -165,9 +188,35 @@ def scan(regex: str) -> tuple[tuple[str, ...], bool]:
         elif c == "}" and regex.startswith("}+", i):
             raise Refused("{m,n}+ is possessive in one regex engine and not in the other")
         i += 1
-    if in_class or depth:
+    if klass is not None or groups:
         raise Refused("unbalanced brackets in the regex")
+    _never_empty(regex)
     return tuple(dict.fromkeys(atoms)), folds
+
+
+#: Texts a split regex is tried on for empty matches (tiktoken cannot take one).
+_EMPTY_PROBES = ("", "a", "A", "1", " ", "  ", "\n", "\r\n", "'", "'s", "é", "中", "a b", ".", "ab12 ;", "x\ty")
+
+
+def _never_empty(regex: str) -> None:
+    """``Refused`` when the regex matches the empty string on a probe (tiktoken panics on empty
+    matches; a pattern that still slips through is caught where the engine runs)."""
+    import regex as rx  # tiktoken's own dependency
+
+    try:
+        compiled = rx.compile(regex)
+    except rx.error as exc:
+        raise Refused(f"the split regex does not compile: {exc}") from exc
+    for text in _EMPTY_PROBES:
+        if any(m.end() == m.start() for m in compiled.finditer(text)):
+            raise Refused(f"the split regex matches the empty string (in {text!r})")
+
+
+def covering(regex: str) -> str:
+    """The split regex for tiktoken, which keeps only what the regex matches, made to keep the
+    rest too as ``tokenizers``' Isolated split does: a run of text where no match starts is one
+    piece, up to the next position where one does."""
+    return f"(?:{regex})|(?:(?!(?:{regex}))[\\s\\S])+"
 
 
 # -- where the engines disagree ---------------------------------------------------------------------
