@@ -261,12 +261,21 @@ def test_review_cases_count_exactly_or_go_to_the_tokenizer(tmp_path):
         _engine(Tokenizer.from_str(json.dumps(spec)), tmp_path)
 
 
-def test_an_engine_that_fails_hands_its_texts_to_the_tokenizer(tmp_path):
-    """A split regex that matches the empty string only before a "q" slips past the empty-match
-    probes; tiktoken panics on it (a BaseException): the tokenizer counts from there, and the
-    report says why."""
-    tok = _split(r"(?=q)|[^q]+|q", [("a", "b")])
-    role = RoleEngine(_engine(tok, tmp_path), tok, "input", 0)
-    texts = ["ab ab", "aq", "ab"]
-    assert list(role.count(texts)) == list(_tokenizer_counts(tok, texts))
-    assert "failed" in role.to_dict("proven")["reason"] and role.by_tokenizer == 3
+def test_an_engine_that_fails_hands_its_texts_to_the_tokenizer(bpe_dir, tmp_path, docs):
+    """tiktoken panics (a BaseException) on a byte its table lacks: the tokenizer counts from there,
+    and the report says why. The engine is given a real tiktoken table without "q"."""
+    import tiktoken
+    from transformers import AutoTokenizer
+
+    from lengthscan.measure.text.countbpe.engine import SEP
+
+    backend = AutoTokenizer.from_pretrained(str(bpe_dir)).backend_tokenizer
+    engine = _engine(backend, tmp_path)
+    ranks = {t: r for t, r in engine.derived.ranks.items() if b"q" not in t}
+    engine._enc = tiktoken.Encoding("broken", pat_str=BYTE_LEVEL_REGEX, mergeable_ranks=ranks,  # noqa: SLF001
+                                    special_tokens={SEP: max(ranks.values()) + 1})
+    role = RoleEngine(engine, backend, "input", 2)
+    texts = docs[:50] + ["a quiet question"]
+    counts = role.count(texts)
+    assert list(counts) == [len(e) for e in backend.encode_batch_fast(texts)]
+    assert "failed" in role.to_dict("proven")["reason"] and role.by_tokenizer == len(texts)

@@ -194,22 +194,75 @@ def scan(regex: str) -> tuple[tuple[str, ...], bool]:
     return tuple(dict.fromkeys(atoms)), folds
 
 
-#: Texts a split regex is tried on for empty matches (tiktoken cannot take one).
-_EMPTY_PROBES = ("", "a", "A", "1", " ", "  ", "\n", "\r\n", "'", "'s", "é", "中", "a b", ".", "ab12 ;", "x\ty")
-
-
 def _never_empty(regex: str) -> None:
-    """``Refused`` when the regex matches the empty string on a probe (tiktoken panics on empty
-    matches; a pattern that still slips through is caught where the engine runs)."""
-    import regex as rx  # tiktoken's own dependency
+    """``Refused`` when the regex can match the empty string: tiktoken's and the tokenizer's
+    loops step over empty matches differently (tiktoken may drop the next character)."""
+    if _Nullable(regex).alternation():
+        raise Refused("the split regex can match the empty string")
 
-    try:
-        compiled = rx.compile(regex)
-    except rx.error as exc:
-        raise Refused(f"the split regex does not compile: {exc}") from exc
-    for text in _EMPTY_PROBES:
-        if any(m.end() == m.start() for m in compiled.finditer(text)):
-            raise Refused(f"the split regex matches the empty string (in {text!r})")
+
+class _Nullable:
+    """Whether a regex (already read by ``scan``) can match the empty string: an alternation is if
+    one branch is, a sequence if every item is, an item if its quantifier allows zero or its atom
+    can; lookarounds match empty; a class, an escape or a character never does."""
+
+    def __init__(self, regex: str):
+        self.s, self.i = regex, 0
+
+    def alternation(self) -> bool:
+        empty = self.sequence()
+        while self.i < len(self.s) and self.s[self.i] == "|":
+            self.i += 1
+            empty = self.sequence() or empty
+        return empty
+
+    def sequence(self) -> bool:
+        empty = True
+        while self.i < len(self.s) and self.s[self.i] not in "|)":
+            empty = self.item() and empty
+        return empty
+
+    def item(self) -> bool:
+        empty = self.atom()
+        s = self.s
+        while self.i < len(s) and s[self.i] in "?*+{":
+            c = s[self.i]
+            if c == "{":
+                end = s.index("}", self.i)
+                low = s[self.i + 1:end].split(",")[0].strip()
+                empty = empty or not low or int(low) == 0
+                self.i = end + 1
+            else:
+                empty = empty or c in "?*"
+                self.i += 1
+            if self.i < len(s) and s[self.i] in "?+":  # lazy or possessive: the same lengths
+                self.i += 1
+        return empty
+
+    def atom(self) -> bool:
+        s, c = self.s, self.s[self.i]
+        if c == "(":
+            look = s.startswith(("(?=", "(?!"), self.i)
+            self.i += next((len(g) for g in _GROUPS if s.startswith(g, self.i)), 1)
+            empty = self.alternation()
+            self.i += 1  # ")"
+            return True if look else empty
+        if c == "[":
+            self.i += 1
+            if s.startswith("^", self.i):
+                self.i += 1
+            if s.startswith("]", self.i):
+                self.i += 1
+            while s[self.i] != "]":
+                self.i += 2 if s[self.i] == "\\" else 1
+            self.i += 1
+            return False
+        if c == "\\":
+            m = re.match(r"\\[pP]\{[A-Za-z_]+\}", s[self.i:])
+            self.i += m.end() if m else 2
+            return False
+        self.i += 1
+        return False
 
 
 def covering(regex: str) -> str:
