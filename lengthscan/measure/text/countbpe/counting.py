@@ -74,7 +74,7 @@ class RoleEngine:
             counts[left] = [len(e) for e in self.backend.encode_batch_fast([texts[i] for i in left],
                                                                            add_special_tokens=self.role != "chat")]
         self.by_tokenizer += int(left.size)
-        self.counted += len(texts) - int(left.size)
+        self.counted += len(texts) - int(left.size) - texts.count("")  # "" (the specials' length) is no row
         if self.verify:
             self._verify(texts, counts, left)
         return counts
