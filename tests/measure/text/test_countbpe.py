@@ -70,6 +70,7 @@ def test_interleaved_merges_are_refused():
         derive(tok.to_str())
 
 
+@pytest.mark.slow
 def test_random_vocabularies_count_exactly_wherever_the_proof_says_yes(tmp_path):
     """Random merge lists over a small alphabet (duplicates and alternative splits included):
     whatever ``derive`` accepts counts every string exactly; some are accepted in both modes."""
@@ -100,7 +101,7 @@ def test_random_vocabularies_count_exactly_wherever_the_proof_says_yes(tmp_path)
 
 
 @pytest.mark.parametrize("fixture", ["bpe_dir", "chat_tok_dir", "claude_bpe_dir"])
-@pytest.mark.parametrize("role", ["input", "target"])
+@pytest.mark.parametrize("role", ["input", pytest.param("target", marks=pytest.mark.slow)])
 def test_suite_byte_level_tokenizers_count_exactly(request, fixture, role, docs):
     """GPT-2-style trained vocabularies: a prefix space and a template (bpe_dir), written-out
     added tokens (chat_tok_dir), NFKC and specials (Anthropic's): the counter's counts through the
@@ -140,7 +141,8 @@ def test_lone_surrogates_go_to_the_tokenizer_and_fail_as_before(bpe_dir, tmp_pat
     assert errors[0] == errors[1]
 
 
-@pytest.mark.parametrize("fixture", ["wordpiece_dir", "unigram_dir", "t5_spm_dir", "mistral_spm_dir"])
+@pytest.mark.parametrize("fixture", ["wordpiece_dir", *(pytest.param(f, marks=pytest.mark.slow)
+                                                       for f in ("unigram_dir", "t5_spm_dir", "mistral_spm_dir"))])
 def test_other_models_never_use_the_engine(request, fixture):
     counter = TokenCounter(str(request.getfixturevalue(fixture)))
     counter.count(["hello world", "naïve café"], "input")
