@@ -131,8 +131,9 @@ def bench_line(corpus: Path, tok: Path, work: Path, repeats: int) -> dict:
     cold = run_proc(audit_argv(corpus, tok, work / "cold-out", "auto"), work / "cold")  # its own empty cache
     times: dict[str, list[float]] = {"raw": [], "engine": [], "today": []}
     raw_tokens = None
+    sides = ["raw", "engine", "today"]
     for r in range(repeats):
-        for side in ("raw", "engine", "today"):
+        for side in sides[r % 3:] + sides[:r % 3]:  # the order rotates: no side always follows the raw script
             where = work / f"{side}-{r}"
             if side == "raw":
                 proc = run_proc([PY, str(BENCH / "raw_encode.py"), str(corpus), str(tok)], where)
@@ -189,7 +190,8 @@ def render(lines, args, corpora) -> str:
     rows = sum(1 for _ in open(corpora["long"], encoding="utf-8"))
     short_rows = sum(1 for _ in open(corpora["short"], encoding="utf-8")) if "short" in args.only else 0
     out = [f"# Count-only engine: `python bench/count_bench.py{' --quick' if args.quick else ''}`", "",
-           f"Median of {args.repeats} whole processes, interleaved (raw, engine, today). long: {rows:,} rows; "
+           f"Median of {args.repeats} whole processes, interleaved (raw, engine, today; the order rotates each "
+           f"repeat). long: {rows:,} rows; "
            f"short: {short_rows:,} paragraphs of <= 300 characters. raw = `bench/raw_encode.py` "
            "(`encode_batch_fast`, the floor); engine = `lengthscan audit --full` (default `--count-engine auto`); "
            "today = the same with `--count-engine tokenizers`. Phase = the tokenize phase alone in one process.", "",

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.bpe_vocab import split_bpe
 from tests.support.chat import ADDED, SPECIAL
 from tests.support.texts import EDGE_TEXTS
 
@@ -272,3 +273,19 @@ def chat_tok(chat_tok_dir):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(chat_tok_dir)
+
+
+@pytest.fixture(scope="session")
+def llama3_dir(tmp_path_factory, train_texts):
+    from lengthscan.measure.text.pieces import LLAMA3_PATTERNS
+
+    pattern = next(p for p in LLAMA3_PATTERNS if "{1,3}" in p)
+    return split_bpe(tmp_path_factory.mktemp("llama3"), train_texts, pattern, nfc=False)
+
+
+@pytest.fixture(scope="session")
+def qwen2_dir(tmp_path_factory, train_texts):
+    from lengthscan.measure.text.pieces import LLAMA3_PATTERNS
+
+    pattern = next(p for p in LLAMA3_PATTERNS if "{1,3}" not in p)
+    return split_bpe(tmp_path_factory.mktemp("qwen2"), train_texts, pattern, nfc=True)

@@ -104,3 +104,25 @@ def converted_tokenizer(name: str):
             if path is None:
                 return None
         return TikTokenConverter(vocab_file=str(path), pattern=pattern, extra_special_tokens=SPECIAL[:3]).converted()
+
+
+def split_bpe(out, train_texts, pattern: str, nfc: bool):
+    """Byte-level BPE behind a Split regex and ByteLevel without its own regex (Llama 3, Qwen 2),
+    trained here, with a BOS template."""
+    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    if nfc:
+        tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pattern), "isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.train_from_iterator(train_texts, trainers.BpeTrainer(
+        vocab_size=1500, special_tokens=["<|begin_of_text|>", "<|end_of_text|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    tok.post_processor = processors.TemplateProcessing(single="<|begin_of_text|> $A", special_tokens=[
+        ("<|begin_of_text|>", tok.token_to_id("<|begin_of_text|>"))])
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
+                                                           "bos_token": "<|begin_of_text|>"}))
+    return out

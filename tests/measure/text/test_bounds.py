@@ -8,6 +8,7 @@ import pytest
 
 from lengthscan.measure.records import FLAG_OVER_BOUND, FLAG_OVER_PIECES, FLAG_WITHIN_BOUND
 from lengthscan.measure.text.counter import TokenCounter
+from tests.support.bpe_vocab import split_bpe
 from tests.support.texts import EDGE_TEXTS
 
 
@@ -95,43 +96,6 @@ def _soup(rng, n: int) -> list[str]:
     return ["".join(rng.choice(atoms) for _ in range(rng.randint(1, 120))) for _ in range(n)]
 
 
-def _split_bpe(out, train_texts, pattern: str, nfc: bool):
-    """Byte-level BPE behind a Split regex and ByteLevel without its own regex (Llama 3, Qwen 2)."""
-    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
-
-    tok = Tokenizer(models.BPE())
-    if nfc:
-        tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(pattern), "isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.train_from_iterator(train_texts, trainers.BpeTrainer(
-        vocab_size=1500, special_tokens=["<|begin_of_text|>", "<|end_of_text|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
-    tok.post_processor = processors.TemplateProcessing(single="<|begin_of_text|> $A", special_tokens=[
-        ("<|begin_of_text|>", tok.token_to_id("<|begin_of_text|>"))])
-    tok.save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
-                                                           "bos_token": "<|begin_of_text|>"}))
-    return out
-
-
-@pytest.fixture(scope="module")
-def llama3_dir(tmp_path_factory, train_texts):
-    from lengthscan.measure.text.pieces import LLAMA3_PATTERNS
-
-    pattern = next(p for p in LLAMA3_PATTERNS if "{1,3}" in p)
-    return _split_bpe(tmp_path_factory.mktemp("llama3"), train_texts, pattern, nfc=False)
-
-
-@pytest.fixture(scope="module")
-def qwen2_dir(tmp_path_factory, train_texts):
-    from lengthscan.measure.text.pieces import LLAMA3_PATTERNS
-
-    pattern = next(p for p in LLAMA3_PATTERNS if "{1,3}" not in p)
-    return _split_bpe(tmp_path_factory.mktemp("qwen2"), train_texts, pattern, nfc=True)
-
-
 @pytest.mark.parametrize("fixture, rule", [("bpe_dir", "gpt2"), ("claude_bpe_dir", "gpt2"), ("llama3_dir", "llama3"),
                                            ("qwen2_dir", "llama3"), ("wordpiece_dir", "bert")])
 def test_pieces_bound_never_exceeds_the_count(request, fixture, rule, corpus_rows):
@@ -169,6 +133,6 @@ def test_pieces_bound_is_off_where_not_proven(unigram_dir, mistral_spm_dir, tmp_
         assert proof is None or not proof.pieces
     # byte-level BPE behind a Split regex that is not one of the proven ones (a letter run may
     # take two leading characters here): no pieces bound
-    _split_bpe(tmp_path, train_texts, r"[^\r\n\p{L}\p{N}]{0,2}\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+|\s+", nfc=False)
+    split_bpe(tmp_path, train_texts, r"[^\r\n\p{L}\p{N}]{0,2}\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+|\s+", nfc=False)
     proof = TokenCounter(str(tmp_path)).bounds("input", [])
     assert proof is None or not proof.pieces

@@ -100,12 +100,13 @@ def test_random_vocabularies_count_exactly_wherever_the_proof_says_yes(tmp_path)
     assert accepted[False] >= 20 and accepted[True] >= 5, accepted
 
 
-@pytest.mark.parametrize("fixture", ["bpe_dir", "chat_tok_dir", "claude_bpe_dir"])
+@pytest.mark.parametrize("fixture", ["bpe_dir", "chat_tok_dir", "claude_bpe_dir", "llama3_dir", "qwen2_dir"])
 @pytest.mark.parametrize("role", ["input", pytest.param("target", marks=pytest.mark.slow)])
 def test_suite_byte_level_tokenizers_count_exactly(request, fixture, role, docs):
     """GPT-2-style trained vocabularies: a prefix space and a template (bpe_dir), written-out
-    added tokens (chat_tok_dir), NFKC and specials (Anthropic's): the counter's counts through the
-    engine equal ``__call__``'s for every row."""
+    added tokens (chat_tok_dir), NFKC and specials (Anthropic's), Llama 3's and Qwen 2's split
+    regexes (Qwen's with NFC): the counter's counts through the engine equal ``__call__``'s for
+    every row."""
     tok_dir = request.getfixturevalue(fixture)
     texts = ADVERSARIAL + docs[:600]
     counter = TokenCounter(str(tok_dir))
@@ -114,8 +115,8 @@ def test_suite_byte_level_tokenizers_count_exactly(request, fixture, role, docs)
     counting = counter.counting()[role]
     assert counting["engine"].startswith("tiktoken"), counting
     assert counting["texts"] > counting["by_tokenizer"]
-    if fixture == "claude_bpe_dir":
-        assert counting["by_tokenizer"] > 0  # texts NFKC changes went to the tokenizer
+    if fixture in ("claude_bpe_dir", "qwen2_dir"):
+        assert counting["by_tokenizer"] > 0  # texts the normalizer changes went to the tokenizer
 
 
 def test_nfkc_texts_that_change_go_to_the_tokenizer(claude_bpe_dir, tmp_path):
