@@ -102,10 +102,11 @@ def counting_line(tokenizer: dict) -> str | None:
     parts, reasons = [], []
     for role, c in counting.items():
         if str(c.get("engine", "")).startswith("tiktoken"):
-            tally = f"{c.get('texts', 0):,} texts, {c.get('by_tokenizer', 0):,} left to the tokenizer"
-            if c.get("verified"):
-                tally += f", {c['verified']:,} recounted by it and equal"
-            parts.append(f"{role}: {c['engine']} count-only, proven exact ({tally})")
+            tally = ""
+            if "verified" in c:
+                tally = (f" ({c['texts']:,} texts, {c['by_tokenizer']:,} left to the tokenizer, {c['verified']:,} "
+                         "recounted by it and equal)")
+            parts.append(f"{role}: {c['engine']} count-only, proven exact{tally}")
         else:
             parts.append(f"{role}: {c.get('engine')}")
             if c.get("reason") and c["reason"] not in reasons:

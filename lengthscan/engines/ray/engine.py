@@ -111,10 +111,17 @@ class RayEngine:
             return counter.info()
         from dataclasses import replace
 
-        methods = {}
+        methods, counting = {}, {}
         for info in self.infos:
             methods.update(info.methods)
-        return replace(self.infos[0], methods=dict(sorted(methods.items())))
+            for role, c in info.counting.items():  # the count-only engine's tallies add up over actors
+                if role not in counting:
+                    counting[role] = dict(c)
+                    continue
+                for key in ("texts", "by_tokenizer", "verified"):
+                    if key in c:
+                        counting[role][key] = counting[role].get(key, 0) + c[key]
+        return replace(self.infos[0], methods=dict(sorted(methods.items())), counting=dict(sorted(counting.items())))
 
     def proofs(self, setup) -> dict:
         """Decide-only mode: the proofs as the actor that measured the first block established them."""
@@ -161,7 +168,8 @@ class Measurer:
     def info(self):
         """The counter's report entry here, with the counting method each role used in this actor."""
         counter = self.setup.counter
-        return counter.info() if counter is not None and counter.loaded else None
+        # a counter that counted (from a remembered proof, it never loads the tokenizer) or loaded it
+        return counter.info() if counter is not None and (counter.loaded or counter.counting()) else None
 
     def proofs(self) -> dict:
         """Decide-only mode: the proof of each role's bounds, as this actor established it."""

@@ -4,7 +4,8 @@ that it gives ``__call__``'s ids (``TokenCounter.fast_backend`` for the chat rol
 
 from __future__ import annotations
 
-from lengthscan.measure.text.counter import CHAT_ROLE, CHUNK_CHARS, chunks
+from lengthscan.measure.text.chunking import chunks
+from lengthscan.measure.text.counter import CHAT_ROLE, CHUNK_CHARS
 
 
 def rendered_encodings(counter, texts: list[str]) -> list | None:

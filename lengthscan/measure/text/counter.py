@@ -24,6 +24,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from lengthscan.measure.records import FLAG_EMPTY, FLAG_MISSING, FLAG_TOO_LONG, TokenizerInfo
+from lengthscan.measure.text.chunking import chunks
 from lengthscan.measure.text.fastpath import (
     CHAT_ROLE,
     METHOD_CALL,  # noqa: F401 - re-exported: the method names are the counter's
@@ -217,7 +218,7 @@ class TokenCounter:
         run on cached lengths does not load the tokenizer just for it."""
         import json
 
-        from lengthscan.sources.cache_dir import cache_root
+        from lengthscan.sources.cache_dir import cache_root, write_cache_json
 
         path = cache_root() / "tokenizers" / f"{self.hash}.json"
         try:
@@ -226,13 +227,7 @@ class TokenCounter:
             known = {}
         if role not in known:
             known[role] = int(self.count([""], role)[0][0])
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(f".tmp{os.getpid()}")
-                tmp.write_text(json.dumps(known))
-                os.replace(tmp, path)
-            except OSError:  # a read-only cache costs time, never correctness
-                pass
+            write_cache_json(path, known)
         return int(known[role])
 
     def decide_count(self, texts: list, role: str, limit: int):
@@ -355,16 +350,3 @@ class TokenCounter:
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-
-
-def chunks(texts: list[str], budget: int):
-    """(start, stop) ranges of ``texts`` with at most ``budget`` characters each (>= 1 text)."""
-    start, size = 0, 0
-    for i, text in enumerate(texts):
-        if size and size + len(text) > budget:
-            yield start, i
-            start, size = i, 0
-        size += len(text)
-    if start < len(texts):
-        yield start, len(texts)
-

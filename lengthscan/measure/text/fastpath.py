@@ -11,7 +11,6 @@ those: a later run with a tokenizer folder whose files hash the same reads the p
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -151,18 +150,12 @@ class Memo:
         data.setdefault("roles", {})[role] = method.reason
         data["info"] = info
         data["encode_special_tokens"] = bool(method.backend.encode_special_tokens)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            snapshot = self.path.with_suffix(".tokenizer.json")
-            if not snapshot.exists():
-                tmp = snapshot.with_name(f"{snapshot.name}.tmp{os.getpid()}")
-                tmp.write_text(method.backend.to_str(), encoding="utf-8")
-                os.replace(tmp, snapshot)
-            tmp = self.path.with_name(f"{self.path.name}.tmp{os.getpid()}")
-            tmp.write_text(json.dumps(data), encoding="utf-8")
-            os.replace(tmp, self.path)
-        except OSError:  # a read-only cache costs time, never correctness
-            pass
+        from lengthscan.sources.cache_dir import write_cache_json, write_cache_text
+
+        snapshot = self.path.with_suffix(".tokenizer.json")
+        if not snapshot.exists():
+            write_cache_text(snapshot, method.backend.to_str())
+        write_cache_json(self.path, data)
 
 
 def _version(package: str) -> str:

@@ -105,10 +105,15 @@ class RoleEngine:
                     "rerun with --count-engine tokenizers, and please report it")
 
     def to_dict(self, reason: str) -> dict:
+        """The report's entry. The tallies depend on how the run was laid out (workers, actors, a
+        second pass), so they are reported with ``--verify-counts`` only, where they say what
+        was checked."""
         if self.failed is not None:
             reason = f"{reason}; {self.failed}"
-        return {"engine": self.engine.name, "reason": reason, "texts": self.counted,
-                "by_tokenizer": self.by_tokenizer, "verified": self.verified}
+        out = {"engine": self.engine.name, "reason": reason}
+        if self.verify:
+            out.update(texts=self.counted, by_tokenizer=self.by_tokenizer, verified=self.verified)
+        return out
 
 
 def engine_for(backend, cache_dir):

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lengthscan.measure.text.chunking import chunks
 from lengthscan.measure.text.countbpe.pattern import covering, differences, normalizer_form, pre_tokenizer
 from lengthscan.measure.text.countbpe.proof import Derived, Refused, derive
 
@@ -85,8 +86,7 @@ class CountEngine:
     def describe(self) -> str:
         d = self.derived
         extra = f", {d.whole_only:,} whole-word entries (ignore_merges)" if d.ignore_merges else ""
-        return (f"count-only BPE proven exact: {d.merged:,} merged tokens merge as the tokenizer's merge list"
-                f"{extra}; {self.threads} thread{'s' if self.threads != 1 else ''}")
+        return f"count-only BPE proven exact: {d.merged:,} merged tokens merge as the tokenizer's merge list{extra}"
 
     # -- counting ----------------------------------------------------------------------------
     def count(self, texts: list[str]) -> np.ndarray:
@@ -94,7 +94,7 @@ class CountEngine:
         counted by the tokenizer itself (characters or added tokens the engine does not take)."""
         n = len(texts)
         out = np.full(n, -1, np.int64)
-        ranges = list(_ranges(texts, self._job_chars(texts)))
+        ranges = list(chunks(texts, self._job_chars(texts)))
         jobs = [self._prepare(texts, a, b) for a, b in ranges]
         if len(jobs) > 1 and self.threads > 1:
             if self._pool is None:
@@ -200,17 +200,6 @@ def _cut(text: str, pattern: re.Pattern | None, base: np.ndarray, i: int) -> lis
     pieces = pattern.split(text)
     base[i] += len(pieces) - 1
     return pieces
-
-
-def _ranges(texts: list[str], budget: int):
-    start, size = 0, 0
-    for i, text in enumerate(texts):
-        if size and size + len(text) > budget:
-            yield start, i
-            start, size = i, 0
-        size += len(text)
-    if start < len(texts):
-        yield start, len(texts)
 
 
 # -- building ---------------------------------------------------------------------------------------

@@ -25,7 +25,6 @@ libraries differs, also go to the tokenizer.
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import unicodedata
@@ -34,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lengthscan.measure.text.countbpe.proof import Refused
+from lengthscan.sources.cache_dir import write_cache_json
 
 #: The regex ``tokenizers``' ByteLevel pre-tokenizer splits with when ``use_regex`` is on (GPT-2's).
 BYTE_LEVEL_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -311,7 +311,7 @@ def differences(pre: PreTokenizer, form: str | None, cache_dir) -> np.ndarray:
                 points = _ascii_folds() if kind == "folds" else _unassigned()
             known[what] = _runs(points)
         if path is not None:
-            _write(path, known)
+            write_cache_json(path, known)
     table = np.zeros(0x110000, bool)
     table[0xD800:0xE000] = True
     for w in wanted:
@@ -377,13 +377,3 @@ def _runs(points: list[int]) -> list[list[int]]:
         else:
             out.append([c, c])
     return out
-
-
-def _write(path, data: dict) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, path)
-    except OSError:  # a read-only cache costs time, never correctness
-        pass
