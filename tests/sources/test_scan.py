@@ -83,7 +83,8 @@ def test_console_script_audits_without_importing_torch(tmp_path, corpus_jsonl, c
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"rc": 0, "torch": False}, proc.stderr[-2000:]
     proc = subprocess.run([sys.executable, "-c", "import json; " + code, *argv, "--overwrite"], capture_output=True,
-                          text=True, env={**env, "LENGTHSCAN_IMPORT_TORCH": "1"}, timeout=300)
+                          text=True, timeout=300,  # a fresh cache: the tokenizer is loaded again, not remembered
+                          env={**env, "LENGTHSCAN_IMPORT_TORCH": "1", "LENGTHSCAN_CACHE": str(tmp_path / "cache2")})
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"rc": 0, "torch": True}, proc.stderr[-2000:]
 
