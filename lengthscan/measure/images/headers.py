@@ -1,0 +1,196 @@
+"""Image sizes from their headers, never decoding: PNG, JPEG, WebP, GIF, BMP and TIFF.
+
+``image_size(data)`` reads the first bytes of a file (``HEAD_BYTES`` are enough for most files;
+a JPEG's size marker may follow large EXIF or ICC segments, and a PNG's chunks are walked to IEND
+for an eXIf chunk, which Pillow honours even after the image data: ``image_size_from`` reads on
+as needed) and returns ``ImageSize(width, height, orientation)`` as stored, plus the EXIF orientation
+(1-8; 5-8 swap width and height once applied, as ``PIL.ImageOps.exif_transpose`` does).
+``ImageError`` names what is wrong with an unreadable header.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+#: Bytes that hold the size of every format but JPEG (whose marker segments are walked).
+HEAD_BYTES = 64 << 10
+
+
+class ImageError(ValueError):
+    """Not an image header lengthscan can read (the message says why)."""
+
+
+@dataclass(frozen=True)
+class ImageSize:
+    width: int
+    height: int
+    orientation: int = 1   # EXIF orientation; 5-8 are transposed
+    format: str = ""
+
+    def oriented(self) -> tuple[int, int]:
+        """(width, height) once the EXIF orientation is applied."""
+        return (self.height, self.width) if self.orientation in (5, 6, 7, 8) else (self.width, self.height)
+
+
+def image_size(data: bytes) -> ImageSize:
+    """The size in an image's header (``data``: the file's first bytes, or all of it)."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return _png(data)
+    if data.startswith(b"\xff\xd8"):
+        return _jpeg(data)
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return _webp(data)
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        w, h = _unpack("<HH", data, 6)
+        return ImageSize(w, h, 1, "GIF")
+    if data[:2] == b"BM":
+        return _bmp(data)
+    if data[:4] in (b"II*\x00", b"MM\x00*"):
+        return _tiff(data, 0, "TIFF")
+    raise ImageError("not a PNG, JPEG, WebP, GIF, BMP or TIFF image")
+
+
+def image_size_from(path) -> ImageSize:
+    """``image_size`` of a file, reading more than ``HEAD_BYTES`` only for a JPEG that needs it."""
+    with open(path, "rb") as fh:
+        head = fh.read(HEAD_BYTES)
+        try:
+            return image_size(head)
+        except _Short:
+            return image_size(head + fh.read())
+
+
+class _Short(ImageError):
+    """The header runs past the bytes given."""
+
+
+def _unpack(fmt: str, data: bytes, at: int):
+    size = struct.calcsize(fmt)
+    if at < 0 or at + size > len(data):
+        raise _Short("the header is cut short")
+    return struct.unpack_from(fmt, data, at)
+
+
+def _positive(w: int, h: int, fmt: str, orientation: int = 1) -> ImageSize:
+    if w <= 0 or h <= 0:
+        raise ImageError(f"the {fmt} header gives a size of {w}x{h}")
+    return ImageSize(w, h, orientation if 1 <= orientation <= 8 else 1, fmt)
+
+
+def _png(data: bytes) -> ImageSize:
+    if data[12:16] != b"IHDR":
+        raise ImageError("a PNG without IHDR first")
+    w, h = _unpack(">II", data, 16)
+    orientation = 1
+    at = 8
+    while True:  # an eXIf chunk carries the orientation; Pillow reads one after the image data too
+        length, kind = _unpack(">I4s", data, at)
+        if kind == b"eXIf":
+            if at + 8 + length > len(data):
+                raise _Short("the eXIf chunk is cut short")
+            orientation = _exif_orientation(data[at + 8:at + 8 + length])
+            break
+        if kind == b"IEND":
+            break
+        at += 12 + length
+    return _positive(w, h, "PNG", orientation)
+
+
+def _jpeg(data: bytes) -> ImageSize:
+    at, orientation = 2, 1
+    while True:
+        (marker,) = _unpack(">B", data, at)
+        if marker != 0xFF:
+            raise ImageError("a JPEG whose marker segments are damaged")
+        (kind,) = _unpack(">B", data, at + 1)
+        if kind == 0xFF:  # fill byte
+            at += 1
+            continue
+        if kind in (0xD8, 0x01) or 0xD0 <= kind <= 0xD7:
+            at += 2
+            continue
+        if kind == 0xD9 or kind == 0xDA:
+            raise ImageError("a JPEG with no frame header before its image data")
+        (length,) = _unpack(">H", data, at + 2)
+        if kind == 0xE1 and data[at + 4:at + 10] == b"Exif\x00\x00":
+            orientation = _exif_orientation(data[at + 10:at + 2 + length])
+        if kind in (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF):
+            h, w = _unpack(">HH", data, at + 5)
+            return _positive(w, h, "JPEG", orientation)
+        at += 2 + length
+
+
+def _webp(data: bytes) -> ImageSize:
+    chunk = data[12:16]
+    if chunk == b"VP8X":
+        flags = data[20]
+        w = int.from_bytes(data[24:27], "little") + 1
+        h = int.from_bytes(data[27:30], "little") + 1
+        orientation = _webp_exif(data) if flags & 0x08 else 1
+        return _positive(w, h, "WebP", orientation)
+    if chunk == b"VP8L":
+        if data[20:21] != b"\x2f":
+            raise ImageError("a lossless WebP without its signature")
+        (bits,) = _unpack("<I", data, 21)
+        return _positive((bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1, "WebP")
+    if chunk == b"VP8 ":
+        if data[23:26] != b"\x9d\x01\x2a":
+            raise ImageError("a lossy WebP without its start code")
+        w, h = _unpack("<HH", data, 26)
+        return _positive(w & 0x3FFF, h & 0x3FFF, "WebP")
+    raise ImageError(f"a WebP whose first chunk is {chunk!r}")
+
+
+def _webp_exif(data: bytes) -> int:
+    at = 12
+    while at + 8 <= len(data):
+        kind, length = struct.unpack_from("<4sI", data, at)
+        if kind == b"EXIF":
+            payload = data[at + 8:at + 8 + length]
+            return _exif_orientation(payload[6:] if payload.startswith(b"Exif\x00\x00") else payload)
+        at += 8 + length + (length & 1)
+    return 1
+
+
+def _bmp(data: bytes) -> ImageSize:
+    (header,) = _unpack("<I", data, 14)
+    if header == 12:  # OS/2 BITMAPCOREHEADER
+        w, h = _unpack("<HH", data, 18)
+    else:
+        w, h = _unpack("<ii", data, 18)
+    return _positive(w, abs(h), "BMP")
+
+
+def _tiff(data: bytes, base: int, fmt: str) -> ImageSize:
+    """Width, height and orientation from a TIFF's first IFD (``base``: where the TIFF starts)."""
+    tags = _ifd(data, base)
+    if 256 not in tags or 257 not in tags:
+        raise ImageError("a TIFF whose first directory has no width or height")
+    return _positive(tags[256], tags[257], fmt, tags.get(274, 1))
+
+
+def _exif_orientation(exif: bytes) -> int:
+    try:
+        return _ifd(exif, 0).get(274, 1)
+    except ImageError:
+        return 1
+
+
+def _ifd(data: bytes, base: int) -> dict[int, int]:
+    """The short or long values of a TIFF structure's first directory."""
+    order = data[base:base + 2]
+    if order not in (b"II", b"MM"):
+        raise ImageError("a TIFF structure without its byte order")
+    e = "<" if order == b"II" else ">"
+    (first,) = _unpack(e + "I", data, base + 4)
+    (count,) = _unpack(e + "H", data, base + first)
+    out = {}
+    for k in range(count):
+        at = base + first + 2 + 12 * k
+        tag, kind, _ = _unpack(e + "HHI", data, at)
+        if kind == 3:
+            (out[tag],) = _unpack(e + "H", data, at + 8)
+        elif kind == 4:
+            (out[tag],) = _unpack(e + "I", data, at + 8)
+    return out
