@@ -71,9 +71,7 @@ class RoleEngine:
         left = np.flatnonzero(counts < 0)
         counts[counts >= 0] += self.specials
         if left.size:
-            counts[left] = [len(e) for e in self.backend.encode_batch_fast([texts[i] for i in left],
-                                                                           add_special_tokens=self.role != "chat")]
-        self.by_tokenizer += int(left.size)
+            counts[left] = self._by_tokenizer([texts[i] for i in left])
         self.counted += len(texts) - int(left.size) - texts.count("")  # "" (the specials' length) is no row
         if self.verify:
             self._verify(texts, counts, left)
