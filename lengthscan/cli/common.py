@@ -110,6 +110,7 @@ def is_usage_error(exc: Exception) -> bool:
     from lengthscan.engines.options import OptionError
     from lengthscan.measure.batch import ColumnError
     from lengthscan.measure.chat.template import ChatTemplateError
+    from lengthscan.measure.images.processor import ProcessorError
     from lengthscan.measure.text.loading import TokenizerError
     from lengthscan.pack.options import PackingError
     from lengthscan.policy.model_limits import ModelError
@@ -119,7 +120,7 @@ def is_usage_error(exc: Exception) -> bool:
     from lengthscan.write.staging import OutputError
 
     return isinstance(exc, (ColumnError, SampleError, SourceError, TokenizerError, OutputError, ModelError,
-                            RuleError, ChatTemplateError, OptionError, PackingError))
+                            RuleError, ChatTemplateError, OptionError, PackingError, ProcessorError))
 
 
 def disk_error(exc: BaseException) -> str | None:

@@ -27,6 +27,14 @@ FLAGS: dict[str, tuple[str, dict]] = {
     "tools": ("--tools", dict(metavar="COL", help="column of per-row tool definitions (a list or a JSON string)")),
     "chat_template": ("--chat-template", dict(metavar="FILE", help="a Jinja chat template to render conversations "
                                                                    "with (default: the tokenizer's)")),
+    "images": ("--images", dict(metavar="COL", help="column of per-row image lists (paths relative to the data "
+                                                   "file, bytes, or an Image() column), one per image part "
+                                                   "{\"type\": \"image\"} in order, as TRL lays them out")),
+    "processor": ("--processor", dict(metavar="DIR_OR_NAME", help="the model's processor (its "
+                                                                  "preprocessor_config.json): image tokens as it "
+                                                                  "expands them (default: --model)")),
+    "max_pixels": ("--max-pixels", dict(type=int, metavar="N", help="count images as if the image processor's "
+                                                                    "max_pixels were N (try a cap before setting it)")),
     "train_on": ("--train-on", dict(choices=("assistant", "last", "all"), default="assistant",
                                     help="which tokens of a conversation are trained: every assistant message "
                                          "(default), the last one, or all tokens")),
@@ -108,7 +116,8 @@ FLAGS: dict[str, tuple[str, dict]] = {
 
 #: The flags of every command that measures a source (``model`` apart: memory requires it).
 SOURCE_FLAGS = ("input", "audio", "target", "messages", "prompt", "completion", "tools", "chat_template",
-                "train_on", "tokenizer", "model", "sampling_rate", "split", "config", "revision", "sample",
+                "images", "processor", "max_pixels", "train_on", "tokenizer", "model", "sampling_rate", "split",
+                "config", "revision", "sample",
                 "sample_unit", "full", "seed", "max_chars", "count_engine", "verify_counts", "no_cache", "engine",
                 "ray_address", "num_proc")
 #: audit (what clean would do) and clean (what it does).
@@ -149,7 +158,8 @@ def measure_options(args):
                           max_chars=args.max_chars if args.max_chars is not None else DEFAULT_MAX_CHARS,
                           messages=args.messages, prompt=args.prompt, completion=args.completion, tools=args.tools,
                           chat_template=args.chat_template, train_on=args.train_on,
-                          count_engine=args.count_engine, verify_counts=args.verify_counts)
+                          count_engine=args.count_engine, verify_counts=args.verify_counts,
+                          images=args.images, processor=args.processor, max_pixels=args.max_pixels)
 
 
 def rule_options(args):

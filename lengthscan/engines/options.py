@@ -54,6 +54,9 @@ class MeasureOptions:
     train_on: str = "assistant"       # which tokens are trained: assistant, last or all
     count_engine: str = "auto"        # auto: the count-only BPE engine where proven exact; tokenizers: never
     verify_counts: int = 0            # rows the engine counted that are recounted by the tokenizer itself
+    images: str | None = None         # a column of per-row images (paths, bytes, an Image() feature)
+    processor: str | None = None      # the model's processor (directory or hub name): image tokens
+    max_pixels: int | None = None     # the image processor's max_pixels, for a run that tries a cap
 
     def __post_init__(self):
         from lengthscan.measure.audio.durations import MAX_AUDIO_RATE
@@ -61,6 +64,7 @@ class MeasureOptions:
 
         _at_least("--max-chars", self.max_chars, 1)
         _at_least("--verify-counts", self.verify_counts, 0)
+        _at_least("--max-pixels", self.max_pixels, 1)
         if self.count_engine not in COUNT_ENGINES:
             raise OptionError(f"--count-engine {self.count_engine!r}: one of {', '.join(COUNT_ENGINES)}")
         _at_least("--sampling-rate", self.sampling_rate, 1, MAX_AUDIO_RATE)

@@ -38,15 +38,16 @@ class Setup:
 def prepare(*, tokenizer=None, input=None, target=None, audio=None, model=None, sampling_rate=None,
             max_chars: int = DEFAULT_MAX_CHARS, messages=None, prompt=None, completion=None, tools=None,
             chat_template=None, train_on: str = "assistant", count_engine: str = "auto",
-            verify_counts: int = 0) -> Setup:
+            verify_counts: int = 0, images=None, processor=None, max_pixels=None) -> Setup:
     """Load the model's context, choose the fields and their measurements, the counter and limits."""
-    fmt = _chat_format(messages, prompt, completion, tools, chat_template)
+    fmt = _chat_format(messages, prompt, completion, tools, chat_template, images, processor or max_pixels)
+    processor = _processor_source(fmt, processor, model)
     ctx = _model_context(model, tokenizer)
     settings = _audio_settings(ctx, sampling_rate) if audio else AudioSettings()
     fields = role_fields(input=input, target=target, audio=audio, audio_settings=settings, chat=fmt)
     counter = _counter(fields, tokenizer, model, ctx, dict(max_chars=max_chars, count_engine=count_engine,
                                                           verify_counts=verify_counts))
-    chat = _chat_counter(counter, fmt, chat_template, train_on)
+    chat = _chat_counter(counter, fmt, chat_template, train_on, processor, max_pixels)
     model_limits = _model_limits(ctx)
     return Setup(fields, counter, settings, model_limits, _limits(fields, counter, model_limits), chat=chat)
 
@@ -65,12 +66,12 @@ def with_identity(setup: Setup, src, id_column: str | None) -> Setup:
     return replace(setup, identity=identity_field(src, id_column, reserved))
 
 
-def _chat_format(messages, prompt, completion, tools, chat_template):
+def _chat_format(messages, prompt, completion, tools, chat_template, images=None, vision=None):
     """The conversation columns asked for (None: no conversation field)."""
     if not (messages or prompt or completion):
-        if tools or chat_template:
-            raise ColumnError("--tools and --chat-template go with a conversation: --messages COL, or --prompt COL "
-                              "--completion COL")
+        if tools or chat_template or images or vision:
+            raise ColumnError("--tools, --chat-template, --images and --processor go with a conversation: "
+                              "--messages COL, or --prompt COL --completion COL")
         return None
     if messages and (prompt or completion):
         raise ColumnError("give --messages COL, or --prompt COL with --completion COL, not both")
@@ -78,17 +79,35 @@ def _chat_format(messages, prompt, completion, tools, chat_template):
         raise ColumnError("TRL's prompt-completion form needs both --prompt COL and --completion COL")
     from lengthscan.measure.chat.conversations import ChatFormat
 
-    return ChatFormat(messages=messages, prompt=prompt, completion=completion, tools=tools)
+    return ChatFormat(messages=messages, prompt=prompt, completion=completion, tools=tools, images=images,
+                      vision=bool(images or vision))
 
 
-def _chat_counter(counter, fmt, chat_template, train_on: str):
+def _processor_source(fmt, processor, model):
+    """Where the image processor comes from: --processor, else the --model's (vision formats)."""
+    if fmt is None or not fmt.vision:
+        return None
+    source = processor or model
+    if source is None:
+        raise ColumnError("--images needs the model's processor to count image tokens: --processor DIR_OR_NAME "
+                          "(or --model)")
+    return str(source)
+
+
+def _chat_counter(counter, fmt, chat_template, train_on: str, processor=None, max_pixels=None):
     if fmt is None:
         return None
     from lengthscan.measure.chat.counter import TRAIN_ON, ChatCounter, ChatOptions
 
     if train_on not in TRAIN_ON:
         raise ColumnError(f"--train-on {train_on!r}: choose {', '.join(TRAIN_ON)}")
-    chat = ChatCounter(counter, ChatOptions(fmt, str(chat_template) if chat_template else None, train_on))
+    images = None
+    if processor is not None:
+        from lengthscan.measure.images.processor import ImageCounter
+
+        images = ImageCounter(processor, counter.tokenizer, max_pixels=max_pixels)
+    chat = ChatCounter(counter, ChatOptions(fmt, str(chat_template) if chat_template else None, train_on),
+                       images=images)
     chat.check()  # the template (and offsets where spans are needed) now, before any row is read
     return chat
 

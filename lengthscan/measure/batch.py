@@ -54,6 +54,11 @@ class RoleField:
         return self.specs[0]
 
     @property
+    def vision(self) -> bool:
+        """A conversation field whose images are counted."""
+        return any(s.metric == "image_tokens" for s in self.specs)
+
+    @property
     def columns(self) -> tuple[str, ...]:
         return (self.column, *self.extra)
 
@@ -62,9 +67,9 @@ class RoleField:
         """Per-row side columns (name -> Arrow type name) this field writes to lengths.parquet."""
         if self.kind != "chat":
             return {}
-        from lengthscan.measure.chat.counter import NOTES
+        from lengthscan.measure.chat.counter import chat_notes
 
-        return NOTES
+        return chat_notes(self.vision)
 
 
 def role_fields(*, input: str | None = None, target: str | None = None, audio: str | None = None,
@@ -80,7 +85,7 @@ def role_fields(*, input: str | None = None, target: str | None = None, audio: s
         from lengthscan.measure.chat.counter import chat_specs
 
         extra = tuple(c for c in chat.columns if c != chat.column)
-        return (RoleField("chat", chat.column, "chat", chat_specs(chat.column), extra),)
+        return (RoleField("chat", chat.column, "chat", chat_specs(chat.column, chat.vision), extra),)
     fields = []
     if input:
         fields.append(RoleField("input", input, "text", (FieldSpec("input", input, "tokens"),)))
@@ -109,7 +114,8 @@ def measure_batch(batch: Batch, fields, split_src, *, counter=None,
         if f.kind == "chat":
             columns = {c: batch.raw[c] if batch.raw and c in batch.raw else column_values(batch, c)
                        for c in f.columns}
-            out[f.role] = chat.measure(columns, {s.name: s for s in f.specs}, with_ids=with_ids)
+            out[f.role] = chat.measure(columns, {s.name: s for s in f.specs}, with_ids=with_ids,
+                                       base_dir=split_src.base_dir(batch.rows))
         elif f.kind == "text":
             texts = column_texts(batch, f.column, split_src)
             limit = (decide_caps or {}).get(f.role)

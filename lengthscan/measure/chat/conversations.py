@@ -12,7 +12,11 @@ None are dropped (an Arrow struct holds every key any message had, the missing o
 nothing deeper is touched (a JSON Lines file's conversations are read as the file holds them, see
 ``sources.scan``). Reasoning is aliased by transformers' own renderer.
 A row that is not a conversation gets an ``invalid_conversation`` reason naming what is wrong; content
-given as parts of another type than text gets ``unsupported_content``.
+given as parts of another type than text gets ``unsupported_content``, but for image parts when the
+format has a processor (``ChatFormat.vision``): the images, in order, are the parts' own (an
+``image``, ``path``, ``url`` or ``base64`` key, or OpenAI's ``image_url``), and the ``images``
+column's for the bare ``{"type": "image"}`` parts, as TRL lays them out; a row without image parts
+takes the column's images for placeholders its text writes (LLaMA-Factory's ``<image>``).
 """
 
 from __future__ import annotations
@@ -38,10 +42,12 @@ class ChatFormat:
     prompt: str | None = None
     completion: str | None = None
     tools: str | None = None
+    images: str | None = None       # a column of per-row image lists
+    vision: bool = False            # image parts are measured (a processor is given)
 
     @property
     def columns(self) -> tuple[str, ...]:
-        named = (self.messages, self.prompt, self.completion, self.tools)
+        named = (self.messages, self.prompt, self.completion, self.tools, self.images)
         return tuple(c for c in named if c)
 
     @property
@@ -62,6 +68,8 @@ class Conversation:
     text: tuple[str, str] | None = None
     sharegpt: bool = False
     has_parts: bool = False
+    images: list | None = None          # the row's image references, in order (vision formats)
+    image_messages: list | None = None  # per image, its message's index (None: placed by the text)
 
 
 class RowProblem(ValueError):
@@ -76,13 +84,65 @@ def conversations(columns: dict, fmt: ChatFormat) -> list:
     """Per row: a ``Conversation``, None (the conversation is missing), or a ``RowProblem``."""
     n = len(next(iter(columns.values())))
     tools = columns.get(fmt.tools) if fmt.tools else None
+    images = columns.get(fmt.images) if fmt.images else None
     out: list = []
     for i in range(n):
         try:
-            out.append(_row(columns, fmt, i, tools[i] if tools is not None else None))
+            conv = _row(columns, fmt, i, tools[i] if tools is not None else None)
+            if fmt.vision and isinstance(conv, Conversation):
+                _place_images(conv, images[i] if images is not None else None, fmt.images)
+            out.append(conv)
         except RowProblem as problem:
             out.append(problem)
     return out
+
+
+#: Keys of an image part that hold the image itself (transformers' processor chat format).
+IMAGE_KEYS = ("image", "path", "url", "base64")
+
+
+def _place_images(conv: Conversation, column, name: str | None) -> None:
+    """The row's images in order: the parts' own, the column's for bare parts (or for a text's
+    placeholders when the row has no image part)."""
+    if column is not None and not isinstance(column, (list, tuple)):
+        column = [column]
+    pool = list(column or [])
+    refs, where = [], []
+    for k, message in enumerate(conv.messages or []):
+        content = message.get("content")
+        if not isinstance(content, (list, tuple)):
+            continue
+        for part in content:
+            if part.get("type") not in ("image", "image_url"):
+                continue
+            ref = _inline(part)
+            if ref is None:
+                if not pool:
+                    raise RowProblem("invalid_conversation", f"more image parts than images in column {name!r}"
+                                     if name else "an image part without an image (give the images column: "
+                                                  "--images COL)")
+                ref = pool.pop(0)
+            refs.append(ref)
+            where.append(k)
+    if refs and pool:
+        raise RowProblem("invalid_conversation", f"{len(pool)} more image(s) in column {name!r} than image parts")
+    if not refs and pool:
+        conv.images, conv.image_messages = pool, None
+        return
+    conv.images, conv.image_messages = refs, where
+
+
+def _inline(part: dict):
+    if part.get("type") == "image_url":
+        url = part.get("image_url")
+        return url.get("url") if isinstance(url, dict) else url
+    for key in IMAGE_KEYS:
+        value = part.get(key)
+        if value is not None:
+            if key == "base64" and isinstance(value, str) and not value.startswith("data:"):
+                return "data:image;base64," + value
+            return value
+    return None
 
 
 def _row(columns: dict, fmt: ChatFormat, i: int, tools):
@@ -91,7 +151,7 @@ def _row(columns: dict, fmt: ChatFormat, i: int, tools):
         if value is None:
             return None
         conv = Conversation(tools=parse_tools(tools))
-        conv.messages = messages_of(value, conv)
+        conv.messages = messages_of(value, conv, vision=fmt.vision)
         if not conv.messages:
             raise RowProblem("invalid_conversation", "the conversation has no message")
         return conv
@@ -104,8 +164,8 @@ def _row(columns: dict, fmt: ChatFormat, i: int, tools):
         raise RowProblem("invalid_conversation", "prompt and completion must both be strings or both lists of "
                                                  "messages")
     conv = Conversation(tools=parse_tools(tools))
-    head = messages_of(prompt, conv, what="prompt")
-    tail = messages_of(completion, conv, what="completion")
+    head = messages_of(prompt, conv, what="prompt", vision=fmt.vision)
+    tail = messages_of(completion, conv, what="completion", vision=fmt.vision)
     if not tail:
         raise RowProblem("invalid_conversation", "the completion has no message")
     conv.messages, conv.split_at = head + tail, len(head)
@@ -128,7 +188,7 @@ def parse_tools(value) -> list | None:
     return value
 
 
-def messages_of(value, conv: Conversation, what: str = "conversation") -> list[dict]:
+def messages_of(value, conv: Conversation, what: str = "conversation", *, vision: bool = False) -> list[dict]:
     """The messages of one list value, checked and normalized; ShareGPT converted."""
     if not isinstance(value, (list, tuple)):
         raise RowProblem("invalid_conversation", f"the {what} is a {type(value).__name__}, not a list of messages")
@@ -155,9 +215,13 @@ def messages_of(value, conv: Conversation, what: str = "conversation") -> list[d
             conv.has_parts = True
             for part in content:
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                if kind != "text":
+                if kind in ("image", "image_url") and not vision:
+                    raise RowProblem("unsupported_content", f"{what} message {k} ({role}) has an image part: give "
+                                                            "the model's processor (--processor DIR_OR_NAME) to "
+                                                            "count image tokens")
+                if kind not in ("text", "image", "image_url"):
                     raise RowProblem("unsupported_content", f"{what} message {k} ({role}) has a content part of "
-                                                            f"type {kind!r}: only text parts are measured for now")
+                                                            f"type {kind!r}: text and image parts are measured")
         out.append(message)
     return out
 

@@ -70,17 +70,32 @@ class ChatOptions:
     train_on: str = "assistant"
 
 
-def chat_specs(column: str) -> tuple[FieldSpec, ...]:
-    units = {"turns": "turns", "assistant_turns": "turns"}
-    return tuple(FieldSpec("chat", column, units.get(m, "tokens"), metric=m) for m in CHAT_METRICS)
+def chat_metrics(vision: bool = False) -> tuple[str, ...]:
+    """The measurements of a conversation field (with images: ``IMAGE_METRICS`` too)."""
+    from lengthscan.measure.chat.images import IMAGE_METRICS
+
+    return CHAT_METRICS + IMAGE_METRICS if vision else CHAT_METRICS
+
+
+def chat_notes(vision: bool = False) -> dict:
+    """The side columns of a conversation field (with images: ``IMAGE_NOTES`` too)."""
+    from lengthscan.measure.chat.images import IMAGE_NOTES
+
+    return {**NOTES, **IMAGE_NOTES} if vision else NOTES
+
+
+def chat_specs(column: str, vision: bool = False) -> tuple[FieldSpec, ...]:
+    units = {"turns": "turns", "assistant_turns": "turns", "images": "images"}
+    return tuple(FieldSpec("chat", column, units.get(m, "tokens"), metric=m) for m in chat_metrics(vision))
 
 
 class ChatCounter:
     """Measures conversations for one tokenizer (a ``TokenCounter``) and template; picklable."""
 
-    def __init__(self, counter, options: ChatOptions):
+    def __init__(self, counter, options: ChatOptions, images=None):
         self.counter = counter
         self.options = options
+        self.images = images  # measure.images.processor.ImageCounter: image parts are counted
         self._renderer = None
         self._eot: tuple | None = None
         self._exact: bool | None = None  # token ranges from the full offsets (None: not checked yet)
@@ -118,19 +133,23 @@ class ChatCounter:
                 "columns": {k: v for k, v in (("messages", fmt.messages), ("prompt", fmt.prompt),
                                               ("completion", fmt.completion), ("tools", fmt.tools)) if v},
                 "template": self.template.to_dict(), "train_on": self.options.train_on, "trained_tokens": self.rule,
-                "end_of_turn_token": tok.convert_ids_to_tokens(eot) if eot is not None else None}
+                "end_of_turn_token": tok.convert_ids_to_tokens(eot) if eot is not None else None,
+                **({"images": self.images.to_dict()} if self.images is not None else {})}
 
     def signature(self) -> str:
         """What the measurements depend on besides the tokenizer and the rows (cache keys)."""
         from importlib.metadata import version
 
         fmt = self.options.format  # transformers renders (its sandbox, reasoning aliases): its version too
+        images = f"|{fmt.images}|{self.images.signature()}" if self.images is not None else ""
         return (f"{self.template.hash}|{self.options.train_on}|{fmt.messages}|{fmt.prompt}|{fmt.completion}|"
-                f"{fmt.tools}|transformers {version('transformers')}")
+                f"{fmt.tools}|transformers {version('transformers')}{images}")
 
     def check(self) -> None:
         """Fail early (exit 2) on what no row can fix: no template, no offsets where spans are needed."""
         renderer = self.renderer
+        if self.images is not None:
+            self.images.check()
         if renderer.template.has_generation and self.options.train_on != "all":
             from lengthscan.measure.chat.encoding import rendered_encodings
 
@@ -163,13 +182,16 @@ class ChatCounter:
         return getattr(tok, "eos_token_id", None)
 
     # -- measuring --------------------------------------------------------------------------
-    def measure(self, columns: dict, spec_of: dict, *, with_ids: bool = False) -> Measured:
-        """One batch: ``columns`` maps column name -> Python values; ``spec_of`` metric -> FieldSpec."""
+    def measure(self, columns: dict, spec_of: dict, *, with_ids: bool = False, base_dir: str | None = None) -> Measured:
+        """One batch: ``columns`` maps column name -> Python values; ``spec_of`` metric -> FieldSpec;
+        ``base_dir``: the folder relative image paths resolve against."""
         convs = conversations(columns, self.options.format)
         n = len(convs)
-        values = {m: np.full(n, -1, np.int64) for m in CHAT_METRICS}
+        vision = self.images is not None
+        metrics = chat_metrics(vision)
+        values = {m: np.full(n, -1, np.int64) for m in metrics}
         notes = {name: np.zeros(n, bool) if kind == "bool" else np.full(n, -1, np.int64)
-                 for name, kind in NOTES.items()}
+                 for name, kind in chat_notes(vision).items()}
         flags = np.zeros(n, np.int8)
         errors: list = [None] * n
         texts: list[str] = []          # rendered chat texts (tokenized without special tokens)
@@ -215,7 +237,13 @@ class ChatCounter:
             if with_ids:
                 ids_out[i] = list(view.ids)
                 labels_out[i] = np.where(mask.astype(bool), np.asarray(view.ids, np.int64), -100).tolist()
-        return Measured({spec_of[m]: values[m] for m in CHAT_METRICS}, flags,
+        if vision:
+            from lengthscan.measure.chat.images import add_images
+
+            seen = {i: (plain_ids[w.full] if w.conv.text is not None else encoded[w.full]) for i, w in work.items()}
+            add_images(self.images, self.counter, work, texts, plain, seen, values, notes, flags, errors,
+                       train_on=self.options.train_on, base_dir=base_dir)
+        return Measured({spec_of[m]: values[m] for m in metrics}, flags,
                         errors if any(e is not None for e in errors) else None, notes=notes, ids=ids_out,
                         labels=labels_out)
 

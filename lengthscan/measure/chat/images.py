@@ -1,0 +1,158 @@
+"""Images in conversations: each image's tokens as the model's processor expands it, added to the
+row's measurements.
+
+The chat template writes one placeholder (the processor's ``image_token``) per image; the processor
+replaces the i-th placeholder by the i-th image's expansion and tokenizes the result. So per row:
+
+* ``images``: the row's images; ``image_tokens``: the sum of the processor's own count per image
+  (``ImageCounter.expand``), from the sizes in the images' headers (never decoded);
+* ``sequence_tokens``: the rendering's tokens plus what the expansions add. Where an expansion is
+  the placeholder repeated (one added token), an image adds its tokens less the placeholder's one;
+  otherwise the rendering is tokenized again with every placeholder replaced, as the processor does;
+* ``prompt_tokens``/``completion_tokens``: an image counts where its message does (trained images
+  are those of trained messages); ``trained_from`` and ``final_eot_at`` move by the images before;
+* side columns: the costliest image's tokens, width and height.
+
+A row whose rendering holds another number of placeholders than it has images (the processor
+refuses such a row), or with an image that is missing or unreadable, gets no length and a reason.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lengthscan.measure.chat.encoding import rendered_ids
+from lengthscan.measure.images.refs import ImageProblem, image_sizes
+from lengthscan.measure.records import FLAG_CODES, FLAG_INVALID_CONVERSATION
+
+#: Per-row image measurements of a vision conversation field (lengths.parquet columns, rule metrics).
+IMAGE_METRICS = ("image_tokens", "images")
+#: Per-row side columns of a vision conversation field.
+IMAGE_NOTES = {"max_image_tokens": "int64", "max_image_width": "int64", "max_image_height": "int64"}
+
+
+def add_images(images, counter, work: dict, texts: list, plain: list, views: dict, values: dict, notes: dict,
+               flags, errors: list, *, train_on: str, base_dir: str | None) -> None:
+    """Add the images of the measured rows of ``work`` (row -> RowPlan) to ``values`` and ``notes``;
+    ``views`` maps row -> its tokenized whole rendering; ``images`` is the ``ImageCounter``."""
+    placeholder = images.placeholder
+    rows, refs = [], []
+    for i, w in work.items():
+        if values["sequence_tokens"][i] < 0:
+            continue
+        values["images"][i] = values["image_tokens"][i] = 0
+        rendering = plain[w.full] if w.conv.text is not None else texts[w.full]
+        found = rendering.count(placeholder)
+        wanted = len(w.conv.images or ())
+        if found != wanted:
+            _refuse(i, values, FLAG_INVALID_CONVERSATION,
+                    f"the rendering holds {found} image placeholder(s) {placeholder!r} for {wanted} image(s) "
+                    "(the processor refuses such a row)", flags, errors)
+            continue
+        if wanted:
+            rows.append((i, len(refs), wanted))
+            refs.extend(w.conv.images)
+    if not rows:
+        return
+    seen = image_sizes(refs, base_dir)
+    expanded_rows, expanded_texts = [], []
+    for i, start, n in rows:
+        row_seen = seen[start:start + n]
+        bad = next((k for k, s in enumerate(row_seen) if isinstance(s, ImageProblem)), None)
+        if bad is not None:
+            problem = row_seen[bad]
+            code = FLAG_CODES.get(problem.flag, FLAG_CODES["unreadable"]) if problem.flag != "missing" \
+                else FLAG_CODES["missing_file"]
+            _refuse(i, values, code, f"image {bad + 1} of {n}: {problem.reason}", flags, errors)
+            continue
+        expansions = images.expand([(s.height, s.width) for s in row_seen])
+        w = work[i]
+        added = [_added(e, counter) for e in expansions]
+        if images.family == "repeat" or w.conv.text is not None:
+            delta = sum(added)
+        else:
+            expanded_rows.append((i, added, expansions, row_seen))
+            expanded_texts.append(_replace(texts[w.full], placeholder, expansions))
+            continue
+        _apply(i, w, delta, added, expansions, row_seen, values, notes, train_on, placeholder)
+    if expanded_texts:
+        for (i, added, expansions, row_seen), (ids, _) in zip(expanded_rows, rendered_ids(counter, expanded_texts)):
+            delta = len(ids) - len(views[i])
+            _apply(i, work[i], delta, added, expansions, row_seen, values, notes, train_on, placeholder)
+
+
+def _apply(i: int, w, delta: int, added: list, expansions: list, seen: list, values: dict, notes: dict,
+           train_on: str, placeholder: str) -> None:
+    values["sequence_tokens"][i] += delta
+    values["images"][i] = len(expansions)
+    values["image_tokens"][i] = sum(e.tokens for e in expansions)
+    top = max(range(len(expansions)), key=lambda k: (expansions[k].tokens, seen[k].width * seen[k].height))
+    notes["max_image_tokens"][i] = expansions[top].tokens
+    notes["max_image_width"][i], notes["max_image_height"][i] = seen[top].width, seen[top].height
+    where = _image_messages(w.conv, len(expansions), placeholder)
+    trained = _trained_messages(w.conv, train_on)
+    if values["completion_tokens"][i] >= 0:
+        in_trained = sum(a for a, m in zip(added, where) if m in trained)
+        values["completion_tokens"][i] += in_trained
+        values["prompt_tokens"][i] = values["sequence_tokens"][i] - values["completion_tokens"][i]
+    if notes["trained_from"][i] >= 0 and trained:
+        first = min(trained)
+        notes["trained_from"][i] += sum(a for a, m in zip(added, where) if 0 <= m < first)
+    if notes["final_eot_at"][i] >= 0 and trained:
+        last = max(trained)
+        notes["final_eot_at"][i] += sum(a for a, m in zip(added, where) if 0 <= m <= last)
+
+
+def _added(expansion, counter) -> int:
+    """The tokens an image adds in place of its placeholder (one token)."""
+    if expansion.replacement is None:
+        return expansion.tokens - 1
+    return len(rendered_ids(counter, [expansion.replacement])[0][0]) - 1
+
+
+def _replace(text: str, placeholder: str, expansions: list) -> str:
+    """``text`` with the i-th placeholder replaced by the i-th expansion, as the processor does."""
+    pieces = text.split(placeholder)
+    out = [pieces[0]]
+    for e, piece in zip(expansions, pieces[1:]):
+        out.append(e.replacement if e.replacement is not None else placeholder * e.tokens)
+        out.append(piece)
+    return "".join(out)
+
+
+def _image_messages(conv, n: int, placeholder: str) -> list[int]:
+    """Per image, the index of its message: its part's, or the message whose text writes its
+    placeholder (-1: not known)."""
+    if conv.image_messages is not None:
+        return list(conv.image_messages)
+    where = []
+    for k, m in enumerate(conv.messages or []):
+        content = m.get("content")
+        texts = [content] if isinstance(content, str) else [p.get("text") for p in content or ()
+                                                             if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        where += [k] * sum(t.count(placeholder) for t in texts)
+    return where if len(where) == n else [-1] * n
+
+
+def _trained_messages(conv, train_on: str) -> set[int]:
+    msgs = conv.messages or []
+    if conv.text is not None:
+        return set()
+    if train_on == "all":
+        return set(range(len(msgs)))
+    if conv.split_at is not None:
+        return set(range(conv.split_at, len(msgs)))
+    assistant = [k for k, m in enumerate(msgs) if m.get("role") == "assistant"]
+    if train_on == "last":
+        return set(assistant[-1:])
+    return set(assistant)
+
+
+def _refuse(i: int, values: dict, code: int, reason: str, flags, errors: list) -> None:
+    for v in values.values():
+        v[i] = -1
+    flags[i], errors[i] = code, reason
+
+
+def empty_notes(n: int) -> dict:
+    return {name: np.full(n, -1, np.int64) for name in IMAGE_NOTES}

@@ -1,0 +1,251 @@
+"""Image tokens as a model's processor expands them, from image sizes alone.
+
+``ImageCounter`` loads the model's image processor (``preprocessor_config.json``, through
+``AutoImageProcessor``: its options as the model ships them, never the class defaults) and its
+processor class (``processor_class`` in ``processor_config.json`` or ``preprocessor_config.json``,
+else the one processor class that uses this image processor), with the processor's own options
+(``processor_config.json``: ``image_seq_len``, ``patch_size``, ...). The processor is built on the
+run's tokenizer with its image processor only (no video processor: that needs torchvision), so its
+own code answers:
+
+* how many image tokens an image of a size becomes: the processor's ``_get_num_multimodal_tokens``
+  (what vLLM uses; the image processor's ``get_number_of_image_patches`` inside);
+* the text the processor writes in place of the image placeholder: ``replace_image_token``, called
+  with the values it reads (``FAMILIES``) computed from the size, not from pixels.
+
+``expand`` gives, per image size, (image tokens, the replacement text or None where it is the
+placeholder repeated once per image token).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Processor classes and how their ``replace_image_token`` reads the processed images:
+#: ``repeat``: the placeholder repeated ``num_image_tokens`` times (checked in the tests against the
+#: processor's own output); ``rows_cols``: the tiles' rows and columns; ``crops``: pan-and-scan crops.
+FAMILIES = {
+    "Qwen2VLProcessor": "repeat", "Qwen2_5_VLProcessor": "repeat", "Qwen3VLProcessor": "repeat",
+    "LlavaProcessor": "repeat", "LlavaNextProcessor": "repeat", "LlavaOnevisionProcessor": "repeat",
+    "Idefics3Processor": "rows_cols", "SmolVLMProcessor": "rows_cols",
+    "Gemma3Processor": "crops",
+}
+#: Sub-processors a processor takes besides the image processor and tokenizer: built without them.
+_OTHERS = ("video_processor", "feature_extractor", "audio_processor", "audio_tokenizer")
+
+
+class ProcessorError(ValueError):
+    """The processor cannot be loaded or does not say how it expands images (exit 2)."""
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """One image as the processor expands it."""
+
+    tokens: int                 # image tokens (the processor's own count)
+    replacement: str | None     # the text written for the placeholder; None: the placeholder * tokens
+
+
+class ImageCounter:
+    """The image-token rule of one processor on one tokenizer; picklable (the processor is rebuilt)."""
+
+    def __init__(self, source: str, tokenizer, *, max_pixels: int | None = None):
+        self.source = str(source)
+        self.tokenizer = tokenizer
+        self.max_pixels = max_pixels
+        self._processor = None
+        self._cache: dict = {}
+
+    # -- the processor --------------------------------------------------------------------------
+    @property
+    def processor(self):
+        if self._processor is None:
+            self._processor = load_processor(self.source, self.tokenizer, max_pixels=self.max_pixels)
+        return self._processor
+
+    @property
+    def family(self) -> str:
+        return FAMILIES[type(self.processor).__name__]
+
+    @property
+    def placeholder(self) -> str:
+        """The text the chat template writes for each image (the processor's ``image_token``)."""
+        return self.processor.image_token
+
+    def check(self) -> None:
+        """Fail now (exit 2) on what no image can fix."""
+        proc = self.processor
+        ids = self.tokenizer(proc.image_token * 2, add_special_tokens=False)["input_ids"]
+        if len(ids) != 2 or ids[0] != ids[1]:
+            raise ProcessorError(f"the tokenizer does not hold the processor's image token {proc.image_token!r} as "
+                                 "one token: give the model's own tokenizer")
+        if self.family == "crops" and getattr(proc.image_processor, "do_pan_and_scan", False):
+            raise ProcessorError("pan-and-scan (do_pan_and_scan) crops are not counted from image sizes yet")
+
+    def to_dict(self) -> dict:
+        """What the report says of the processor."""
+        proc = self.processor
+        ip = proc.image_processor
+        options = {k: _plain(getattr(ip, k)) for k in ("size", "min_pixels", "max_pixels", "patch_size",
+                                                         "merge_size", "do_image_splitting", "max_image_size",
+                                                         "crop_size", "image_grid_pinpoints", "do_pan_and_scan")
+                   if getattr(ip, k, None) is not None}
+        options.update({k: _plain(getattr(proc, k)) for k in ("image_seq_len", "image_seq_length", "patch_size",
+                                                               "num_additional_image_tokens",
+                                                               "vision_feature_select_strategy")
+                        if getattr(proc, k, None) is not None})
+        return {"source": self.source, "processor": type(proc).__name__, "image_processor": type(ip).__name__,
+                "image_token": proc.image_token, "family": self.family, "max_pixels": self.max_pixels,
+                "options": options}
+
+    def signature(self) -> str:
+        from importlib.metadata import version
+
+        return json.dumps(self.to_dict(), sort_keys=True, default=str) + f"|transformers {version('transformers')}"
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_processor"] = None  # rebuilt where it is used (its class is made at load)
+        return state
+
+    # -- counting -------------------------------------------------------------------------------
+    def expand(self, sizes: list[tuple[int, int]]) -> list[Expansion]:
+        """Per (height, width): the image's ``Expansion``."""
+        out = []
+        for size in sizes:
+            hit = self._cache.get(size)
+            if hit is None:
+                hit = self._cache[size] = self._expand(size)
+            out.append(hit)
+        return out
+
+    def _expand(self, size: tuple[int, int]) -> Expansion:
+        proc = self.processor
+        data = proc._get_num_multimodal_tokens(image_sizes=[list(size)])
+        tokens = int(data.num_image_tokens[0])
+        family = self.family
+        if family == "repeat":
+            return Expansion(tokens, None)
+        if family == "rows_cols":
+            _, rows, cols = proc.image_processor.get_number_of_image_patches(*size, {})
+            inputs = {"rows": [[int(rows)]], "cols": [[int(cols)]]}
+        else:
+            inputs = {"num_crops": [0]}
+        return Expansion(tokens, proc.replace_image_token(inputs, 0))
+
+
+def load_processor(source: str, tokenizer, *, max_pixels: int | None = None):
+    """The processor of ``source`` (a directory or hub name) on ``tokenizer``, images only."""
+    try:
+        from transformers import AutoImageProcessor
+    except ImportError as exc:  # pragma: no cover - transformers is a dependency
+        raise ProcessorError(f"transformers is not importable ({exc})") from None
+    configs = _configs(source)
+    extra = {"max_pixels": max_pixels} if max_pixels else {}
+    try:
+        image_processor = AutoImageProcessor.from_pretrained(source, **extra)
+    except ImportError as exc:
+        raise ProcessorError(f"the image processor of {source} needs a package: {exc} "
+                             "(pip install 'lengthscan[images]')") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ProcessorError(f"{source}: no image processor ({_first_line(exc)})") from None
+    if max_pixels and getattr(image_processor, "size", None) is not None and "longest_edge" in image_processor.size:
+        image_processor.size["longest_edge"] = max_pixels
+    cls = _processor_class(source, configs, type(image_processor).__name__)
+    kwargs = _processor_kwargs(cls, configs.get("processor_config.json") or {})
+    try:
+        return _images_only(cls)(image_processor=image_processor, tokenizer=tokenizer, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the processor's own complaint, one line
+        raise ProcessorError(f"{cls.__name__} does not build on this tokenizer: {_first_line(exc)}") from None
+
+
+def _configs(source: str) -> dict:
+    """The JSON files that name the processor and its options (absent ones left out)."""
+    from transformers.utils import cached_file
+
+    out = {}
+    for name in ("processor_config.json", "preprocessor_config.json", "config.json"):
+        try:
+            path = cached_file(source, name, _raise_exceptions_for_missing_entries=False,
+                               _raise_exceptions_for_connection_errors=False)
+        except OSError:
+            path = None
+        if path:
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    value = json.load(fh)
+            except (OSError, ValueError) as exc:
+                raise ProcessorError(f"{source}/{name}: not valid JSON ({exc})") from None
+            if isinstance(value, dict):
+                out[name] = value
+    if "preprocessor_config.json" not in out:
+        raise ProcessorError(f"{source}: no preprocessor_config.json (give the model's processor directory or hub "
+                             "name with --processor)")
+    return out
+
+
+def _processor_class(source: str, configs: dict, image_processor: str):
+    """The processor class: named in the configs, else the one that uses this image processor."""
+    import transformers
+    from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING_NAMES
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
+
+    named = (configs.get("processor_config.json", {}).get("processor_class")
+             or configs["preprocessor_config.json"].get("processor_class"))
+    if not named and "model_type" in configs.get("config.json", {}):
+        named = PROCESSOR_MAPPING_NAMES.get(configs["config.json"]["model_type"])
+    if not named:
+        base = image_processor.removesuffix("Pil")
+        users = {PROCESSOR_MAPPING_NAMES.get(m) for m, names in IMAGE_PROCESSOR_MAPPING_NAMES.items()
+                 if base in (names.values() if isinstance(names, dict) else [names])
+                 or image_processor in (names.values() if isinstance(names, dict) else [names])}
+        users.discard(None)
+        if len(users) == 1:
+            named = users.pop()
+        else:
+            raise ProcessorError(f"{source}: which processor uses {image_processor} is not said (no processor_class "
+                                 "in processor_config.json or preprocessor_config.json): add it")
+    if named not in FAMILIES:
+        raise ProcessorError(f"{named}: lengthscan does not count its image tokens yet (counted: "
+                             f"{', '.join(sorted(FAMILIES))})")
+    return getattr(transformers, named)
+
+
+def _processor_kwargs(cls, config: dict) -> dict:
+    """The processor's own options from processor_config.json (those its constructor takes)."""
+    params = inspect.signature(cls.__init__).parameters
+    skip = {"self", "image_processor", "tokenizer", "chat_template", *_OTHERS}
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return {k: v for k, v in config.items() if k not in skip and not isinstance(v, dict)
+            and k != "processor_class" and (k in params or (takes_any and k in ("image_token",)))}
+
+
+def _images_only(cls):
+    """A subclass of the processor class built from its image processor and tokenizer alone."""
+    params = inspect.signature(cls.__init__).parameters
+    missing = {name: None for name in _OTHERS if name in params}
+
+    def __init__(self, image_processor=None, tokenizer=None, **kwargs):
+        cls.__init__(self, image_processor=image_processor, tokenizer=tokenizer, **missing, **kwargs)
+
+    return type(cls.__name__, (cls,), {"__init__": __init__, "__module__": cls.__module__,
+                                       "__qualname__": cls.__qualname__})
+
+
+def _plain(value):
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if hasattr(value, "__dataclass_fields__"):
+        value = {k: getattr(value, k) for k in value.__dataclass_fields__}
+    if hasattr(value, "items"):
+        return {k: _plain(v) for k, v in dict(value).items() if v is not None}
+    return value
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]

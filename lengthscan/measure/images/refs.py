@@ -1,0 +1,121 @@
+"""Where a conversation's images are, and their sizes read from headers.
+
+An image is given as a path (relative paths resolve against the data file's folder, then the
+working directory), as bytes, as a ``data:image/...;base64,`` URI, or as the ``{"bytes", "path"}``
+dict of a ``datasets`` ``Image(decode=False)`` value. ``image_sizes`` reads each header once
+(``headers.image_size``) and returns the size the model's processor sees: the EXIF orientation
+applied, as ``transformers``' ``load_image`` and ``datasets``' decoding both apply it.
+A bad image never raises: it comes back as an ``ImageProblem`` naming the image and what is wrong.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from lengthscan.measure.images.headers import ImageError, image_size, image_size_from
+
+#: Files whose headers are read at once (reads of cold files overlap).
+READ_THREADS = 8
+
+
+@dataclass(frozen=True)
+class ImageProblem:
+    """An image that has no size: ``flag`` (missing_file, unreadable, missing) and the reason."""
+
+    flag: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Seen:
+    """An image as the processor sees it: width and height once oriented, and what it was."""
+
+    width: int
+    height: int
+    label: str   # the path, or "<N bytes>"
+
+
+def describe(ref) -> str:
+    """A short name of an image reference, for reasons and reports."""
+    if isinstance(ref, dict):
+        if ref.get("bytes") is not None:
+            return describe(ref["bytes"])
+        return describe(ref.get("path"))
+    if isinstance(ref, (bytes, bytearray, memoryview)):
+        return f"<{len(ref):,} bytes>"
+    if isinstance(ref, str) and ref.startswith("data:"):
+        return f"<data URI, {len(ref):,} chars>"
+    return str(ref)
+
+
+def image_sizes(refs: list, base_dir: str | None) -> list:
+    """Per reference: a ``Seen`` or an ``ImageProblem``."""
+    if len(refs) < 4:
+        return [_size(r, base_dir) for r in refs]
+    with ThreadPoolExecutor(min(READ_THREADS, len(refs))) as pool:
+        return list(pool.map(lambda r: _size(r, base_dir), refs))
+
+
+def _size(ref, base_dir: str | None):
+    label = describe(ref)
+    try:
+        data, path = _resolve(ref, base_dir)
+    except ImageError as exc:
+        return ImageProblem("unreadable", f"image {label}: {exc}")
+    if data is None and path is None:
+        return ImageProblem("missing", "an image is missing (null)")
+    try:
+        size = image_size(data) if data is not None else image_size_from(path)
+    except FileNotFoundError:
+        return ImageProblem("missing_file", f"image {label}: no such file")
+    except (IsADirectoryError, PermissionError) as exc:
+        return ImageProblem("missing_file", f"image {label}: {exc.strerror}")
+    except ImageError as exc:
+        return ImageProblem("unreadable", f"image {label}: {exc}")
+    except OSError as exc:
+        return ImageProblem("unreadable", f"image {label}: {exc.strerror or exc}")
+    width, height = size.oriented()
+    return Seen(width, height, label)
+
+
+def _resolve(ref, base_dir: str | None) -> tuple[bytes | None, str | None]:
+    """(bytes, path) of an image reference."""
+    if isinstance(ref, dict):
+        if ref.get("bytes") is not None:
+            return _resolve(ref["bytes"], base_dir)
+        return _resolve(ref.get("path"), base_dir)
+    if ref is None:
+        return None, None
+    if isinstance(ref, (bytes, bytearray, memoryview)):
+        return bytes(ref), None
+    if isinstance(ref, str):
+        if ref.startswith("data:"):
+            return _data_uri(ref), None
+        scheme, sep, _ = ref.partition("://")
+        if sep and scheme.isalnum() and len(scheme) > 1:
+            raise ImageError("a URL; lengthscan reads local image files and bytes (download the images first)")
+        return None, _local(ref, base_dir)
+    if isinstance(ref, os.PathLike):
+        return None, _local(os.fspath(ref), base_dir)
+    raise ImageError(f"a {type(ref).__name__}, not a path, bytes or a {{'bytes', 'path'}} dict")
+
+
+def _local(path: str, base_dir: str | None) -> str:
+    if os.path.isabs(path) or base_dir is None or "://" in base_dir:
+        return path
+    beside = os.path.join(base_dir, path)
+    return beside if os.path.exists(beside) or not os.path.exists(path) else path
+
+
+def _data_uri(uri: str) -> bytes:
+    head, sep, body = uri.partition(",")
+    if not sep or not head.endswith(";base64"):
+        raise ImageError("a data URI that is not base64")
+    try:
+        return base64.b64decode(body, validate=False)
+    except (binascii.Error, ValueError) as exc:
+        raise ImageError(f"a data URI whose base64 does not decode ({exc})") from None
