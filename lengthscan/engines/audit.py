@@ -63,6 +63,7 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
           num_proc: int = 1, progress: Progress | None = None, command: str | None = None, messages: str | None = None,
           prompt: str | None = None, completion: str | None = None, tools: str | None = None,
           chat_template: str | None = None, train_on: str = "assistant", id_column: str | None = None,
+          images: str | None = None, processor: str | None = None, max_pixels: int | None = None,
           packing: str | None = None, max_length: int | None = None, packing_num_proc: int | None = None,
           shuffle_seed: int | None = None, batch_size: int = 8, grad_accum: int = 1, devices: int = 1) -> AuditResult:
     """Measure the lengths of the ``input``/``audio`` and ``target`` columns of ``source``.
@@ -82,6 +83,9 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
     in worker processes (same results, same order). Conversations instead of text columns:
     ``messages`` (or ``prompt`` and ``completion``), ``tools``, ``chat_template`` (a Jinja file;
     default: the tokenizer's) and ``train_on`` (assistant, last or all); see README "Chat data".
+    Images in conversations: ``images`` (a column of per-row images), ``processor`` (the model's
+    processor: image tokens as it expands them; default ``model``), ``max_pixels`` (count as if the
+    image processor's max_pixels were this); see README "Images in conversations".
     ``packing`` (bfd, bfd_split or wrapped) with ``max_length`` simulates TRL's packing of every row
     (``packing_num_proc``: its ``dataset_num_proc``; ``shuffle_seed``: ``shuffle_dataset`` with that
     seed); ``batch_size``, ``grad_accum`` and ``devices`` turn packs into steps (README "Packing").

@@ -85,7 +85,8 @@ def clean(source, *, out, tokenizer=None, input: str | None = None, target: str 
           redact: bool = False, num_proc: int = 1, decide_only: bool = True, progress=None,
           command: str | None = None, messages: str | None = None,
           prompt: str | None = None, completion: str | None = None, tools: str | None = None,
-          chat_template: str | None = None, train_on: str = "assistant", id_column: str | None = None) -> CleanResult:
+          chat_template: str | None = None, train_on: str = "assistant", id_column: str | None = None,
+          images: str | None = None, processor: str | None = None, max_pixels: int | None = None) -> CleanResult:
     """Decide every row of ``source`` by ``limits`` and write the result to ``out``.
 
     Options as ``audit``; ``action`` is what rows over an upper token limit get (drop or
@@ -331,6 +332,9 @@ def check_tokenize(setup, src) -> None:
     """``--tokenize`` needs a text column and a tokenizer, and never overwrites a column."""
     if setup.counter is None:
         raise ColumnError("--tokenize needs a text column (--input and/or --target) and a tokenizer")
+    if setup.chat is not None and setup.chat.images is not None:
+        raise ColumnError("--tokenize writes text token ids; with images the processor writes its own (leave out "
+                          "--tokenize, or --images and --processor)")
     for split_src in src.splits:
         clash = [c for c in TOKEN_COLUMNS if c in split_src.column_names]
         if clash:

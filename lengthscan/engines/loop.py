@@ -94,7 +94,8 @@ def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally:
     """Measure the plan's rows of one split into ``tally`` and the sinks; returns the roles whose
     lengths came from the cache. ``columns`` (default: those measured) are read."""
     fields, counter = setup.fields, setup.counter
-    cached = [f for f in fields if f.kind in ("text", "chat")]
+    # conversations with images are measured every run: their image files may change under the same rows
+    cached = [f for f in fields if f.kind == "text" or (f.kind == "chat" and not f.vision)]
     use_cache = run.cache and engine.uses_cache and cached
     keys = {f.role: cache_key(split_src, f, setup) for f in cached} if use_cache else {}
     kinds = {f.role: f for f in cached}

@@ -219,6 +219,12 @@ def prepare_run(measure: MeasureOptions, rules: RuleOptions) -> Prepared:
         if setup.chat is None or not setup.chat.options.format.messages:
             raise RuleError("drop-turns cuts conversations by their turns: it needs --messages COL (a "
                             "prompt-completion row has no turns to drop; use drop or truncate)")
+    if setup.chat is not None and setup.chat.images is not None and (
+            rules.action != "drop" or any(r.action not in (None, "drop") for r in parsed)):
+        from lengthscan.policy.rules import RuleError
+
+        raise RuleError("conversations with images are dropped whole over a limit: truncate and drop-turns "
+                        "would cut through images (use --action drop, or cap the images with --max-pixels)")
     return Prepared(parsed, gate_spec, setup)
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lengthscan.measure.chat.counter import CHAT_METRICS
+from lengthscan.measure.images import IMAGE_METRICS
 from lengthscan.stats.histograms import (
     Histogram,
     metric_values,
@@ -48,7 +49,7 @@ TOKEN_METRICS = ("input_tokens", "target_tokens")
 AUDIO_METRICS = ("input_seconds", "input_samples", "input_frames")
 #: Upper limits on a conversation's ``sequence_tokens`` may truncate (as TRL slices) or drop turns.
 SEQUENCE = "sequence_tokens"
-MEASUREMENTS = TOKEN_METRICS + AUDIO_METRICS + CHAT_METRICS
+MEASUREMENTS = TOKEN_METRICS + AUDIO_METRICS + CHAT_METRICS + IMAGE_METRICS
 MAD_SCALE = 1.4826  # MAD x 1.4826 estimates the standard deviation of a normal distribution
 
 RULE_FORMS = """a limit rule is METRIC OP VALUE[:ACTION]

@@ -27,7 +27,7 @@ def chat_findings(data: dict) -> list[str]:
         if c["sequence_tokens"]:
             out.append(f"{share(c['completion_tokens'], c['sequence_tokens'])} of the tokens{where} are trained "
                        f"({c['completion_tokens']:,} of {c['sequence_tokens']:,}; {chat['trained_tokens']}).")
-        for limit, origin in _sequence_limits(data, split):
+        for limit, origin in sequence_limits(data, split):
             out.append(_over_sentence(split, limit, origin, where))
         out += _row_sentences(c, where, chat)
     out += _kept_sentences(data)
@@ -36,7 +36,7 @@ def chat_findings(data: dict) -> list[str]:
     return out
 
 
-def _sequence_limits(data: dict, split: dict) -> list[tuple[int, str]]:
+def sequence_limits(data: dict, split: dict) -> list[tuple[int, str]]:
     """The upper sequence_tokens limits in play: the model's (or tokenizer's) and the rules'."""
     limits = [(int(c["limit"]), c["origin"]) for c in split.get("limits", []) if c["measure"] == "sequence_tokens"]
     for r in (data.get("decisions") or {}).get("rules", []):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from lengthscan.measure.records import BOUNDED_FLAGS, FLAG_NAMES
 from lengthscan.report.chat_findings import chat_findings
 from lengthscan.report.fmt import count, num, share, times, unit, with_unit
+from lengthscan.report.image_findings import image_findings
 from lengthscan.report.packing import packing_findings
 
 #: Flags of rows decide-only mode decided by a proven bound (they have bounds, not lengths).
@@ -38,6 +39,7 @@ def findings(data: dict) -> list[str]:
         own = source_batches if _batches_of(source_batches, split["split"], splits) else None
         out += [before + t for t in _limit_findings(split, own, multi=multi)]
     out += chat_findings(data)
+    out += image_findings(data)
     out += _decision_findings(data.get("decisions"), cleaned=clean is not None)
     out += _clean_findings(data)
     for split in splits:

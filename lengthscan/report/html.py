@@ -19,6 +19,7 @@ from pathlib import Path
 from lengthscan.report import charts
 from lengthscan.report.findings import findings
 from lengthscan.report.fmt import count, counting_line, mean, num, share, size, source_line, unit
+from lengthscan.report.image_charts import image_sizes_spec
 from lengthscan.report.memory_chart import memory_spec
 from lengthscan.report.packing import packing_view
 
@@ -122,7 +123,9 @@ def _view(data: dict, specs: dict, *, redact: bool) -> dict:
         if pair and pair["joint"]["cells"]:
             joint = add(charts.joint_spec(pair, x_limits=_axis_limits(split, decisions, pair["x"]),
                                           y_limits=_axis_limits(split, decisions, pair["y"])))
-        splits.append({"s": split, "fields": fields, "joint": joint, "after": a,
+        images = (split.get("chat") or {}).get("images")
+        sizes = add(image_sizes_spec(images["kilopixels"])) if images else None
+        splits.append({"s": split, "fields": fields, "joint": joint, "after": a, "image_sizes": sizes,
                        "decisions": by_split.get(split["split"]), "pcts": _pct_keys(split)})
     batches = data.get("batches")
     return {

@@ -36,6 +36,11 @@ def render_summary(data: dict, console: Console) -> None:
         console.print(Text.assemble(("chat ", "dim"), f"template {template['origin']} ({blocks} generation blocks); "
                                     f"--train-on {chat['train_on']}: {chat['trained_tokens']}; end of turn "
                                     f"{chat.get('end_of_turn_token') or '-'}"))
+        if chat.get("images"):
+            im = chat["images"]
+            cap = f"; --max-pixels {im['max_pixels']:,}" if im.get("max_pixels") else ""
+            console.print(Text.assemble(("images ", "dim"), f"{im['processor']} ({im['image_processor']}) from "
+                                        f"{im['source']}: image token {im['image_token']}{cap}"))
     model = data.get("model")
     if model:
         console.print(Text.assemble(("model ", "dim"), f"{model.get('model')} ({model.get('model_type')}, "

@@ -11,6 +11,7 @@ import numpy as np
 
 from lengthscan.measure.chat.counter import CONTENT_ROLES as ROLE_TOTALS
 from lengthscan.stats.histograms import Histogram, merge_histograms
+from lengthscan.stats.images import ImageTally
 
 
 @dataclass
@@ -30,9 +31,15 @@ class ChatTally:
     #: where the first trained token is (rows with one): a cut at L leaves no trained token in the
     #: rows whose first trained token is at L or later
     trained_from: Histogram = field(default_factory=Histogram)
+    images: ImageTally | None = None  # conversations with images
 
-    def add(self, values: dict, notes: dict) -> None:
-        """One batch: ``values`` metric -> per-row values (-1: none), ``notes`` the side columns."""
+    def add(self, values: dict, notes: dict, rows=None) -> None:
+        """One batch: ``values`` metric -> per-row values (-1: none), ``notes`` the side columns,
+        ``rows`` the rows' positions in the split."""
+        if "image_tokens" in values and notes is not None:
+            if self.images is None:
+                self.images = ImageTally()
+            self.images.add(values, notes, rows if rows is not None else np.arange(len(values["image_tokens"])))
         seq, comp = values["sequence_tokens"], values["completion_tokens"]
         measured, counted = seq >= 0, comp >= 0
         self.measured += int(measured.sum())
@@ -60,6 +67,8 @@ class ChatTally:
         for role, n in other.by_role.items():
             self.by_role[role] = self.by_role.get(role, 0) + n
         self.trained_from = merge_histograms([self.trained_from, other.trained_from])
+        if other.images is not None:
+            self.images = other.images if self.images is None else self.images.merge(other.images)
         return self
 
     def to_dict(self) -> dict:
@@ -69,4 +78,5 @@ class ChatTally:
                 "no_trained_tokens": self.no_trained_tokens, "without_final_eot": self.without_final_eot,
                 "rewrites_history": self.rewrites_history, "parts_not_rendered": self.parts_not_rendered,
                 "from_sharegpt": self.from_sharegpt,
-                "content_tokens_by_role": dict(self.by_role), "trained_from": self.trained_from.to_dict()}
+                "content_tokens_by_role": dict(self.by_role), "trained_from": self.trained_from.to_dict(),
+                **({"images": self.images.to_dict()} if self.images is not None else {})}

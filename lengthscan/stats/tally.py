@@ -180,7 +180,7 @@ class SplitTally:
                 self.pairs[:] = [merge_all(self.pairs)]
         if self.chat is not None:
             m = measured[self.fields[0].role]
-            self.chat.add(by_name, m.notes)
+            self.chat.add(by_name, m.notes, rows)
         for lt in self.ceiling_tallies:
             lt.add(rows, by_name[lt.limit.measure], bounds.get(lt.limit.measure))
         self._keep_lengths(rows, by_name)

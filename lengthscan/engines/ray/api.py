@@ -26,7 +26,8 @@ def audit_ray(source, *, ray_address: str | None = None, num_blocks: int | None 
               batch_rows: int = BATCH_ROWS, redact: bool = False, num_proc: int = 1, progress=None,
               command: str | None = None, messages: str | None = None,
               prompt: str | None = None, completion: str | None = None, tools: str | None = None,
-              chat_template: str | None = None, train_on: str = "assistant", id_column: str | None = None):
+              chat_template: str | None = None, train_on: str = "assistant", id_column: str | None = None,
+              images: str | None = None, processor: str | None = None, max_pixels: int | None = None):
     """``lengthscan.audit`` on a Ray cluster: same arguments, same ``AuditResult`` and outputs.
 
     ``ray_address`` is passed to ``ray.init`` (None: the running Ray session, else a new local
@@ -52,7 +53,8 @@ def clean_ray(source, *, out, ray_address: str | None = None, num_blocks: int | 
               num_proc: int = 1, decide_only: bool = True,
               progress=None, command: str | None = None, messages: str | None = None, prompt: str | None = None,
               completion: str | None = None, tools: str | None = None, chat_template: str | None = None,
-              train_on: str = "assistant", id_column: str | None = None):
+              train_on: str = "assistant", id_column: str | None = None,
+              images: str | None = None, processor: str | None = None, max_pixels: int | None = None):
     """``lengthscan.clean`` on a Ray cluster: same arguments, same ``CleanResult`` and outputs.
 
     ``ray_address`` and ``num_blocks`` as in ``audit_ray``; ``format`` "parquet" writes Parquet

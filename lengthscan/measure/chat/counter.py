@@ -72,14 +72,14 @@ class ChatOptions:
 
 def chat_metrics(vision: bool = False) -> tuple[str, ...]:
     """The measurements of a conversation field (with images: ``IMAGE_METRICS`` too)."""
-    from lengthscan.measure.chat.images import IMAGE_METRICS
+    from lengthscan.measure.images import IMAGE_METRICS
 
     return CHAT_METRICS + IMAGE_METRICS if vision else CHAT_METRICS
 
 
 def chat_notes(vision: bool = False) -> dict:
     """The side columns of a conversation field (with images: ``IMAGE_NOTES`` too)."""
-    from lengthscan.measure.chat.images import IMAGE_NOTES
+    from lengthscan.measure.images import IMAGE_NOTES
 
     return {**NOTES, **IMAGE_NOTES} if vision else NOTES
 

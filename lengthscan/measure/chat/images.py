@@ -19,16 +19,9 @@ refuses such a row), or with an image that is missing or unreadable, gets no len
 
 from __future__ import annotations
 
-import numpy as np
-
 from lengthscan.measure.chat.encoding import rendered_ids
 from lengthscan.measure.images.refs import ImageProblem, image_sizes
 from lengthscan.measure.records import FLAG_CODES, FLAG_INVALID_CONVERSATION
-
-#: Per-row image measurements of a vision conversation field (lengths.parquet columns, rule metrics).
-IMAGE_METRICS = ("image_tokens", "images")
-#: Per-row side columns of a vision conversation field.
-IMAGE_NOTES = {"max_image_tokens": "int64", "max_image_width": "int64", "max_image_height": "int64"}
 
 
 def add_images(images, counter, work: dict, texts: list, plain: list, views: dict, values: dict, notes: dict,
@@ -152,7 +145,3 @@ def _refuse(i: int, values: dict, code: int, reason: str, flags, errors: list) -
     for v in values.values():
         v[i] = -1
     flags[i], errors[i] = code, reason
-
-
-def empty_notes(n: int) -> dict:
-    return {name: np.full(n, -1, np.int64) for name in IMAGE_NOTES}

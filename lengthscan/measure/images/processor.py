@@ -9,7 +9,8 @@ run's tokenizer with its image processor only (no video processor: that needs to
 own code answers:
 
 * how many image tokens an image of a size becomes: the processor's ``_get_num_multimodal_tokens``
-  (what vLLM uses; the image processor's ``get_number_of_image_patches`` inside);
+  (what vLLM uses; the image processor's ``get_number_of_image_patches`` inside), or for a processor
+  without one (SmolVLM) the tokens of its expansion;
 * the text the processor writes in place of the image placeholder: ``replace_image_token``, called
   with the values it reads (``FAMILIES``) computed from the size, not from pixels.
 
@@ -125,8 +126,8 @@ class ImageCounter:
 
     def _expand(self, size: tuple[int, int]) -> Expansion:
         proc = self.processor
-        data = proc._get_num_multimodal_tokens(image_sizes=[list(size)])
-        tokens = int(data.num_image_tokens[0])
+        counted = hasattr(proc, "_get_num_multimodal_tokens")
+        tokens = int(proc._get_num_multimodal_tokens(image_sizes=[list(size)]).num_image_tokens[0]) if counted else None
         family = self.family
         if family == "repeat":
             return Expansion(tokens, None)
@@ -135,7 +136,10 @@ class ImageCounter:
             inputs = {"rows": [[int(rows)]], "cols": [[int(cols)]]}
         else:
             inputs = {"num_crops": [0]}
-        return Expansion(tokens, proc.replace_image_token(inputs, 0))
+        replacement = proc.replace_image_token(inputs, 0)
+        if tokens is None:  # no counting function (SmolVLM): the tokens of its expansion
+            tokens = len(self.tokenizer(replacement, add_special_tokens=False)["input_ids"])
+        return Expansion(tokens, replacement)
 
 
 def load_processor(source: str, tokenizer, *, max_pixels: int | None = None):
@@ -157,8 +161,10 @@ def load_processor(source: str, tokenizer, *, max_pixels: int | None = None):
         image_processor.size["longest_edge"] = max_pixels
     cls = _processor_class(source, configs, type(image_processor).__name__)
     kwargs = _processor_kwargs(cls, configs.get("processor_config.json") or {})
-    try:
-        return _images_only(cls)(image_processor=image_processor, tokenizer=tokenizer, **kwargs)
+    import copy
+
+    try:  # a copy: some processors add their tokens to the tokenizer they are given
+        return _images_only(cls)(image_processor=image_processor, tokenizer=copy.deepcopy(tokenizer), **kwargs)
     except Exception as exc:  # noqa: BLE001 - the processor's own complaint, one line
         raise ProcessorError(f"{cls.__name__} does not build on this tokenizer: {_first_line(exc)}") from None
 

@@ -1,0 +1,131 @@
+"""Vision-language processors built offline for the image tests: a byte-level BPE tokenizer trained
+on this Python's docstrings with each family's control tokens, the family's released
+``preprocessor_config.json`` (and ``processor_config.json``) values, and the chat template TRL ships
+for it; plus the reference every count is checked against: the processor class itself, built from
+its image processor and tokenizer (its video processor needs torchvision), called on the decoded
+images (``transformers.image_utils.load_image``, which applies the EXIF orientation)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.support.chat import SPECIAL, trl_template
+
+_IDEFICS = ["<fake_token_around_image>", "<image>", "<global-img>", "<end_of_utterance>"] + [
+    f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7)]
+_QWEN = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+_MEAN = {"image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711]}
+
+#: family -> what its processor directory holds and its template: the values of the released configs
+FAMILIES = {
+    "qwen2_vl": dict(tokens=_QWEN, template="qwen2_5_vl", preprocessor={
+        "min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
+        **_MEAN, "image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2VLProcessor"}),
+    "qwen2_5_vl": dict(tokens=_QWEN, template="qwen2_5_vl", preprocessor={
+        "min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
+        **_MEAN, "image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2_5_VLProcessor"}),
+    "qwen3_vl": dict(tokens=_QWEN, template="qwen3_vl", preprocessor={
+        "size": {"longest_edge": 16777216, "shortest_edge": 65536}, "patch_size": 16, "temporal_patch_size": 2,
+        "merge_size": 2, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+        "image_processor_type": "Qwen2VLImageProcessorFast", "processor_class": "Qwen3VLProcessor"}),
+    "llava": dict(tokens=["<image>"], template="llava_next", preprocessor={
+        "crop_size": {"height": 336, "width": 336}, "do_center_crop": True, "do_normalize": True, "do_resize": True,
+        "do_rescale": True, "do_convert_rgb": True, "resample": 3, "rescale_factor": 0.00392156862745098,
+        "size": {"shortest_edge": 336}, **_MEAN, "image_processor_type": "CLIPImageProcessor"},
+        processor={"image_token": "<image>", "num_additional_image_tokens": 1, "patch_size": 14,
+                   "processor_class": "LlavaProcessor", "vision_feature_select_strategy": "default"}),
+    "llava_next": dict(tokens=["<image>"], template="llava_next", preprocessor={
+        "crop_size": {"height": 336, "width": 336}, "do_center_crop": True, "do_normalize": True, "do_resize": True,
+        "do_rescale": True, "do_convert_rgb": True, "do_pad": True, "resample": 3,
+        "rescale_factor": 0.00392156862745098, "size": {"shortest_edge": 336}, **_MEAN,
+        "image_grid_pinpoints": [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]],
+        "image_processor_type": "LlavaNextImageProcessor", "processor_class": "LlavaNextProcessor"},
+        processor={"image_token": "<image>", "num_additional_image_tokens": 1, "patch_size": 14,
+                   "processor_class": "LlavaNextProcessor", "vision_feature_select_strategy": "default"}),
+    "idefics3": dict(tokens=_IDEFICS, template="idefics3", preprocessor={
+        "do_image_splitting": True, "max_image_size": {"longest_edge": 364}, "size": {"longest_edge": 1456},
+        "do_resize": True, "resample": 1, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+        "image_processor_type": "Idefics3ImageProcessor", "processor_class": "Idefics3Processor"},
+        processor={"image_seq_len": 169, "processor_class": "Idefics3Processor"}),
+    "smolvlm": dict(tokens=_IDEFICS, template="smolvlm", preprocessor={
+        "do_image_splitting": True, "max_image_size": {"longest_edge": 512}, "size": {"longest_edge": 2048},
+        "do_resize": True, "resample": 1, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+        "image_processor_type": "SmolVLMImageProcessor", "processor_class": "SmolVLMProcessor"},
+        processor={"image_seq_len": 64, "processor_class": "SmolVLMProcessor"}),
+    "gemma3": dict(tokens=["<start_of_image>", "<end_of_image>", "<image_soft_token>"], template="gemma3",
+                   extra={"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
+                          "image_token": "<image_soft_token>"},
+                   preprocessor={"do_pan_and_scan": False, "size": {"height": 896, "width": 896}, "resample": 2,
+                                 "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+                                 "image_processor_type": "Gemma3ImageProcessor", "processor_class": "Gemma3Processor"},
+                   processor={"image_seq_length": 256, "processor_class": "Gemma3Processor"}),
+}
+
+
+def vision_dir(out: Path, family: str, train_texts: list[str]) -> Path:
+    """A model folder for ``family``: tokenizer files, preprocessor_config.json, processor_config.json."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    spec = FAMILIES[family]
+    out.mkdir(parents=True, exist_ok=True)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(train_texts, trainers.BpeTrainer(
+        vocab_size=2000, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in spec["tokens"]])
+    tok.save(str(out / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+              "bos_token": "<bos>"}
+    if spec.get("extra"):
+        config["extra_special_tokens"] = spec["extra"]
+    (out / "tokenizer_config.json").write_text(json.dumps(config))
+    (out / "preprocessor_config.json").write_text(json.dumps(spec["preprocessor"]))
+    if spec.get("processor"):
+        (out / "processor_config.json").write_text(json.dumps(spec["processor"]))
+    return out
+
+
+def template_of(family: str) -> Path:
+    return trl_template(FAMILIES[family]["template"])
+
+
+def reference_processor(folder: Path, family: str):
+    """The family's processor class, built from its image processor and tokenizer alone."""
+    import inspect
+
+    import transformers
+    from transformers import AutoImageProcessor, AutoTokenizer
+
+    name = (FAMILIES[family].get("processor") or FAMILIES[family]["preprocessor"])["processor_class"]
+    cls = getattr(transformers, name)
+    params = inspect.signature(cls.__init__).parameters
+    others = {k: None for k in ("video_processor",) if k in params}
+
+    def __init__(self, image_processor=None, tokenizer=None, **kwargs):
+        cls.__init__(self, image_processor=image_processor, tokenizer=tokenizer, **others, **kwargs)
+        for name in others:  # read (as None) by some processors' __call__
+            setattr(self, name, None)
+
+    images_only = type(name, (cls,), {"__init__": __init__})
+    kwargs = {k: v for k, v in (FAMILIES[family].get("processor") or {}).items() if k != "processor_class"}
+    return images_only(image_processor=AutoImageProcessor.from_pretrained(folder),
+                       tokenizer=AutoTokenizer.from_pretrained(folder),
+                       chat_template=template_of(family).read_text(), **kwargs)
+
+
+def reference(processor, messages: list, images: list) -> tuple[int, int]:
+    """(input_ids length, image tokens in them) as the processor gives them for one conversation;
+    ``images``: paths (decoded by ``load_image``)."""
+    from transformers.image_utils import load_image
+    from transformers.processing_utils import ProcessorMixin
+
+    # the base class's rendering: SmolVLM's own override reads its video processor's options first
+    text = ProcessorMixin.apply_chat_template(processor, messages, tokenize=False)
+    pics = [load_image(str(p)) for p in images]
+    enc = processor(text=text, images=pics or None)
+    ids = list(enc["input_ids"][0])
+    image_ids = {processor.image_token_id} if hasattr(processor, "image_token_id") else set()
+    return len(ids), sum(1 for t in ids if t in image_ids)
