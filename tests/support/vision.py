@@ -63,6 +63,60 @@ FAMILIES = {
 }
 
 
+def system_images(limit: int = 300) -> list:
+    """Image files the machine's packages ship (Debian's /usr/share, the site-packages)."""
+    import site
+
+    found = []
+    for root in ["/usr/share", *site.getsitepackages()]:
+        for suffix in ("png", "jpg", "jpeg", "gif", "bmp", "webp", "tif", "tiff"):
+            found += sorted(Path(root).rglob(f"*.{suffix}"))[:limit // 4]
+    return found[:limit]
+
+
+def write_pictures(folder: Path, *, big: bool = False) -> list[Path]:
+    """Images of every format and many shapes, written by Pillow (EXIF orientations included), and
+    some of the machine's own image files that Pillow opens."""
+    import shutil
+
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    shapes = [("wide.png", (2000, 60), {}), ("tall.webp", (90, 1400), {"quality": 80}), ("tiny.gif", (20, 30), {}),
+              ("icon.bmp", (64, 64), {}), ("scan.tiff", (1240, 1754), {}), ("rot6.jpg", (800, 600), {"exif": 6}),
+              ("rot8.png", (640, 360), {"exif": 8}), ("square.jpg", (448, 448), {}),
+              ("photo.jpg", (4032, 3024) if big else (1600, 1200), {"exif": 6})]
+    out = []
+    for k, (name, size, opts) in enumerate(shapes):
+        img = Image.new("RGB", size, (30 * k % 255, 90, 160))
+        img.putpixel((0, 0), (255, 0, 0))
+        kwargs = {key: v for key, v in opts.items() if key != "exif"}
+        if "exif" in opts:
+            exif = Image.Exif()
+            exif[0x0112] = opts["exif"]
+            kwargs["exif"] = exif
+        if name.endswith(".gif"):
+            img = img.convert("P")
+        img.save(folder / name, **kwargs)
+        out.append(folder / name)
+    taken = 0
+    for path in system_images():
+        if taken >= 4 or path.suffix.lower() not in (".png", ".jpg", ".jpeg"):
+            continue
+        try:
+            with Image.open(path) as img:
+                img.load()
+                if min(img.size) < 16 or img.mode not in ("RGB", "RGBA", "L", "P"):
+                    continue
+        except Exception:  # noqa: BLE001 - a file Pillow cannot open: not one to test with
+            continue
+        dest = folder / f"system{taken}{path.suffix.lower()}"
+        shutil.copyfile(path, dest)
+        out.append(dest)
+        taken += 1
+    return out
+
+
 def vision_dir(out: Path, family: str, train_texts: list[str]) -> Path:
     """A model folder for ``family``: tokenizer files, preprocessor_config.json, processor_config.json."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers

@@ -7,6 +7,7 @@ import io
 import pytest
 
 from lengthscan.measure.images.headers import ImageError, image_size, image_size_from
+from tests.support.vision import system_images
 
 PIL = pytest.importorskip("PIL")
 
@@ -62,22 +63,10 @@ def test_unreadable_headers_say_why(data):
         image_size(data)
 
 
-def _system_images(limit: int = 300) -> list:
-    """Image files the machine's packages ship (Debian's /usr/share, the site-packages)."""
-    import site
-    from pathlib import Path
-
-    found = []
-    for root in ["/usr/share", *site.getsitepackages()]:
-        for suffix in ("png", "jpg", "jpeg", "gif", "bmp", "webp", "tif", "tiff"):
-            found += sorted(Path(root).rglob(f"*.{suffix}"))[:limit // 4]
-    return found[:limit]
-
-
 def test_the_machines_own_images_read_as_pillow_opens_them():
     from PIL import Image, ImageOps
 
-    files = _system_images()
+    files = system_images()
     if len(files) < 20:
         pytest.skip("fewer than 20 image files on this machine")
     checked = 0
