@@ -31,7 +31,7 @@ import numpy as np
 #: processor's own output); ``rows_cols``: the tiles' rows and columns; ``crops``: pan-and-scan crops.
 FAMILIES = {
     "Qwen2VLProcessor": "repeat", "Qwen2_5_VLProcessor": "repeat", "Qwen3VLProcessor": "repeat",
-    "LlavaProcessor": "repeat", "LlavaNextProcessor": "repeat", "LlavaOnevisionProcessor": "repeat",
+    "LlavaProcessor": "repeat", "LlavaNextProcessor": "repeat",
     "Idefics3Processor": "rows_cols", "SmolVLMProcessor": "rows_cols",
     "Gemma3Processor": "crops",
 }

@@ -136,7 +136,8 @@ def test_sharegpt_prompt_completion_and_bad_rows(tmp_path, chat_tok_dir, chat_to
     assert table["chat_flag"][2:] == ["invalid_conversation", "invalid_conversation", "invalid_conversation",
                                       "unsupported_content", "missing"]
     assert "not a list" in table["chat_error"][2] and "'wizard'" in table["chat_error"][3]
-    assert "no 'role'" in table["chat_error"][4] and "'image'" in table["chat_error"][5]
+    assert "no 'role'" in table["chat_error"][4]
+    assert "image part" in table["chat_error"][5] and "--processor" in table["chat_error"][5]
     report = json.loads((out / "report.json").read_text())
     assert report["chat"]["sharegpt_converted"] is True
 
