@@ -7,7 +7,9 @@ images (``transformers.image_utils.load_image``, which applies the EXIF orientat
 
 from __future__ import annotations
 
+import base64
 import json
+import random
 from pathlib import Path
 
 from tests.support.chat import SPECIAL, trl_template
@@ -183,3 +185,34 @@ def reference(processor, messages: list, images: list) -> tuple[int, int]:
     ids = list(enc["input_ids"][0])
     image_ids = {processor.image_token_id} if hasattr(processor, "image_token_id") else set()
     return len(ids), sum(1 for t in ids if t in image_ids)
+
+
+def image_conversations(docs: list[str], pictures: list, n: int, seed: int = 0) -> list[dict]:
+    """Conversations with 0-3 images: bare parts with the images column (paths relative to the data
+    file), inline path parts, a data URI, images in a later user turn, text-only rows."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        turns = rng.choice([1, 1, 2])
+        messages, images = [], []
+        for t in range(turns):
+            k = rng.choice([0, 1, 1, 2, 3]) if t == 0 or rng.random() < 0.5 else 0
+            parts = []
+            for _ in range(k):
+                pic = rng.choice(pictures)
+                how = rng.random()
+                if how < 0.7:
+                    parts.append({"type": "image"})
+                    images.append(pic.name)
+                elif how < 0.9:
+                    parts.append({"type": "image", "image": str(pic)})
+                else:
+                    uri = "data:image/png;base64," + base64.b64encode(pic.read_bytes()).decode()
+                    parts.append({"type": "image", "image": uri})
+            parts.append({"type": "text", "text": docs[(i * 3 + t) % len(docs)][:300] or "Describe."})
+            rng.shuffle(parts)
+            messages.append({"role": "user", "content": parts})
+            messages.append({"role": "assistant", "content": [{"type": "text", "text": docs[(i + t) % len(docs)][:200]
+                                                                or "Yes."}]})
+        rows.append({"messages": messages, "images": images})
+    return rows

@@ -213,6 +213,10 @@ def messages_of(value, conv: Conversation, what: str = "conversation", *, vision
         content = message.get("content")
         if isinstance(content, (list, tuple)):
             conv.has_parts = True
+            if vision:  # an Arrow struct gives every part every key ("image": null on a text part, which
+                # templates test with 'image' in content): dropped, as TRL's remove_none_values does
+                content = message["content"] = [{k: v for k, v in p.items() if v is not None}
+                                                 if isinstance(p, dict) else p for p in content]
             for part in content:
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
                 if kind in ("image", "image_url") and not vision:

@@ -148,6 +148,10 @@ def load_processor(source: str, tokenizer, *, max_pixels: int | None = None):
         from transformers import AutoImageProcessor
     except ImportError as exc:  # pragma: no cover - transformers is a dependency
         raise ProcessorError(f"transformers is not importable ({exc})") from None
+    import os
+
+    if os.path.isfile(source):  # --model given as a config.json: its folder
+        source = os.path.dirname(os.path.abspath(source))
     configs = _configs(source)
     extra = {"max_pixels": max_pixels} if max_pixels else {}
     try:
@@ -157,7 +161,11 @@ def load_processor(source: str, tokenizer, *, max_pixels: int | None = None):
                              "(pip install 'lengthscan[images]')") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ProcessorError(f"{source}: no image processor ({_first_line(exc)})") from None
-    if max_pixels and getattr(image_processor, "size", None) is not None and "longest_edge" in image_processor.size:
+    if max_pixels:
+        size = getattr(image_processor, "size", None)
+        if getattr(image_processor, "merge_size", None) is None or size is None or "longest_edge" not in size:
+            raise ProcessorError(f"--max-pixels: {type(image_processor).__name__} has no max_pixels (it caps the "
+                                 "images of Qwen2-VL and its successors)")
         image_processor.size["longest_edge"] = max_pixels
     cls = _processor_class(source, configs, type(image_processor).__name__)
     kwargs = _processor_kwargs(cls, configs.get("processor_config.json") or {})

@@ -339,3 +339,21 @@ def test_conversations_drop_turns_and_tokenize_same_as_local(cluster, tmp_path, 
     split = result.decisions.to_dict()["splits"][0]
     assert split["truncated"] > 10 and split["dropped"] > 0
     _same_outputs(local, tmp_path / "ray")
+
+
+def test_conversations_with_images_same_as_local(cluster, tmp_path, tmp_path_factory, train_texts, docs):
+    pytest.importorskip("PIL")
+    from tests.support.chat import write_jsonl
+    from tests.support.vision import image_conversations, template_of, vision_dir, write_pictures
+
+    folder = vision_dir(tmp_path_factory.mktemp("qwen2_vl"), "qwen2_vl", train_texts[:400])
+    pictures = write_pictures(tmp_path_factory.mktemp("pictures"))
+    src = write_jsonl(pictures[0].parent / "vlm.jsonl", image_conversations(docs, pictures, 60, seed=4))
+    kw = dict(tokenizer=str(folder), messages="messages", images="images", processor=str(folder),
+              chat_template=str(template_of("qwen2_vl")), limits=["sequence_tokens<=1500"])
+    local = _local_clean(tmp_path_factory, str(src), **kw)
+    result = clean_ray(str(src), out=tmp_path / "ray", num_blocks=3, **kw)
+    split = result.decisions.to_dict()["splits"][0]
+    assert split["dropped"] > 0 and split["kept"] > 0
+    _same_outputs(local, tmp_path / "ray")
+

@@ -6,16 +6,22 @@ the machine's own files)."""
 
 from __future__ import annotations
 
-import base64
 import json
-import random
 
 import pyarrow.parquet as pq
 import pytest
 
 from lengthscan.cli.main import main
 from lengthscan.report.findings import findings
-from tests.support.vision import FAMILIES, reference, reference_processor, template_of, vision_dir, write_pictures
+from tests.support.vision import (
+    FAMILIES,
+    image_conversations,
+    reference,
+    reference_processor,
+    template_of,
+    vision_dir,
+    write_pictures,
+)
 
 pytest.importorskip("PIL")
 
@@ -39,37 +45,6 @@ def family_dirs(tmp_path_factory, train_texts):
         return made[family]
 
     return get
-
-
-def _rows(docs: list[str], pictures: list, n: int, seed: int = 0) -> list[dict]:
-    """Conversations with 0-3 images: bare parts with the images column (paths relative to the data
-    file), inline path parts, a data URI, images in a later user turn, text-only rows."""
-    rng = random.Random(seed)
-    rows = []
-    for i in range(n):
-        turns = rng.choice([1, 1, 2])
-        messages, images = [], []
-        for t in range(turns):
-            k = rng.choice([0, 1, 1, 2, 3]) if t == 0 or rng.random() < 0.5 else 0
-            parts = []
-            for _ in range(k):
-                pic = rng.choice(pictures)
-                how = rng.random()
-                if how < 0.7:
-                    parts.append({"type": "image"})
-                    images.append(pic.name)
-                elif how < 0.9:
-                    parts.append({"type": "image", "image": str(pic)})
-                else:
-                    uri = "data:image/png;base64," + base64.b64encode(pic.read_bytes()).decode()
-                    parts.append({"type": "image", "image": uri})
-            parts.append({"type": "text", "text": docs[(i * 3 + t) % len(docs)][:300] or "Describe."})
-            rng.shuffle(parts)
-            messages.append({"role": "user", "content": parts})
-            messages.append({"role": "assistant", "content": [{"type": "text", "text": docs[(i + t) % len(docs)][:200]
-                                                                or "Yes."}]})
-        rows.append({"messages": messages, "images": images})
-    return rows
 
 
 def _write(path, rows):
@@ -129,7 +104,7 @@ def _check_family(family, folder, rows, src, tmp_path, pictures_dir):
 
 
 def test_qwen2_vl_rows_equal_the_processors_input_ids(tmp_path, docs, pictures, family_dirs):
-    rows = _rows(docs, pictures, 24, seed=1)
+    rows = image_conversations(docs, pictures, 24, seed=1)
     src = _write(pictures[0].parent / "qwen2_vl.jsonl", rows)
     table = _check_family("qwen2_vl", family_dirs("qwen2_vl"), rows, src, tmp_path, pictures[0].parent)
     assert max(table["image_tokens"]) > 1000  # big images: most of their row's tokens
@@ -147,7 +122,7 @@ def test_qwen2_vl_rows_equal_the_processors_input_ids(tmp_path, docs, pictures, 
 def test_every_family_equals_its_processor(tmp_path, docs, pictures, family_dirs, family):
     if family == "smolvlm":
         pytest.importorskip("num2words")
-    rows = _rows(docs, pictures, 14, seed=sum(map(ord, family)))
+    rows = image_conversations(docs, pictures, 14, seed=sum(map(ord, family)))
     src = _write(pictures[0].parent / f"{family}.jsonl", rows)
     _check_family(family, family_dirs(family), rows, src, tmp_path, pictures[0].parent)
 
@@ -175,7 +150,7 @@ def test_a_big_photo_costs_what_the_released_config_says_not_the_class_default(t
 
 def test_the_max_pixels_suggestion_makes_the_longest_rows_fit(tmp_path, docs, pictures, family_dirs):
     folder = family_dirs("qwen2_vl")
-    rows = _rows(docs, pictures, 16, seed=5)
+    rows = image_conversations(docs, pictures, 16, seed=5)
     src = _write(pictures[0].parent / "suggest.jsonl", rows)
     args = ["--tokenizer", folder, "--chat-template", template_of("qwen2_vl"), "--messages", "messages",
             "--images", "images", "--processor", folder, "--full"]
@@ -229,7 +204,7 @@ def test_an_image_feature_column_in_parquet(tmp_path, docs, pictures, family_dir
     import datasets
 
     folder = family_dirs("qwen2_vl")
-    rows = _rows(docs, pictures, 10, seed=9)
+    rows = image_conversations(docs, pictures, 10, seed=9)
     for r in rows:  # every image from the column, as bytes
         for m in r["messages"]:
             for p in m["content"]:
