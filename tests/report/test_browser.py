@@ -285,3 +285,23 @@ def test_memory_page(browser, tmp_path, corpus_jsonl, bpe_dir):
     browser.evaluate("1")
     assert problems(browser.events) == []
     assert all(c["width"] > 50 and c["height"] > 30 for c in browser.evaluate(CHARTS_JS))
+
+
+def test_images_audit_page(browser, tmp_path, train_texts, docs):
+    """A conversation audit with images: the image section, its size chart and the tables render."""
+    pytest.importorskip("PIL")
+    from tests.support.vision import image_conversations, template_of, vision_dir, write_pictures
+
+    folder = vision_dir(tmp_path / "qwen2_vl", "qwen2_vl", train_texts[:400])
+    pictures = write_pictures(tmp_path / "pictures")
+    src = tmp_path / "pictures" / "vlm.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in image_conversations(docs, pictures, 30, seed=2)))
+    data = lengthscan.audit(str(src), tokenizer=str(folder), messages="messages", images="images",
+                            processor=str(folder), chat_template=str(template_of("qwen2_vl")), full=True,
+                            limits=["sequence_tokens<=1200"]).to_dict()
+    assert data["splits"][0]["chat"]["images"]["images"] > 10
+    check_page(browser, _audit_page(tmp_path, data, "images"), tmp_path / "images.png")
+    drawn = "document.querySelector('[data-name=\"image sizes\"] .plot canvas, [data-name=\"image sizes\"] svg')"
+    assert browser.evaluate(f"{drawn} !== null")
+    text = browser.evaluate("document.body.innerText")
+    assert "Images" in text and "of the sequence tokens" in text and "max_pixels" in text
