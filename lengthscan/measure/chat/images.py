@@ -60,7 +60,7 @@ def add_images(images, counter, work: dict, texts: list, plain: list, views: dic
             continue
         expansions = images.expand([(s.height, s.width) for s in row_seen])
         w = work[i]
-        added = [_added(e, counter) for e in expansions]
+        added = [e.added for e in expansions]
         if images.family == "repeat" or w.conv.text is not None:
             delta = sum(added)
         else:
@@ -94,13 +94,6 @@ def _apply(i: int, w, delta: int, added: list, expansions: list, seen: list, val
     if notes["final_eot_at"][i] >= 0 and trained:
         last = max(trained)
         notes["final_eot_at"][i] += sum(a for a, m in zip(added, where) if 0 <= m <= last)
-
-
-def _added(expansion, counter) -> int:
-    """The tokens an image adds in place of its placeholder (one token)."""
-    if expansion.replacement is None:
-        return expansion.tokens - 1
-    return len(rendered_ids(counter, [expansion.replacement])[0][0]) - 1
 
 
 def _replace(text: str, placeholder: str, expansions: list) -> str:

@@ -49,6 +49,7 @@ class Expansion:
 
     tokens: int                 # image tokens (the processor's own count)
     replacement: str | None     # the text written for the placeholder; None: the placeholder * tokens
+    added: int = 0              # the tokens it adds in place of the placeholder (one token), tokenized alone
 
 
 class ImageCounter:
@@ -130,16 +131,17 @@ class ImageCounter:
         tokens = int(proc._get_num_multimodal_tokens(image_sizes=[list(size)]).num_image_tokens[0]) if counted else None
         family = self.family
         if family == "repeat":
-            return Expansion(tokens, None)
+            return Expansion(tokens, None, tokens - 1)
         if family == "rows_cols":
             _, rows, cols = proc.image_processor.get_number_of_image_patches(*size, {})
             inputs = {"rows": [[int(rows)]], "cols": [[int(cols)]]}
         else:
             inputs = {"num_crops": [0]}
         replacement = proc.replace_image_token(inputs, 0)
+        alone = len(self.tokenizer(replacement, add_special_tokens=False)["input_ids"])
         if tokens is None:  # no counting function (SmolVLM): the tokens of its expansion
-            tokens = len(self.tokenizer(replacement, add_special_tokens=False)["input_ids"])
-        return Expansion(tokens, replacement)
+            tokens = alone
+        return Expansion(tokens, replacement, alone - 1)
 
 
 def load_processor(source: str, tokenizer, *, max_pixels: int | None = None):
