@@ -13,6 +13,7 @@ _EXPORTS = {
     "FieldSpec": ("lengthscan.measure.records", "FieldSpec"),
     "TokenCounter": ("lengthscan.measure.text.counter", "TokenCounter"),
     "token_lengths": ("lengthscan.training.mapping", "token_lengths"),
+    "image_tokens": ("lengthscan.training.images", "image_tokens"),
     "add_lengths": ("lengthscan.training.mapping", "add_lengths"),
     "clean": ("lengthscan.engines.clean", "clean"),
     "CleanResult": ("lengthscan.engines.results", "CleanResult"),

@@ -298,3 +298,29 @@ def test_image_parts_without_a_processor_say_so(tmp_path, family_dirs, pictures)
                   "--full", "--out", tmp_path / "out") == 0
     t = pq.read_table(tmp_path / "out" / "lengths.parquet").to_pydict()
     assert t["chat_flag"] == ["unsupported_content"] and "--processor" in t["chat_error"][0]
+
+
+def test_the_map_function_counts_images_as_the_audit_does(tmp_path, docs, pictures, family_dirs):
+    """``lengthscan.image_tokens`` in ``Dataset.map``: per row, the audit's ``image_tokens``."""
+    import datasets
+
+    import lengthscan
+
+    folder = family_dirs("qwen2_vl")
+    rows = image_conversations(docs, pictures, 12, seed=7)
+    for r in rows:  # images from the column only, as absolute paths
+        for m in r["messages"]:
+            for p in m["content"]:
+                if p.pop("image", None) is not None:
+                    r["images"].append(r["images"][0] if r["images"] else pictures[0].name)
+        r["images"] = [str(pictures[0].parent / name) for name in r["images"]]
+    rows = [r for r in rows if sum(p["type"] == "image" for m in r["messages"] for p in m["content"])
+            == len(r["images"])]
+    src = _write(tmp_path / "map.jsonl", rows)
+    assert _audit(src, "--tokenizer", folder, "--chat-template", template_of("qwen2_vl"), "--messages", "messages",
+                  "--images", "images", "--processor", folder, "--full", "--out", tmp_path / "out") == 0
+    want = pq.read_table(tmp_path / "out" / "lengths.parquet").to_pydict()
+    ds = datasets.Dataset.from_list([{"images": r["images"]} for r in rows])
+    got = ds.map(lengthscan.image_tokens, batched=True, fn_kwargs={"processor": str(folder)})
+    assert got["image_tokens"] == want["image_tokens"] and got["images"] == want["images"]
+    assert sum(got["images"]) > 5
