@@ -26,6 +26,7 @@ def image_tokens(batch: dict, *, processor: str, tokenizer: str | None = None, i
     ``image_tokens`` is None for a row with a missing or unreadable image. ``images`` names the
     column of per-row image lists (paths, relative to ``base_dir``; bytes; ``Image(decode=False)``
     values); ``tokenizer`` defaults to ``processor``."""
+    from lengthscan.measure.images.processor import ImageRefused
     from lengthscan.measure.images.refs import ImageProblem, image_sizes
 
     counter = _image_counter(str(processor), str(tokenizer or processor), max_pixels)
@@ -39,5 +40,8 @@ def image_tokens(batch: dict, *, processor: str, tokenizer: str | None = None, i
         if any(isinstance(s, ImageProblem) for s in mine):
             tokens.append(None)
             continue
-        tokens.append(sum(e.tokens for e in counter.expand([(s.height, s.width) for s in mine])))
+        try:
+            tokens.append(sum(e.tokens for e in counter.expand([(s.height, s.width) for s in mine])))
+        except ImageRefused:
+            tokens.append(None)
     return {"image_tokens": tokens, "images": counts}

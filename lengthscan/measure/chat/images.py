@@ -20,6 +20,7 @@ refuses such a row), or with an image that is missing or unreadable, gets no len
 from __future__ import annotations
 
 from lengthscan.measure.chat.encoding import rendered_ids
+from lengthscan.measure.images.processor import ImageRefused
 from lengthscan.measure.images.refs import ImageProblem, image_sizes
 from lengthscan.measure.records import FLAG_CODES, FLAG_INVALID_CONVERSATION
 
@@ -58,7 +59,11 @@ def add_images(images, counter, work: dict, texts: list, plain: list, views: dic
                 else FLAG_CODES["missing_file"]
             _refuse(i, values, code, f"image {bad + 1} of {n}: {problem.reason}", flags, errors)
             continue
-        expansions = images.expand([(s.height, s.width) for s in row_seen])
+        try:
+            expansions = images.expand([(s.height, s.width) for s in row_seen])
+        except ImageRefused as exc:
+            _refuse(i, values, FLAG_CODES["unreadable"], str(exc), flags, errors)
+            continue
         w = work[i]
         added = [e.added for e in expansions]
         if images.family == "repeat" or w.conv.text is not None:

@@ -43,6 +43,10 @@ class ProcessorError(ValueError):
     """The processor cannot be loaded or does not say how it expands images (exit 2)."""
 
 
+class ImageRefused(ValueError):
+    """The processor refuses an image of this size (Qwen2-VL: an aspect ratio over 200): the row's reason."""
+
+
 @dataclass(frozen=True)
 class Expansion:
     """One image as the processor expands it."""
@@ -87,6 +91,10 @@ class ImageCounter:
                                  "one token: give the model's own tokenizer")
         if self.family == "crops" and getattr(proc.image_processor, "do_pan_and_scan", False):
             raise ProcessorError("pan-and-scan (do_pan_and_scan) crops are not counted from image sizes yet")
+        try:
+            self.expand([(448, 448)])
+        except ImageRefused as exc:
+            raise ProcessorError(f"{type(proc).__name__} cannot count a 448x448 image: {exc}") from None
 
     def to_dict(self) -> dict:
         """What the report says of the processor."""
@@ -126,6 +134,16 @@ class ImageCounter:
         return out
 
     def _expand(self, size: tuple[int, int]) -> Expansion:
+        try:
+            return self._expansion(size)
+        except (ValueError, ZeroDivisionError, OverflowError) as exc:
+            raise ImageRefused(f"{type(self.processor).__name__} refuses a {size[1]}x{size[0]} image: "
+                               f"{_first_line(exc)}") from None
+        except (TypeError, AttributeError, KeyError) as exc:  # an option the configs do not give
+            raise ProcessorError(f"{type(self.processor).__name__} cannot count images with the options of "
+                                 f"{self.source} ({_first_line(exc)}): is its processor_config.json there?") from None
+
+    def _expansion(self, size: tuple[int, int]) -> Expansion:
         proc = self.processor
         counted = hasattr(proc, "_get_num_multimodal_tokens")
         tokens = int(proc._get_num_multimodal_tokens(image_sizes=[list(size)]).num_image_tokens[0]) if counted else None
@@ -215,20 +233,29 @@ def _processor_class(source: str, configs: dict, image_processor: str):
     if not named and "model_type" in configs.get("config.json", {}):
         named = PROCESSOR_MAPPING_NAMES.get(configs["config.json"]["model_type"])
     if not named:
-        base = image_processor.removesuffix("Pil")
-        users = {PROCESSOR_MAPPING_NAMES.get(m) for m, names in IMAGE_PROCESSOR_MAPPING_NAMES.items()
-                 if base in (names.values() if isinstance(names, dict) else [names])
-                 or image_processor in (names.values() if isinstance(names, dict) else [names])}
-        users.discard(None)
-        if len(users) == 1:
-            named = users.pop()
-        else:
-            raise ProcessorError(f"{source}: which processor uses {image_processor} is not said (no processor_class "
-                                 "in processor_config.json or preprocessor_config.json): add it")
+        named = _only_user(source, image_processor, IMAGE_PROCESSOR_MAPPING_NAMES, PROCESSOR_MAPPING_NAMES)
     if named not in FAMILIES:
         raise ProcessorError(f"{named}: lengthscan does not count its image tokens yet (counted: "
                              f"{', '.join(sorted(FAMILIES))})")
     return getattr(transformers, named)
+
+
+def _only_user(source: str, image_processor: str, image_names: dict, processor_names: dict) -> str:
+    """The processor class that uses ``image_processor`` when the configs do not name one: the
+    counted family named after it (Qwen2VLImageProcessor: Qwen2VLProcessor, which expands its images
+    as Qwen2.5-VL's and Qwen3-VL's do), else ProcessorError (CLIPImageProcessor serves LLaVA and
+    CLIP alike: which one must be said)."""
+    base = image_processor.removesuffix("Pil").removesuffix("Fast")
+    users = set()
+    for model_type, names in image_names.items():
+        values = names.values() if isinstance(names, dict) else [names]
+        if any(n and n.removesuffix("Pil").removesuffix("Fast") == base for n in values):
+            users.add(processor_names.get(model_type))
+    own = [name for name in FAMILIES if name in users and base.startswith(name.removesuffix("Processor"))]
+    if len(own) == 1:
+        return own[0]
+    raise ProcessorError(f"{source}: which processor uses {image_processor} is not said (no processor_class in "
+                         "processor_config.json or preprocessor_config.json, no model_type in config.json): add it")
 
 
 def _processor_kwargs(cls, config: dict) -> dict:

@@ -237,6 +237,9 @@ def test_an_image_feature_column_in_parquet(tmp_path, docs, pictures, family_dir
 def test_bad_images_get_a_reason_per_row(tmp_path, docs, pictures, family_dirs):
     folder = family_dirs("qwen2_vl")
     (tmp_path / "notes.png").write_text("not an image")
+    from PIL import Image
+
+    Image.new("RGB", (6000, 20)).save(tmp_path / "strip.png")  # Qwen2-VL refuses an aspect ratio over 200
     user = {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What?"}]}
     reply = {"role": "assistant", "content": [{"type": "text", "text": "Hm."}]}
     good = str(pictures[0])
@@ -250,6 +253,7 @@ def test_bad_images_get_a_reason_per_row(tmp_path, docs, pictures, family_dirs):
         {"messages": [user, reply], "images": [None]},
         {"messages": [{"role": "user", "content": [{"type": "image", "image": "data:image/png;base64,@@"},
                                                    {"type": "text", "text": "x"}]}, reply], "images": []},
+        {"messages": [user, reply], "images": ["strip.png"]},
     ]
     src = _write(tmp_path / "bad.jsonl", rows)
     out = tmp_path / "out"
@@ -258,12 +262,13 @@ def test_bad_images_get_a_reason_per_row(tmp_path, docs, pictures, family_dirs):
     t = pq.read_table(out / "lengths.parquet").to_pydict()
     assert t["chat_error"][0] is None and t["images"][0] == 1
     assert t["chat_flag"][1:] == ["missing_file", "unreadable", "invalid_conversation", "invalid_conversation",
-                                  "unreadable", "missing_file", "unreadable"]
+                                  "unreadable", "missing_file", "unreadable", "unreadable"]
     assert "missing.png" in t["chat_error"][1] and "no such file" in t["chat_error"][1]
     assert "notes.png" in t["chat_error"][2]
     assert "1 more image(s)" in t["chat_error"][3]
     assert "more image parts than images" in t["chat_error"][4]
     assert "URL" in t["chat_error"][5]
+    assert "refuses a 6000x20 image" in t["chat_error"][8] and "aspect ratio" in t["chat_error"][8]
     assert all(t["sequence_tokens"][i] is None for i in range(1, len(rows)))
 
 
@@ -324,3 +329,23 @@ def test_the_map_function_counts_images_as_the_audit_does(tmp_path, docs, pictur
     got = ds.map(lengthscan.image_tokens, batched=True, fn_kwargs={"processor": str(folder)})
     assert got["image_tokens"] == want["image_tokens"] and got["images"] == want["images"]
     assert sum(got["images"]) > 5
+
+
+def test_a_config_that_does_not_name_its_processor(tmp_path, docs, pictures, family_dirs):
+    """A preprocessor_config.json without processor_class: the processor that uses its image
+    processor (Qwen2-VL's, shared by Qwen2.5-VL and Qwen3-VL, which expand its images alike)."""
+    folder = family_dirs("qwen2_vl")
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    config = {k: v for k, v in FAMILIES["qwen2_vl"]["preprocessor"].items() if k != "processor_class"}
+    (bare / "preprocessor_config.json").write_text(json.dumps(config))
+    rows = image_conversations(docs, pictures, 8, seed=11)
+    src = _write(pictures[0].parent / "bare.jsonl", rows)
+    tables = []
+    for processor in (folder, bare):
+        out = tmp_path / processor.name / "out"
+        assert _audit(src, "--tokenizer", folder, "--chat-template", template_of("qwen2_vl"), "--messages",
+                      "messages", "--images", "images", "--processor", processor, "--full", "--out", out) == 0
+        tables.append(pq.read_table(out / "lengths.parquet").to_pydict())
+    assert tables[0]["sequence_tokens"] == tables[1]["sequence_tokens"]
+    assert tables[0]["image_tokens"] == tables[1]["image_tokens"] and sum(tables[1]["images"]) > 3
