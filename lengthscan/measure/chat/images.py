@@ -8,7 +8,9 @@ replaces the i-th placeholder by the i-th image's expansion and tokenizes the re
   (``ImageCounter.expand``), from the sizes in the images' headers (never decoded);
 * ``sequence_tokens``: the rendering's tokens plus what the expansions add. Where an expansion is
   the placeholder repeated (one added token), an image adds its tokens less the placeholder's one;
-  otherwise the rendering is tokenized again with every placeholder replaced, as the processor does;
+  otherwise the rendering is tokenized again with the placeholders replaced one at a time, as the
+  processor replaces them (an expansion may merge with the text around it: Gemma 3's starts and
+  ends with blank lines), which also gives what each image adds where it is;
 * ``prompt_tokens``/``completion_tokens``: an image counts where its message does (trained images
   are those of trained messages); ``trained_from`` and ``final_eot_at`` move by the images before;
 * side columns: the costliest image's tokens, width and height.
@@ -49,7 +51,8 @@ def add_images(images, counter, work: dict, texts: list, plain: list, views: dic
     if not rows:
         return
     seen = image_sizes(refs, base_dir)
-    expanded_rows, expanded_texts = [], []
+    stepped: list = []              # rows whose expansions are tokenized in place, one image at a time
+    steps: dict = {True: [], False: []}  # plain row? -> texts
     for i, start, n in rows:
         row_seen = seen[start:start + n]
         bad = next((k for k, s in enumerate(row_seen) if isinstance(s, ImageProblem)), None)
@@ -62,21 +65,24 @@ def add_images(images, counter, work: dict, texts: list, plain: list, views: dic
         try:
             expansions = images.expand([(s.height, s.width) for s in row_seen])
         except ImageRefused as exc:
-            _refuse(i, values, FLAG_CODES["unreadable"], str(exc), flags, errors)
+            _refuse(i, values, FLAG_CODES["unreadable"], f"image {exc.index + 1} of {n}: {exc}", flags, errors)
             continue
         w = work[i]
-        added = [e.added for e in expansions]
-        if images.family == "repeat" or w.conv.text is not None:
-            delta = sum(added)
-        else:
-            expanded_rows.append((i, added, expansions, row_seen))
-            expanded_texts.append(_replace(texts[w.full], placeholder, expansions))
+        if images.family == "repeat":  # runs of one added token: each image adds its tokens less one
+            added = [e.added for e in expansions]
+            _apply(i, w, sum(added), added, expansions, row_seen, values, notes, train_on, placeholder)
             continue
-        _apply(i, w, delta, added, expansions, row_seen, values, notes, train_on, placeholder)
-    if expanded_texts:
-        for (i, added, expansions, row_seen), (ids, _) in zip(expanded_rows, rendered_ids(counter, expanded_texts)):
-            delta = len(ids) - len(views[i])
-            _apply(i, work[i], delta, added, expansions, row_seen, values, notes, train_on, placeholder)
+        is_plain = w.conv.text is not None
+        stepped.append((i, is_plain, expansions, row_seen))
+        steps[is_plain] += _steps(plain[w.full] if is_plain else texts[w.full], placeholder, expansions)
+    if not stepped:
+        return
+    lengths = {False: iter([len(ids) for ids, _ in rendered_ids(counter, steps[False])]) if steps[False] else None,
+               True: iter([len(ids) for ids in counter.ids(steps[True], "input")]) if steps[True] else None}
+    for i, is_plain, expansions, row_seen in stepped:
+        counts = [next(lengths[is_plain]) for _ in range(len(expansions) + 1)]
+        added = [b - a for a, b in zip(counts, counts[1:])]  # in context: an expansion may merge with its text
+        _apply(i, work[i], counts[-1] - counts[0], added, expansions, row_seen, values, notes, train_on, placeholder)
 
 
 def _apply(i: int, w, delta: int, added: list, expansions: list, seen: list, values: dict, notes: dict,
@@ -101,14 +107,19 @@ def _apply(i: int, w, delta: int, added: list, expansions: list, seen: list, val
         notes["final_eot_at"][i] += sum(a for a, m in zip(added, where) if 0 <= m <= last)
 
 
-def _replace(text: str, placeholder: str, expansions: list) -> str:
-    """``text`` with the i-th placeholder replaced by the i-th expansion, as the processor does."""
+def _steps(text: str, placeholder: str, expansions: list) -> list[str]:
+    """``text`` with none, the first, the first two, ... of its placeholders replaced by their
+    expansions (the processor replaces the i-th placeholder by the i-th image's)."""
     pieces = text.split(placeholder)
-    out = [pieces[0]]
-    for e, piece in zip(expansions, pieces[1:]):
-        out.append(e.replacement if e.replacement is not None else placeholder * e.tokens)
-        out.append(piece)
-    return "".join(out)
+    written = [e.replacement if e.replacement is not None else placeholder * e.tokens for e in expansions]
+    out = []
+    for k in range(len(expansions) + 1):
+        parts = [pieces[0]]
+        for j, piece in enumerate(pieces[1:]):
+            parts.append(written[j] if j < k else placeholder)
+            parts.append(piece)
+        out.append("".join(parts))
+    return out
 
 
 def _image_messages(conv, n: int, placeholder: str) -> list[int]:
@@ -116,6 +127,9 @@ def _image_messages(conv, n: int, placeholder: str) -> list[int]:
     placeholder (-1: not known)."""
     if conv.image_messages is not None:
         return list(conv.image_messages)
+    if conv.text is not None:  # string prompt-completion: the prompt is 0, the completion 1
+        before = conv.text[0].count(placeholder)
+        return [0] * before + [1] * (n - before)
     where = []
     for k, m in enumerate(conv.messages or []):
         content = m.get("content")
@@ -128,7 +142,7 @@ def _image_messages(conv, n: int, placeholder: str) -> list[int]:
 def _trained_messages(conv, train_on: str) -> set[int]:
     msgs = conv.messages or []
     if conv.text is not None:
-        return set()
+        return {0, 1} if train_on == "all" else {1}
     if train_on == "all":
         return set(range(len(msgs)))
     if conv.split_at is not None:

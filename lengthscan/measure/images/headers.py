@@ -10,11 +10,16 @@ as needed) and returns ``ImageSize(width, height, orientation)`` as stored, plus
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 
 #: Bytes that hold the size of every format but JPEG (whose marker segments are walked).
 HEAD_BYTES = 64 << 10
+
+
+_XMP_JPEG = b"http://ns.adobe.com/xap/1.0/\x00"
+_XMP_ORIENTATION = re.compile(rb'tiff:Orientation(="|>)([0-9])')
 
 
 class ImageError(ValueError):
@@ -42,8 +47,7 @@ def image_size(data: bytes) -> ImageSize:
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return _webp(data)
     if data[:6] in (b"GIF87a", b"GIF89a"):
-        w, h = _unpack("<HH", data, 6)
-        return ImageSize(w, h, 1, "GIF")
+        return _gif(data)
     if data[:2] == b"BM":
         return _bmp(data)
     if data[:4] in (b"II*\x00", b"MM\x00*"):
@@ -82,23 +86,52 @@ def _png(data: bytes) -> ImageSize:
     if data[12:16] != b"IHDR":
         raise ImageError("a PNG without IHDR first")
     w, h = _unpack(">II", data, 16)
-    orientation = 1
+    exif = raw = xmp = None
     at = 8
-    while True:  # an eXIf chunk carries the orientation; Pillow reads one after the image data too
+    while True:  # the orientation chunks, which Pillow reads after the image data too: eXIf, else the
+        # "Raw profile type exif" text ImageMagick writes; XMP's tiff:Orientation when neither has one
         length, kind = _unpack(">I4s", data, at)
-        if kind == b"eXIf":
-            if at + 8 + length > len(data):
-                raise _Short("the eXIf chunk is cut short")
-            orientation = _exif_orientation(data[at + 8:at + 8 + length])
-            break
+        if kind in (b"eXIf", b"tEXt", b"zTXt", b"iTXt") and at + 8 + length > len(data):
+            raise _Short("a PNG chunk is cut short")
+        body = data[at + 8:at + 8 + length]
+        if kind == b"eXIf" and exif is None:
+            exif = body
+        elif kind in (b"tEXt", b"zTXt", b"iTXt"):
+            key, text = _png_text(kind, body)
+            if key == b"Raw profile type exif" and raw is None:
+                raw = text
+            elif key == b"XML:com.adobe.xmp" and xmp is None:
+                xmp = text
         if kind == b"IEND":
             break
         at += 12 + length
-    return _positive(w, h, "PNG", orientation)
+    if exif is None and raw is not None:
+        try:
+            exif = bytes.fromhex("".join(raw.decode("latin-1").split("\n")[3:]))
+        except ValueError:
+            exif = None
+    return _positive(w, h, "PNG", _orientation(exif, xmp))
+
+
+def _png_text(kind: bytes, body: bytes) -> tuple[bytes, bytes]:
+    """(keyword, text) of a tEXt, zTXt or iTXt chunk (b"" text where it does not decompress)."""
+    import zlib
+
+    key, _, rest = body.partition(b"\x00")
+    try:
+        if kind == b"zTXt":
+            return key, zlib.decompress(rest[1:])
+        if kind == b"iTXt":
+            compressed = rest[:1] == b"\x01"
+            rest = rest[2:].split(b"\x00", 2)[-1]  # past the language tag and the translated keyword
+            return key, zlib.decompress(rest) if compressed else rest
+    except zlib.error:
+        return key, b""
+    return key, rest
 
 
 def _jpeg(data: bytes) -> ImageSize:
-    at, orientation = 2, 1
+    at, exif, xmp = 2, None, None
     while True:
         (marker,) = _unpack(">B", data, at)
         if marker != 0xFF:
@@ -113,22 +146,24 @@ def _jpeg(data: bytes) -> ImageSize:
         if kind == 0xD9 or kind == 0xDA:
             raise ImageError("a JPEG with no frame header before its image data")
         (length,) = _unpack(">H", data, at + 2)
-        if kind == 0xE1 and data[at + 4:at + 10] == b"Exif\x00\x00":
-            orientation = _exif_orientation(data[at + 10:at + 2 + length])
+        if kind == 0xE1 and data[at + 4:at + 10] == b"Exif\x00\x00" and exif is None:  # Pillow keeps the first
+            exif = data[at + 4:at + 2 + length]
+        elif kind == 0xE1 and data[at + 4:at + 33] == _XMP_JPEG and xmp is None:
+            xmp = data[at + 33:at + 2 + length]
         if kind in (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF):
             h, w = _unpack(">HH", data, at + 5)
-            return _positive(w, h, "JPEG", orientation)
+            return _positive(w, h, "JPEG", _orientation(exif, xmp))
         at += 2 + length
 
 
 def _webp(data: bytes) -> ImageSize:
     chunk = data[12:16]
     if chunk == b"VP8X":
-        flags = data[20]
+        (flags,) = _unpack("<B", data, 20)
+        _unpack("<3s3s", data, 24)
         w = int.from_bytes(data[24:27], "little") + 1
         h = int.from_bytes(data[27:30], "little") + 1
-        orientation = _webp_exif(data) if flags & 0x08 else 1
-        return _positive(w, h, "WebP", orientation)
+        return _positive(w, h, "WebP", _webp_orientation(data) if flags & 0x0C else 1)
     if chunk == b"VP8L":
         if data[20:21] != b"\x2f":
             raise ImageError("a lossless WebP without its signature")
@@ -142,15 +177,36 @@ def _webp(data: bytes) -> ImageSize:
     raise ImageError(f"a WebP whose first chunk is {chunk!r}")
 
 
-def _webp_exif(data: bytes) -> int:
+def _webp_orientation(data: bytes) -> int:
+    """The orientation in a VP8X WebP's EXIF chunk, else its XMP chunk's."""
+    found: dict = {}
     at = 12
     while at + 8 <= len(data):
         kind, length = struct.unpack_from("<4sI", data, at)
-        if kind == b"EXIF":
-            payload = data[at + 8:at + 8 + length]
-            return _exif_orientation(payload[6:] if payload.startswith(b"Exif\x00\x00") else payload)
+        if kind in (b"EXIF", b"XMP ") and kind not in found:
+            found[kind] = data[at + 8:at + 8 + length]
         at += 8 + length + (length & 1)
-    return 1
+    return _orientation(found.get(b"EXIF"), found.get(b"XMP "))
+
+
+def _gif(data: bytes) -> ImageSize:
+    """The logical screen, grown to the first frame's extent where that is larger (as Pillow does)."""
+    w, h, packed = _unpack("<HHB", data, 6)
+    at = 13 + (3 << ((packed & 7) + 1) if packed & 0x80 else 0)
+    while True:
+        (kind,) = _unpack("<B", data, at)
+        if kind == 0x21:  # an extension: its label, then data sub-blocks up to an empty one
+            at += 2
+            while True:
+                (size,) = _unpack("<B", data, at)
+                at += 1 + size
+                if size == 0:
+                    break
+        elif kind == 0x2C:
+            x0, y0, fw, fh = _unpack("<HHHH", data, at + 1)
+            return ImageSize(max(w, x0 + fw), max(h, y0 + fh), 1, "GIF")
+        else:  # the trailer, or bytes that are not a block: the screen's size
+            return ImageSize(w, h, 1, "GIF")
 
 
 def _bmp(data: bytes) -> ImageSize:
@@ -170,11 +226,22 @@ def _tiff(data: bytes, base: int, fmt: str) -> ImageSize:
     return _positive(tags[256], tags[257], fmt, tags.get(274, 1))
 
 
-def _exif_orientation(exif: bytes) -> int:
+def _orientation(exif: bytes | None, xmp: bytes | None) -> int:
+    """The orientation as Pillow's ``getexif`` gives it: the EXIF tag, else XMP's ``tiff:Orientation``."""
+    found = _exif_orientation(exif) if exif else None
+    if found is None and xmp:
+        match = _XMP_ORIENTATION.search(xmp)
+        found = int(match[2]) if match else None
+    return 1 if found is None else found
+
+
+def _exif_orientation(exif: bytes) -> int | None:
+    """The orientation tag of an EXIF block (None: it has none); up to two "Exif" prefixes, as Pillow."""
+    exif = re.sub(b"^(Exif\x00\x00){1,2}", b"", exif)
     try:
-        return _ifd(exif, 0).get(274, 1)
+        return _ifd(exif, 0).get(274)
     except ImageError:
-        return 1
+        return None
 
 
 def _ifd(data: bytes, base: int) -> dict[int, int]:

@@ -44,7 +44,10 @@ class ProcessorError(ValueError):
 
 
 class ImageRefused(ValueError):
-    """The processor refuses an image of this size (Qwen2-VL: an aspect ratio over 200): the row's reason."""
+    """The processor refuses an image of this size (Qwen2-VL: an aspect ratio over 200): the row's
+    reason; ``index``: which of the sizes given to ``expand``."""
+
+    index: int = 0
 
 
 @dataclass(frozen=True)
@@ -126,10 +129,14 @@ class ImageCounter:
     def expand(self, sizes: list[tuple[int, int]]) -> list[Expansion]:
         """Per (height, width): the image's ``Expansion``."""
         out = []
-        for size in sizes:
+        for k, size in enumerate(sizes):
             hit = self._cache.get(size)
             if hit is None:
-                hit = self._cache[size] = self._expand(size)
+                try:
+                    hit = self._cache[size] = self._expand(size)
+                except ImageRefused as exc:
+                    exc.index = k
+                    raise
             out.append(hit)
         return out
 

@@ -61,6 +61,8 @@ def image_sizes(refs: list, base_dir: str | None) -> list:
 
 
 def _size(ref, base_dir: str | None):
+    if hasattr(ref, "size") and hasattr(ref, "getexif"):  # a decoded PIL image (datasets' Image(), oriented)
+        return Seen(ref.size[0], ref.size[1], "<decoded image>")
     label = describe(ref)
     try:
         data, path = _resolve(ref, base_dir)
@@ -78,8 +80,25 @@ def _size(ref, base_dir: str | None):
         return ImageProblem("unreadable", f"image {label}: {exc}")
     except OSError as exc:
         return ImageProblem("unreadable", f"image {label}: {exc.strerror or exc}")
+    except ValueError as exc:  # a path holding a NUL character
+        return ImageProblem("missing_file", f"image {label!r}: {exc}")
     width, height = size.oriented()
+    limit = _pillow_limit()
+    if limit is not None and width * height > limit:
+        return ImageProblem("unreadable", f"image {label}: {width:,}x{height:,} is over Pillow's decompression-bomb "
+                                          f"limit ({limit:,} pixels): the processor cannot open it")
     return Seen(width, height, label)
+
+
+def _pillow_limit() -> int | None:
+    """The pixels over which Pillow refuses to open an image (``DecompressionBombError``: twice
+    ``Image.MAX_IMAGE_PIXELS``); None without Pillow or without a limit."""
+    try:
+        from PIL import Image
+    except ImportError:
+        return None
+    top = Image.MAX_IMAGE_PIXELS
+    return 2 * int(top) if top else None
 
 
 def _resolve(ref, base_dir: str | None) -> tuple[bytes | None, str | None]:
@@ -98,13 +117,15 @@ def _resolve(ref, base_dir: str | None) -> tuple[bytes | None, str | None]:
         scheme, sep, _ = ref.partition("://")
         if sep and scheme.isalnum() and len(scheme) > 1:
             raise ImageError("a URL; lengthscan reads local image files and bytes (download the images first)")
-        return None, _local(ref, base_dir)
+        return None, local_path(ref, base_dir)
     if isinstance(ref, os.PathLike):
-        return None, _local(os.fspath(ref), base_dir)
+        return None, local_path(os.fspath(ref), base_dir)
     raise ImageError(f"a {type(ref).__name__}, not a path, bytes or a {{'bytes', 'path'}} dict")
 
 
-def _local(path: str, base_dir: str | None) -> str:
+def local_path(path: str, base_dir: str | None) -> str:
+    """A relative image path resolved: beside the data file, else from the working directory where
+    only that exists."""
     if os.path.isabs(path) or base_dir is None or "://" in base_dir:
         return path
     beside = os.path.join(base_dir, path)

@@ -329,6 +329,9 @@ def test_the_map_function_counts_images_as_the_audit_does(tmp_path, docs, pictur
     got = ds.map(lengthscan.image_tokens, batched=True, fn_kwargs={"processor": str(folder)})
     assert got["image_tokens"] == want["image_tokens"] and got["images"] == want["images"]
     assert sum(got["images"]) > 5
+    decoded = ds.cast_column("images", datasets.List(datasets.Image()))  # datasets decodes (and orients) them
+    again = decoded.map(lengthscan.image_tokens, batched=True, fn_kwargs={"processor": str(folder)})
+    assert again["image_tokens"] == want["image_tokens"]
 
 
 def test_a_config_that_does_not_name_its_processor(tmp_path, docs, pictures, family_dirs):
@@ -349,3 +352,91 @@ def test_a_config_that_does_not_name_its_processor(tmp_path, docs, pictures, fam
         tables.append(pq.read_table(out / "lengths.parquet").to_pydict())
     assert tables[0]["sequence_tokens"] == tables[1]["sequence_tokens"]
     assert tables[0]["image_tokens"] == tables[1]["image_tokens"] and sum(tables[1]["images"]) > 3
+
+
+def _common(a: list, b: list) -> int:
+    k = 0
+    while k < min(len(a), len(b)) and a[k] == b[k]:
+        k += 1
+    return k
+
+
+@pytest.mark.slow
+def test_gemma3_expansions_merge_with_their_text_and_count_where_they_are(tmp_path, train_texts):
+    """Gemma 3 writes an image as "\\n\\n<start_of_image>...<end_of_image>\\n\\n", which merges with
+    the blank lines around it under a tokenizer with newline-run tokens (Gemma's has): every count,
+    the trained tokens and where training starts included, as the processor's own input_ids."""
+    from PIL import Image
+    from transformers.image_utils import load_image
+    from transformers.processing_utils import ProcessorMixin
+
+    blank_lines = ["Here:\n\n\nDone.\n\n\n\nMore:\n\n\n"] * 300  # newline-run tokens, as Gemma's tokenizer has
+    folder = vision_dir(tmp_path / "gemma3", "gemma3", train_texts[:400] + blank_lines)
+    Image.new("RGB", (640, 480)).save(tmp_path / "a.png")
+    rows = [{"messages": [{"role": "user", "content": "Show me."},
+                          {"role": "assistant", "content": "Here:\n<start_of_image>\nDone."}], "images": ["a.png"]},
+            {"messages": [{"role": "user", "content": "Look:\n<start_of_image>\n\nWhat?"},
+                          {"role": "assistant", "content": "A box."}], "images": ["a.png"]}]
+    src = _write(tmp_path / "g3.jsonl", rows)
+    out = tmp_path / "out"
+    assert _audit(src, "--tokenizer", folder, "--chat-template", template_of("gemma3"), "--messages", "messages",
+                  "--images", "images", "--processor", folder, "--full", "--out", out) == 0
+    t = pq.read_table(out / "lengths.parquet").to_pydict()
+    processor = reference_processor(folder, "gemma3")
+    pics = [load_image(str(tmp_path / "a.png"))]
+    for i, row in enumerate(rows):
+        def ids(messages, gen=False):
+            text = ProcessorMixin.apply_chat_template(processor, messages, tokenize=False, add_generation_prompt=gen)
+            n = text.count("<start_of_image>")
+            return list(processor(text=text, images=pics[:n] or None)["input_ids"][0])
+
+        full, head = ids(row["messages"]), ids(row["messages"][:1], True)
+        start = _common(head, full)
+        assert (t["sequence_tokens"][i], t["completion_tokens"][i], t["trained_from"][i]) == \
+            (len(full), len(full) - start, start), i
+
+
+def test_string_prompt_completion_rows_with_placeholders(tmp_path, family_dirs, pictures):
+    """Text prompt-completion rows (no template) whose text writes the image placeholder, in the
+    prompt or in the completion: the processor's ids of prompt + completion + EOS."""
+    from transformers.image_utils import load_image
+
+    folder = family_dirs("qwen2_vl")
+    image = "<|vision_start|><|image_pad|><|vision_end|>"
+    rows = [{"prompt": f"{image}What is this?", "completion": " A picture.", "images": [pictures[0].name]},
+            {"prompt": "Draw a cat.", "completion": f" Here:{image}", "images": [pictures[1].name]}]
+    src = _write(pictures[0].parent / "pcstr.jsonl", rows)
+    out = tmp_path / "out"
+    assert _audit(src, "--tokenizer", folder, "--chat-template", template_of("qwen2_vl"), "--prompt", "prompt",
+                  "--completion", "completion", "--images", "images", "--processor", folder, "--full",
+                  "--out", out) == 0
+    t = pq.read_table(out / "lengths.parquet").to_pydict()
+    processor = reference_processor(folder, "qwen2_vl")
+    eos = processor.tokenizer.eos_token
+    for i, row in enumerate(rows):
+        pics = [load_image(str(pictures[0].parent / row["images"][0]))]
+        full = list(processor(text=row["prompt"] + row["completion"] + eos, images=pics)["input_ids"][0])
+        n = row["prompt"].count("<|image_pad|>")
+        head = list(processor(text=row["prompt"], images=pics[:n] or None)["input_ids"][0])
+        start = _common(head, full)
+        assert (t["sequence_tokens"][i], t["completion_tokens"][i], t["trained_from"][i]) == \
+            (len(full), len(full) - start, start), i
+
+
+def test_clean_writes_image_paths_that_still_resolve(tmp_path, docs, pictures, family_dirs):
+    """The cleaned dataset lives elsewhere: its relative image paths are made absolute, so auditing
+    it again gives the same counts."""
+    folder = family_dirs("qwen2_vl")
+    rows = image_conversations(docs, pictures, 12, seed=3)
+    src = _write(pictures[0].parent / "clean.jsonl", rows)
+    args = ["--tokenizer", folder, "--chat-template", template_of("qwen2_vl"), "--messages", "messages",
+            "--images", "images", "--processor", folder]
+    assert main(["clean", str(src), *map(str, args), "--out", str(tmp_path / "c"), "--format", "parquet",
+                 "--quiet", "--no-cache"]) == 0
+    assert _audit(src, *args, "--full", "--out", tmp_path / "a") == 0
+    kept = tmp_path / "c" / "dataset"
+    assert _audit(kept, *args, "--full", "--out", tmp_path / "b") == 0
+    before = pq.read_table(tmp_path / "a" / "lengths.parquet").to_pydict()
+    after = pq.read_table(tmp_path / "b" / "lengths.parquet").to_pydict()
+    assert after["chat_error"] == [None] * len(rows)
+    assert after["sequence_tokens"] == before["sequence_tokens"] and after["image_tokens"] == before["image_tokens"]
