@@ -2,9 +2,10 @@
 
 ``image_size(data)`` reads the first bytes of a file (``HEAD_BYTES`` are enough for most files;
 a JPEG's size marker may follow large EXIF or ICC segments, and a PNG's chunks are walked to IEND
-for an eXIf chunk, which Pillow honours even after the image data: ``image_size_from`` reads on
-as needed) and returns ``ImageSize(width, height, orientation)`` as stored, plus the EXIF orientation
-(1-8; 5-8 swap width and height once applied, as ``PIL.ImageOps.exif_transpose`` does).
+for its orientation chunks, which Pillow honours even after the image data: ``image_size_from``
+reads on as needed, and seeks past a PNG's image data) and returns ``ImageSize(width, height,
+orientation)``: the size as stored, and the orientation Pillow's ``getexif`` finds (EXIF, else XMP;
+1-8, where 5-8 swap width and height once applied, as ``PIL.ImageOps.exif_transpose`` does).
 ``ImageError`` names what is wrong with an unreadable header.
 """
 
@@ -56,9 +57,12 @@ def image_size(data: bytes) -> ImageSize:
 
 
 def image_size_from(path) -> ImageSize:
-    """``image_size`` of a file, reading more than ``HEAD_BYTES`` only for a JPEG that needs it."""
+    """``image_size`` of a file: a PNG's chunk headers are walked with seeks (its metadata may follow
+    the image data), other formats read past ``HEAD_BYTES`` only when their header needs it."""
     with open(path, "rb") as fh:
         head = fh.read(HEAD_BYTES)
+        if head.startswith(b"\x89PNG\r\n\x1a\n"):
+            return _png_walk(head, _chunks_of(fh))
         try:
             return image_size(head)
         except _Short:
@@ -82,18 +86,52 @@ def _positive(w: int, h: int, fmt: str, orientation: int = 1) -> ImageSize:
     return ImageSize(w, h, orientation if 1 <= orientation <= 8 else 1, fmt)
 
 
+_PNG_META = (b"eXIf", b"tEXt", b"zTXt", b"iTXt")
+
+
 def _png(data: bytes) -> ImageSize:
+    return _png_walk(data, _chunks_in(data))
+
+
+def _chunks_in(data: bytes):
+    """(kind, body) of a PNG's chunks in memory (body only for the metadata chunks)."""
+    at = 8
+    while True:
+        length, kind = _unpack(">I4s", data, at)
+        if kind in _PNG_META and at + 8 + length > len(data):
+            raise _Short("a PNG chunk is cut short")
+        yield kind, data[at + 8:at + 8 + length] if kind in _PNG_META else None
+        if kind == b"IEND":
+            return
+        at += 12 + length
+
+
+def _chunks_of(fh):
+    """(kind, body) of a PNG file's chunks, seeking past the image data rather than reading it."""
+    at = 8
+    while True:
+        fh.seek(at)
+        head = fh.read(8)
+        if len(head) < 8:
+            raise ImageError("a PNG that ends before its IEND chunk")
+        length, kind = struct.unpack(">I4s", head)
+        body = fh.read(length) if kind in _PNG_META else None
+        if body is not None and len(body) < length:
+            raise ImageError("a PNG chunk is cut short")
+        yield kind, body
+        if kind == b"IEND":
+            return
+        at += 12 + length
+
+
+def _png_walk(data: bytes, chunks) -> ImageSize:
     if data[12:16] != b"IHDR":
         raise ImageError("a PNG without IHDR first")
     w, h = _unpack(">II", data, 16)
     exif = raw = xmp = None
-    at = 8
-    while True:  # the orientation chunks, which Pillow reads after the image data too: eXIf, else the
-        # "Raw profile type exif" text ImageMagick writes; XMP's tiff:Orientation when neither has one
-        length, kind = _unpack(">I4s", data, at)
-        if kind in (b"eXIf", b"tEXt", b"zTXt", b"iTXt") and at + 8 + length > len(data):
-            raise _Short("a PNG chunk is cut short")
-        body = data[at + 8:at + 8 + length]
+    # the orientation chunks, which Pillow reads after the image data too: eXIf, else the "Raw
+    # profile type exif" text ImageMagick writes; XMP's tiff:Orientation when neither has one
+    for kind, body in chunks:
         if kind == b"eXIf" and exif is None:
             exif = body
         elif kind in (b"tEXt", b"zTXt", b"iTXt"):
@@ -102,9 +140,6 @@ def _png(data: bytes) -> ImageSize:
                 raw = text
             elif key == b"XML:com.adobe.xmp" and xmp is None:
                 xmp = text
-        if kind == b"IEND":
-            break
-        at += 12 + length
     if exif is None and raw is not None:
         try:
             exif = bytes.fromhex("".join(raw.decode("latin-1").split("\n")[3:]))
