@@ -168,6 +168,7 @@ def test_a_closed_pipe_on_the_summary_exits_0(tmp_path, bpe_dir, corpus_jsonl, c
         assert proc.returncode == 0 and proc.stderr.strip() == "", proc.stderr
 
 
+@pytest.mark.slow
 def test_a_full_stdout_says_the_outputs_are_written(tmp_path, bpe_dir, corpus_jsonl):
     if not os.path.exists("/dev/full"):
         pytest.skip("no /dev/full here")

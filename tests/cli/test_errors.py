@@ -70,6 +70,7 @@ def test_an_internal_error_exits_3_with_its_traceback_in_a_file(capsys):
         assert "Traceback" in fh.read()
 
 
+@pytest.mark.slow
 def test_a_closed_pipe_exits_quietly(tmp_path, bpe_dir, corpus_jsonl):
     cmd = (f"{sys.executable} -m lengthscan audit {corpus_jsonl} --tokenizer {bpe_dir} --input text --json "
            f"--out {tmp_path / 'o'} | head -c 10")
@@ -196,6 +197,7 @@ def test_a_row_without_an_audio_measurement_never_passes_a_limit_on_it(tmp_path,
                                   str(model), "--tokenizer", str(bpe_dir)], rules, 3)
 
 
+@pytest.mark.slow
 def test_a_row_without_a_conversation_measurement_never_passes_a_limit_on_it(tmp_path, chat_tok_dir):
     from lengthscan.measure.chat.counter import CHAT_METRICS
 

@@ -30,6 +30,7 @@ def _clean(src, out, bpe_dir, *extra):
             "--limit", "input_tokens<=12", "--out", str(out), "--quiet", *extra]
 
 
+@pytest.mark.slow
 def test_two_cleans_into_one_out_exactly_one_publishes(tmp_path, bpe_dir, corpus_jsonl):
     out = tmp_path / "cleaned"
     runs = [subprocess.Popen(_clean(corpus_jsonl, out, bpe_dir), stderr=subprocess.PIPE, text=True)
@@ -81,7 +82,7 @@ def _mount(path, *options):
 
 
 @pytest.mark.skipif(not ROOT, reason="mounting a small or read-only file system needs root")
-@pytest.mark.parametrize("kind", ["full", "read_only"])
+@pytest.mark.parametrize("kind", [pytest.param("full", marks=pytest.mark.slow), "read_only"])
 def test_a_full_or_read_only_disk_is_one_line_and_leaves_nothing(tmp_path, bpe_dir, corpus_jsonl, kind):
     disk = tmp_path / "disk"
     _mount(disk, "size=256k" if kind == "full" else "ro,size=1m")

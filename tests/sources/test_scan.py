@@ -162,6 +162,7 @@ def test_jsonl_row_counts_are_remembered_until_the_file_changes(tmp_path, corpus
     assert [b.rows.size for b in iter_batches(changed, ["text"])] == [80]
 
 
+@pytest.mark.slow
 def test_clean_after_an_audit_does_not_load_the_tokenizer(tmp_path, corpus_jsonl, bpe_dir):
     """Everything a clean needs from the tokenizer (lengths, the special tokens' count) is cached."""
     code = ("import sys, json; from lengthscan.cli.main import run; rc = run(); "

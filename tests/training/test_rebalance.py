@@ -61,6 +61,7 @@ def _collate_idx(features):
 
 # -- the real Trainer: the port is exact --------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_port_is_the_trainers_dataloader(tmp_path, tiny_llama):
     _need_trainer()
     from datasets import Dataset

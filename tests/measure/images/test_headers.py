@@ -63,6 +63,7 @@ def test_unreadable_headers_say_why(data):
         image_size(data)
 
 
+@pytest.mark.slow
 def test_the_machines_own_images_read_as_pillow_opens_them():
     from PIL import Image, ImageOps
 
