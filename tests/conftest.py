@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.bpe_vocab import split_bpe
-from tests.support.chat import ADDED, SPECIAL
+from tests.support.chat import ADDED, chat_bpe
 from tests.support.texts import EDGE_TEXTS
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -251,14 +251,9 @@ def docs(corpus_rows) -> list[str]:
 def chat_tok_dir(tmp_path_factory, train_texts) -> Path:
     """Byte-level BPE (GPT-2/Qwen style, no post-processor) whose added tokens are the control
     tokens of ChatML, Llama 3, Gemma and gpt-oss templates; EOS ``<|im_end|>``."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import AddedToken
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(train_texts, trainers.BpeTrainer(
-        vocab_size=3000, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False))
+    tok = chat_bpe(train_texts, 3000)
     tok.add_tokens([AddedToken(t, normalized=False, special=False) for t in ADDED])
     out = tmp_path_factory.mktemp("chat_tok")
     tok.save(str(out / "tokenizer.json"))

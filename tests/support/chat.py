@@ -24,6 +24,20 @@ TOOLS = [{"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
 
 
+def chat_bpe(train_texts: list[str], vocab_size: int):
+    """A byte-level BPE (GPT-2/Qwen style, no post-processor) trained on ``train_texts`` whose
+    special tokens are ``SPECIAL`` (the templates' control tokens)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(train_texts, trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    return tok
+
+
 def trl_template(name: str) -> Path:
     """A chat template TRL ships (``trl/chat_templates/NAME.jinja``)."""
     import trl

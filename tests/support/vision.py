@@ -12,7 +12,7 @@ import json
 import random
 from pathlib import Path
 
-from tests.support.chat import SPECIAL, trl_template
+from tests.support.chat import chat_bpe, trl_template
 
 _IDEFICS = ["<fake_token_around_image>", "<image>", "<global-img>", "<end_of_utterance>"] + [
     f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7)]
@@ -121,16 +121,11 @@ def write_pictures(folder: Path, *, big: bool = False) -> list[Path]:
 
 def vision_dir(out: Path, family: str, train_texts: list[str]) -> Path:
     """A model folder for ``family``: tokenizer files, preprocessor_config.json, processor_config.json."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import AddedToken
 
     spec = FAMILIES[family]
     out.mkdir(parents=True, exist_ok=True)
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(train_texts, trainers.BpeTrainer(
-        vocab_size=2000, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False))
+    tok = chat_bpe(train_texts, 2000)
     tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in spec["tokens"]])
     tok.save(str(out / "tokenizer.json"))
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",

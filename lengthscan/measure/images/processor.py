@@ -282,8 +282,15 @@ def _images_only(cls):
     def __init__(self, image_processor=None, tokenizer=None, **kwargs):
         cls.__init__(self, image_processor=image_processor, tokenizer=tokenizer, **missing, **kwargs)
 
+    def check_argument_for_proper_class(self, argument_name, argument):
+        try:
+            return cls.check_argument_for_proper_class(self, argument_name, argument)
+        except ImportError:  # an optional tokenizer backend that does not import (mistral-common without
+            return type(argument)  # its dependencies) says nothing of the tokenizer given
+
     return type(cls.__name__, (cls,), {"__init__": __init__, "__module__": cls.__module__,
-                                       "__qualname__": cls.__qualname__})
+                                       "__qualname__": cls.__qualname__,
+                                       "check_argument_for_proper_class": check_argument_for_proper_class})
 
 
 def _plain(value):

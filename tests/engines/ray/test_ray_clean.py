@@ -348,7 +348,7 @@ def test_conversations_with_images_same_as_local(cluster, tmp_path, tmp_path_fac
 
     folder = vision_dir(tmp_path_factory.mktemp("qwen2_vl"), "qwen2_vl", train_texts[:400])
     pictures = write_pictures(tmp_path_factory.mktemp("pictures"))
-    src = write_jsonl(pictures[0].parent / "vlm.jsonl", image_conversations(docs, pictures, 60, seed=4))
+    src = write_jsonl(pictures[0].parent / "vlm.jsonl", image_conversations(docs, pictures, 30, seed=4))
     kw = dict(tokenizer=str(folder), messages="messages", images="images", processor=str(folder),
               chat_template=str(template_of("qwen2_vl")), limits=["sequence_tokens<=1500"])
     local = _local_clean(tmp_path_factory, str(src), **kw)

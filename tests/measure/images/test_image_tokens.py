@@ -122,7 +122,7 @@ def test_qwen2_vl_rows_equal_the_processors_input_ids(tmp_path, docs, pictures, 
 def test_every_family_equals_its_processor(tmp_path, docs, pictures, family_dirs, family):
     if family == "smolvlm":
         pytest.importorskip("num2words")
-    rows = image_conversations(docs, pictures, 14, seed=sum(map(ord, family)))
+    rows = image_conversations(docs, pictures, 9, seed=sum(map(ord, family)))
     src = _write(pictures[0].parent / f"{family}.jsonl", rows)
     _check_family(family, family_dirs(family), rows, src, tmp_path, pictures[0].parent)
 
@@ -167,6 +167,13 @@ def test_the_max_pixels_suggestion_makes_the_longest_rows_fit(tmp_path, docs, pi
     assert longest and all(capped["sequence_tokens"][r] <= limit for r in longest)
 
 
+def _audit_prompt_completion(src, folder, out) -> dict:
+    assert _audit(src, "--tokenizer", folder, "--chat-template", template_of("qwen2_vl"), "--prompt", "prompt",
+                  "--completion", "completion", "--images", "images", "--processor", folder, "--full",
+                  "--out", out) == 0
+    return pq.read_table(out / "lengths.parquet").to_pydict()
+
+
 def test_prompt_completion_rows_with_images(tmp_path, docs, pictures, family_dirs):
     from transformers.image_utils import load_image
     from transformers.processing_utils import ProcessorMixin
@@ -179,12 +186,7 @@ def test_prompt_completion_rows_with_images(tmp_path, docs, pictures, family_dir
                      "completion": [{"role": "assistant", "content": [{"type": "text", "text": docs[i + 1][:80]
                                                                         or "This."}]}],
                      "images": [pic.name]})
-    src = _write(pictures[0].parent / "pc.jsonl", rows)
-    out = tmp_path / "out"
-    assert _audit(src, "--tokenizer", folder, "--chat-template", template_of("qwen2_vl"), "--prompt", "prompt",
-                  "--completion", "completion", "--images", "images", "--processor", folder, "--full",
-                  "--out", out) == 0
-    table = pq.read_table(out / "lengths.parquet").to_pydict()
+    table = _audit_prompt_completion(_write(pictures[0].parent / "pc.jsonl", rows), folder, tmp_path / "out")
     processor = reference_processor(folder, "qwen2_vl")
     for i, row in enumerate(rows):
         pics = [load_image(str(pictures[0].parent / row["images"][0]))]
@@ -405,12 +407,7 @@ def test_string_prompt_completion_rows_with_placeholders(tmp_path, family_dirs, 
     image = "<|vision_start|><|image_pad|><|vision_end|>"
     rows = [{"prompt": f"{image}What is this?", "completion": " A picture.", "images": [pictures[0].name]},
             {"prompt": "Draw a cat.", "completion": f" Here:{image}", "images": [pictures[1].name]}]
-    src = _write(pictures[0].parent / "pcstr.jsonl", rows)
-    out = tmp_path / "out"
-    assert _audit(src, "--tokenizer", folder, "--chat-template", template_of("qwen2_vl"), "--prompt", "prompt",
-                  "--completion", "completion", "--images", "images", "--processor", folder, "--full",
-                  "--out", out) == 0
-    t = pq.read_table(out / "lengths.parquet").to_pydict()
+    t = _audit_prompt_completion(_write(pictures[0].parent / "pcstr.jsonl", rows), folder, tmp_path / "out")
     processor = reference_processor(folder, "qwen2_vl")
     eos = processor.tokenizer.eos_token
     for i, row in enumerate(rows):
