@@ -240,8 +240,7 @@ class ChatCounter:
         if vision:
             from lengthscan.measure.chat.images import add_images
 
-            seen = {i: (plain_ids[w.full] if w.conv.text is not None else encoded[w.full]) for i, w in work.items()}
-            add_images(self.images, self.counter, work, texts, plain, seen, values, notes, flags, errors,
+            add_images(self.images, self.counter, work, texts, plain, values, notes, flags, errors,
                        train_on=self.options.train_on, base_dir=base_dir)
         return Measured({spec_of[m]: values[m] for m in metrics}, flags,
                         errors if any(e is not None for e in errors) else None, notes=notes, ids=ids_out,

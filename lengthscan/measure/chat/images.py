@@ -27,10 +27,11 @@ from lengthscan.measure.images.refs import ImageProblem, image_sizes
 from lengthscan.measure.records import FLAG_CODES, FLAG_INVALID_CONVERSATION
 
 
-def add_images(images, counter, work: dict, texts: list, plain: list, views: dict, values: dict, notes: dict,
-               flags, errors: list, *, train_on: str, base_dir: str | None) -> None:
-    """Add the images of the measured rows of ``work`` (row -> RowPlan) to ``values`` and ``notes``;
-    ``views`` maps row -> its tokenized whole rendering; ``images`` is the ``ImageCounter``."""
+def add_images(images, counter, work: dict, texts: list, plain: list, values: dict, notes: dict, flags,
+               errors: list, *, train_on: str, base_dir: str | None) -> None:
+    """Add the images of the measured rows of ``work`` (row -> RowPlan, its renderings in ``texts``
+    or ``plain``) to ``values`` and ``notes``; ``images`` is the ``ImageCounter``, ``counter`` the
+    ``TokenCounter``."""
     placeholder = images.placeholder
     rows, refs = [], []
     for i, w in work.items():
