@@ -131,14 +131,14 @@ def _png_walk(data: bytes, chunks) -> ImageSize:
     exif = raw = xmp = None
     # the orientation chunks, which Pillow reads after the image data too: eXIf, else the "Raw
     # profile type exif" text ImageMagick writes; XMP's tiff:Orientation when neither has one
-    for kind, body in chunks:
-        if kind == b"eXIf" and exif is None:
+    for kind, body in chunks:  # a repeated chunk replaces the one before, as in Pillow's info
+        if kind == b"eXIf":
             exif = body
         elif kind in (b"tEXt", b"zTXt", b"iTXt"):
             key, text = _png_text(kind, body)
-            if key == b"Raw profile type exif" and raw is None:
+            if key == b"Raw profile type exif":
                 raw = text
-            elif key == b"XML:com.adobe.xmp" and xmp is None:
+            elif key == b"XML:com.adobe.xmp":
                 xmp = text
     if exif is None and raw is not None:
         try:

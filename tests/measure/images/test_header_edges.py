@@ -58,6 +58,9 @@ def _cases() -> dict:
         "png xmp": png[:33] + _chunk(b"iTXt", b"XML:com.adobe.xmp\x00\x00\x00\x00\x00" + XMP % 6) + png[33:],
         "png exif over xmp": png[:33] + _chunk(b"eXIf", _exif(1)) + _chunk(
             b"iTXt", b"XML:com.adobe.xmp\x00\x00\x00\x00\x00" + XMP % 6) + png[33:],
+        "png two eXIf (6, 1)": png[:33] + _chunk(b"eXIf", _exif(6)) + _chunk(b"eXIf", _exif(1)) + png[33:],
+        "png two xmp (1, 6)": png[:33] + _chunk(b"iTXt", b"XML:com.adobe.xmp\x00\x00\x00\x00\x00" + XMP % 1)
+        + _chunk(b"iTXt", b"XML:com.adobe.xmp\x00\x00\x00\x00\x00" + XMP % 6) + png[33:],
         "jpeg xmp": jpg[:2] + _segment(b"http://ns.adobe.com/xap/1.0/\x00" + XMP % 8) + jpg[2:],
         "jpeg two exif (6, 1)": jpg[:2] + _segment(b"Exif\x00\x00" + _exif(6)) + _segment(b"Exif\x00\x00" + _exif(1))
         + jpg[2:],
