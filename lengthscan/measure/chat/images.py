@@ -59,9 +59,7 @@ def add_images(images, counter, work: dict, texts: list, plain: list, values: di
         bad = next((k for k, s in enumerate(row_seen) if isinstance(s, ImageProblem)), None)
         if bad is not None:
             problem = row_seen[bad]
-            code = FLAG_CODES.get(problem.flag, FLAG_CODES["unreadable"]) if problem.flag != "missing" \
-                else FLAG_CODES["missing_file"]
-            _refuse(i, values, code, f"image {bad + 1} of {n}: {problem.reason}", flags, errors)
+            _refuse(i, values, FLAG_CODES[problem.flag], f"image {bad + 1} of {n}: {problem.reason}", flags, errors)
             continue
         try:
             expansions = images.expand([(s.height, s.width) for s in row_seen])

@@ -24,7 +24,7 @@ READ_THREADS = 8
 
 @dataclass(frozen=True)
 class ImageProblem:
-    """An image that has no size: ``flag`` (missing_file, unreadable, missing) and the reason."""
+    """An image that has no size: ``flag`` (missing_file, unreadable) and the reason."""
 
     flag: str
     reason: str
@@ -54,13 +54,14 @@ def describe(ref) -> str:
 
 def image_sizes(refs: list, base_dir: str | None) -> list:
     """Per reference: a ``Seen`` or an ``ImageProblem``."""
+    limit = _pillow_limit()
     if len(refs) < 4:
-        return [_size(r, base_dir) for r in refs]
+        return [_size(r, base_dir, limit) for r in refs]
     with ThreadPoolExecutor(min(READ_THREADS, len(refs))) as pool:
-        return list(pool.map(lambda r: _size(r, base_dir), refs))
+        return list(pool.map(lambda r: _size(r, base_dir, limit), refs))
 
 
-def _size(ref, base_dir: str | None):
+def _size(ref, base_dir: str | None, limit: int | None):
     if hasattr(ref, "size") and hasattr(ref, "getexif"):  # a decoded PIL image (datasets' Image(), oriented)
         return Seen(ref.size[0], ref.size[1], "<decoded image>")
     label = describe(ref)
@@ -69,7 +70,7 @@ def _size(ref, base_dir: str | None):
     except ImageError as exc:
         return ImageProblem("unreadable", f"image {label}: {exc}")
     if data is None and path is None:
-        return ImageProblem("missing", "an image is missing (null)")
+        return ImageProblem("missing_file", "an image is missing (null)")
     try:
         size = image_size(data) if data is not None else image_size_from(path)
     except FileNotFoundError:
@@ -83,7 +84,6 @@ def _size(ref, base_dir: str | None):
     except ValueError as exc:  # a path holding a NUL character
         return ImageProblem("missing_file", f"image {label!r}: {exc}")
     width, height = size.oriented()
-    limit = _pillow_limit()
     if limit is not None and width * height > limit:
         return ImageProblem("unreadable", f"image {label}: {width:,}x{height:,} is over Pillow's decompression-bomb "
                                           f"limit ({limit:,} pixels): the processor cannot open it")
