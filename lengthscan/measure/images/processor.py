@@ -9,8 +9,9 @@ run's tokenizer with its image processor only (no video processor: that needs to
 own code answers:
 
 * how many image tokens an image of a size becomes: the processor's ``_get_num_multimodal_tokens``
-  (what vLLM uses; the image processor's ``get_number_of_image_patches`` inside), or for a processor
-  without one (SmolVLM) the tokens of its expansion;
+  (what vLLM uses; the image processor's ``get_number_of_image_patches`` inside), or for the tiling
+  processors (Idefics3, SmolVLM) the image token's positions in the expansion ``replace_image_token``
+  writes (their counting functions came late and changed across transformers releases);
 * the text the processor writes in place of the image placeholder: ``replace_image_token``, called
   with the values it reads (``FAMILIES``) computed from the size, not from pixels.
 
@@ -152,9 +153,10 @@ class ImageCounter:
 
     def _expansion(self, size: tuple[int, int]) -> Expansion:
         proc = self.processor
-        counted = hasattr(proc, "_get_num_multimodal_tokens")
-        tokens = int(proc._get_num_multimodal_tokens(image_sizes=[list(size)]).num_image_tokens[0]) if counted else None
         family = self.family
+        tokens = None
+        if family != "rows_cols":
+            tokens = int(proc._get_num_multimodal_tokens(image_sizes=[list(size)]).num_image_tokens[0])
         if family == "repeat":
             return Expansion(tokens, None, tokens - 1)
         if family == "rows_cols":
@@ -163,10 +165,11 @@ class ImageCounter:
         else:
             inputs = {"num_crops": [0]}
         replacement = proc.replace_image_token(inputs, 0)
-        alone = len(self.tokenizer(replacement, add_special_tokens=False)["input_ids"])
-        if tokens is None:  # no counting function (SmolVLM): the tokens of its expansion
-            tokens = alone
-        return Expansion(tokens, replacement, alone - 1)
+        ids = self.tokenizer(replacement, add_special_tokens=False)["input_ids"]
+        if family == "rows_cols":  # the image token's positions in its tiles' expansion (what the vision
+            # encoder fills), whether or not this transformers has a counting function for the class
+            tokens = ids.count(self.tokenizer.convert_tokens_to_ids(proc.image_token))
+        return Expansion(tokens, replacement, len(ids) - 1)
 
 
 def load_processor(source: str, tokenizer, *, max_pixels: int | None = None):
