@@ -87,6 +87,9 @@ FLAGS: dict[str, tuple[str, dict]] = {
         action="store_true", help="keep rows whose target has no content tokens (dropped by default)")),
     "crop_audio": ("--crop-audio", dict(action="store_true", help="crop audio over an input_seconds limit instead "
                                                                   "of dropping the row (classification)")),
+    "target_is_label": ("--target-is-label", dict(action="store_true", help="with --crop-audio: the --target column "
+                                                  "is a label (a class, a speaker), not a transcript of the clip, so a "
+                                                  "cropped clip keeps it")),
     "fail_over": ("--fail-over", dict(metavar="SHARE|ROWS", help="exit 1 when more than this share (1%%) or number "
                                                                  "of rows would be dropped or truncated")),
     "json": ("--json", dict(action="store_true", help="print report.json to stdout and nothing else there")),
@@ -121,7 +124,7 @@ SOURCE_FLAGS = ("input", "audio", "target", "messages", "prompt", "completion", 
                 "sample_unit", "full", "seed", "max_chars", "count_engine", "verify_counts", "no_cache", "engine",
                 "ray_address", "num_proc")
 #: audit (what clean would do) and clean (what it does).
-RULE_FLAGS = ("limit", "action", "keep_empty_targets", "crop_audio", "fail_over")
+RULE_FLAGS = ("limit", "action", "keep_empty_targets", "crop_audio", "target_is_label", "fail_over")
 #: ``audit --packing``: TRL's packing simulated, and the steps it makes.
 PACKING_FLAGS = ("packing", "max_length", "packing_num_proc", "shuffle_seed", "batch_size", "grad_accum", "devices")
 #: How the report is printed and what it may hold.
@@ -167,7 +170,7 @@ def rule_options(args):
     from lengthscan.engines.options import RuleOptions
 
     return RuleOptions(limits=tuple(args.limit), action=args.action, keep_empty_targets=args.keep_empty_targets,
-                       crop_audio=args.crop_audio, fail_over=args.fail_over)
+                       crop_audio=args.crop_audio, target_is_label=args.target_is_label, fail_over=args.fail_over)
 
 
 def run_options(args, *, progress, command: str):

@@ -57,7 +57,8 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
           split: str | None = None, sample=None, full: bool = False, seed: int = DEFAULT_SEED,
           sample_unit: str | None = None, config: str | None = None, revision: str | None = None,
           limits=(), action: str = "drop", keep_empty_targets: bool = False, crop_audio: bool = False,
-          fail_over=None, out: str | Path | None = None, overwrite: bool = False, cache: bool = True,
+          target_is_label: bool = False, fail_over=None, out: str | Path | None = None, overwrite: bool = False,
+          cache: bool = True,
           max_chars: int = DEFAULT_MAX_CHARS, count_engine: str = "auto", verify_counts: int = 0,
           batch_rows: int = BATCH_ROWS, redact: bool = False,
           num_proc: int = 1, progress: Progress | None = None, command: str | None = None, messages: str | None = None,
@@ -75,7 +76,7 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
     "block": whole Parquet row groups) is what the sample draws (default: block for remote and
     large Parquet sources). ``config`` and ``revision`` pick a hub dataset's subset and commit. ``limits`` are
     ``clean``'s rules: the audit then reports what clean would do to each row (with ``action``,
-    ``keep_empty_targets``, ``crop_audio``), and ``fail_over`` ('1%' or a row count) marks the
+    ``keep_empty_targets``, ``crop_audio``, ``target_is_label``), and ``fail_over`` ('1%' or a row count) marks the
     result failed when more rows would be dropped or truncated. With ``out``, writes
     ``lengths.parquet``, ``report.json`` and ``report.html`` there atomically; ``redact`` keeps
     every text of the data out of the report (row ids and lengths only); ``id_column`` (a plain

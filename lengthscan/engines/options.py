@@ -97,6 +97,7 @@ class RuleOptions:
     action: str = "drop"
     keep_empty_targets: bool = False
     crop_audio: bool = False
+    target_is_label: bool = False     # --crop-audio with a --target: the target is a label, not a transcript
     fail_over: object = None          # '1%' or a row count: the gate
 
     def __post_init__(self):

@@ -219,6 +219,7 @@ def prepare_run(measure: MeasureOptions, rules: RuleOptions) -> Prepared:
         if setup.chat is None or not setup.chat.options.format.messages:
             raise RuleError("drop-turns cuts conversations by their turns: it needs --messages COL (a "
                             "prompt-completion row has no turns to drop; use drop or truncate)")
+    _check_crop_keeps_targets(measure, rules, parsed)
     if setup.chat is not None and setup.chat.images is not None and (
             rules.action != "drop" or any(r.action not in (None, "drop") for r in parsed)):
         from lengthscan.policy.rules import RuleError
@@ -226,6 +227,20 @@ def prepare_run(measure: MeasureOptions, rules: RuleOptions) -> Prepared:
         raise RuleError("conversations with images are dropped whole over a limit: truncate and drop-turns "
                         "would cut through images (use --action drop, or cap the images with --max-pixels)")
     return Prepared(parsed, gate_spec, setup)
+
+
+def _check_crop_keeps_targets(measure: MeasureOptions, rules: RuleOptions, parsed) -> None:
+    """``--crop-audio`` with a ``--target``: a cropped clip would keep its whole transcript (mismatched
+    pairs), so it is refused unless the target is a label (``--target-is-label``)."""
+    from lengthscan.policy.rules import RuleError, effective_action
+
+    crops = [r.text for r in parsed if effective_action(r, rules.action, rules.crop_audio) == "crop"]
+    if crops and measure.audio and measure.target and not rules.target_is_label:
+        raise RuleError(f"--crop-audio with --target {measure.target}: {crops[0]!r} would cut clips but keep "
+                        f"their whole {measure.target} (a 59 s clip cropped to 30 s keeps 59 s of transcript), "
+                        "so audio and text would no longer match. Drop the long clips instead (leave out "
+                        "--crop-audio), or, if the target is a label (a class, a speaker) and not a transcript, "
+                        "add --target-is-label")
 
 
 def resolve_for(rules, src, tallies, setup: Setup, action: str, crop_audio: bool):

@@ -249,3 +249,30 @@ def test_clean_drops_long_audio_or_crops_it(tmp_path, clips):
     kept = load_from_disk(str(out / "dataset")).cast_column("audio", Audio(decode=False))
     for value in kept["audio"]:
         assert soundfile.info(io.BytesIO(value["bytes"])).duration <= 2.5
+
+
+def test_cropping_clips_that_have_a_transcript_is_refused(tmp_path, bpe_dir, capsys):
+    """A 59 s clip cropped to 30 s would keep its whole transcript: refused (exit 2, saying why and
+    what to do) in audit and clean, unless the target is a label (--target-is-label)."""
+    af.write_audio(tmp_path / "long.wav", 8000 * 59, 8000)
+    af.write_audio(tmp_path / "short.wav", 8000 * 2, 8000)
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"path": "long.wav", "transcript": "a long talk"}) + "\n"
+                        + json.dumps({"path": "short.wav", "transcript": "hi"}) + "\n")
+    args = [str(manifest), "--audio", "path", "--target", "transcript", "--tokenizer", str(bpe_dir),
+            "--limit", "input_seconds<=30", "--crop-audio", "--quiet"]
+    for command in ("audit", "clean"):
+        capsys.readouterr()
+        assert main([command, *args, "--out", str(tmp_path / command)]) == 2
+        err = capsys.readouterr().err
+        assert "--target-is-label" in err and "transcript" in err and "Traceback" not in err
+        assert not (tmp_path / command).exists()
+    assert main(["clean", *args, "--target-is-label", "--out", str(tmp_path / "label")]) == 0
+    from datasets import load_from_disk
+
+    kept = load_from_disk(str(tmp_path / "label" / "dataset"))
+    assert kept["transcript"] == ["a long talk", "hi"]
+    assert soundfile.info(kept["path"][0]).duration == 30.0
+    # without --crop-audio, the long clip is dropped with its transcript: no refusal
+    assert main(["clean", *args[:-2], "--quiet", "--out", str(tmp_path / "drop")]) == 0
+    assert load_from_disk(str(tmp_path / "drop" / "dataset"))["transcript"] == ["hi"]
