@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from lengthscan.engines.options import RunOptions
 from lengthscan.engines.setup import Setup
+from lengthscan.engines.validity import KindCheck
 from lengthscan.measure.batch import measure_batch
 from lengthscan.measure.cache import (
     CacheReader,
@@ -66,6 +67,8 @@ def measure_source(src: Source, setup: Setup, engine, *, plan_for: Callable[[Spl
     measured batch goes to every sink. ``all_columns`` reads every source column (clean's single
     pass writes them); ``with_ids`` keeps the token ids measuring made (``clean --tokenize``)."""
     splits, tallies, plans, cached = [], [], [], set()
+    kinds = KindCheck(setup.fields, multi_split=len(src.splits) > 1)
+    sinks = [*sinks, kinds]
     for split_src in src.splits:
         plan = plan_for(split_src)
         tally = SplitTally(setup.fields, setup.ceilings, ratios, keep_positions=simulation_positions(plan, seed),
@@ -79,6 +82,7 @@ def measure_source(src: Source, setup: Setup, engine, *, plan_for: Callable[[Spl
         splits.append(tally.split_audit(split_src.name, plan, seed))
         tallies.append(tally)
         plans.append(plan)
+    kinds.check()
     return Measurement(tuple(splits), tuple(tallies), tuple(plans), frozenset(cached))
 
 

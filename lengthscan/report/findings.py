@@ -137,8 +137,12 @@ def _limit_findings(split: dict, batches: dict | None, *, multi: bool) -> list[s
             text += f" {unknown:,} more rows, decided by a decide-only bound, are not known against {num(limit)}."
         out.append(text)
     if within and not out:
-        scope = "No sampled row exceeds" if is_sample else "Every row is within"
-        out.append(f"{scope} the known limits{where}: {', '.join(within)}.")
+        lengthless = any(n for role in split.get("roles", {}).values() for flag, n in role["flags"].items()
+                         if flag not in ("empty", "truncated", *BOUNDED_FLAG_NAMES))
+        scope = ("No sampled row with a length exceeds" if is_sample else "Every row with a length is within") \
+            if lengthless else ("No sampled row exceeds" if is_sample else "Every row is within")
+        none = " (rows without a length are not in it: see below)" if lengthless else ""
+        out.append(f"{scope} the known limits{where}: {', '.join(within)}{none}.")
     return out
 
 

@@ -289,7 +289,8 @@ def test_findings_decisions_clean_flags_ratio_and_tail():
                              "dropped": 50, "by_reason": by_reason}],
                  "gate": None}
     out = findings({"splits": [before], "decisions": decisions, "clean": {"after": [after]}})
-    assert "Before cleaning: Every row is within the known limits: input_tokens <= 512." in out
+    assert ("Before cleaning: Every row with a length is within the known limits: input_tokens <= 512 (rows "
+            "without a length are not in it: see below)." in out)
     assert ("Cleaning dropped 50 (5%) and truncated 50 (5%) of 1,000 rows; most drops: target_tokens<=40 (45)."
             in out)
     assert "After cleaning, 950 rows remain: input_tokens max 1,432 -> 256." in out
