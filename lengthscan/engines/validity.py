@@ -87,7 +87,9 @@ class KindCheck:
             code = max(self.codes[f.role], key=self.codes[f.role].get)
             name = FLAG_NAMES[code]
             share = "every row measured is" if invalid == rows else f"{invalid:,} of {rows:,} rows measured are"
-            raise KindError(f"column {f.column!r} ({flag_of(f)}): {share} {name} ({', '.join(f'{FLAG_NAMES[c]} {n:,}' for c, n in self.codes[f.role].items())}); "
+            counts = ", ".join(f"{FLAG_NAMES[c]} {n:,}" for c, n in self.codes[f.role].items())
+            counts = f" ({counts})" if len(self.codes[f.role]) > 1 else ""
+            raise KindError(f"column {f.column!r} ({flag_of(f)}): {share} {name}{counts}; "
                             f"{_HINTS.get(name, 'is it the right column?')} First reasons: "
                             + "; ".join(self.first[f.role]))
 
