@@ -25,8 +25,9 @@ FLAGS: dict[str, tuple[str, dict]] = {
                                                     "text), with --completion")),
     "completion": ("--completion", dict(metavar="COL", help="the completion column, with --prompt")),
     "tools": ("--tools", dict(metavar="COL", help="column of per-row tool definitions (a list or a JSON string)")),
-    "chat_template": ("--chat-template", dict(metavar="FILE", help="a Jinja chat template to render conversations "
-                                                                   "with (default: the tokenizer's)")),
+    "chat_template": ("--chat-template", dict(metavar="FILE|NAME", help="a Jinja chat template to render "
+                                              "conversations with, or the NAME of one TRL ships (qwen3, llama3, "
+                                              "qwen3_training, ...; default: the tokenizer's)")),
     "images": ("--images", dict(metavar="COL", help="column of per-row image lists (paths relative to the data "
                                                    "file, bytes, or an Image() column), one per image part "
                                                    "{\"type\": \"image\"} in order, as TRL lays them out")),

@@ -48,9 +48,16 @@ class ChatTemplate:
 
 
 def load_template(tokenizer, path: str | Path | None) -> ChatTemplate:
-    """``--chat-template FILE`` if given, else the tokenizer's own (its default one when it has
-    several); ChatTemplateError with the fix when there is none or the file cannot be read."""
+    """``--chat-template FILE`` (or NAME: a template TRL ships) if given, else the tokenizer's own (its
+    default one when it has several); ChatTemplateError with the fix when there is none or the file cannot be read."""
     if path is not None:
+        from lengthscan.measure.chat.named import UnknownTemplate, looks_like_name, shipped_template
+
+        if looks_like_name(str(path)):  # --chat-template NAME: a template TRL ships
+            try:
+                path = shipped_template(str(path))
+            except UnknownTemplate as exc:
+                raise ChatTemplateError(str(exc)) from None
         text = read_template_file(path)
         if not text.strip():
             raise ChatTemplateError(f"--chat-template {path}: the file is empty")
