@@ -39,8 +39,8 @@ FLAGS: dict[str, tuple[str, dict]] = {
     "train_on": ("--train-on", dict(choices=("assistant", "last", "all"), default="assistant",
                                     help="which tokens of a conversation are trained: every assistant message "
                                          "(default), the last one, or all tokens")),
-    "tokenizer": ("--tokenizer", dict(metavar="DIR_OR_NAME", help="tokenizer directory or hub name "
-                                                                   "(default: --model)")),
+    "tokenizer": ("--tokenizer", dict(metavar="DIR_OR_NAME", help="tokenizer directory, hub name or tokenizer.json "
+                                                                   "file (default: --model)")),
     "model": ("--model", dict(metavar="DIR_OR_NAME", help="model directory, hub name or config.json: its limits, "
                                                           "sampling rate and frame rule")),
     "sampling_rate": ("--sampling-rate", dict(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -108,11 +109,38 @@ def test_tokenizer_folders_that_do_not_load_say_why(tmp_path, bpe_dir, corpus_js
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "tokenizer_config.json").write_text((bpe_dir / "tokenizer_config.json").read_text())
     (tmp_path / "bad" / "tokenizer.json").write_text('{"broken":\n')
+    (tmp_path / "lone").mkdir()
+    (tmp_path / "lone" / "merges.txt").write_text("#version: 0.2\n")
+    (tmp_path / "lone" / "tokenizer.json").write_text('{"not": "a tokenizer"}')
     cases = [(tmp_path / "empty", "holds no tokenizer files"), (tmp_path / "bad", "tokenizer.json is not valid JSON"),
-             (bpe_dir / "tokenizer.json", "it is a file; give the folder")]
+             (tmp_path / "lone" / "merges.txt", "a .txt file without tokenizer_config.json beside it"),
+             (tmp_path / "lone" / "tokenizer.json", "not a tokenizers JSON file")]
     for tok, words in cases:
         assert _audit(corpus_jsonl, tok, tmp_path / "o") == 2
         one_line(capsys, words)
+
+
+def test_a_tokenizer_json_file_counts_as_its_folder_or_alone(tmp_path, bpe_dir, corpus_jsonl):
+    """``--tokenizer path/tokenizer.json``: with tokenizer_config.json beside it, the folder's
+    tokenizer; alone, the tokenizers file itself (its post-processor's special tokens counted)."""
+    from tokenizers import Tokenizer
+
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    shutil.copy(bpe_dir / "tokenizer.json", lone / "tokenizer.json")
+    got = {}
+    for name, tok in (("folder", bpe_dir), ("file", bpe_dir / "tokenizer.json"), ("lone", lone / "tokenizer.json")):
+        assert _audit(corpus_jsonl, tok, tmp_path / f"out-{name}", "--full") == 0
+        got[name] = pq.read_table(tmp_path / f"out-{name}" / "lengths.parquet").to_pydict()["input_tokens"]
+    assert got["folder"] == got["file"]
+    backend = Tokenizer.from_file(str(lone / "tokenizer.json"))
+    backend.no_truncation()
+    backend.no_padding()
+    texts = [json.loads(line)["text"] for line in corpus_jsonl.read_text().splitlines()]
+    assert len(got["lone"]) == len(texts)
+    strings = [i for i, t in enumerate(texts) if isinstance(t, str) and t]
+    assert len(strings) > 2000
+    assert [got["lone"][i] for i in strings] == [len(backend.encode(texts[i]).ids) for i in strings]
 
 
 @pytest.mark.slow  # five damaged caches, each an audit

@@ -95,8 +95,8 @@ class TokenCounter:
     @property
     def hash(self) -> str:
         if self._hash is None:
-            directory = Path(self.name).is_dir()
-            self._hash = hash_tokenizer(None if directory else self.tokenizer, self.name)
+            local = Path(self.name).exists()  # a folder, or a tokenizer file: hashed without loading it
+            self._hash = hash_tokenizer(None if local else self.tokenizer, self.name)
         return self._hash
 
     def info(self, cached: set[str] = frozenset()) -> TokenizerInfo:
@@ -147,7 +147,8 @@ class TokenCounter:
     def _config(self) -> dict:
         import json
 
-        path = Path(self.name) / "tokenizer_config.json"
+        path = Path(self.name)
+        path = (path.parent if path.is_file() else path) / "tokenizer_config.json"
         try:
             return json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):

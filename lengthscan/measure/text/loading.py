@@ -29,9 +29,10 @@ def load_tokenizer(name_or_path: str, *, revision: str | None = None, trust_remo
                              "a hub name looks like 'gpt2' or 'org/name')")
     path = Path(name_or_path).expanduser()
     if path.is_file():
-        raise TokenizerError(f"cannot load tokenizer {name_or_path!r}: it is a file; give the folder that holds the "
-                             "tokenizer's files (tokenizer.json and tokenizer_config.json, as save_pretrained writes "
-                             "them)")
+        folder = tokenizer_folder_of(path)
+        if folder is None:
+            return _load_tokenizer_file(path)
+        name_or_path = str(folder)
     offline = not local and hub_offline()  # fast, once: no minute of retries without a network
     from transformers import AutoTokenizer
 
@@ -46,6 +47,31 @@ def load_tokenizer(name_or_path: str, *, revision: str | None = None, trust_remo
             raise TokenizerError(f"cannot load tokenizer {name_or_path!r}: {_local_problem(path, exc)}") from exc
         raise TokenizerError(f"cannot load tokenizer {name_or_path!r} as a hub name (no such repo, or no access?): "
                              f"{first_line(exc)}") from exc
+
+
+def tokenizer_folder_of(path: Path) -> Path | None:
+    """The folder to load for a tokenizer file given as ``--tokenizer``: its own folder where that
+    holds the tokenizer's configuration (special tokens, chat template) beside it; None for a lone
+    ``tokenizer.json``, loaded by itself."""
+    if path.name in TOKENIZER_FILES and (path.parent / "tokenizer_config.json").is_file():
+        return path.parent
+    return None
+
+
+def _load_tokenizer_file(path: Path):
+    """A lone ``tokenizers`` JSON file (``tokenizer.json``): ``PreTrainedTokenizerFast`` over it, its
+    post-processor adding the special tokens it names (no tokenizer_config.json: no chat template)."""
+    if path.suffix != ".json":
+        raise TokenizerError(f"cannot load tokenizer {str(path)!r}: a {path.suffix or 'suffixless'} file without "
+                             "tokenizer_config.json beside it; give a tokenizer.json, or the folder that holds the "
+                             "tokenizer's files (as save_pretrained writes them)")
+    from transformers import PreTrainedTokenizerFast
+
+    try:
+        return PreTrainedTokenizerFast(tokenizer_file=str(path))
+    except Exception as exc:  # tokenizers' own parse errors
+        raise TokenizerError(f"cannot load tokenizer {str(path)!r}: not a tokenizers JSON file "
+                             f"({first_line(exc)})") from None
 
 
 #: files a saved tokenizer folder holds (one of them at least)
@@ -73,14 +99,21 @@ def hash_tokenizer(tokenizer, name_or_path: str | None = None) -> str:
     """SHA-256 over the tokenizer's files: those of a local directory, else what it saves."""
     if name_or_path and Path(name_or_path).is_dir():
         return _hash_dir(Path(name_or_path))
+    if name_or_path and Path(name_or_path).is_file():
+        folder = tokenizer_folder_of(Path(name_or_path))
+        return _hash_dir(folder) if folder is not None else _hash_files([Path(name_or_path)])
     with tempfile.TemporaryDirectory(prefix="lengthscan-tok-") as tmp:
         tokenizer.save_pretrained(tmp)
         return _hash_dir(Path(tmp))
 
 
 def _hash_dir(path: Path) -> str:
+    return _hash_files(sorted(p for p in path.iterdir() if p.is_file() and not p.name.endswith(_WEIGHT_SUFFIXES)))
+
+
+def _hash_files(files: list[Path]) -> str:
     digest = hashlib.sha256()
-    for file in sorted(p for p in path.iterdir() if p.is_file() and not p.name.endswith(_WEIGHT_SUFFIXES)):
+    for file in files:
         digest.update(file.name.encode() + b"\0")
         with open(file, "rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
