@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "train a byte-level BPE tokenizer on it, and audit it.")
     d.add_argument("--out", type=named, default="lengthscan-demo", metavar="DIR",
                    help="output directory (default ./lengthscan-demo)")
-    add_flags(d, "json")
+    add_flags(d, "json", "quiet")
     return parser
 
 
@@ -281,9 +281,9 @@ def _clean(args, command: str) -> int:
 def _demo(args, command: str) -> int:
     from lengthscan.demo import run_demo
 
-    with ProgressBars(disabled=False) as progress:
+    with ProgressBars(disabled=args.quiet) as progress:
         result = run_demo(out=args.out, progress=progress, command=command)
-    print_result(result, json_out=args.json, quiet=False)
+    print_result(result, json_out=args.json, quiet=args.quiet)
     return EXIT_OK
 
 
