@@ -15,6 +15,7 @@ import pytest
 from tests.support.bpe_vocab import split_bpe
 from tests.support.chat import ADDED, chat_bpe
 from tests.support.texts import EDGE_TEXTS
+from tests.support.wheels import required_wheel_file
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -211,23 +212,11 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path_factory.mktemp("lengthscan-cache")))
 
 
-def _wheel_file(package: str, relative: str) -> Path:
-    """A tokenizer file shipped in an installed wheel (tests/requirements-tokenizers.txt)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip(f"{package} not installed: pip install --no-deps -r tests/requirements-tokenizers.txt")
-    path = Path(list(spec.submodule_search_locations)[0]) / relative
-    assert path.exists(), path
-    return path
-
-
 @pytest.fixture(scope="session")
 def claude_bpe_dir(tmp_path_factory) -> Path:
     """Anthropic's byte-level BPE ``tokenizer.json`` (65k vocab) as a transformers directory."""
     out = tmp_path_factory.mktemp("claude")
-    (out / "tokenizer.json").write_bytes(_wheel_file("anthropic", "tokenizer.json").read_bytes())
+    (out / "tokenizer.json").write_bytes(required_wheel_file("anthropic", "tokenizer.json").read_bytes())
     (out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
     return out
 
@@ -236,7 +225,7 @@ def claude_bpe_dir(tmp_path_factory) -> Path:
 def mistral_spm_dir(tmp_path_factory) -> Path:
     """Mistral-7B's SentencePiece model loaded as ``LlamaTokenizer`` with BOS, as Llama-2 models are."""
     out = tmp_path_factory.mktemp("mistral")
-    (out / "tokenizer.model").write_bytes(_wheel_file("mistral_common", "data/tokenizer.model.v1").read_bytes())
+    (out / "tokenizer.model").write_bytes(required_wheel_file("mistral_common", "data/tokenizer.model.v1").read_bytes())
     (out / "tokenizer_config.json").write_text(json.dumps(
         {"tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False}))
     return out

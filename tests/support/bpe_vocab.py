@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tests.support.chat import ADDED, SPECIAL
 from tests.support.texts import EDGE_TEXTS
+from tests.support.wheels import wheel_file
 
 #: Texts where byte-level BPE implementations part: runs, whitespace, digits, scripts, marks,
 #: contractions in every case, written-out special and added tokens, very long words.
@@ -50,17 +51,6 @@ def save_tokenizer_dir(tok, out: Path) -> Path:
     tok.save(str(out / "tokenizer.json"))
     (out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
     return out
-
-
-def wheel_file(package: str, relative: str) -> Path | None:
-    """A file shipped in an installed wheel (tests/requirements-tokenizers.txt), or None."""
-    import importlib.util
-
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]) / relative
-    return path if path.exists() else None
 
 
 #: tiktoken-born vocabularies in wheels: name -> (package, file, split regex as transformers' converted

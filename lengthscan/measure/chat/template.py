@@ -76,7 +76,27 @@ def load_template(tokenizer, path: str | Path | None) -> ChatTemplate:
                                     f"chat_template.jinja)")
         template = ChatTemplate(own, "tokenizer", tool_use)
     check_syntax(template)
+    _check_special_tokens_known(tokenizer, template)
     return template
+
+
+#: The special tokens a chat template reads as variables (``apply_chat_template`` passes them).
+_SPECIAL_VARIABLES = ("bos_token", "eos_token", "pad_token", "unk_token")
+
+
+def _check_special_tokens_known(tokenizer, template: ChatTemplate) -> None:
+    """A lone ``tokenizer.json`` does not say which tokens are BOS or EOS: a template that writes
+    them would render them empty, one token or more short of what the model receives."""
+    name = getattr(tokenizer, "name_or_path", "") or ""
+    if not name.endswith(".json") or not Path(name).is_file():
+        return
+    used = [v for v in _SPECIAL_VARIABLES if re.search(rf"\b{v}\b", template.text)
+            and getattr(tokenizer, v, None) is None]
+    if used:
+        raise ChatTemplateError(f"the chat template writes {{{{ {used[0]} }}}}, and {name} alone does not say which "
+                                f"token that is: give the tokenizer's folder (with tokenizer_config.json), or a folder "
+                                f"holding it as tokenizer.json beside a tokenizer_config.json that names "
+                                f"{', '.join(used)}")
 
 
 #: the largest chat template file read (real ones are a few KiB; Jinja compiles what it is given)

@@ -68,10 +68,12 @@ def _load_tokenizer_file(path: Path):
     from transformers import PreTrainedTokenizerFast
 
     try:
-        return PreTrainedTokenizerFast(tokenizer_file=str(path))
+        tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(path))
     except Exception as exc:  # tokenizers' own parse errors
         raise TokenizerError(f"cannot load tokenizer {str(path)!r}: not a tokenizers JSON file "
                              f"({first_line(exc)})") from None
+    tokenizer.name_or_path = str(path)  # a file: what it does not say (special tokens) is known unknown
+    return tokenizer
 
 
 #: files a saved tokenizer folder holds (one of them at least)

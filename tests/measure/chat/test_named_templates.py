@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 
 from lengthscan.cli.main import main
 from tests.support.chat import trl_template
+from tests.support.wheels import required_wheel_file
 
 
 def _rows(path):
@@ -39,3 +40,31 @@ def test_an_unknown_name_suggests_the_closest(tmp_path, chat_tok_dir, capsys, mo
                  "--chat-template", "qwen3_trainig", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "did you mean qwen3_training" in err and "Traceback" not in err
+
+
+def test_a_wheel_shipped_tokenizer_json_with_a_named_template(tmp_path, capsys):
+    """The new user's path, no script: DeepSeek's tokenizer.json (shipped in litellm's wheel) with
+    TRL's deepseekv3 template. Alone, the file does not say which token ``{{ bos_token }}`` is, so
+    rendering would be a token short: exit 2 saying what to add. With a tokenizer_config.json naming
+    it, the counts equal ``apply_chat_template`` on that folder."""
+    from transformers import AutoTokenizer
+
+    shipped = required_wheel_file("litellm", "litellm_core_utils/tokenizers/deepseek_tokenizer.json")
+    src = _rows(tmp_path / "c.jsonl")
+    args = ["audit", str(src), "--messages", "messages", "--chat-template", "deepseekv3", "--full", "--quiet"]
+    assert main([*args, "--tokenizer", str(shipped), "--out", str(tmp_path / "lone")]) == 2
+    err = capsys.readouterr().err
+    assert "{{ bos_token }}" in err and "tokenizer_config.json" in err and "Traceback" not in err
+    folder = tmp_path / "deepseek"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_bytes(shipped.read_bytes())
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<｜begin▁of▁sentence｜>",
+        "eos_token": "<｜end▁of▁sentence｜>"}))
+    out = tmp_path / "out"
+    assert main([*args, "--tokenizer", str(folder / "tokenizer.json"), "--out", str(out)]) == 0
+    tok = AutoTokenizer.from_pretrained(folder)
+    template = trl_template("deepseekv3").read_text()
+    want = [len(tok.apply_chat_template(json.loads(line)["messages"], chat_template=template, tokenize=True,
+                                        return_dict=True)["input_ids"]) for line in src.read_text().splitlines()]
+    assert pq.read_table(out / "lengths.parquet").to_pydict()["sequence_tokens"] == want

@@ -13,8 +13,9 @@ import pytest
 from lengthscan.measure.text.countbpe.engine import build
 from lengthscan.measure.text.countbpe.proof import Refused
 from lengthscan.measure.text.counter import TokenCounter
-from tests.support.bpe_vocab import ADVERSARIAL, converted_tokenizer, save_tokenizer_dir, wheel_file
+from tests.support.bpe_vocab import ADVERSARIAL, converted_tokenizer, save_tokenizer_dir
 from tests.support.reference import direct_counts
+from tests.support.wheels import wheel_file
 
 pytestmark = pytest.mark.slow
 
