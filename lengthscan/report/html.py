@@ -18,7 +18,7 @@ from pathlib import Path
 
 from lengthscan.report import charts
 from lengthscan.report.findings import findings
-from lengthscan.report.fmt import count, counting_line, mean, num, share, size, source_line, unit
+from lengthscan.report.fmt import count, counting_line, mean, num, percent, share, size, source_line, unit
 from lengthscan.report.image_charts import image_sizes_spec
 from lengthscan.report.memory_chart import memory_spec
 from lengthscan.report.packing import packing_view
@@ -42,7 +42,7 @@ def render_html(data: dict, *, redact: bool = False) -> str:
     env = Environment(loader=PackageLoader("lengthscan.report", "templates"),
                       autoescape=select_autoescape(["html", "j2"]), trim_blocks=True, lstrip_blocks=True)
     env.filters.update(num=num, count=count, unit=unit, mean=mean, gib=size)
-    env.globals.update(share=share, shape_text=shape_text)
+    env.globals.update(share=share, percent=percent, shape_text=shape_text)
     specs: dict[str, dict] = {}
     view = _view(data, specs, redact=redact)
     return env.get_template("report.html.j2").render(
