@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 
+from lengthscan.report.actions import changed_label
 from lengthscan.report.fmt import num, unit
 
 BLUE, GREY, RED, ORANGE, GREEN, INK = "#4c78a8", "#bcc3cc", "#d62728", "#f58518", "#54a24b", "#555"
@@ -260,10 +261,13 @@ DECISION_COLORS = {"kept": "#9db9d8", "truncated": ORANGE, "dropped": RED}
 def decisions_spec(decisions: dict) -> dict:
     """Kept, truncated and dropped rows per split as one stacked bar each (shares; counts on hover)."""
     values = []
+    changed = changed_label(decisions)  # "truncated", "turns dropped", "cropped" ...
+    colors = {("kept" if k == "kept" else changed if k == "truncated" else k): c for k, c in DECISION_COLORS.items()}
     for s in decisions["splits"]:
         est = s.get("estimated") or {}
         for order, (name, key) in enumerate((("kept", "keep"), ("truncated", "truncate"), ("dropped", "drop"))):
-            rec = {"split": s["split"], "decision": name, "rows": s[name], "order": order,
+            rec = {"split": s["split"], "decision": changed if key == "truncate" else name, "rows": s[name],
+                   "order": order,
                    "share": s[name] / s["measured"] if s["measured"] else 0}
             if key in est:
                 lo, hi = est[key]["interval"]
@@ -282,7 +286,7 @@ def decisions_spec(decisions: dict) -> dict:
             "x": {"field": "rows", "type": "quantitative", "stack": "normalize", "title": "share of rows",
                   "axis": {"format": "%"}},
             "color": {"field": "decision", "type": "nominal", "title": None,
-                      "scale": {"domain": list(DECISION_COLORS), "range": list(DECISION_COLORS.values())}},
+                      "scale": {"domain": list(colors), "range": list(colors.values())}},
             "order": {"field": "order"},
             "tooltip": tooltip,
         },

@@ -94,7 +94,6 @@ def test_trained_tokens_lost_are_trls(tmp_path, chat_tok_dir, chat_tok, docs, ca
         visible_text(html, "packing")
 
 
-@pytest.mark.slow  # two audits of 80 conversations
 def test_multipack_loses_the_trained_tokens_of_the_rows_it_drops(tmp_path, chat_tok_dir, chat_tok, docs):
     rows = [{"messages": r["messages"]} for r in conversations(docs, 80, seed=6)]
     src = write_jsonl(tmp_path / "chat.jsonl", rows)
