@@ -97,3 +97,38 @@ def tables(html: str, section: str | None = None) -> list[list[list[str]]]:
 def footer_text(html: str) -> str:
     node = parse(html).find("footer")
     return node.text() if node is not None else ""
+
+
+# -- in a browser (tests/report/test_browser.py evaluates these in Chromium) --------------------------
+
+#: Every table's box against the box that clips it (its nearest ancestor that scrolls), and the page.
+TABLES_JS = """(() => { const vw = document.documentElement.clientWidth; const out = [];
+  document.querySelectorAll("table").forEach(t => {
+    let p = t.parentElement;
+    while (p && getComputedStyle(p).overflowX === "visible") p = p.parentElement;
+    const r = t.getBoundingClientRect(), c = p ? p.getBoundingClientRect() : {left: 0, right: vw};
+    out.push({stats: t.classList.contains("stats"), right: r.right, clipRight: c.right, clipLeft: c.left,
+              scrolls: p ? p.scrollWidth > p.clientWidth + 1 : false, card: (t.closest("section") || {}).id});
+  });
+  return {vw: vw, page: document.documentElement.scrollWidth, tables: out}; })()"""
+
+#: Per chart: the boxes of its text marks (line labels) and of its bars (rect marks), from the Vega
+#: scenegraph as drawn (group offsets added), and the labels whose box overlaps a bar's.
+LABELS_JS = """(() => Array.from(document.querySelectorAll(".chart .plot")).map(box => {
+  const texts = [], rects = [];
+  (function walk(mark, ox, oy) {
+    (mark.items || []).forEach(item => {
+      if (mark.marktype === "group") {
+        (item.items || []).forEach(child => walk(child, ox + (item.x || 0), oy + (item.y || 0)));
+      } else if (mark.role === "mark" && item.bounds && !item.bounds.empty()) {
+        const b = {x1: ox + item.bounds.x1, x2: ox + item.bounds.x2, y1: oy + item.bounds.y1, y2: oy + item.bounds.y2};
+        if (mark.marktype === "text") { b.text = String(item.text); texts.push(b); }
+        if (mark.marktype === "rect" && b.y2 - b.y1 > 0.5 && b.x2 - b.x1 > 0.5) rects.push(b);
+      }
+    });
+  })(box._view.scenegraph().root, 0, 0);
+  const over = texts.filter(t => rects.some(r => t.x1 < r.x2 - 0.5 && r.x1 < t.x2 - 0.5 && t.y1 < r.y2 - 0.5
+                                                  && r.y1 < t.y2 - 0.5)).map(t => t.text);
+  return {name: box.parentElement.dataset.name || box.parentElement.id, texts: texts.length, rects: rects.length,
+          over: over};
+}))()"""
