@@ -60,7 +60,7 @@ def trained_finding(head: str, s: dict) -> str:
         text += f"; {s['rows_losing_every_trained_token']:,} of them lose every trained token"
     if s.get("rows_losing_tokens_without_trained_count"):
         text += (f"; {s['rows_losing_tokens_without_trained_count']:,} rows losing tokens have no trained count "
-                 "(the template rewrites earlier turns)")
+                 "(a template that rewrites earlier turns, or images, whose labels are not expanded)")
     return text + "."
 
 
