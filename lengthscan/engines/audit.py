@@ -145,7 +145,7 @@ def run_audit(source, options: AuditOptions, engine) -> AuditResult:
                 tallies = output.decide(src, measurement.plans, setup, resolved, special=special,
                                         keep_empty_targets=rules.keep_empty_targets)
                 decisions = DecisionReport.of(resolved, basis, rules.action, tallies, rules.fail_over, prepared.gate)
-            packing = _pack(packer, options.packing, setup, output) if packer is not None else None
+            packing = _pack(packer, options.packing, setup, output, src) if packer is not None else None
             result = audit_result(src, setup, measurement, seed=sample.seed, command=options.run.command, out=out,
                                   tokenizer=engine.tokenizer_info(setup.counter, measurement.cached),
                                   started=started, decisions=decisions, longest=output.longest_rows(src, setup),
@@ -170,13 +170,21 @@ def _plan(split_src, sample, *, remote: bool, columns: list[str]):
                        blocks=blocks, why_unit=why)
 
 
-def _pack(packer, options: PackingOptions, setup, output) -> dict:
-    """The packs of every split (``packs.parquet`` beside the lengths, with ``--out``) and their figures."""
+def _pack(packer, options: PackingOptions, setup, output, src) -> dict:
+    """The packs of every split (``packs.parquet`` beside the lengths, with ``--out``) and their
+    figures; with conversations, the trained tokens the packing loses (their rows read again)."""
     from lengthscan.pack.run import simulate_packing, write_packs
 
     limit = setup.model_limits.get(packer.spec.name) if setup.model_limits is not None else None
+    trained = None
+    if packer.trained_spec is not None and setup.chat is not None:
+        from lengthscan.pack.trained import trained_masks
+
+        splits = {s.name: s for s in src.splits}
+        trained = (packer.completion, lambda name, rows: trained_masks(splits[name], setup, rows,
+                                                                        packer.lengths[name]))
     report, packs = simulate_packing(packer.lengths, options, model_limit=int(limit.value) if limit else None,
-                                     ids=None if output.redact else packer.id_of)
+                                     ids=None if output.redact else packer.id_of, trained=trained)
     if output.final is not None:
         write_packs(output.staging / "packs.parquet", packs)
     return report

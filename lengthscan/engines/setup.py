@@ -49,6 +49,8 @@ def prepare(*, tokenizer=None, input=None, target=None, audio=None, model=None, 
                                                           verify_counts=verify_counts))
     chat = _chat_counter(counter, fmt, chat_template, train_on, processor, max_pixels)
     model_limits = _model_limits(ctx)
+    if fmt is not None and model_limits is not None:  # a conversation is the decoder's whole input
+        model_limits = model_limits.for_conversations()
     return Setup(fields, counter, settings, model_limits, _limits(fields, counter, model_limits), chat=chat)
 
 

@@ -112,3 +112,24 @@ def split_sequence(total: int, input_longest: int, target_longest: int) -> dict:
     """
     target = min(target_longest, max(total - input_longest, total // 2))
     return {"input_tokens": total - target, "target_tokens": target}
+
+
+def as_sequence(memory: dict) -> None:
+    """A conversation's prediction in its own words: the decoder's input is the rendered sequence,
+    so every ``input_tokens`` the epoch was priced on is named ``sequence_tokens`` (sides, the worst
+    batch's lengths, the limits found and the rows they were found at)."""
+    def renamed(d: dict | None) -> dict | None:
+        return None if d is None else {("sequence_tokens" if k == "input_tokens" else k): v for k, v in d.items()}
+
+    memory["sides"] = {k: "sequence_tokens" if v == "input_tokens" else v for k, v in memory["sides"].items()}
+    memory["worst_batch"]["lengths"] = renamed(memory["worst_batch"]["lengths"])
+    memory["any_shuffle"]["rows"] = renamed(memory["any_shuffle"]["rows"])
+    limits = memory.get("limits")
+    if limits:
+        for side in ("a", "b"):
+            entry = limits.get(side)
+            if entry:
+                entry["measure"] = "sequence_tokens" if entry["measure"] == "input_tokens" else entry["measure"]
+                if entry.get("at"):
+                    entry["at"] = renamed(entry["at"])
+        limits["largest_batch_size"]["at"] = renamed(limits["largest_batch_size"].get("at"))

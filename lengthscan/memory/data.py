@@ -143,6 +143,10 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
             memory["limits"]["clean_command"] = clean_command(
                 source, memory["limits"]["rules"], input=input, target=target, audio=audio, tokenizer=tokenizer,
                 model=model, sampling_rate=sampling_rate, **chat)
+        if result.chat is not None:  # its lengths and limits named as the sequence they are
+            from lengthscan.memory.advice import as_sequence
+
+            as_sequence(memory)
         if packing is not None:
             memory["packing"] = _packed(config, lengths, packing, batch_size, options, seed, memory)
         if export is not None:

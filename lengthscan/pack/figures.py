@@ -88,9 +88,10 @@ def unpacked(lengths: np.ndarray, max_length: int, steps: Steps, *, seed: int = 
 
 
 def by_length(lengths: np.ndarray, make, steps: Steps, *, model_limit: int | None = None,
-              chosen: int | None = None) -> list[dict]:
+              chosen: int | None = None, trained=None) -> list[dict]:
     """Efficiency, tokens lost, packs and steps for each L of ``TABLE_LENGTHS``, the model's limit
-    and the ``chosen`` one; ``make(lengths, L)`` packs."""
+    and the ``chosen`` one; ``make(lengths, L)`` packs; ``trained(packs)`` (conversations) the
+    trained tokens they lose (None: not known at that L)."""
     table = []
     lengths_asked = set(TABLE_LENGTHS) | {x for x in (model_limit, chosen) if x}
     for limit in sorted(x for x in lengths_asked if x <= MAX_TABLE_LENGTH):  # a limit of 10^9 is no pack
@@ -101,6 +102,8 @@ def by_length(lengths: np.ndarray, make, steps: Steps, *, model_limit: int | Non
                       "tokens_lost": int(packs.lost.sum()), "rows_losing_tokens": int((packs.lost > 0).sum()),
                       "steps_per_epoch": steps.per_epoch(packs.count), "model_limit": limit == model_limit,
                       "chosen": limit == chosen})
+        if trained is not None:
+            table[-1]["trained_tokens_lost"] = trained(packs)
     return table
 
 

@@ -38,7 +38,11 @@ class PackSink:
 
     def __init__(self, fields, identity=None):
         self.role, self.spec = packed_metric(fields)
+        chat = next((f for f in fields if f.kind == "chat"), None)
+        # a conversation's trained tokens (--train-on): what a cut costs assistant-only SFT
+        self.trained_spec = next((s for s in chat.specs if s.name == "completion_tokens"), None) if chat else None
         self.lengths: dict[str, np.ndarray] = {}
+        self.completion: dict[str, np.ndarray] = {}
         self.identity = identity  # --id COL's field: its values name the rows that lose tokens
         self.ids: dict[str, list] = {}
 
@@ -47,6 +51,8 @@ class PackSink:
             raise PackingError(f"--packing simulates every row of a split, and split {split_src.name!r} is sampled "
                                f"({plan.size:,} of {plan.rows_total:,} rows): add --full")
         self.lengths[split_src.name] = np.full(split_src.num_rows, -1, np.int64)
+        if self.trained_spec is not None:
+            self.completion[split_src.name] = np.full(split_src.num_rows, -1, np.int64)
         self.ids[split_src.name] = []
 
     def write(self, split_src, batch, measured: dict) -> None:
@@ -56,6 +62,9 @@ class PackSink:
         if m is not None:
             values = np.asarray(m.values[self.spec])
             self.lengths[split_src.name][batch.rows] = np.where(values >= 0, values, -1).astype(np.int64)
+            if self.trained_spec is not None and self.trained_spec in m.values:
+                trained = np.asarray(m.values[self.trained_spec])
+                self.completion[split_src.name][batch.rows] = np.where(trained >= 0, trained, -1).astype(np.int64)
 
     def close_split(self, split_src) -> None:
         """Nothing to do."""
@@ -94,9 +103,11 @@ def make_packs(lengths: np.ndarray, max_length: int, options: PackingOptions) ->
 
 
 def simulate_packing(lengths_by_split: dict[str, np.ndarray], options: PackingOptions, *,
-                     model_limit: int | None = None, ids=None) -> tuple[dict, dict[str, Packs]]:
+                     model_limit: int | None = None, ids=None, trained=None) -> tuple[dict, dict[str, Packs]]:
     """``report.json["packing"]`` and each split's packs; ``ids(split)`` gives a row -> ``--id``
-    value lookup (or None) for the rows listed."""
+    value lookup (or None) for the rows listed. ``trained`` (conversations): ``(completion by
+    split, read)`` where ``read(split, rows)`` gives those rows' ``pack.trained.TrainedRuns``: the
+    trained tokens lost are then figured (``pack.trained``)."""
     splits, packs = [], {}
     plain = Steps(options.batch_size, options.grad_accum, options.devices)
     steps = plain if options.packing != "multipack" else Steps(1, options.grad_accum, options.devices)
@@ -122,9 +133,10 @@ def simulate_packing(lengths_by_split: dict[str, np.ndarray], options: PackingOp
         def table_packs(x, limit, made=p):  # the chosen L is packed already
             return made if limit == options.max_length else make_packs(x, limit, options)
 
+        lost_in = _trained(figures, p, lengths, name, options, trained)
         figures.update(split=name, fill=pack_fill(p),
                        by_max_length=by_length(lengths, table_packs, steps, model_limit=model_limit,
-                                               chosen=options.max_length))
+                                               chosen=options.max_length, trained=lost_in))
         splits.append(figures)
     report = {"strategy": options.packing, "max_length": options.max_length,
               "implementation": _implementation(options.packing), "dataset_num_proc": options.packing_num_proc,
@@ -134,6 +146,29 @@ def simulate_packing(lengths_by_split: dict[str, np.ndarray], options: PackingOp
         report["sampler_seed"] = 42 if options.shuffle_seed is None else options.shuffle_seed
         report["bin_tokens"] = options.batch_size * options.max_length
     return report, packs
+
+
+def _trained(figures: dict, packs: Packs, lengths: np.ndarray, name: str, options: PackingOptions, trained):
+    """Add the trained tokens ``packs`` lose to ``figures``; the table's ``packs -> trained tokens
+    lost`` (None without conversations, or for knapsack, whose cut is not a row's end)."""
+    if trained is None:
+        return None
+    from lengthscan.pack.trained import (
+        KNAPSACK_NOTE,
+        TRAINED_STRATEGIES,
+        trained_figures,
+        trained_lost_in,
+        with_trained_losses,
+    )
+
+    completion, read = trained
+    if options.packing not in TRAINED_STRATEGIES:
+        figures.update(trained_tokens_lost=None, trained_tokens_note=KNAPSACK_NOTE)
+        return None
+    found, runs = trained_figures(packs, lengths, completion.get(name), lambda rows: read(name, rows))
+    figures.update(found)
+    figures["largest_losses"] = with_trained_losses(figures["largest_losses"], runs, lengths, packs)
+    return trained_lost_in(runs, lengths)
 
 
 def write_packs(path: Path, packs: dict[str, Packs]) -> None:

@@ -57,6 +57,15 @@ class ModelLimits:
     limits: tuple[ModelLimit, ...]
     notes: tuple[str, ...]
     sampling_rate: int | None
+    conversations: bool = False  # measured on conversations: a decoder's input is the rendered sequence
+
+    def for_conversations(self) -> "ModelLimits":
+        """These limits as a conversation audit reports them: a decoder-only model's input limit
+        is on ``sequence_tokens`` (``to_dict``), and the note on concatenating an input and a
+        target does not apply (a conversation is one sequence already)."""
+        from dataclasses import replace
+
+        return replace(self, notes=tuple(n for n in self.notes if n != CONCATENATED_NOTE), conversations=True)
 
     def get(self, name: str) -> ModelLimit | None:
         """The limit on measurement ``name``, or None when the model has none. A conversation's
@@ -65,15 +74,25 @@ class ModelLimits:
             name = "input_tokens"
         return next((limit for limit in self.limits if limit.name == name), None)
 
+    def _shown(self, name: str) -> str:
+        """A limit's measurement as the report names it (a conversation's sequence, not an input)."""
+        return "sequence_tokens" if self.conversations and self.family == DECODER_ONLY and name == "input_tokens" \
+            else name
+
     def to_dict(self) -> dict:
         return {
             "model": self.model,
             "model_type": self.model_type,
             "family": self.family,
-            "limits": [{"name": x.name, "value": x.value, "origin": x.origin} for x in self.limits],
+            "limits": [{"name": self._shown(x.name), "value": x.value, "origin": x.origin} for x in self.limits],
             "notes": list(self.notes),
             "sampling_rate": self.sampling_rate,
         }
+
+
+#: The note of a decoder-only model's input limit when an input and a target are measured apart.
+CONCATENATED_NOTE = ("decoder-only: when input and target are concatenated into one sequence, their sum must fit "
+                     "the input_tokens limit")
 
 
 # -- rules --------------------------------------------------------------------------------------------
@@ -155,8 +174,7 @@ def model_limits(ctx: ModelContext) -> ModelLimits:
     if family not in (SPEECH_ENCODER, SPEECH_SEQ2SEQ):
         _add_tokenizer_limit(ctx.tokenizer, limits, notes)
     if family == DECODER_ONLY and any(x.name == "input_tokens" for x in limits):
-        notes.append("decoder-only: when input and target are concatenated into one sequence, their sum must fit "
-                     "the input_tokens limit")
+        notes.append(CONCATENATED_NOTE)
     fe = ctx.feature_extractor
     rate = getattr(fe, "sampling_rate", None)
     return ModelLimits(ctx.name, model_type, family, tuple(limits), tuple(notes),

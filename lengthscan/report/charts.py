@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 
+from lengthscan.report.actions import changed_label
 from lengthscan.report.fmt import num, unit
 
 BLUE, GREY, RED, ORANGE, GREEN, INK = "#4c78a8", "#bcc3cc", "#d62728", "#f58518", "#54a24b", "#555"
@@ -27,6 +28,8 @@ HEIGHT = 210
 RIGHT_ROOM = 0.1
 #: The width in pixels label placement assumes for a chart (half the page), so labels do not overlap.
 LABEL_WIDTH = 460
+#: Where the first row of line labels sits (pixels from the plot's top) and each row's height.
+LABEL_TOP, LABEL_ROW = 4, 12
 
 #: Shared look, passed once to the runtime (vega-embed's ``config``).
 CONFIG = {
@@ -95,9 +98,12 @@ def histogram_spec(field: dict, *, limits=(), rules=(), after: dict | None = Non
              "axis": dict(x_axis, values=log_ticks(lo, hi))}
     lin_x = {"scale": {"type": "linear", "domain": [0, hi * 1.05], "nice": False},
              "axis": dict(x_axis, format=",~g" if unit(field["name"]) == "s" else ",", tickCount=6)}
+    placed, rows = _place_labels(lines, lo, room)
+    # the bars stop below the rows of line labels (LABEL_ROW px each): a label never lies over a bar
+    band = [HEIGHT, LABEL_TOP + LABEL_ROW * rows + 4 if rows else 0]
     y_axis = {"format": ",~f", "tickCount": 5}
-    lin_y = {"scale": {"type": "linear", "zero": True}, "axis": y_axis}
-    log_y = {"scale": {"type": "symlog", "zero": True}, "axis": y_axis}
+    lin_y = {"scale": {"type": "linear", "zero": True, "range": band}, "axis": y_axis}
+    log_y = {"scale": {"type": "symlog", "zero": True, "range": band}, "axis": y_axis}
     x_title = f"{field['name']} ({unit(field['name'])})" if unit(field["name"]) else field["name"]
     bar = {
         "data": {"values": bins},
@@ -123,7 +129,7 @@ def histogram_spec(field: dict, *, limits=(), rules=(), after: dict | None = Non
     else:
         bar["mark"]["color"] = BLUE
     spec = base_spec()
-    spec["layer"] = [bar, *_line_layers(lines, lo, room)]
+    spec["layer"] = [bar, *_line_layers(placed)]
     spec["usermeta"] = {"toggle": {"x": {"log x": log_x, "linear x": lin_x},
                                    "y": {"linear y": lin_y, "log y": log_y}}}
     return spec
@@ -160,10 +166,9 @@ def _merge_lines(lines: list[dict]) -> list[dict]:
     return list(merged.values())
 
 
-def _line_layers(lines: list[dict], lo: float, hi: float) -> list[dict]:
-    """Vertical rules with their labels staggered in rows so neighbours do not overlap."""
-    if not lines:
-        return []
+def _place_labels(lines: list[dict], lo: float, hi: float) -> tuple[list[dict], int]:
+    """The lines with their labels staggered in rows at the top (``px``: pixels from the top,
+    ``right``: drawn left of the line) so that neighbours do not overlap; and the rows used."""
     span = math.log(hi / lo) if lo > 0 and hi > lo else 1.0
     placed, rows_end = [], []
     for ln in sorted(lines, key=lambda d: d["value"]):
@@ -175,7 +180,14 @@ def _line_layers(lines: list[dict], lo: float, hi: float) -> list[dict]:
         if row == len(rows_end):
             rows_end.append(end)
         rows_end[row] = end
-        placed.append(dict(ln, px=4 + 12 * row, right=right))
+        placed.append(dict(ln, px=LABEL_TOP + LABEL_ROW * row, right=right))
+    return placed, len(rows_end)
+
+
+def _line_layers(placed: list[dict]) -> list[dict]:
+    """Vertical rules, and their labels where ``_place_labels`` put them."""
+    if not placed:
+        return []
     style = {"percentile": (INK, [2, 3], 1), "limit": (RED, [6, 3], 2), "rule": (ORANGE, [6, 3], 2)}
     layers = []
     for kind, (color, dash, width) in style.items():
@@ -260,10 +272,13 @@ DECISION_COLORS = {"kept": "#9db9d8", "truncated": ORANGE, "dropped": RED}
 def decisions_spec(decisions: dict) -> dict:
     """Kept, truncated and dropped rows per split as one stacked bar each (shares; counts on hover)."""
     values = []
+    changed = changed_label(decisions)  # "truncated", "turns dropped", "cropped" ...
+    colors = {("kept" if k == "kept" else changed if k == "truncated" else k): c for k, c in DECISION_COLORS.items()}
     for s in decisions["splits"]:
         est = s.get("estimated") or {}
         for order, (name, key) in enumerate((("kept", "keep"), ("truncated", "truncate"), ("dropped", "drop"))):
-            rec = {"split": s["split"], "decision": name, "rows": s[name], "order": order,
+            rec = {"split": s["split"], "decision": changed if key == "truncate" else name, "rows": s[name],
+                   "order": order,
                    "share": s[name] / s["measured"] if s["measured"] else 0}
             if key in est:
                 lo, hi = est[key]["interval"]
@@ -282,7 +297,7 @@ def decisions_spec(decisions: dict) -> dict:
             "x": {"field": "rows", "type": "quantitative", "stack": "normalize", "title": "share of rows",
                   "axis": {"format": "%"}},
             "color": {"field": "decision", "type": "nominal", "title": None,
-                      "scale": {"domain": list(DECISION_COLORS), "range": list(DECISION_COLORS.values())}},
+                      "scale": {"domain": list(colors), "range": list(colors.values())}},
             "order": {"field": "order"},
             "tooltip": tooltip,
         },

@@ -9,6 +9,7 @@ a sample. The HTML page shows them at the top; the terminal summary can reuse th
 from __future__ import annotations
 
 from lengthscan.measure.records import BOUNDED_FLAGS, FLAG_NAMES
+from lengthscan.report.actions import DID, WOULD, changed_label, changed_rows, rule_actions
 from lengthscan.report.chat_findings import chat_findings
 from lengthscan.report.fmt import count, num, share, times, unit, with_unit
 from lengthscan.report.image_findings import image_findings
@@ -187,6 +188,7 @@ def _decision_findings(decisions: dict | None, *, cleaned: bool) -> list[str]:
         return []
     out = []
     multi = len(decisions["splits"]) > 1
+    actions = rule_actions(decisions)
     for s in decisions["splits"]:
         where = f" of split {s['split']}" if multi else ""
         est = s.get("estimated")
@@ -195,19 +197,21 @@ def _decision_findings(decisions: dict | None, *, cleaned: bool) -> list[str]:
         if est:
             d, t = est["drop"], est["truncate"]
             out.append(f"The --limit rules would drop about {count(d['rows'])} rows (95%: {count(d['interval'][0])}-"
-                       f"{count(d['interval'][1])}) and truncate about {count(t['rows'])} ({count(t['interval'][0])}-"
-                       f"{count(t['interval'][1])}) of the {s['rows']:,}{where} ({s['dropped']:,} and "
-                       f"{s['truncated']:,} of {s['measured']:,} sampled){reason}.")
+                       f"{count(d['interval'][1])}) and {changed_label(decisions, WOULD)} about {count(t['rows'])} "
+                       f"({count(t['interval'][0])}-{count(t['interval'][1])}) of the {s['rows']:,}{where} "
+                       f"({s['dropped']:,} and {s['truncated']:,} of {s['measured']:,} sampled){reason}.")
         else:
-            verbs = ("dropped", "truncated") if cleaned else ("drop", "truncate")
-            parts = [f"{verb} {s[key]:,} ({share(s[key], s['measured'])})"
-                     for verb, key in zip(verbs, ("dropped", "truncated")) if s[key]]
+            parts = [f"{'dropped' if cleaned else 'drop'} {s['dropped']:,} ({share(s['dropped'], s['measured'])})"] \
+                if s["dropped"] else []
+            parts += [f"{(DID if cleaned else WOULD)[a]} {n:,} ({share(n, s['measured'])})"
+                      for a, n in changed_rows(s, actions).items()]
             if not parts:
                 head = "Cleaning kept every row" if cleaned else "The --limit rules change no row"
                 out.append(f"{head}: {s['measured']:,}{where}.")
                 continue
             head = "Cleaning" if cleaned else "The --limit rules would"
-            out.append(f"{head} {' and '.join(parts)} of {s['measured']:,} rows{where}{reason}.")
+            listed = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
+            out.append(f"{head} {listed} of {s['measured']:,} rows{where}{reason}.")
     if decisions.get("gate"):
         out.append(f"The --fail-over gate failed: {decisions['gate']}")
     return out
@@ -256,6 +260,9 @@ def _flag_findings(split: dict, *, multi: bool) -> list[str]:
     for role, r in split.get("roles", {}).items():
         flags = {k: v for k, v in (r.get("flags") or {}).items() if v}
         empty = flags.pop("empty", 0)
+        truncated = flags.pop("truncated", 0)  # measured: by the audio the file holds
+        if truncated:
+            out.append(_truncated_sentence(role, truncated, r.get("truncated_rows") or [], where))
         bounded = {k: flags.pop(k) for k in BOUNDED_FLAG_NAMES if k in flags}
         if bounded:
             n = sum(bounded.values())
@@ -277,6 +284,17 @@ def _flag_findings(split: dict, *, multi: bool) -> list[str]:
             out.append(f"{r['decoded']:,} clips{where} were measured by decoding "
                        "(their header has no reliable length).")
     return out
+
+
+def _truncated_sentence(role: str, n: int, listed: list, where: str) -> str:
+    """Truncated audio files: measured by the audio they hold (a length, not a missing one)."""
+    files = "file is" if n == 1 else "files are"
+    shown = ", ".join(f"row {e['row']}: {with_unit(e['value'], e.get('measure', 'input_seconds'))}"
+                      for e in listed[:5])
+    more = f" and {n - len(listed[:5]):,} more" if shown and n > len(listed[:5]) else ""
+    return (f"{n:,} {role} {files} truncated{where} (the header promises more audio than the file holds): "
+            f"measured by the audio {'it holds' if n == 1 else 'they hold'}{f' ({shown}{more})' if shown else ''}, "
+            f"and clean decides on that length like on any other; see {role}_flag and {role}_error in lengths.parquet.")
 
 
 def _ratio_findings(split: dict, *, multi: bool) -> list[str]:

@@ -46,6 +46,16 @@ def share(part, whole) -> str:
     return text.removesuffix(".0") + "%"
 
 
+def percent(fraction) -> str:
+    """A fraction as the findings write it, one decimal: ``24.3%``, ``99.1%``; ``<0.1%`` for a small
+    non-zero one; ``-`` for None."""
+    if fraction is None:
+        return "-"
+    if 0 < fraction < 0.0005:
+        return "<0.1%"
+    return f"{fraction:.1%}"
+
+
 def unit(measure: str) -> str:
     """The unit word of a measurement (``input_tokens`` -> ``tokens``); ratios keep their name."""
     return UNITS.get(measure.rsplit("_", 1)[-1], "") if "/" not in measure else ""

@@ -17,8 +17,9 @@ from importlib import resources
 from pathlib import Path
 
 from lengthscan.report import charts
+from lengthscan.report.actions import CHANGING, DONE, changed_label, changed_rows, row_action, rule_actions
 from lengthscan.report.findings import findings
-from lengthscan.report.fmt import count, counting_line, mean, num, share, size, source_line, unit
+from lengthscan.report.fmt import count, counting_line, mean, num, percent, share, size, source_line, unit
 from lengthscan.report.image_charts import image_sizes_spec
 from lengthscan.report.memory_chart import memory_spec
 from lengthscan.report.packing import packing_view
@@ -42,7 +43,7 @@ def render_html(data: dict, *, redact: bool = False) -> str:
     env = Environment(loader=PackageLoader("lengthscan.report", "templates"),
                       autoescape=select_autoescape(["html", "j2"]), trim_blocks=True, lstrip_blocks=True)
     env.filters.update(num=num, count=count, unit=unit, mean=mean, gib=size)
-    env.globals.update(share=share, shape_text=shape_text)
+    env.globals.update(share=share, percent=percent, shape_text=shape_text, row_action=row_action)
     specs: dict[str, dict] = {}
     view = _view(data, specs, redact=redact)
     return env.get_template("report.html.j2").render(
@@ -136,8 +137,10 @@ def _view(data: dict, specs: dict, *, redact: bool) -> dict:
         "sampled": [s for s in data["splits"] if s["sample"]["mode"] == "sample"],
         "decisions": bool(decisions.get("splits")),
         "decisions_chart": add(charts.decisions_spec(decisions)) if decisions.get("splits") else None,
+        "actions": _actions_view(decisions),
         "batches_charts": [add(spec) for spec in _padding_charts(batches, clean.get("batches_before"))],
-        "worst_groups": _worst_groups(clean.get("worst_rows") or data.get("longest_rows"), redact=redact),
+        "worst_groups": (worst := _worst_groups(clean.get("worst_rows") or data.get("longest_rows"), redact=redact)),
+        "previews": _previews(worst),
         "memory": _memory_view(data.get("memory"), add),
         "source_line": source_line(data["source"]) if data["source"].get("location") == "remote" else None,
         "counting_line": counting_line(data.get("tokenizer") or {}),
@@ -145,6 +148,16 @@ def _view(data: dict, specs: dict, *, redact: bool) -> dict:
         "bytes_total": size(data["source"].get("bytes_total")),
         "packing": packing_view(data.get("packing"), add),
     }
+
+
+def _actions_view(decisions: dict) -> dict:
+    """What the rules did, named by action: the changing actions the rules take (columns), each
+    split's rows per action, and rule -> action for the tags of rows."""
+    by_rule = rule_actions(decisions)
+    changed = [changed_rows(s, by_rule) for s in decisions.get("splits") or []]
+    present = set(by_rule.values()) | {a for c in changed for a in c}
+    return {"by_rule": by_rule, "changed": changed, "done": DONE, "label": changed_label(decisions),
+            "changing": [a for a in CHANGING if a in present] or ["truncate"]}
 
 
 def _memory_view(memory: dict | None, add) -> dict | None:
@@ -218,10 +231,29 @@ def _worst_rows(rows, *, redact: bool) -> list[dict]:
     for r in (rows or [])[:WORST_SHOWN]:
         item = {k: r.get(k) for k in ("split", "row", "id", "decision", "reason", "field")}
         item["lengths"] = r.get("lengths") or {}
+        item["after"] = _after(r, item["lengths"])
         item["preview"] = {} if redact else {str(k): _cut(v) for k, v in (r.get("preview") or {}).items()}
         item["audio"] = None if redact else r.get("audio")
         out.append(item)
     return out
+
+
+def _previews(groups: list[dict]) -> str | None:
+    """What of the data's own rows the page shows (``text``, ``audio paths``, both), None: nothing."""
+    rows = [r for g in groups for r in g["rows"]]
+    shown = (("text", any(r["preview"] for r in rows)), ("audio paths", any(r["audio"] for r in rows)))
+    kinds = [k for k, found in shown if found]
+    return " and ".join(kinds) or None
+
+
+def _after(row: dict, lengths: dict):
+    """A cleaned row's measurements that cleaning changed, as (name, value after), the row's own
+    measurement first; ``[]``: unchanged; None: dropped, or no ``after`` recorded (an audit)."""
+    after = row.get("after")
+    if "after" not in row or after is None:
+        return None
+    changed = [(k, v) for k, v in after.items() if v != lengths.get(k)]
+    return sorted(changed, key=lambda kv: kv[0] != row.get("field"))
 
 
 def _cut(text) -> str:

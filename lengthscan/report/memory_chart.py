@@ -73,22 +73,21 @@ def memory_spec(memory: dict) -> dict | None:
         "encoding": {"x": {"field": "x", **x}, "y": {"field": "gib", "type": "quantitative", **y},
                      "tooltip": [{"field": "detail", "title": "worst"}]},
     }
-    colors = {"usable": (RED, [6, 3], False), "budget": (INK, [2, 2], True), "bound": (ORANGE, [4, 3], True)}
-    layers = [bar, point]
-    for kind, (color, dash, right) in colors.items():
-        vals = [ln for ln in lines if ln["kind"] == kind]
-        if not vals:
-            continue
-        layers.append({"data": {"values": vals},
-                       "mark": {"type": "rule", "color": color, "strokeDash": dash, "strokeWidth": 2, "clip": True},
-                       "encoding": {"y": {"field": "value", "type": "quantitative", **y},
-                                    "tooltip": [{"field": "label", "title": kind}]}})
-        layers.append({"data": {"values": vals},
-                       "mark": {"type": "text", "align": "right" if right else "left", "baseline": "bottom",
-                                "dx": -4 if right else 4, "dy": -2, "fontSize": 10, "color": color, "clip": True},
-                       "encoding": {"x": {"value": {"expr": "width"}} if right else {"value": 0},
-                                    "y": {"field": "value", "type": "quantitative", **y},
-                                    "text": {"field": "label"}}})
+    # the lines are named in a legend above the plot, not written over the bars they cross
+    style = {"usable": (RED, [6, 3]), "budget": (INK, [2, 2]), "bound": (ORANGE, [4, 3])}
+    shown = sorted(lines, key=lambda ln: list(style).index(ln["kind"]))
+    labels = [ln["label"] for ln in shown]
+    legend = {"title": None, "orient": "top", "direction": "horizontal", "symbolType": "stroke",
+              "symbolStrokeWidth": 2, "labelLimit": 320}
+    layers = [bar, point, {
+        "data": {"values": shown},
+        "mark": {"type": "rule", "strokeWidth": 2, "clip": True},
+        "encoding": {"y": {"field": "value", "type": "quantitative", **y},
+                     "color": {"field": "label", "type": "nominal", "legend": legend,
+                               "scale": {"domain": labels, "range": [style[ln["kind"]][0] for ln in shown]}},
+                     "strokeDash": {"field": "label", "type": "nominal", "legend": legend,
+                                    "scale": {"domain": labels, "range": [style[ln["kind"]][1] for ln in shown]}},
+                     "tooltip": [{"field": "label", "title": "line"}]}}]
     spec = base_spec(230)
     spec["layer"] = layers
     spec["usermeta"] = {"toggle": {"y": options}}

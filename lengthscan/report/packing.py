@@ -32,6 +32,8 @@ def packing_findings(packing: dict | None) -> list[str]:
                 lost += (f"; bfd_split keeps them at {abs(delta):.2%} {'lower' if delta >= 0 else 'higher'} "
                          "efficiency")
             out.append(lost + ".")
+            if s.get("trained_tokens_lost") is not None:
+                out.append(trained_finding(head, s))
         elif s["rows_split"] and s["strategy"] == "bfd_split":
             out.append(f"{head}, {s['rows_split']:,} rows are split across packs (no token is lost, but a split "
                        "row's parts are trained as separate sequences).")
@@ -46,6 +48,20 @@ def packing_findings(packing: dict | None) -> list[str]:
                        "they are packed as empty rows here; TRL fails on a missing text and packs a text over "
                        "--max-chars at full length.")
     return out
+
+
+def trained_finding(head: str, s: dict) -> str:
+    """The trained tokens (the loss mask) a packing cuts off: what it costs assistant-only SFT."""
+    n, trained = s["trained_tokens_lost"], s.get("trained_tokens")
+    share = f" ({s['trained_tokens_lost_share']:.1%})" if trained else ""
+    text = (f"{head}, {_tokens(n)} of the {trained or 0:,} trained tokens{share} are cut off (the loss mask of "
+            f"--train-on), in {s['rows_losing_trained_tokens']:,} rows")
+    if s.get("rows_losing_every_trained_token"):
+        text += f"; {s['rows_losing_every_trained_token']:,} of them lose every trained token"
+    if s.get("rows_losing_tokens_without_trained_count"):
+        text += (f"; {s['rows_losing_tokens_without_trained_count']:,} rows losing tokens have no trained count "
+                 "(a template that rewrites earlier turns, or images, whose labels are not expanded)")
+    return text + "."
 
 
 def fill_spec(split: dict) -> dict | None:

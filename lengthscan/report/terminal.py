@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from lengthscan.report.actions import DONE, changed_label, changed_rows, row_action, rule_actions
 from lengthscan.report.fmt import counting_line, source_line
 
 SHOWN = ("p50", "p90", "p99", "p99.9")
@@ -121,16 +122,19 @@ def _render_decisions(decisions: dict, clean: dict | None, console: Console) -> 
         console.print(f"  {r['rule']}: {r['metric']} {r['op']} {_num(r['threshold'])} -> {r['action']}  "
                       f"[dim]({r['origin']})[/dim]")
     verb = "would be" if clean is None else "were"
+    actions = rule_actions(decisions)
     for s in decisions["splits"]:
-        line = (f"  split {s['split']}: {s['kept']:,} kept, {s['truncated']:,} truncated, {s['dropped']:,} dropped"
-                f" of {s['measured']:,} rows")
+        changed = changed_rows(s, actions) or {"truncate": 0}
+        done = ", ".join(f"{n:,} {DONE[a]}" for a, n in changed.items())
+        line = f"  split {s['split']}: {s['kept']:,} kept, {done}, {s['dropped']:,} dropped of {s['measured']:,} rows"
         est = s.get("estimated")
         if est:
-            line += (f"; in all {s['rows']:,} rows about {est['truncate']['rows']:,.0f} {verb} truncated and "
-                     f"{est['drop']['rows']:,.0f} dropped")
+            line += (f"; in all {s['rows']:,} rows about {est['truncate']['rows']:,.0f} {verb} "
+                     f"{changed_label(decisions)} and {est['drop']['rows']:,.0f} dropped")
         console.print(line)
         for item in s["by_reason"][:5]:
-            console.print(f"    {item['rows']:,} {item['decision']}: {item['reason']}")
+            console.print(f"    {item['rows']:,} {row_action(item['decision'], item['reason'], actions)}: "
+                          f"{item['reason']}")
     decide_only = decisions.get("decide_only") or {}
     if decide_only.get("on"):
         limits = ", ".join(f"{role}_tokens<={value:,}" for role, value in decide_only["limits"].items())

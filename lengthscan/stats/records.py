@@ -220,14 +220,20 @@ class SplitAudit:
     limits: tuple[CeilingCheck, ...] = ()
     chat: dict | None = None  # ``stats.chat.ChatTally.to_dict()`` of a conversation field
     design: dict | None = None  # a block sample: measurement -> ``stats.design.block_summary``
+    truncated: dict | None = None  # role -> [(row, length)]: the first truncated audio files, measured
 
     def _roles(self) -> dict:
-        """Per role (input, target): its column and why rows have no length (the flags it shares)."""
+        """Per role (input, target): its column and why rows have no length (the flags it shares);
+        the first truncated audio files by row, with the length they were measured at."""
         out = {}
         for f in self.fields:
             if f.spec.role not in out:
                 out[f.spec.role] = {"column": f.spec.column, "kind": f.spec.kind, "flags": dict(f.flags),
                                     "decoded": f.decoded}
+                listed = (self.truncated or {}).get(f.spec.role)
+                if listed:
+                    out[f.spec.role]["truncated_rows"] = [{"row": r, "value": v, "measure": f.spec.name}
+                                                          for r, v in listed]
         return out
 
     def field(self, name: str) -> FieldStats:

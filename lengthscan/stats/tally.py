@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lengthscan.measure.records import FLAG_NAMES, FLAG_OK, FieldSpec, Measured
+from lengthscan.measure.records import FLAG_NAMES, FLAG_OK, FLAG_TRUNCATED, FieldSpec, Measured
 from lengthscan.sources.sampling import BlockDesign, SamplePlan
 from lengthscan.stats.chat import ChatTally
 from lengthscan.stats.design import block_summary
@@ -120,6 +120,10 @@ def _plain(v: float):
     return int(v) if float(v).is_integer() else float(v)
 
 
+#: Truncated audio files listed by row (and length) in a split's report.
+LISTED_TRUNCATED = 20
+
+
 @dataclass
 class SplitTally:
     """Mergeable statistics of one split, accumulated batch by batch (merged every few batches)."""
@@ -137,6 +141,7 @@ class SplitTally:
     seen: int = 0
     design: BlockDesign | None = None  # a block sample's blocks: each measurement's values kept by block
     by_block: dict = field(default_factory=dict)  # spec -> [(block ids, integer units)] of rows with a length
+    truncated: dict = field(default_factory=dict)  # role -> (rows, lengths) of truncated audio files, the first few
 
     def __post_init__(self):
         self.ceiling_tallies = [CeilingTally(limit) for limit in self.ceilings]
@@ -181,6 +186,10 @@ class SplitTally:
         if self.chat is not None:
             m = measured[self.fields[0].role]
             self.chat.add(by_name, m.notes, rows)
+        for f in self.fields:  # a truncated audio file has a length (the audio it holds): named in the report
+            hit = np.flatnonzero(measured[f.role].flags == FLAG_TRUNCATED) if f.kind == "audio" else ()
+            if len(hit):
+                self._add_truncated(f.role, rows[hit], np.asarray(by_name[f.primary.name])[hit])
         for lt in self.ceiling_tallies:
             lt.add(rows, by_name[lt.limit.measure], bounds.get(lt.limit.measure))
         self._keep_lengths(rows, by_name)
@@ -208,9 +217,19 @@ class SplitTally:
             self.chat.merge(other.chat)
         for spec, pieces in other.by_block.items():
             self.by_block.setdefault(spec, []).extend(pieces)
+        for role, (r, v) in other.truncated.items():
+            self._add_truncated(role, r, v)
         self.kept.extend(other.kept)
         self.seen += other.seen
         return self
+
+    def _add_truncated(self, role: str, rows: np.ndarray, values: np.ndarray) -> None:
+        """Keep the ``LISTED_TRUNCATED`` first truncated files (by row) of ``role``."""
+        have = self.truncated.get(role)
+        if have is not None:
+            rows, values = np.concatenate([have[0], rows]), np.concatenate([have[1], values])
+        order = np.argsort(rows, kind="stable")[:LISTED_TRUNCATED]
+        self.truncated[role] = (rows[order], values[order])
 
     @staticmethod
     def _bucket(bucket: list, items: list) -> None:
@@ -273,7 +292,8 @@ class SplitTally:
                                                                       y_scale=y.scale)
         limits = tuple(lt.check(sample, _effective(by_block, lt.limit.measure)) for lt in self.ceiling_tallies)
         chat = self.chat.to_dict() if self.chat is not None else None
-        return SplitAudit(name, sample, stats, pair, limits, chat=chat, design=by_block)
+        truncated = {role: [(int(r), _plain(v)) for r, v in zip(*rv)] for role, rv in self.truncated.items()}
+        return SplitAudit(name, sample, stats, pair, limits, chat=chat, design=by_block, truncated=truncated or None)
 
 
 def _effective(by_block: dict | None, measure: str) -> float | None:

@@ -221,7 +221,7 @@ class CleanTally:
     def add(self, cleaned: CleanedBatch) -> None:
         d, keep = cleaned.decisions, cleaned.decisions.decision != DROP
         self.decisions.add(d)
-        self.worst.add(self.decisions.split, cleaned.rows, cleaned.base, d, cleaned.source)
+        self.worst.add(self.decisions.split, cleaned.rows, cleaned.base, d, cleaned.source, cleaned.final)
         fields = self.after.fields
         after = {f.role: Measured({s: cleaned.final[s.name][keep] for s in f.specs}, cleaned.flags[f.role][keep],
                                   notes=_notes_after(f, cleaned.final, keep))

@@ -20,7 +20,10 @@ class WorstRows:
         self.fields, self.redact = fields, redact
         self.best: dict[str, list] = {f.primary.name: [] for f in fields}
 
-    def add(self, split: str, rows, base: dict, d, source: pa.Table) -> None:
+    def add(self, split: str, rows, base: dict, d, source: pa.Table, final: dict | None = None) -> None:
+        """The batch's longest rows by each field; ``final`` (measurement -> values after truncation,
+        cropping or dropped turns) gives a kept row's ``after`` lengths (None for a dropped row)."""
+        measures = [s.name for f in self.fields for s in f.specs]
         for f in self.fields:
             values = base[f.primary.name].astype(np.float64)
             values = np.where(values >= 0, values, -np.inf)
@@ -33,6 +36,9 @@ class WorstRows:
                 entry = {"split": split, "row": int(rows[i]), "decision": names[i], "reason": d.reason[i],
                          "field": f.primary.name,
                          "lengths": {name: plain_length(v[i]) for name, v in base.items()}}
+                if final is not None:
+                    entry["after"] = None if names[i] == "drop" else {
+                        name: plain_length(final[name][i]) for name in measures if name in final}
                 if not self.redact:
                     entry.update(preview_of(f, column[int(i)].as_py()))
                 self.best[f.primary.name].append((float(values[i]), -entry["row"], entry))

@@ -23,6 +23,7 @@ import pytest
 
 import lengthscan
 from lengthscan.report.html import write_html
+from tests.support.pages import LABELS_JS, TABLES_JS
 
 CHROMIUM = next((p for p in (os.environ.get("LENGTHSCAN_CHROMIUM"), shutil.which("chromium"),
                              "/usr/bin/chromium", shutil.which("chromium-browser")) if p and Path(p).exists()), None)
@@ -305,3 +306,75 @@ def test_images_audit_page(browser, tmp_path, train_texts, docs):
     assert browser.evaluate(f"{drawn} !== null")
     text = browser.evaluate("document.body.innerText")
     assert "Images" in text and "of the sequence tokens" in text and "max_pixels" in text
+
+
+def _at_width(browser: Chromium, width: int) -> None:
+    browser.call("Emulation.setDeviceMetricsOverride", session=True, width=width, height=900, deviceScaleFactor=1,
+                 mobile=False)
+
+
+def _asr_manifest(tmp_path, n: int = 60) -> Path:
+    """Speech clips of 0.7 to 45 s with transcripts whose length follows the audio."""
+    import random
+
+    from tests.support import audio_files as af
+
+    rng, rows = random.Random(0), []
+    for i in range(n):
+        seconds = rng.choice([0.7, 1.3, 2.2, 3.1, 4.0, 5.5, 7.9, 12.0, 31.5, 45.0])
+        af.write_audio(tmp_path / f"clip{i}.wav", int(16000 * seconds), 16000)
+        rows.append({"path": f"clip{i}.wav", "text": " ".join(["word"] * int(3 * seconds + 2))})
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return manifest
+
+
+def test_wide_tables_stay_within_the_page_at_1400_px(browser, tmp_path, bpe_dir):
+    """A sampled speech audit (three audio measurements, intervals under every percentile): at a
+    1,400 px window each statistics table fits its card, and any wider table scrolls inside its
+    card, never past the page."""
+    data = lengthscan.audit(str(_asr_manifest(tmp_path)), audio="path", target="text", tokenizer=str(bpe_dir),
+                            model=str(_whisper_dir(tmp_path)), sample=40, seed=1,
+                            limits=["input_seconds<=30", "target_tokens<=p90"]).to_dict()
+    assert data["splits"][0]["sample"]["mode"] == "sample" and len(data["splits"][0]["fields"]) == 4
+    _at_width(browser, 1400)
+    try:
+        check_page(browser, _audit_page(tmp_path, data, "asr-sampled"), tmp_path / "asr-sampled.png")
+        laid = browser.evaluate(TABLES_JS)
+    finally:
+        _at_width(browser, 1280)
+    assert laid["page"] <= laid["vw"] == 1400  # no table widens the page
+    stats = [t for t in laid["tables"] if t["stats"]]
+    assert stats and all(not t["scrolls"] and t["right"] <= t["clipRight"] + 0.5 for t in stats), stats
+    assert all(t["clipRight"] <= laid["vw"] and t["clipLeft"] >= 0 for t in laid["tables"])
+
+
+def test_line_labels_never_lie_over_bars(browser, tmp_path, bpe_dir, corpus_jsonl):
+    """Labels of percentiles, limits and rules on the histograms, and of the budget lines on the memory
+    chart, as drawn: no label's box overlaps a bar's."""
+    from transformers import BartConfig
+
+    from lengthscan.memory.data import predict_dataset
+
+    data = lengthscan.clean(str(_asr_manifest(tmp_path)), audio="path", target="text", tokenizer=str(bpe_dir),
+                            model=str(_whisper_dir(tmp_path)), limits=["input_seconds<=30", "target_tokens<=p90"],
+                            out=str(tmp_path / "cleaned"))
+    assert data is not None
+    BartConfig(d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+               encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=3000).save_pretrained(tmp_path / "bart")
+    first = predict_dataset(str(corpus_jsonl), model=str(tmp_path / "bart"), tokenizer=str(bpe_dir), input="text",
+                            target="summary", batch_size=8)
+    budget = int(first.memory["per_batch"]["p90"])  # the usable line crosses the highest bars
+    predict_dataset(str(corpus_jsonl), model=str(tmp_path / "bart"), tokenizer=str(bpe_dir), input="text",
+                    target="summary", batch_size=8, budget_bytes=budget, out=str(tmp_path / "memory"))
+    labelled = 0
+    for page in (tmp_path / "cleaned" / "report.html", tmp_path / "memory" / "report.html"):
+        _at_width(browser, 1400)
+        try:
+            check_page(browser, page, tmp_path / f"{page.parent.name}.png")
+            charts = browser.evaluate(LABELS_JS)
+        finally:
+            _at_width(browser, 1280)
+        assert all(not c["over"] for c in charts), [c for c in charts if c["over"]]
+        labelled += sum(c["texts"] for c in charts)
+    assert labelled >= 8  # the labels were there to check
