@@ -1,0 +1,124 @@
+"""Plain HTTP(S) files: listed through fsspec's ``HTTPFileSystem`` (a folder's or glob's index page),
+asked with a ``HEAD``, read with one ranged ``GET`` a read on fsspec's aiohttp session.
+
+Every answer is checked (``network.check_answer``): the range, status and length asked, and the
+ETag, modification time and size the file had when listed; ``If-Match`` is sent too, but a server
+may ignore it. Connections and reads time out (``network.timeouts``); a ``HEAD`` that times out or
+meets a server error is retried as a read is. No URL is put in a message but as
+``urls.display_url`` shows it.
+"""
+
+from __future__ import annotations
+
+import time
+
+from lengthscan.sources.remote import network
+from lengthscan.sources.remote.network import Changed, Gone, RemoteEntry, has_magic, timeouts
+from lengthscan.sources.source import first_line
+from lengthscan.sources.urls import display_url
+
+#: Statuses that retrying cannot change: the file is not there, or not for us.
+_REFUSED = (401, 403, 404, 410)
+
+
+class HttpStore:
+    """Plain HTTP(S) through fsspec's ``HTTPFileSystem``'s session: a ranged GET per read, no block cache."""
+
+    def __init__(self):
+        import aiohttp
+        import fsspec
+
+        connect, read = timeouts()
+        timeout = aiohttp.ClientTimeout(total=None, connect=connect, sock_connect=connect, sock_read=read)
+        self.fs = fsspec.filesystem("http", skip_instance_cache=True, client_kwargs={"timeout": timeout})
+
+    async def _request(self, method: str, url: str, headers: dict):
+        session = await self.fs.set_session()
+        async with session.request(method, self.fs.encode_url(url), headers=headers, allow_redirects=True) as r:
+            body = await r.read() if method == "GET" and r.status < 300 else b""
+            return r.status, r.headers, body
+
+    def request(self, method: str, url: str, headers: dict):
+        """(status, headers, body) of one request (the body of a successful GET only)."""
+        from fsspec.asyn import sync
+
+        return sync(self.fs.loop, self._request, method, url, headers)
+
+    def _head(self, url: str) -> RemoteEntry | None:
+        """The file's size and version from a HEAD (fsspec's GET-based ``info`` where HEAD gives no
+        size); None when it is not there (404); ``Gone`` naming it when it cannot be asked."""
+        wait = network.BACKOFF
+        for attempt in range(network.RETRIES + 1):
+            try:
+                status, headers, _ = self.request("HEAD", url, {"Accept-Encoding": "identity"})
+                if status < 500 and status != 429:
+                    break
+                problem = f"HTTP {status}"
+            except Exception as exc:
+                if not network.is_timeout(exc):
+                    raise Gone(f"{display_url(url)}: cannot be read ({type(exc).__name__}: {first_line(exc)})") \
+                        from None
+                problem = network.timeout_text(exc)
+            if attempt == network.RETRIES:
+                raise Gone(f"{display_url(url)}: cannot be read: the request failed {network.RETRIES + 1} times "
+                           f"({problem})")
+            time.sleep(wait)
+            wait = min(wait * 2, network.BACKOFF_MAX)
+        if status == 404:
+            return None
+        if status in _REFUSED:
+            raise Gone(f"{display_url(url)}: cannot be read (HTTP {status})")
+        encoded = headers.get("Content-Encoding", "identity") not in ("identity", "")
+        if status >= 300 or "Content-Length" not in headers or encoded:  # no HEAD, or no size in it
+            try:
+                info = self.fs.info(url)
+            except FileNotFoundError:
+                return None
+            return self._entry(url, info.get("size"), info)
+        return self._entry(url, headers.get("Content-Length"), headers)
+
+    def _entry(self, url: str, size, headers) -> RemoteEntry:
+        if size is None:
+            raise Gone(f"{display_url(url)}: the server does not say the file's size (no Content-Length): it "
+                       "cannot be read by range")
+        version = headers.get("ETag") or headers.get("Last-Modified") or ""
+        return RemoteEntry(url, int(size), str(version))
+
+    def list(self, url: str) -> list[RemoteEntry]:
+        if has_magic(url):
+            urls = sorted(self.fs.glob(url))
+        elif url.endswith("/"):
+            urls = sorted(u for u in self.fs.find(url) if not u.endswith("/"))
+        else:
+            urls = [url]
+        out = []
+        for u in urls:
+            entry = self._head(u)
+            if entry is None:
+                raise Gone(f"{display_url(u)}: cannot be read (404, not found)")
+            out.append(entry)
+        return out
+
+    def stat(self, url: str) -> RemoteEntry | None:
+        return self._head(url)
+
+    def opener(self, entry: RemoteEntry):
+        """A function reading ``[start, end)`` of the file: exactly those bytes of the file listed
+        (``network.check_answer``), else ``Changed``, ``Gone`` or ``WrongAnswer``; any other error
+        (a timeout, a server error) is the caller's to retry."""
+        if_match = {"If-Match": entry.version} if entry.version.startswith(('"', 'W/"')) else {}
+
+        def read(start: int, end: int) -> bytes:
+            status, headers, body = self.request("GET", entry.url, {**if_match, "Range": f"bytes={start}-{end - 1}",
+                                                                    "Accept-Encoding": "identity"})
+            if status == 412:
+                raise Changed("its ETag changed (412 Precondition Failed)")
+            if status == 416:
+                raise Changed("the range is past its end (416): it is shorter than when it was listed")
+            if status in _REFUSED:
+                raise Gone(f"HTTP {status}" + (", no longer there" if status in (404, 410) else ""))
+            if status >= 300:
+                raise OSError(f"HTTP {status}")  # a server error: retried
+            network.check_answer(entry, start, end, status, headers, body)
+            return body
+        return read
