@@ -77,6 +77,8 @@ class Misbehaviour:
       ``clear_faults()`` or ``stop()``;
     * ``ignore_if_match``: ``If-Match`` is ignored (the file is served whatever its ETag);
     * ``bare``: GET answers carry no ``ETag`` nor ``Last-Modified`` (HEAD answers do);
+    * ``head_status``: a HEAD is answered with this status and nothing else (as S3 answers 403 to a HEAD of a URL
+      signed for GET);
     * ``swap_after``/``swap_to``: after that many data GETs of the path, the file is replaced by ``swap_to``
       (a new file: another size, modification time and ETag).
     """
@@ -87,6 +89,7 @@ class Misbehaviour:
     stall: str = ""
     ignore_if_match: bool = False
     bare: bool = False
+    head_status: int | None = None
     swap_after: int | None = None
     swap_to: bytes | None = None
     gets: int = 0
@@ -585,6 +588,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._head_and_record(record, fault, {**headers, "Content-Length": "0"})
             return
         bad = self.srv._misbehaviour_for(self.url_path) or Misbehaviour()
+        if self.command == "HEAD" and bad.head_status is not None:
+            record.status = bad.head_status
+            self._head_and_record(record, bad.head_status, {"Content-Length": "0"})
+            return
         if self.command in bad.stall.split():
             self.srv._record(record)
             self.srv._released.wait()

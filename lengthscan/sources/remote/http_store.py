@@ -1,5 +1,5 @@
 """Plain HTTP(S) files: listed through fsspec's ``HTTPFileSystem`` (a folder's or glob's index page),
-asked with a ``HEAD``, read with one ranged ``GET`` a read on fsspec's aiohttp session.
+asked with a ``HEAD`` (or a GET of one byte), read with one ranged ``GET`` a read on fsspec's aiohttp session.
 
 Every answer is checked (``network.check_answer``): the range, status and length asked, and the
 ETag, modification time and size the file had when listed; ``If-Match`` is sent too, but a server
@@ -32,27 +32,27 @@ class HttpStore:
         timeout = aiohttp.ClientTimeout(total=None, connect=connect, sock_connect=connect, sock_read=read)
         self.fs = fsspec.filesystem("http", skip_instance_cache=True, client_kwargs={"timeout": timeout})
 
-    async def _request(self, method: str, url: str, headers: dict):
+    async def _request(self, method: str, url: str, headers: dict, body: bool):
         session = await self.fs.set_session()
         async with session.request(method, self.fs.encode_url(url), headers=headers, allow_redirects=True) as r:
-            body = await r.read() if method == "GET" and r.status < 300 else b""
-            return r.status, r.headers, body
+            data = await r.read() if body and r.status < 300 else b""
+            return r.status, r.headers, data
 
-    def request(self, method: str, url: str, headers: dict):
-        """(status, headers, body) of one request (the body of a successful GET only)."""
+    def request(self, method: str, url: str, headers: dict, *, body: bool = True):
+        """(status, headers, body) of one request (the body of a successful answer, where ``body``)."""
         from fsspec.asyn import sync
 
-        return sync(self.fs.loop, self._request, method, url, headers)
+        return sync(self.fs.loop, self._request, method, url, headers, body)
 
-    def _head(self, url: str) -> RemoteEntry | None:
-        """The file's size and version from a HEAD (fsspec's GET-based ``info`` where HEAD gives no
-        size); None when it is not there (404); ``Gone`` naming it when it cannot be asked."""
+    def _asked(self, method: str, url: str, headers: dict):
+        """(status, headers) of a request without its body, retried on a timeout or a server error;
+        ``Gone`` naming the URL when it cannot be asked."""
         wait = network.BACKOFF
         for attempt in range(network.RETRIES + 1):
             try:
-                status, headers, _ = self.request("HEAD", url, {"Accept-Encoding": "identity"})
+                status, answer, _ = self.request(method, url, headers, body=False)
                 if status < 500 and status != 429:
-                    break
+                    return status, answer
                 problem = f"HTTP {status}"
             except Exception as exc:
                 if not network.is_timeout(exc):
@@ -64,18 +64,27 @@ class HttpStore:
                            f"({problem})")
             time.sleep(wait)
             wait = min(wait * 2, network.BACKOFF_MAX)
-        if status == 404:
-            return None
-        if status in _REFUSED:
-            raise Gone(f"{display_url(url)}: cannot be read (HTTP {status})")
+        raise AssertionError("unreachable")
+
+    def _head(self, url: str) -> RemoteEntry | None:
+        """The file's size and version from a HEAD, else from a GET of its first byte (a server
+        without HEAD, a URL signed for GET only, an answer without the size); None when it is not
+        there (404, 410); ``Gone`` naming it when it cannot be asked."""
+        identity = {"Accept-Encoding": "identity"}
+        status, headers = self._asked("HEAD", url, identity)
         encoded = headers.get("Content-Encoding", "identity") not in ("identity", "")
-        if status >= 300 or "Content-Length" not in headers or encoded:  # no HEAD, or no size in it
-            try:
-                info = self.fs.info(url)
-            except FileNotFoundError:
-                return None
-            return self._entry(url, info.get("size"), info)
-        return self._entry(url, headers.get("Content-Length"), headers)
+        size = headers.get("Content-Length") if status < 300 and not encoded else None
+        if size is None and status not in (404, 410):
+            status, headers = self._asked("GET", url, {**identity, "Range": "bytes=0-0"})
+            total = headers.get("Content-Range", "").rpartition("/")[2]
+            encoded = headers.get("Content-Encoding", "identity") not in ("identity", "")
+            size = total if status == 206 and total.isdigit() else \
+                headers.get("Content-Length") if status == 200 and not encoded else None
+        if status in (404, 410):
+            return None
+        if status >= 300:
+            raise Gone(f"{display_url(url)}: cannot be read (HTTP {status})")
+        return self._entry(url, size, headers)
 
     def _entry(self, url: str, size, headers) -> RemoteEntry:
         if size is None:

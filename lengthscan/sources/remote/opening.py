@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass, field
 
 from lengthscan.sources.parquet_pages import PageIndex, page_blocks
-from lengthscan.sources.remote.network import Gone, RemoteEntry, has_magic
+from lengthscan.sources.remote.network import Gone, RemoteEntry, has_magic, is_timeout, timeout_text
 from lengthscan.sources.remote.remote_file import Traffic, input_stream, parquet_file
 from lengthscan.sources.remote.stores import is_remote, store_for
 from lengthscan.sources.source import (
@@ -114,7 +114,8 @@ def list_remote(spec: str) -> list[RemoteEntry]:
     except Gone as exc:
         raise SourceError(str(exc)) from None
     except Exception as exc:
-        raise SourceError(f"{display_url(spec)}: cannot list: {first_line(exc)}") from None
+        why = timeout_text(exc) if is_timeout(exc) else first_line(exc)
+        raise SourceError(f"{display_url(spec)}: cannot list: {why}") from None
     if has_magic(spec) or spec.endswith("/"):
         entries = [e for e in entries if format_of(e.name)]
     if not entries:

@@ -89,6 +89,21 @@ def test_a_stalling_server_exits_2_naming_the_url_within_the_timeout(even, tmp_p
     assert len(asked) == 5
 
 
+@pytest.mark.parametrize("head_status", [403, 405])
+def test_a_file_the_server_refuses_to_head_is_listed_by_a_one_byte_get(even, tmp_path, bpe_dir, head_status):
+    """S3 answers 403 to a HEAD of a URL signed for GET; some servers have no HEAD (405)."""
+    srv, _ = even
+    url = srv.file_url("even.parquet")
+    assert _run("audit", url, tmp_path / "plain", bpe_dir, "--no-cache") == 0
+    srv.misbehave("even.parquet", head_status=head_status)
+    srv.reset_counts()
+    assert _run("audit", url, tmp_path / "no-head", bpe_dir, "--no-cache") == 0
+    first = [(r.method, r.range, r.status) for r in srv.requests][:2]
+    assert first == [("HEAD", None, head_status), ("GET", "bytes=0-0", 206)]
+    assert pq.read_table(tmp_path / "no-head" / "lengths.parquet") == pq.read_table(tmp_path / "plain" /
+                                                                                     "lengths.parquet")
+
+
 def test_a_bad_timeout_setting_is_a_usage_error(even, tmp_path, bpe_dir, capsys, monkeypatch):
     srv, _ = even
     monkeypatch.setenv("LENGTHSCAN_HTTP_TIMEOUT", "soon")
