@@ -77,6 +77,8 @@ class Misbehaviour:
       ``clear_faults()`` or ``stop()``;
     * ``ignore_if_match``: ``If-Match`` is ignored (the file is served whatever its ETag);
     * ``bare``: GET answers carry no ``ETag`` nor ``Last-Modified`` (HEAD answers do);
+    * ``weak_etag``: the ETag is weak (``W/"..."``), which ``If-Match`` never matches (RFC 9110's strong
+      comparison);
     * ``head_status``: a HEAD is answered with this status and nothing else (as S3 answers 403 to a HEAD of a URL
       signed for GET);
     * ``swap_after``/``swap_to``: after that many data GETs of the path, the file is replaced by ``swap_to``
@@ -90,6 +92,7 @@ class Misbehaviour:
     ignore_if_match: bool = False
     bare: bool = False
     head_status: int | None = None
+    weak_etag: bool = False
     swap_after: int | None = None
     swap_to: bytes | None = None
     gets: int = 0
@@ -599,6 +602,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         headers = {**headers, "ETag": etag, "Last-Modified": formatdate(st.st_mtime, usegmt=True),
                    "Accept-Ranges": "bytes"}
+        if bad.weak_etag:
+            headers["ETag"] = etag = f"W/{etag}"
         if bad.bare and self.command == "GET":
             del headers["ETag"], headers["Last-Modified"]
         if_match = None if bad.ignore_if_match else self.headers.get("If-Match")
@@ -713,8 +718,9 @@ def _inside(top: Path, relative: str) -> Path | None:
 
 
 def _etag_matches(if_match: str, etag: str) -> bool:
+    """``If-Match``'s strong comparison: a weak ETag matches nothing but ``*``."""
     tags = [t.strip() for t in if_match.split(",")]
-    return "*" in tags or etag in tags
+    return "*" in tags or (etag in tags and not etag.startswith("W/"))
 
 
 def _walk(folder: Path, recursive: bool):

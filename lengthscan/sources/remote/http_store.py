@@ -115,7 +115,8 @@ class HttpStore:
         """A function reading ``[start, end)`` of the file: exactly those bytes of the file listed
         (``network.check_answer``), else ``Changed``, ``Gone`` or ``WrongAnswer``; any other error
         (a timeout, a server error) is the caller's to retry."""
-        if_match = {"If-Match": entry.version} if entry.version.startswith(('"', 'W/"')) else {}
+        # If-Match compares strongly: a weak ETag would never match (412); it is compared in each answer instead
+        if_match = {"If-Match": entry.version} if entry.version.startswith('"') else {}
 
         def read(start: int, end: int) -> bytes:
             status, headers, body = self.request("GET", entry.url, {**if_match, "Range": f"bytes={start}-{end - 1}",

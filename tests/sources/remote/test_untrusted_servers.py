@@ -104,6 +104,20 @@ def test_a_file_the_server_refuses_to_head_is_listed_by_a_one_byte_get(even, tmp
                                                                                      "lengths.parquet")
 
 
+def test_a_weak_etag_is_not_sent_in_if_match_and_still_tells_a_rewrite(tmp_path, bpe_dir, capsys):
+    """``If-Match`` compares strongly: with a weak ETag it would refuse every read (412)."""
+    folder = tmp_path / "served"
+    folder.mkdir()
+    name, new = _swapped(folder, "parquet")
+    with RangeServer(folder) as srv:
+        srv.misbehave(name, weak_etag=True)
+        assert _run("audit", srv.file_url(name), tmp_path / "out", bpe_dir, "--no-cache") == 0
+        assert {r.status for r in srv.requests} == {200, 206}
+        srv.misbehave(name, weak_etag=True, swap_after=2, swap_to=new)
+        assert _run("audit", srv.file_url(name), tmp_path / "swapped", bpe_dir, "--no-cache") == 2
+    assert "the file changed during the run (its ETag is now W/" in capsys.readouterr().err
+
+
 def test_a_bad_timeout_setting_is_a_usage_error(even, tmp_path, bpe_dir, capsys, monkeypatch):
     srv, _ = even
     monkeypatch.setenv("LENGTHSCAN_HTTP_TIMEOUT", "soon")
