@@ -203,21 +203,54 @@ def _open_remote(ray, spec: str, split: str | None) -> Source:
             raise EngineError(f"{uri}: {problem}")
         if schema.names != layouts[0][1].names:
             raise EngineError(f"{uri}: columns {schema.names} differ from the first file's {layouts[0][1].names}")
+        listed = (info.size, info.mtime_ns)
         if fmt == ".parquet":
-            parts.append(Part(start, uri, rows=rows, columns=schema.names, parquet=True, loader=_no_loader(uri)))
+            parts.append(_StoredPart(start, uri, listed=listed, rows=rows, columns=schema.names, parquet=True,
+                                     loader=_no_loader(uri)))
         elif fmt in (".csv", ".tsv"):
-            parts.append(_TablePart(start, uri, rows=rows, columns=schema.names, schema=layouts[0][1],
+            parts.append(_TablePart(start, uri, listed=listed, rows=rows, columns=schema.names, schema=layouts[0][1],
                                     loader=_no_loader(uri)))
         else:
-            parts.append(Part(start, uri, rows=rows, columns=schema.names, jsonl_schema=schema,
-                              loader=_no_loader(uri)))
+            parts.append(_StoredPart(start, uri, listed=listed, rows=rows, columns=schema.names, jsonl_schema=schema,
+                                     loader=_no_loader(uri)))
         start += rows
     stamp = [(f"{scheme}://{i.path}", i.size, i.mtime_ns) for i in infos]
     fingerprint = digest(json.dumps([fmt, stamp], default=str))[:16]
     return Source(shown, fmt[1:], (SplitSource("train", tuple(parts), fingerprint),), False)
 
 
-class _TablePart(Part):
+class _StoredPart(Part):
+    """An object-storage file: its size and modification time when it was listed (``check_unchanged``)."""
+
+    def __init__(self, start, path, *, listed: tuple, **kw):
+        super().__init__(start, path, **kw)
+        self.listed = listed
+
+
+def check_unchanged(split_src: SplitSource) -> None:
+    """The split's object-storage files are still the ones listed (size and modification time), asked
+    again once their rows were read, or when reading them failed: a file rewritten during the run is
+    said so (EngineError, exit 2), never read as a mix of two versions."""
+    import pyarrow.fs as pafs
+
+    stored = [p for p in split_src.parts if isinstance(p, _StoredPart)]
+    if not stored:
+        return
+    fs, paths = _filesystem_and_paths([p.path for p in stored])
+    try:
+        infos = fs.get_file_info(paths)
+    except OSError as exc:
+        raise EngineError(f"{stored[0].path}: cannot be asked again after it was read: {_first(exc)}") from None
+    for part, info in zip(stored, infos):
+        now = (info.size, info.mtime_ns) if info.type == pafs.FileType.File else None
+        if now != part.listed:
+            said = "it is gone" if now is None else f"size {part.listed[0]:,} -> {now[0]:,}, modified " \
+                f"{part.listed[1]} -> {now[1]} ns"
+            raise EngineError(f"{part.path}: the file changed during the run ({said}); its rows would mix two "
+                              "versions: run again")
+
+
+class _TablePart(_StoredPart):
     """A remote CSV file: its columns' types as pyarrow infers them from the first file."""
 
     def __init__(self, start, path, *, schema, **kw):
