@@ -72,7 +72,7 @@ class Misbehaviour:
     * ``moved``: a ranged GET starting at a key of ``moved`` is answered 206 with as many bytes from the value on,
       its ``Content-Range`` saying so (``lie=True``: saying the range asked), as a broken cache or proxy does;
     * ``whole``: a ranged GET is answered 200 with the first ``len(range)`` bytes of the file and no
-      ``Content-Range``;
+      ``Content-Range``; ``no_ranges``: with the whole file (a server without Range support);
     * ``stall``: the methods named (``"GET"``, ``"GET HEAD"``) are accepted and never answered, until
       ``clear_faults()`` or ``stop()``;
     * ``ignore_if_match``: ``If-Match`` is ignored (the file is served whatever its ETag);
@@ -88,6 +88,7 @@ class Misbehaviour:
     moved: dict | None = None
     lie: bool = False
     whole: bool = False
+    no_ranges: bool = False
     stall: str = ""
     ignore_if_match: bool = False
     bare: bool = False
@@ -616,7 +617,7 @@ class _Handler(BaseHTTPRequestHandler):
             record.status = 416
             self._head_and_record(record, 416, {**headers, "Content-Range": f"bytes */{size}", "Content-Length": "0"})
             return
-        if byte_range is None:
+        if byte_range is None or bad.no_ranges:
             start, end, status = 0, size, 200
         elif bad.whole:
             start, end, status = 0, byte_range[1] - byte_range[0], 200

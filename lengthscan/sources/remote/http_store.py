@@ -32,17 +32,21 @@ class HttpStore:
         timeout = aiohttp.ClientTimeout(total=None, connect=connect, sock_connect=connect, sock_read=read)
         self.fs = fsspec.filesystem("http", skip_instance_cache=True, client_kwargs={"timeout": timeout})
 
-    async def _request(self, method: str, url: str, headers: dict, body: bool):
+    async def _request(self, method: str, url: str, headers: dict, most: int):
         session = await self.fs.set_session()
         async with session.request(method, self.fs.encode_url(url), headers=headers, allow_redirects=True) as r:
-            data = await r.read() if body and r.status < 300 else b""
-            return r.status, r.headers, data
+            chunks, got = [], 0
+            while r.status < 300 and got <= most and (chunk := await r.content.read(most + 1 - got)):
+                chunks.append(chunk)
+                got += len(chunk)
+            return r.status, r.headers, b"".join(chunks)
 
-    def request(self, method: str, url: str, headers: dict, *, body: bool = True):
-        """(status, headers, body) of one request (the body of a successful answer, where ``body``)."""
+    def request(self, method: str, url: str, headers: dict, *, most: int = -1):
+        """(status, headers, body) of one request: of a successful answer's body, ``most`` bytes and one
+        more at most (a server that sends the whole file for a range is not read whole)."""
         from fsspec.asyn import sync
 
-        return sync(self.fs.loop, self._request, method, url, headers, body)
+        return sync(self.fs.loop, self._request, method, url, headers, most)
 
     def _asked(self, method: str, url: str, headers: dict):
         """(status, headers) of a request without its body, retried on a timeout or a server error;
@@ -50,7 +54,7 @@ class HttpStore:
         wait = network.BACKOFF
         for attempt in range(network.RETRIES + 1):
             try:
-                status, answer, _ = self.request(method, url, headers, body=False)
+                status, answer, _ = self.request(method, url, headers)
                 if status < 500 and status != 429:
                     return status, answer
                 problem = f"HTTP {status}"
@@ -120,7 +124,7 @@ class HttpStore:
 
         def read(start: int, end: int) -> bytes:
             status, headers, body = self.request("GET", entry.url, {**if_match, "Range": f"bytes={start}-{end - 1}",
-                                                                    "Accept-Encoding": "identity"})
+                                                                    "Accept-Encoding": "identity"}, most=end - start)
             if status == 412:
                 raise Changed("its ETag changed (412 Precondition Failed)")
             if status == 416:

@@ -114,13 +114,15 @@ def check_answer(entry: RemoteEntry, start: int, end: int, status: int, headers,
                               "the file than the one asked")
     elif status == 200:
         if not (start == 0 and len(body) == asked == entry.size):
-            raise WrongAnswer(f"the server answered 200 with {len(body):,} bytes (not a byte range) to a request "
-                              f"for {asked:,}: it does not serve byte ranges (a server with Range support is needed)")
+            sent = headers.get("Content-Length")
+            sent = f"{int(sent):,} bytes" if sent and sent.isdigit() else "a body"
+            raise WrongAnswer(f"the server answered 200 with {sent} (not a byte range) to a request for {asked:,}: "
+                              "it does not serve byte ranges (a server with Range support is needed)")
     else:
         raise WrongAnswer(f"the server answered HTTP {status} to a byte-range request")
     if len(body) != asked:
-        raise WrongAnswer(f"{len(body):,} bytes came back of the {asked:,} asked (Content-Range "
-                          f"{headers.get('Content-Range')!r})")
+        raise WrongAnswer(f"{'more' if len(body) > asked else f'{len(body):,}'} bytes came back of the {asked:,} "
+                          f"asked (Content-Range {headers.get('Content-Range')!r})")
 
 
 def _check_version(entry: RemoteEntry, headers) -> None:
