@@ -35,6 +35,9 @@ class HttpStore:
     async def _request(self, method: str, url: str, headers: dict, most: int):
         session = await self.fs.set_session()
         async with session.request(method, self.fs.encode_url(url), headers=headers, allow_redirects=True) as r:
+            length = r.headers.get("Content-Length", "")
+            if r.status < 300 and length.isdigit() and int(length) <= most:
+                return r.status, r.headers, await r.read()
             chunks, got = [], 0
             while r.status < 300 and got <= most and (chunk := await r.content.read(most + 1 - got)):
                 chunks.append(chunk)
