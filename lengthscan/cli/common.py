@@ -22,13 +22,15 @@ def printable(text: str) -> str:
 
 
 def say(message: str) -> None:
-    """One message line on stderr, made :func:`printable`; a closed or full stderr is ignored (the
-    exit code still tells)."""
+    """One message line on stderr, made :func:`printable`, any URL in it without credentials or query
+    string (``sources.urls.redact_urls``); a closed or full stderr is ignored (the exit code still tells)."""
+    from lengthscan.sources.urls import redact_urls
+
     stream = sys.stderr
     if stream is None:
         return
     try:
-        stream.write(printable(message) + "\n")
+        stream.write(printable(redact_urls(message)) + "\n")
         stream.flush()
     except (OSError, ValueError):
         silence_stderr()

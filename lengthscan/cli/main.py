@@ -36,6 +36,7 @@ from lengthscan.cli.flags import (
     named,
 )
 from lengthscan.cli.memory import add_memory_parser, run_memory
+from lengthscan.sources.urls import redact_urls
 
 
 class _Parser(argparse.ArgumentParser):
@@ -141,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     _plain_warnings()
     _terminate_as_interrupt()
-    command = shlex.join(["lengthscan", *argv])
+    command = redact_urls(shlex.join(["lengthscan", *argv]))  # written in the report: no secret of a URL
     try:
         if args.command == "audit":
             return _audit(args, command)
@@ -195,7 +196,7 @@ def _plain_warnings() -> None:
 
     def formatwarning(message, category, filename, lineno, line=None):
         if str(message).startswith("lengthscan:"):
-            return f"{printable(str(message))}\n"
+            return f"{printable(redact_urls(str(message)))}\n"
         return default(message, category, filename, lineno, line)
 
     warnings.formatwarning = formatwarning
@@ -214,7 +215,7 @@ def _internal_error(exc: Exception) -> int:
     import tempfile
     import traceback
 
-    text = "".join(traceback.format_exception(exc))
+    text = redact_urls("".join(traceback.format_exception(exc)))
     try:
         fd, path = tempfile.mkstemp(prefix="lengthscan-error-", suffix=".txt")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

@@ -11,6 +11,7 @@ from pathlib import Path
 from lengthscan import __version__
 from lengthscan.engines.loop import Measurement
 from lengthscan.engines.setup import Setup
+from lengthscan.sources.urls import redact_urls
 from lengthscan.stats.result import AuditResult
 
 
@@ -20,7 +21,7 @@ def audit_result(src, setup: Setup, measurement: Measurement, *, tokenizer, seed
     """The ``AuditResult`` of a source's ``measurement``."""
     return AuditResult(
         source=src.spec, source_fingerprint=src.fingerprint, splits=measurement.splits, tokenizer=tokenizer,
-        fields=setup.specs, seed=seed, command=command, version=__version__,
+        fields=setup.specs, seed=seed, command=redact_urls(command) if command else command, version=__version__,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         out_dir=str(Path(out).resolve()) if out is not None else None, cache_hits=len(measurement.cached),
         seconds=time.perf_counter() - started if started is not None else 0.0,

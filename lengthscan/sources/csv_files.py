@@ -132,15 +132,15 @@ def remote_csv_parts(entries, files, options: dict) -> list:
 
     parts, start, first = [], 0, None
     for e in entries:
-        header = read_header(files.stream(e.url), options)
-        check_names(e.url, header)
+        header = read_header(files.stream(e.name), options)
+        check_names(e.name, header)
         if first is None:
-            first = (e.url, header)
+            first = (e.name, header)
         elif set(header) != set(first[1]):
-            raise SourceError(different_columns(e.url, first, (e.url, header)))
+            raise SourceError(different_columns(e.name, first, (e.name, header)))
         schema = pa.schema([(name, pa.string()) for name in text_names(header)])
         try:
-            with files.stream(e.url) as fh:
+            with files.stream(e.name) as fh:
                 reader = pacsv.open_csv(fh, read_options=pacsv.ReadOptions(use_threads=False),
                                         parse_options=pyarrow_parse_options(options.get("sep") == "\t"),
                                         convert_options=pyarrow_convert_options(schema, [schema.names[0]]))
@@ -148,7 +148,7 @@ def remote_csv_parts(entries, files, options: dict) -> list:
         except SourceError:
             raise
         except Exception as exc:
-            raise SourceError(f"{e.url}: cannot read as CSV: {first_line(exc)}") from None
-        parts.append(Part(start, e.url, rows=rows, columns=schema.names, csv_schema=schema, remote=files))
+            raise SourceError(f"{e.name}: cannot read as CSV: {first_line(exc)}") from None
+        parts.append(Part(start, e.name, rows=rows, columns=schema.names, csv_schema=schema, remote=files))
         start += rows
     return parts

@@ -22,6 +22,7 @@ from lengthscan.sources.source import (
     format_of,
     quiet_datasets,
 )
+from lengthscan.sources.urls import display_url
 
 
 def load_source(source, *, split: str | None = None):
@@ -48,7 +49,7 @@ def open_source(source, *, split: str | None = None, config: str | None = None,
     if not spec.strip():
         raise SourceError("the source is an empty name: give a file, folder, glob, save_to_disk dataset or hub id")
     if (config is not None or revision is not None) and (is_remote(spec) or Path(spec).expanduser().exists()):
-        raise SourceError(f"{spec}: --config and --revision are a hub dataset id's; this source is files")
+        raise SourceError(f"{display_url(spec)}: --config and --revision are a hub dataset id's; this source is files")
     if is_remote(spec):
         from lengthscan.sources.remote.opening import open_remote
 

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from lengthscan.sources import arrays
-from lengthscan.sources.source import SourceError, SplitSource
+from lengthscan.sources.source import SourceError, SplitSource, first_line
 
 #: Rows per batch handed to the measure step (the tokenizer threads over a batch).
 BATCH_ROWS = 2048
@@ -46,10 +46,11 @@ def iter_batches(split: SplitSource, columns: list[str], *, indices: np.ndarray 
         try:
             yield from _part_rows(split, part, columns, indices, batch_rows, raw)
         except _UNREADABLE as exc:
+            if part.remote is not None:  # a file rewritten under a server that ignores If-Match: said so
+                part.remote.check_unchanged(part.path)
             kind = "not valid JSON" if isinstance(exc, json.JSONDecodeError) else \
                 "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else "unreadable (corrupt or truncated?)"
-            detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-            raise SourceError(f"{part.path or split.name}: {kind}: {detail}") from exc
+            raise SourceError(f"{part.path or split.name}: {kind}: {first_line(exc)[:200]}") from exc
 
 
 #: What reading a damaged file raises (a bad Parquet page or compressed block: an ArrowException or OSError).

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lengthscan.sources.urls import redact_urls
+
 #: File suffix -> (datasets builder, builder options). CSV keeps "NA"/"null" as text: only an
 #: empty cell is missing, so a transcript that reads "NA" is not silently turned into None. Every
 #: CSV/TSV column is read as text (``csv_files.text_features``): "00501" stays "00501". A TSV file
@@ -236,8 +238,10 @@ def format_of(path: str) -> str | None:
 
 
 def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message for a one-line message of ours, any URL in it without its
+    credentials and query string (``urls.redact_urls``)."""
     text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:300]
+    return redact_urls(text.splitlines()[0])[:300]
 
 
 def name_list(names, limit: int = 10) -> str:

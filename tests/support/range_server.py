@@ -65,6 +65,40 @@ class _Repo:
     card_data: dict
 
 
+@dataclass
+class Misbehaviour:
+    """How a server gets file requests wrong (``RangeServer.misbehave``):
+
+    * ``moved``: a ranged GET starting at a key of ``moved`` is answered 206 with as many bytes from the value on,
+      its ``Content-Range`` saying so (``lie=True``: saying the range asked), as a broken cache or proxy does;
+    * ``whole``: a ranged GET is answered 200 with the first ``len(range)`` bytes of the file and no
+      ``Content-Range``; ``no_ranges``: with the whole file (a server without Range support);
+    * ``stall``: the methods named (``"GET"``, ``"GET HEAD"``) are accepted and never answered, until
+      ``clear_faults()`` or ``stop()``;
+    * ``ignore_if_match``: ``If-Match`` is ignored (the file is served whatever its ETag);
+    * ``bare``: GET answers carry no ``ETag`` nor ``Last-Modified`` (HEAD answers do);
+    * ``weak_etag``: the ETag is weak (``W/"..."``), which ``If-Match`` never matches (RFC 9110's strong
+      comparison);
+    * ``head_status``: a HEAD is answered with this status and nothing else (as S3 answers 403 to a HEAD of a URL
+      signed for GET);
+    * ``swap_after``/``swap_to``: after that many data GETs of the path, the file is replaced by ``swap_to``
+      (a new file: another size, modification time and ETag).
+    """
+
+    moved: dict | None = None
+    lie: bool = False
+    whole: bool = False
+    no_ranges: bool = False
+    stall: str = ""
+    ignore_if_match: bool = False
+    bare: bool = False
+    head_status: int | None = None
+    weak_etag: bool = False
+    swap_after: int | None = None
+    swap_to: bytes | None = None
+    gets: int = 0
+
+
 class _HubError(Exception):
     def __init__(self, status: int, code: str | None, message: str, commit: str | None = None):
         super().__init__(message)
@@ -91,6 +125,8 @@ class RangeServer:
         self._requests: list[RequestRecord] = []
         self._fail_next: list[int] = []  # one status per request still to fail
         self._fail_paths: dict[str, int] = {}
+        self._misbehaviours: dict[str, Misbehaviour] = {}
+        self._released = threading.Event()  # set to let stalled requests go (``clear_faults``, ``stop``)
         self._repos: dict[str, _Repo] = {}
         self._hashes: dict[tuple, tuple[str, str]] = {}
         self._server: _Server | None = None
@@ -119,6 +155,7 @@ class RangeServer:
     def stop(self) -> None:
         if self._server is None:
             return
+        self._released.set()
         self._server.shutdown()
         self._server.close_connections()
         self._server.server_close()
@@ -188,10 +225,23 @@ class RangeServer:
         with self._lock:
             self._fail_paths[path_substring] = status
 
+    def misbehave(self, path_substring: str, **how) -> None:
+        """Requests for file paths containing ``path_substring`` misbehave as ``Misbehaviour(**how)`` says, until
+        ``clear_faults()``."""
+        with self._lock:
+            self._misbehaviours[path_substring] = Misbehaviour(**how)
+            self._released.clear()
+
     def clear_faults(self) -> None:
         with self._lock:
             self._fail_next.clear()
             self._fail_paths.clear()
+            self._misbehaviours.clear()
+        self._released.set()
+
+    def _misbehaviour_for(self, path: str) -> Misbehaviour | None:
+        with self._lock:
+            return next((m for sub, m in self._misbehaviours.items() if sub in path), None)
 
     def _fault_for(self, path: str) -> int | None:
         with self._lock:
@@ -541,9 +591,23 @@ class _Handler(BaseHTTPRequestHandler):
             record.status = fault
             self._head_and_record(record, fault, {**headers, "Content-Length": "0"})
             return
+        bad = self.srv._misbehaviour_for(self.url_path) or Misbehaviour()
+        if self.command == "HEAD" and bad.head_status is not None:
+            record.status = bad.head_status
+            self._head_and_record(record, bad.head_status, {"Content-Length": "0"})
+            return
+        if self.command in bad.stall.split():
+            self.srv._record(record)
+            self.srv._released.wait()
+            self.close_connection = True
+            return
         headers = {**headers, "ETag": etag, "Last-Modified": formatdate(st.st_mtime, usegmt=True),
                    "Accept-Ranges": "bytes"}
-        if_match = self.headers.get("If-Match")
+        if bad.weak_etag:
+            headers["ETag"] = etag = f"W/{etag}"
+        if bad.bare and self.command == "GET":
+            del headers["ETag"], headers["Last-Modified"]
+        if_match = None if bad.ignore_if_match else self.headers.get("If-Match")
         if if_match is not None and not _etag_matches(if_match, etag):
             record.status = 412
             self._head_and_record(record, 412, {**headers, "Content-Length": "0"})
@@ -553,11 +617,16 @@ class _Handler(BaseHTTPRequestHandler):
             record.status = 416
             self._head_and_record(record, 416, {**headers, "Content-Range": f"bytes */{size}", "Content-Length": "0"})
             return
-        if byte_range is None:
+        if byte_range is None or bad.no_ranges:
             start, end, status = 0, size, 200
+        elif bad.whole:
+            start, end, status = 0, byte_range[1] - byte_range[0], 200
         else:
             (start, end), status = byte_range, 206
-            headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
+            asked = f"bytes {start}-{end - 1}/{size}"
+            if bad.moved and start in bad.moved:
+                start, end = bad.moved[start], min(bad.moved[start] + end - start, size)
+            headers["Content-Range"] = asked if bad.lie else f"bytes {start}-{end - 1}/{size}"
         record.status = status
         headers.update({"Content-Type": "application/octet-stream", "Content-Length": str(end - start)})
         self._head_and_record(record, status, headers)
@@ -581,6 +650,12 @@ class _Handler(BaseHTTPRequestHandler):
                 left -= len(chunk)
         if left:
             self.close_connection = True
+        if bad.swap_after is not None and self.command == "GET":
+            bad.gets += 1
+            if bad.gets == bad.swap_after:
+                swapped = target.with_name(target.name + ".swap")
+                swapped.write_bytes(bad.swap_to)
+                os.replace(swapped, target)
 
     def _head_and_record(self, record: RequestRecord, status: int, headers: dict) -> None:
         self.send_response(status)
@@ -644,8 +719,9 @@ def _inside(top: Path, relative: str) -> Path | None:
 
 
 def _etag_matches(if_match: str, etag: str) -> bool:
+    """``If-Match``'s strong comparison: a weak ETag matches nothing but ``*``."""
     tags = [t.strip() for t in if_match.split(",")]
-    return "*" in tags or etag in tags
+    return "*" in tags or (etag in tags and not etag.startswith("W/"))
 
 
 def _walk(folder: Path, recursive: bool):

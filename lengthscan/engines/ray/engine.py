@@ -63,7 +63,7 @@ class RayEngine:
     def measure(self, split_src, plan, setup, fields: tuple, columns: list[str], *, batch_rows: int,
                 with_ids: bool = False):
         """(batch without its columns, role -> Measured) for the plan's rows, in row order."""
-        from lengthscan.engines.ray.sources import read_split
+        from lengthscan.engines.ray.sources import check_unchanged, read_split
 
         ray = self.ray
         columns = columns or list(dict.fromkeys(c for f in fields for c in f.columns))
@@ -91,9 +91,13 @@ class RayEngine:
             if self.first_proofs is None and setup.decide_caps:
                 # the actor of the first block measured the local engine's first batch: same texts checked
                 self.first_proofs = ray.get(actors[0].proofs.remote())
+        except Exception:
+            check_unchanged(split_src)  # a file rewritten while it was read: said so
+            raise
         finally:
             for a in actors:
                 ray.kill(a)
+        check_unchanged(split_src)
         if offset != split_src.num_rows:
             raise RuntimeError(f"split {split_src.name}: Ray read {offset} rows (expected {split_src.num_rows})")
 

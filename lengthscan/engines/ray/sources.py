@@ -26,6 +26,7 @@ from pathlib import Path
 from lengthscan.engines.ray.session import EngineError
 from lengthscan.sources.csv_files import pyarrow_parse_options
 from lengthscan.sources.source import Part, Source, SplitSource, digest, format_of
+from lengthscan.sources.urls import display_url, redact_urls
 
 #: Formats the Ray engine reads from object storage.
 REMOTE_FORMATS = (".parquet", ".jsonl", ".ndjson", ".json", ".csv", ".tsv")
@@ -45,7 +46,7 @@ def check_source(source) -> None:
         _filesystem(spec)
         return
     if not any(ch in spec for ch in "*?[") and not Path(spec).expanduser().exists():
-        raise EngineError(f"{spec}: not a local file, glob or directory; a hub dataset id cannot be read "
+        raise EngineError(f"{display_url(spec)}: not a local file, glob or directory; a hub dataset id cannot be read "
                           "in a distributed way: download it (save_to_disk or Parquet) and give the path")
 
 
@@ -61,7 +62,7 @@ def open_for_ray(ray, source, split: str | None) -> Source:
 
     src = open_source(source, split=split)
     if src.kind == "audiofolder":
-        raise EngineError(f"{spec}: audio folders are not supported by the Ray engine yet; "
+        raise EngineError(f"{display_url(spec)}: audio folders are not supported by the Ray engine yet; "
                           "write a manifest (JSONL or Parquet) with the paths")
     return src
 
@@ -137,7 +138,8 @@ def _arrow_file_batches(items, *, columns: list[str], batch_rows: int):
 # -- object storage -------------------------------------------------------------------------------
 
 def _filesystem(uri: str):
-    """(pyarrow file system, path inside it) of a URI; EngineError when pyarrow has none for it."""
+    """(pyarrow file system, path inside it) of a URI; EngineError when pyarrow has none for it. The
+    path does not hold the URI's user information (credentials)."""
     import pyarrow.fs as pafs
 
     head, _, rest = uri.partition("://")
@@ -145,9 +147,10 @@ def _filesystem(uri: str):
         # glob characters are not part of the path pyarrow resolves (and S3 needs a bucket only)
         fs, _ = pafs.FileSystem.from_uri(f"{head}://{rest.split('/')[0]}")
     except Exception as exc:
-        raise EngineError(f"{uri}: cannot open this object-storage location ({_first(exc)}); the Ray engine "
-                          "reads s3://, gs:// and other URIs through pyarrow's file systems") from exc
-    return fs, rest
+        raise EngineError(f"{display_url(uri)}: cannot open this object-storage location ({_first(exc)}); the Ray "
+                          "engine reads s3://, gs:// and other URIs through pyarrow's file systems") from None
+    authority, slash, path = rest.partition("/")
+    return fs, f"{authority.rsplit('@', 1)[-1]}{slash}{path}"
 
 
 def _filesystem_and_paths(paths: list[str]):
@@ -162,8 +165,9 @@ def _open_remote(ray, spec: str, split: str | None) -> Source:
     """Files of a URI (a file, a folder or a glob), each counted by a Ray task; one split, 'train'."""
     import pyarrow.fs as pafs
 
+    shown = display_url(spec)  # the spec as messages and the report show it (no credentials, no query)
     if split not in (None, "train"):
-        raise EngineError(f"{spec}: data files have one split, 'train'; --split {split} does not exist")
+        raise EngineError(f"{shown}: data files have one split, 'train'; --split {split} does not exist")
     fs, path = _filesystem(spec)
     scheme = spec.partition("://")[0]
     glob = any(ch in path for ch in "*?[")
@@ -182,13 +186,13 @@ def _open_remote(ray, spec: str, split: str | None) -> Source:
             else:
                 infos = []
     except OSError as exc:
-        raise EngineError(f"{spec}: cannot list it: {_first(exc)}") from exc
+        raise EngineError(f"{shown}: cannot list it: {_first(exc)}") from None
     if not infos:
-        raise EngineError(f"{spec}: no such file, or the folder or glob matches no data file")
+        raise EngineError(f"{shown}: no such file, or the folder or glob matches no data file")
     infos.sort(key=lambda i: i.path)
     formats = {format_of(i.path) for i in infos}
     if len(formats) > 1 or not formats <= set(REMOTE_FORMATS):
-        raise EngineError(f"{spec}: the Ray engine reads one format of Parquet, JSON Lines or CSV/TSV files from "
+        raise EngineError(f"{shown}: the Ray engine reads one format of Parquet, JSON Lines or CSV/TSV files from "
                           f"object storage; found {', '.join(sorted(str(f) for f in formats))}")
     fmt = formats.pop()
     layouts = ray.get([ray.remote(_file_layout).remote(fs, i.path, fmt) for i in infos])
@@ -199,21 +203,54 @@ def _open_remote(ray, spec: str, split: str | None) -> Source:
             raise EngineError(f"{uri}: {problem}")
         if schema.names != layouts[0][1].names:
             raise EngineError(f"{uri}: columns {schema.names} differ from the first file's {layouts[0][1].names}")
+        listed = (info.size, info.mtime_ns)
         if fmt == ".parquet":
-            parts.append(Part(start, uri, rows=rows, columns=schema.names, parquet=True, loader=_no_loader(uri)))
+            parts.append(_StoredPart(start, uri, listed=listed, rows=rows, columns=schema.names, parquet=True,
+                                     loader=_no_loader(uri)))
         elif fmt in (".csv", ".tsv"):
-            parts.append(_TablePart(start, uri, rows=rows, columns=schema.names, schema=layouts[0][1],
+            parts.append(_TablePart(start, uri, listed=listed, rows=rows, columns=schema.names, schema=layouts[0][1],
                                     loader=_no_loader(uri)))
         else:
-            parts.append(Part(start, uri, rows=rows, columns=schema.names, jsonl_schema=schema,
-                              loader=_no_loader(uri)))
+            parts.append(_StoredPart(start, uri, listed=listed, rows=rows, columns=schema.names, jsonl_schema=schema,
+                                     loader=_no_loader(uri)))
         start += rows
     stamp = [(f"{scheme}://{i.path}", i.size, i.mtime_ns) for i in infos]
     fingerprint = digest(json.dumps([fmt, stamp], default=str))[:16]
-    return Source(spec, fmt[1:], (SplitSource("train", tuple(parts), fingerprint),), False)
+    return Source(shown, fmt[1:], (SplitSource("train", tuple(parts), fingerprint),), False)
 
 
-class _TablePart(Part):
+class _StoredPart(Part):
+    """An object-storage file: its size and modification time when it was listed (``check_unchanged``)."""
+
+    def __init__(self, start, path, *, listed: tuple, **kw):
+        super().__init__(start, path, **kw)
+        self.listed = listed
+
+
+def check_unchanged(split_src: SplitSource) -> None:
+    """The split's object-storage files are still the ones listed (size and modification time), asked
+    again once their rows were read, or when reading them failed: a file rewritten during the run is
+    said so (EngineError, exit 2), never read as a mix of two versions."""
+    import pyarrow.fs as pafs
+
+    stored = [p for p in split_src.parts if isinstance(p, _StoredPart)]
+    if not stored:
+        return
+    fs, paths = _filesystem_and_paths([p.path for p in stored])
+    try:
+        infos = fs.get_file_info(paths)
+    except OSError as exc:
+        raise EngineError(f"{stored[0].path}: cannot be asked again after it was read: {_first(exc)}") from None
+    for part, info in zip(stored, infos):
+        now = (info.size, info.mtime_ns) if info.type == pafs.FileType.File else None
+        if now != part.listed:
+            said = "it is gone" if now is None else f"size {part.listed[0]:,} -> {now[0]:,}, modified " \
+                f"{part.listed[1]} -> {now[1]} ns"
+            raise EngineError(f"{part.path}: the file changed during the run ({said}); its rows would mix two "
+                              "versions: run again")
+
+
+class _TablePart(_StoredPart):
     """A remote CSV file: its columns' types as pyarrow infers them from the first file."""
 
     def __init__(self, start, path, *, schema, **kw):
@@ -283,4 +320,4 @@ def _csv_layout(fs, path: str, fmt: str):
 
 def _first(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:300]
+    return redact_urls(text.splitlines()[0])[:300]

@@ -177,7 +177,7 @@ def plain(features) -> dict:
 
 def _write_split(engine, split_src, plan, spec: CleanSpec, split: SplitOutput, cursor, write_lengths, *, progress):
     """Blocks of one split through the writing actors; results merged in row order."""
-    from lengthscan.engines.ray.sources import read_split
+    from lengthscan.engines.ray.sources import check_unchanged, read_split
 
     ray = engine.ray
     ds = read_split(ray, split_src, split.columns, engine.num_blocks)
@@ -217,9 +217,13 @@ def _write_split(engine, split_src, plan, spec: CleanSpec, split: SplitOutput, c
                 collect(pending.popleft())
         while pending:
             collect(pending.popleft())
+    except Exception:
+        check_unchanged(split_src)  # a file rewritten while it was read: said so
+        raise
     finally:
         for a in actors:
             ray.kill(a)
+    check_unchanged(split_src)
     decisions = tally.decisions.counts
     if not (offset == done == plan.size == tally.decisions.measured
             and counts["dataset"][0] == decisions["keep"] + decisions["truncate"]

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from lengthscan.measure.audio.headers import HEAD, aiff_rate, hint, probe
 from lengthscan.measure.audio.mpeg import untagged_mp3_samples
+from lengthscan.sources.urls import display_url
 
 if TYPE_CHECKING:  # numpy is imported where arrays are made: reading durations does not need it
     import numpy as np
@@ -107,8 +108,8 @@ def _info(data: bytes | None, path: str | None) -> AudioInfo:
     if data is None and path is None:
         return _failed(FLAG_MISSING, "no audio: neither bytes nor a path")
     if data is None and _is_url(path):
-        return _failed(FLAG_MISSING_FILE, f"a URL, not a local file: {path} (lengthscan reads local audio files and "
-                                          "bytes; download the files, or mount the bucket)")
+        return _failed(FLAG_MISSING_FILE, f"a URL, not a local file: {display_url(path)} (lengthscan reads local "
+                                          "audio files and bytes; download the files, or mount the bucket)")
     if data is None:
         try:
             mode = os.stat(path).st_mode

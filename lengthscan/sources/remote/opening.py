@@ -11,8 +11,9 @@ import threading
 from dataclasses import dataclass, field
 
 from lengthscan.sources.parquet_pages import PageIndex, page_blocks
+from lengthscan.sources.remote.network import Gone, RemoteEntry, has_magic, is_timeout, timeout_text
 from lengthscan.sources.remote.remote_file import Traffic, input_stream, parquet_file
-from lengthscan.sources.remote.stores import Gone, RemoteEntry, has_magic, is_remote, store_for
+from lengthscan.sources.remote.stores import is_remote, store_for
 from lengthscan.sources.source import (
     FORMATS,
     Part,
@@ -23,13 +24,16 @@ from lengthscan.sources.source import (
     first_line,
     format_of,
 )
+from lengthscan.sources.urls import display_url
 
 __all__ = ["RemoteFiles", "is_remote", "open_remote", "remote_split", "list_remote"]
 
 
 @dataclass(eq=False)
 class RemoteFiles:
-    """The remote files of a source, what reading them cost, and how they were found."""
+    """The remote files of a source, what reading them cost, and how they were found. Files are
+    keyed by their shown name (``RemoteEntry.name``: no credentials, no query string), the name
+    their parts, rows and messages carry; only their entries hold the URL read."""
 
     entries: dict[str, RemoteEntry]
     traffic: Traffic = field(default_factory=Traffic)
@@ -73,7 +77,13 @@ class RemoteFiles:
     def check_unchanged(self, url: str) -> None:
         """The file is still the one listed (size and version), asked again after it was read."""
         entry = self.entries[url]
-        now = store_for(url).stat(url)
+        try:
+            now = store_for(entry.url).stat(entry.url)
+        except SourceError:
+            raise
+        except Exception as exc:
+            raise SourceError(f"{url}: cannot be asked again after it was read (is it unchanged?): "
+                              f"{first_line(exc)}") from None
         if now is None:
             raise SourceError(f"{url}: the file disappeared during the run")
         # a version is compared where both listings give one (the hub's refreshed info gives sizes only;
@@ -104,31 +114,43 @@ def list_remote(spec: str) -> list[RemoteEntry]:
     except Gone as exc:
         raise SourceError(str(exc)) from None
     except Exception as exc:
-        raise SourceError(f"{spec}: cannot list: {first_line(exc)}") from None
+        why = timeout_text(exc) if is_timeout(exc) else first_line(exc)
+        raise SourceError(f"{display_url(spec)}: cannot list: {why}") from None
     if has_magic(spec) or spec.endswith("/"):
-        entries = [e for e in entries if format_of(e.url)]
+        entries = [e for e in entries if format_of(e.name)]
     if not entries:
-        raise SourceError(f"{spec}: matches no data file ({', '.join(FORMATS)}, optionally compressed)")
+        raise SourceError(f"{display_url(spec)}: matches no data file ({', '.join(FORMATS)}, optionally compressed)")
     return entries
 
 
 def open_remote(spec: str, split: str | None, *, entries: list[RemoteEntry] | None = None) -> Source:
     """A remote file, folder or glob as a one-split source."""
+    shown = display_url(spec)
     if split not in (None, "train"):
-        raise SourceError(f"{spec}: data files have one split, 'train'; --split {split} does not exist")
+        raise SourceError(f"{shown}: data files have one split, 'train'; --split {split} does not exist")
     entries = list_remote(spec) if entries is None else entries
-    shas = {m.group(1) for e in entries if (m := re.search(r"@([0-9a-f]{40})/", e.url))}
+    shas = {m.group(1) for e in entries if (m := re.search(r"@([0-9a-f]{40})/", e.name))}
     revision = next(iter(shas)) if len(shas) == 1 else None  # hf:// files, pinned to their commit
-    files = RemoteFiles({e.url: e for e in entries}, revision=revision,
+    files = RemoteFiles(by_name(entries), revision=revision,
                         resolved="the files named" + (f" at hub commit {revision}" if revision else ""))
-    return Source(spec, _format(spec, entries)[1:], (remote_split("train", entries, files),), False, remote=files)
+    return Source(shown, _format(shown, entries)[1:], (remote_split("train", entries, files),), False, remote=files)
+
+
+def by_name(entries) -> dict[str, RemoteEntry]:
+    """``entries`` keyed by their shown name; two files that only their query strings tell apart are refused."""
+    out: dict[str, RemoteEntry] = {}
+    for e in entries:
+        if out.setdefault(e.name, e) is not e:
+            raise SourceError(f"{e.name}: two files of the source have this name once their query strings are "
+                              "dropped (lengthscan never shows a query string): give each file its own path")
+    return out
 
 
 def remote_split(name: str, entries: list[RemoteEntry], files: RemoteFiles) -> SplitSource:
     """One split read from ``entries`` (all of one format), their reads counted in ``files``."""
     suffix = _format(name, entries)
     builder, options = FORMATS[suffix]
-    stamp = [(e.url, e.size, e.version) for e in entries]
+    stamp = [(e.name, e.size, e.version) for e in entries]
     fingerprint = digest(json.dumps(["remote", builder, options, stamp], default=str))[:16]
     if builder == "parquet":
         parts = _parquet_parts(entries, files)
@@ -139,15 +161,15 @@ def remote_split(name: str, entries: list[RemoteEntry], files: RemoteFiles) -> S
 
         parts = remote_csv_parts(entries, files, options)
     else:
-        raise SourceError(f"{entries[0].url}: {suffix} files are read locally only; give Parquet, JSON Lines or "
+        raise SourceError(f"{entries[0].name}: {suffix} files are read locally only; give Parquet, JSON Lines or "
                           "CSV/TSV files")
     return SplitSource(name, tuple(parts), fingerprint)
 
 
 def _format(spec: str, entries: list[RemoteEntry]) -> str:
-    formats = {format_of(e.url) for e in entries}
+    formats = {format_of(e.name) for e in entries}
     if None in formats:
-        bad = next(e.url for e in entries if format_of(e.url) is None)
+        bad = next(e.name for e in entries if format_of(e.name) is None)
         raise SourceError(f"{bad}: unknown file type (supported: {', '.join(FORMATS)}, optionally compressed)")
     if len(formats) > 1:
         raise SourceError(f"{spec}: files of several formats ({', '.join(sorted(formats))}); give one format")
@@ -160,17 +182,18 @@ def _parquet_parts(entries: list[RemoteEntry], files: RemoteFiles) -> list[Part]
     parts, start = [], 0
     for e in entries:
         try:
-            pf = files.parquet(e.url)
+            pf = files.parquet(e.name)
             meta, schema = pf.metadata, pf.schema_arrow
         except SourceError:
             raise
         except Exception as exc:
-            raise SourceError(f"{e.url}: cannot read as parquet: {first_line(exc)}") from None
+            files.check_unchanged(e.name)  # rewritten while its footer was read: said so
+            raise SourceError(f"{e.name}: cannot read as parquet: {first_line(exc)}") from None
         if features_without_views(schema) is not None:
-            raise SourceError(f"{e.url}: has view columns (string_view ...), which lengthscan converts with datasets "
+            raise SourceError(f"{e.name}: has view columns (string_view ...), which lengthscan converts with datasets "
                               "from local files only: download the file first")
         groups = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
-        parts.append(Part(start, e.url, rows=meta.num_rows, columns=schema.names, parquet=True, remote=files,
+        parts.append(Part(start, e.name, rows=meta.num_rows, columns=schema.names, parquet=True, remote=files,
                           groups=groups, schema=schema))
         start += meta.num_rows
     return parts
@@ -182,27 +205,28 @@ def _jsonl_parts(entries: list[RemoteEntry], files: RemoteFiles, fingerprint: st
     from lengthscan.sources.files import jsonl_manifest, remember_jsonl
     from lengthscan.sources.json_lines import NestingError, json_lines_layout
 
-    known = jsonl_manifest(fingerprint, [e.url for e in entries])
+    known = jsonl_manifest(fingerprint, [e.name for e in entries])
     if known is None:
         rows_of, schemas = [], []
         for e in entries:
             try:
-                rows, schema = json_lines_layout(lambda e=e: files.stream(e.url))
+                rows, schema = json_lines_layout(lambda e=e: files.stream(e.name))
             except NestingError as exc:
-                raise SourceError(f"{e.url}: {exc}") from None
+                raise SourceError(f"{e.name}: {exc}") from None
             except SourceError:
                 raise
             except Exception as exc:
-                raise SourceError(f"{e.url}: cannot read as JSON Lines (one JSON object a line; a JSON array file "
+                files.check_unchanged(e.name)  # rewritten while it was counted: said so
+                raise SourceError(f"{e.name}: cannot read as JSON Lines (one JSON object a line; a JSON array file "
                                   f"is read from local disk only): {first_line(exc)}") from None
             rows_of.append(rows)
             schemas.append(schema)
-        remember_jsonl(fingerprint, [e.url for e in entries], rows_of, schemas)
+        remember_jsonl(fingerprint, [e.name for e in entries], rows_of, schemas)
     else:
         rows_of, schemas = known
     parts, start = [], 0
     for e, rows, schema in zip(entries, rows_of, schemas):
-        parts.append(Part(start, e.url, rows=rows, columns=schema.names, jsonl_schema=schema, remote=files))
+        parts.append(Part(start, e.name, rows=rows, columns=schema.names, jsonl_schema=schema, remote=files))
         start += rows
     return parts
 
@@ -213,7 +237,7 @@ def open_hub_files(spec: str, hub, split: str | None) -> Source:
     if split is not None and split not in hub.splits:
         raise SourceError(f"{spec}: no split {split!r}; splits are {', '.join(names)}")
     chosen = [split] if split is not None else names
-    files = RemoteFiles({e.url: e for s in chosen for e in hub.splits[s]}, resolved=hub.resolved, revision=hub.sha,
+    files = RemoteFiles(by_name(e for s in chosen for e in hub.splits[s]), resolved=hub.resolved, revision=hub.sha,
                         notes=hub.notes)
     splits = tuple(remote_split(s, hub.splits[s], files) for s in chosen)
     return Source(spec, "hub", splits, True, remote=files)

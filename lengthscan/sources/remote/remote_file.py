@@ -3,9 +3,10 @@
 ``RemoteFile`` is a raw (unbuffered) file object: each ``read`` is one request for exactly the
 bytes asked, so Parquet reads fetch the footer and the column chunks of the row groups read and
 nothing else. Sequential readers (JSON Lines, CSV) wrap it in a large ``io.BufferedReader``.
-A failed request is retried ``RETRIES`` times with exponential backoff, then the run stops with
-a ``SourceError`` naming the file and the byte range; a file that is no longer the one listed
-(``stores.Changed``) stops it at once.
+A failed request (a timeout, a server error) is retried ``network.RETRIES`` times with exponential
+backoff, then the run stops with a ``SourceError`` naming the file and the byte range; a file that
+is no longer the one listed (``network.Changed``), and an answer that is not the bytes asked
+(``network.WrongAnswer``), stop it at once. Files are named as ``RemoteEntry.name`` shows them.
 """
 
 from __future__ import annotations
@@ -15,14 +16,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from lengthscan.sources.remote.stores import Changed, Gone, RemoteEntry, store_for
+from lengthscan.sources.remote import network
+from lengthscan.sources.remote.network import Changed, Gone, RemoteEntry
+from lengthscan.sources.remote.stores import store_for
 from lengthscan.sources.source import SourceError, first_line
 
-#: Attempts after the first for one range.
-RETRIES = 4
-#: Seconds before the first retry (doubled at each, at most ``BACKOFF_MAX``).
-BACKOFF = 0.25
-BACKOFF_MAX = 4.0
 #: Bytes a sequential reader (JSON Lines, CSV) asks at once.
 STREAM_BLOCK = 8 << 20
 
@@ -84,28 +82,29 @@ class RemoteFile(io.RawIOBase):
         """Bytes ``[start, end)``, retried with backoff; a ``SourceError`` naming the range when it fails."""
         if end <= start:
             return b""
-        wait = BACKOFF
-        for attempt in range(RETRIES + 1):
+        name, wait = self.entry.name, network.BACKOFF
+        for attempt in range(network.RETRIES + 1):
             try:
                 data = self._read(start, end)
             except Changed as exc:
-                raise SourceError(f"{self.entry.url}: the file changed during the run ({exc}); nothing was "
-                                  "mixed: run again") from None
+                raise SourceError(f"{name}: the file changed during the run ({exc}); nothing was mixed: "
+                                  "run again") from None
             except Gone as exc:
-                raise SourceError(f"{self.entry.url}: bytes {start}-{end - 1}: {exc}") from None
+                raise SourceError(f"{name}: bytes {start}-{end - 1}: {exc}") from None
             except SourceError:
                 raise
-            except Exception as exc:  # each library its own errors (aiohttp's, httpx's, pyarrow's OSError)
-                if attempt == RETRIES:
-                    raise SourceError(f"{self.entry.url}: bytes {start}-{end - 1}: the request failed "
-                                      f"{RETRIES + 1} times ({first_line(exc)})") from None
+            except Exception as exc:  # each library its own errors (aiohttp's, pyarrow's OSError, timeouts)
+                if attempt == network.RETRIES:
+                    why = network.timeout_text(exc) if network.is_timeout(exc) else first_line(exc)
+                    raise SourceError(f"{name}: bytes {start}-{end - 1}: the request failed "
+                                      f"{network.RETRIES + 1} times ({why})") from None
                 self.traffic.retried()
                 time.sleep(wait)
-                wait = min(wait * 2, BACKOFF_MAX)
+                wait = min(wait * 2, network.BACKOFF_MAX)
                 continue
-            self.traffic.add(self.entry.url, len(data))
+            self.traffic.add(name, len(data))
             if len(data) != end - start:
-                raise SourceError(f"{self.entry.url}: bytes {start}-{end - 1}: {len(data):,} bytes came back "
+                raise SourceError(f"{name}: bytes {start}-{end - 1}: {len(data):,} bytes came back "
                                   f"of {end - start:,} (the file is shorter than when it was listed: changed "
                                   "during the run?)")
             return data
@@ -122,13 +121,13 @@ def parquet_file(entry: RemoteEntry, traffic: Traffic):
     raw = RemoteFile(entry, traffic)
     size = entry.size
     if size < 12:
-        raise SourceError(f"{entry.url}: {size} bytes: too short for a Parquet file")
+        raise SourceError(f"{entry.name}: {size} bytes: too short for a Parquet file")
     tail = raw.read_range(size - 8, size)
     if tail[4:] != b"PAR1":
-        raise SourceError(f"{entry.url}: not a Parquet file (no PAR1 at its end)")
+        raise SourceError(f"{entry.name}: not a Parquet file (no PAR1 at its end)")
     length = int.from_bytes(tail[:4], "little")
     if length + 12 > size:
-        raise SourceError(f"{entry.url}: its Parquet footer claims {length:,} bytes of a {size:,}-byte file")
+        raise SourceError(f"{entry.name}: its Parquet footer claims {length:,} bytes of a {size:,}-byte file")
     footer = raw.read_range(size - 8 - length, size - 8)
     meta = pq.read_metadata(pa.BufferReader(b"PAR1" + footer + tail))
     return pq.ParquetFile(pa.PythonFile(raw, mode="r"), metadata=meta, pre_buffer=True), footer, raw
@@ -139,7 +138,7 @@ def input_stream(entry: RemoteEntry, traffic: Traffic):
     import pyarrow as pa
 
     raw = pa.PythonFile(io.BufferedReader(RemoteFile(entry, traffic), buffer_size=STREAM_BLOCK), mode="r")
-    codec = _codec(entry.url)
+    codec = _codec(entry.name)
     return pa.CompressedInputStream(raw, codec) if codec else raw
 
 

@@ -1,10 +1,10 @@
 """Where remote files live, one store per scheme: list a URL or glob, stat a file, read a byte range.
 
 Every read is one ranged request for exactly the bytes asked (no read-ahead): pyarrow's
-``S3FileSystem``/``GcsFileSystem`` ``read_at``, fsspec's ``HTTPFileSystem.cat_file`` with a
-``Range`` header (and ``If-Match`` on the ETag seen when the file was listed, so a file rewritten
-during the run answers 412 instead of mixing two versions), and ``HfFileSystem`` files opened with
-``cache_type="none"`` at a revision pinned to a commit sha. Credentials come from where each
+``S3FileSystem``/``GcsFileSystem`` ``read_at``, a ranged GET on fsspec's HTTP session
+(``http_store``: the answer checked against the range asked and the file listed), and
+``HfFileSystem`` files opened with ``cache_type="none"`` at a revision pinned to a commit sha.
+Connections and reads time out (``network.timeouts``). Credentials come from where each
 library looks: the AWS environment and configuration (``AWS_ENDPOINT_URL`` too), Google's
 application default credentials, ``HF_TOKEN`` and the hub's login; none is ever written anywhere.
 """
@@ -14,8 +14,12 @@ from __future__ import annotations
 import fnmatch
 import os
 import threading
-from dataclasses import dataclass
 from urllib.parse import urlsplit
+
+from lengthscan.sources.remote.http_store import HttpStore
+from lengthscan.sources.remote.network import Gone, RemoteEntry, has_magic, timeouts
+
+__all__ = ["store_for", "is_remote", "has_magic", "hub_version", "ArrowStore", "HttpStore", "HubStore"]
 
 #: Seconds a GCS request is retried for before it fails.
 GCS_RETRY_S = 15
@@ -23,30 +27,9 @@ GCS_RETRY_S = 15
 SCHEMES = ("s3", "gs", "gcs", "http", "https", "hf")
 
 
-class Changed(OSError):
-    """The file is not the one listed: another ETag, size or revision (rewritten during the run)."""
-
-
-class Gone(OSError):
-    """The file is no longer there (404), or access is refused (403): retrying cannot help."""
-
-
-@dataclass(frozen=True)
-class RemoteEntry:
-    """A listed file: its URL, size and version (ETag, modification time or the hub's blob id)."""
-
-    url: str
-    size: int
-    version: str
-
-
 def is_remote(spec) -> bool:
     """``spec`` names a remote file, glob or folder (``s3://``, ``gs://``, ``http(s)://``, ``hf://``)."""
     return isinstance(spec, str) and urlsplit(spec).scheme.lower() in SCHEMES and "://" in spec
-
-
-def has_magic(url: str) -> bool:
-    return any(ch in urlsplit(url).path for ch in "*?[")
 
 
 def store_for(url: str):
@@ -61,8 +44,9 @@ def store_for(url: str):
 
 
 #: The environment that says where a scheme's store is (a store is made anew when it changes).
-_ENDPOINT_VARS = {"s3": ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION"),
-                  "hf": ("HF_ENDPOINT",)}
+_ENDPOINT_VARS = {"s3": ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION",
+                         "LENGTHSCAN_HTTP_TIMEOUT"),
+                  "http": ("LENGTHSCAN_HTTP_TIMEOUT",), "hf": ("HF_ENDPOINT",)}
 
 
 _STORES: dict = {}
@@ -87,7 +71,8 @@ class ArrowStore:
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         if region:
             kwargs["region"] = region
-        return cls(fs.S3FileSystem(**kwargs), "s3")
+        connect, read = timeouts()
+        return cls(fs.S3FileSystem(connect_timeout=connect, request_timeout=read, **kwargs), "s3")
 
     @classmethod
     def gcs(cls) -> "ArrowStore":
@@ -114,8 +99,9 @@ class ArrowStore:
         return cls(fs.GcsFileSystem(**kwargs), "gs")
 
     def _path(self, url: str) -> str:
+        """The bucket and key (user information and query string are not part of them)."""
         parts = urlsplit(url)
-        return f"{parts.netloc}{parts.path}"
+        return f"{parts.netloc.rsplit('@', 1)[-1]}{parts.path}"
 
     def _url(self, path: str) -> str:
         return f"{self.scheme}://{path}"
@@ -160,66 +146,6 @@ class ArrowStore:
             except BaseException:
                 handle.clear()  # reopened by the next attempt
                 raise
-        return read
-
-
-class HttpStore:
-    """Plain HTTP(S) through fsspec's ``HTTPFileSystem``: a ranged GET per read, no block cache."""
-
-    def __init__(self):
-        import fsspec
-
-        self.fs = fsspec.filesystem("http", skip_instance_cache=True)
-
-    def _entry(self, url: str, info: dict) -> RemoteEntry:
-        if info.get("size") is None:
-            raise OSError(f"{url}: the server does not say the file's size (no Content-Length): it cannot be read "
-                          "by range")
-        version = info.get("ETag") or info.get("Last-Modified") or ""
-        return RemoteEntry(url, int(info["size"]), str(version))
-
-    def list(self, url: str) -> list[RemoteEntry]:
-        if has_magic(url):
-            urls = sorted(self.fs.glob(url))
-        elif url.endswith("/"):
-            urls = sorted(u for u in self.fs.find(url) if not u.endswith("/"))
-        else:
-            urls = [url]
-        out = []
-        for u in urls:
-            try:
-                out.append(self._entry(u, self.fs.info(u)))
-            except FileNotFoundError as exc:  # fsspec says so of a 404 and of a server it cannot reach
-                cause = exc.__cause__ or exc.__context__
-                why = f"{type(cause).__name__}: {str(cause).splitlines()[0][:200]}" if cause else "404, not found"
-                raise Gone(f"{u}: cannot be read ({why})") from None
-        return out
-
-    def stat(self, url: str) -> RemoteEntry | None:
-        try:
-            return self._entry(url, self.fs.info(url))
-        except FileNotFoundError:
-            return None
-
-    def opener(self, entry: RemoteEntry):
-        headers = {"If-Match": entry.version} if entry.version.startswith(('"', 'W/"')) else {}
-
-        def read(start: int, end: int) -> bytes:
-            try:
-                data = self.fs.cat_file(entry.url, start=start, end=end, headers=headers)
-            except FileNotFoundError as exc:
-                raise Gone(f"no longer there (404): {exc}") from None
-            except Exception as exc:
-                status = getattr(exc, "status", None)
-                if status == 412:
-                    raise Changed("its ETag changed (412 Precondition Failed)") from None
-                if status in (401, 403, 404, 410):
-                    raise Gone(f"HTTP {status}") from None
-                raise
-            if len(data) > end - start:
-                raise Gone(f"the server answered {len(data):,} bytes to a request for {end - start:,}: it does not "
-                           "serve byte ranges (a server with Range support is needed)")
-            return data
         return read
 
 

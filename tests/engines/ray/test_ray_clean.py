@@ -294,6 +294,31 @@ def test_s3_clean_same_as_local_files(cluster, tmp_path, tmp_path_factory, s3_co
     _same_outputs(local, tmp_path / "ray", rename=lambda v: v.replace("s3://corpus/shards", folder) if v else v)
 
 
+def test_s3_file_rewritten_during_the_run_is_said_to_have_changed(cluster, s3_corpus):
+    """Each file's size and modification time when listed, asked again once read (the engine's measuring
+    and writing passes call ``check_unchanged`` after their reads, and when a read fails)."""
+    import boto3
+    import ray
+
+    from lengthscan.engines.ray.session import EngineError
+    from lengthscan.engines.ray.sources import check_unchanged, open_for_ray
+
+    src = open_for_ray(ray, s3_corpus["parquet"][0], None)
+    check_unchanged(src.splits[0])  # as listed: nothing to say
+    client, key = boto3.client("s3"), "shards/part-1.parquet"
+    body = client.get_object(Bucket="corpus", Key=key)["Body"].read()
+    client.put_object(Bucket="corpus", Key=key, Body=body[:-1])
+    try:
+        with pytest.raises(EngineError, match=rf"^s3://corpus/{key}: the file changed during the run \(size "
+                                              rf"{len(body):,} -> {len(body) - 1:,}, modified "):
+            check_unchanged(src.splits[0])
+        client.delete_object(Bucket="corpus", Key=key)
+        with pytest.raises(EngineError, match=rf"^s3://corpus/{key}: the file changed during the run \(it is gone"):
+            check_unchanged(src.splits[0])
+    finally:
+        client.put_object(Bucket="corpus", Key=key, Body=body)
+
+
 def test_s3_missing_object_exits_2(cluster, tmp_path, s3_corpus, bpe_dir, capsys):
     assert main(["audit", "s3://corpus/nothing-here/*.parquet", "--engine", "ray", "--tokenizer", str(bpe_dir),
                  "--input", "text", "--full", "--out", str(tmp_path / "out"), "--quiet"]) == 2

@@ -395,3 +395,9 @@ def test_seconds_to_whisper_frames_end_to_end(speech):
         y, _ = librosa.load(str(path), sr=rule.sampling_rate)
         feats = fe(y, sampling_rate=16000, padding="longest", truncation=False, return_tensors="np")["input_features"]
         assert feats.shape[-1] == frames
+
+
+def test_an_audio_url_is_named_without_its_credentials_or_query():
+    info = read_info("https://alice7q:s3cr3tPW@host/clips/a.wav?X-Amz-Signature=SIGdeadbeef")
+    assert info.error.startswith("a URL, not a local file: https://***@host/clips/a.wav (")
+    assert not any(s in info.error for s in ("alice7q", "s3cr3tPW", "SIGdeadbeef"))

@@ -124,17 +124,16 @@ def test_failed_requests_are_retried_and_counted(tmp_path, server, corpus_dir, b
 
 
 @pytest.mark.slow
-def test_a_request_that_keeps_failing_exits_2_naming_the_file_and_range(tmp_path, server, bpe_dir, capsys):
-    import lengthscan.sources.remote.remote_file as remote_file
+def test_a_request_that_keeps_failing_exits_2_naming_the_file_and_range(tmp_path, server, bpe_dir, capsys,
+                                                                         monkeypatch):
+    from lengthscan.sources.remote import network
 
     server.fail_path("part-2.parquet", status=503)
-    saved = remote_file.BACKOFF
-    remote_file.BACKOFF = 0.01  # the retries themselves, without their waits
+    monkeypatch.setattr(network, "BACKOFF", 0.01)  # the retries themselves, without their waits
     try:
         code = main(["audit", f"{server.url}/files/parquet/*.parquet", "--tokenizer", str(bpe_dir), "--input", "text",
                      "--full", "--no-cache", "--out", str(tmp_path / "out"), "--quiet"])
     finally:
-        remote_file.BACKOFF = saved
         server.clear_faults()
     err = capsys.readouterr().err
     assert code == 2
