@@ -54,7 +54,7 @@ class HttpStore:
     def _asked(self, method: str, url: str, headers: dict):
         """(status, headers) of a request without its body, retried on a timeout or a server error;
         ``Gone`` naming the URL when it cannot be asked."""
-        wait = network.BACKOFF
+        wait, timeouts = network.BACKOFF, 0
         for attempt in range(network.RETRIES + 1):
             try:
                 status, answer, _ = self.request(method, url, headers)
@@ -66,8 +66,9 @@ class HttpStore:
                     raise Gone(f"{display_url(url)}: cannot be read ({type(exc).__name__}: {first_line(exc)})") \
                         from None
                 problem = network.timeout_text(exc)
-            if attempt == network.RETRIES:
-                raise Gone(f"{display_url(url)}: cannot be read: the request failed {network.RETRIES + 1} times "
+                timeouts += 1
+            if attempt == network.RETRIES or timeouts > network.TIMEOUT_RETRIES:
+                raise Gone(f"{display_url(url)}: cannot be read: the request failed {attempt + 1} times "
                            f"({problem})")
             time.sleep(wait)
             wait = min(wait * 2, network.BACKOFF_MAX)

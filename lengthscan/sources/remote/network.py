@@ -4,7 +4,8 @@ check that an answer holds exactly the bytes asked of the file listed.
 Timeouts: a connection must be made within ``CONNECT_TIMEOUT_S`` seconds and a server that stops
 sending (before its answer or within it) is given up after ``READ_TIMEOUT_S`` seconds of silence;
 ``LENGTHSCAN_HTTP_TIMEOUT`` (seconds) sets both. A request that times out is retried
-(``RETRIES`` times, with backoff), then the run stops with exit 2 naming the URL.
+(``TIMEOUT_RETRIES`` times, with backoff; other failures ``RETRIES`` times), then the run stops with
+exit 2 naming the URL.
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ from lengthscan.sources.urls import display_url
 
 #: Seconds to make a connection, and of silence from a server before a request is given up.
 CONNECT_TIMEOUT_S = 10.0
-READ_TIMEOUT_S = 30.0
+READ_TIMEOUT_S = 15.0
 #: Seconds for both, overriding the defaults (tests and slow links).
 TIMEOUT_VAR = "LENGTHSCAN_HTTP_TIMEOUT"
-#: Attempts after the first for one request that failed (a timeout, a server error).
+#: Attempts after the first for one request that failed (a server error, a dropped connection).
 RETRIES = 4
+#: Of those, the attempts after a timeout (a server that stalls is given up within about
+#: ``(TIMEOUT_RETRIES + 1) * READ_TIMEOUT_S`` seconds, not retried for minutes).
+TIMEOUT_RETRIES = 2
 #: Seconds before the first retry (doubled at each, at most ``BACKOFF_MAX``).
 BACKOFF = 0.25
 BACKOFF_MAX = 4.0

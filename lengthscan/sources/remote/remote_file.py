@@ -82,7 +82,7 @@ class RemoteFile(io.RawIOBase):
         """Bytes ``[start, end)``, retried with backoff; a ``SourceError`` naming the range when it fails."""
         if end <= start:
             return b""
-        name, wait = self.entry.name, network.BACKOFF
+        name, wait, timeouts = self.entry.name, network.BACKOFF, 0
         for attempt in range(network.RETRIES + 1):
             try:
                 data = self._read(start, end)
@@ -94,10 +94,11 @@ class RemoteFile(io.RawIOBase):
             except SourceError:
                 raise
             except Exception as exc:  # each library its own errors (aiohttp's, pyarrow's OSError, timeouts)
-                if attempt == network.RETRIES:
+                timeouts += network.is_timeout(exc)
+                if attempt == network.RETRIES or timeouts > network.TIMEOUT_RETRIES:
                     why = network.timeout_text(exc) if network.is_timeout(exc) else first_line(exc)
                     raise SourceError(f"{name}: bytes {start}-{end - 1}: the request failed "
-                                      f"{network.RETRIES + 1} times ({why})") from None
+                                      f"{attempt + 1} times ({why})") from None
                 self.traffic.retried()
                 time.sleep(wait)
                 wait = min(wait * 2, network.BACKOFF_MAX)
