@@ -216,15 +216,11 @@ class TokenCounter:
     def empty_length(self, role: str) -> int:
         """The length of "" for ``role`` (its special tokens), remembered per tokenizer file hash so a
         run on cached lengths does not load the tokenizer just for it."""
-        import json
-
-        from lengthscan.sources.cache_dir import cache_root, write_cache_json
+        from lengthscan.sources.cache_dir import cache_root, read_cache_json, write_cache_json
 
         path = cache_root() / "tokenizers" / f"{self.hash}.json"
-        try:
-            known = json.loads(path.read_text())
-        except (OSError, ValueError):
-            known = {}
+        known = read_cache_json(path) if path.exists() else None
+        known = known if isinstance(known, dict) else {}
         if role not in known:
             known[role] = int(self.count([""], role)[0][0])
             write_cache_json(path, known)
