@@ -365,3 +365,39 @@ def test_a_tampered_rank_table_is_rebuilt_never_used(bpe_dir, tmp_path, docs):
         assert counts == truth
         assert counting["engine"].startswith("tiktoken"), counting  # rebuilt, not fallen back to the tokenizer
         assert path.exists() and engine._load(path).ranks == derived.ranks  # noqa: SLF001 - rewritten sound
+
+
+def _verify_source(tmp_path, docs):
+    texts = docs[:80] + [""] * 10 + [docs[0]] * 5 + [None] * 5  # 85 rows with text, 5 of them one text
+    src = tmp_path / "s.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    return src, sum(1 for t in texts if t)
+
+
+def test_verify_counts_recounts_no_more_rows_than_were_counted(bpe_dir, docs, tmp_path, capsys):
+    """--verify-counts 1000 on 100 rows said 101 recounted: the empty rows and the empty string's own
+    length were recounted too. Now every row the engine counted is recounted once and no other
+    text: the figure the terminal prints equals the rows with text."""
+    from lengthscan.cli.main import main
+
+    src, with_text = _verify_source(tmp_path, docs)
+    assert main(["audit", str(src), "--tokenizer", str(bpe_dir), "--input", "text", "--no-cache", "--full",
+                 "--verify-counts", "1000", "--out", str(tmp_path / "a")]) == 0
+    terminal = " ".join(capsys.readouterr().out.split())
+    counting = json.loads((tmp_path / "a" / "report.json").read_text())["tokenizer"]["counting"]["input"]
+    assert counting["by_tokenizer"] == 0 and counting["texts"] == counting["verified"] == with_text == 85
+    assert "(85 texts, 0 left to the tokenizer, 85 recounted by it and equal)" in terminal
+
+
+@pytest.mark.parametrize("action", ["drop", "truncate"])
+def test_prefixes_probes_and_truncation_searches_are_no_rows(bpe_dir, docs, tmp_path, action):
+    """A clean's decide-only prefixes, the bounds' probes and the truncation's searches go through
+    the engine too (they were tallied and recounted as rows: 194 and 253 texts of 100 rows)."""
+    from lengthscan.cli.main import main
+
+    src, with_text = _verify_source(tmp_path, docs)
+    out = tmp_path / action
+    assert main(["clean", str(src), "--tokenizer", str(bpe_dir), "--input", "text", "--no-cache", "--verify-counts",
+                 "1000", "--limit", "input_tokens<=20", "--action", action, "--quiet", "--out", str(out)]) == 0
+    counting = json.loads((out / "report.json").read_text())["tokenizer"]["counting"]["input"]
+    assert counting["by_tokenizer"] == 0 and 0 < counting["verified"] == counting["texts"] <= with_text, counting
