@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from lengthscan import __version__
 from lengthscan.sources import arrays
-from lengthscan.sources.cache_dir import cache_root, distrust, file_digest
+from lengthscan.sources.cache_dir import MISMATCH, NO_CHECKSUM, cache_root, distrust, file_digest
 
 _SCHEMA = pa.schema([("length", pa.int64()), ("flag", pa.int8())])
 
@@ -67,7 +67,7 @@ def cached_path(key: str) -> Path | None:
                 return path
         except OSError:
             continue
-        distrust(path, "no checksum" if len(digest) != 64 else "a checksum its content does not match",
+        distrust(path, NO_CHECKSUM if len(digest) != 64 else MISMATCH,
                  "length cache", "measuring instead")
     return None
 

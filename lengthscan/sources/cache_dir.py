@@ -13,6 +13,8 @@ import json
 import os
 from pathlib import Path
 
+#: What ``distrust`` is told of a file without a checksum, or whose checksum does not match.
+NO_CHECKSUM, MISMATCH = "no checksum", "a checksum its content does not match"
 #: The first line of a text cache file: its content's SHA-256 follows.
 DIGEST_HEADER = "lengthscan-sha256:"
 
@@ -58,7 +60,7 @@ def read_cache_text(path: Path) -> str | None:
         return None
     head, _, text = raw.partition("\n")
     if head != DIGEST_HEADER + text_digest(text):
-        distrust(path, "no checksum" if not head.startswith(DIGEST_HEADER) else "a checksum its content does not match")
+        distrust(path, NO_CHECKSUM if not head.startswith(DIGEST_HEADER) else MISMATCH)
         return None
     return text
 
@@ -79,7 +81,11 @@ def distrust(path: Path, why: str, what: str = "cache", instead: str = "rebuilt"
     """Warn that the cache file ``path`` (with ``why`` wrong) is not used, and remove it."""
     import warnings
 
-    warnings.warn(f"lengthscan: {what} not used: {path} has {why} (changed since lengthscan wrote it); {instead}",
+    if why == NO_CHECKSUM:
+        why += " (written by an older lengthscan, or changed since)"
+    elif why == MISMATCH:
+        why += " (changed since lengthscan wrote it)"
+    warnings.warn(f"lengthscan: {what} not used: {path} has {why}; {instead}",
                   RuntimeWarning, stacklevel=3)
     try:
         path.unlink(missing_ok=True)

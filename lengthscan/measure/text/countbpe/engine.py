@@ -305,7 +305,7 @@ def _digest(arrays: dict) -> bytes:
 def _load(path: Path) -> Derived | None:
     """The cached table, or None: missing, unreadable, or (with a warning, the file removed) not
     the table that was written, which would count wrong without a word."""
-    from lengthscan.sources.cache_dir import distrust
+    from lengthscan.sources.cache_dir import MISMATCH, NO_CHECKSUM, distrust
 
     if not path.exists():
         return None
@@ -317,7 +317,7 @@ def _load(path: Path) -> Derived | None:
         distrust(path, f"content that does not read ({type(exc).__name__})")
         return None
     if digest != _digest(arrays):
-        distrust(path, "no checksum" if digest is None else "a checksum its content does not match")
+        distrust(path, NO_CHECKSUM if digest is None else MISMATCH)
         return None
     blob, sizes, ranks, meta = arrays["blob"].tobytes(), arrays["sizes"], arrays["ranks"], arrays["meta"]
     ends = np.cumsum(sizes)
