@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import re
-from contextlib import contextmanager
+import threading
 
 #: integers a template may compute, in bits (a template counts and indexes; 10**10**8 is a hang)
 INT_BITS = 4096
@@ -36,23 +36,38 @@ def render_capped(render, cap: int):
     """``render()`` (a call of transformers' ``render_jinja_template``) with templates compiled in
     the capped overlay of transformers' environment; uncapped if this transformers compiles
     otherwise (the time budget still holds)."""
+    if not _hooked():
+        return render()
+    previous = getattr(_ACTIVE, "cap", None)
+    _ACTIVE.cap = cap
+    try:
+        return render()
+    finally:
+        _ACTIVE.cap = previous
+
+
+#: the cap of the rendering under way in this thread (None: none of lengthscan's)
+_ACTIVE = threading.local()
+
+
+@functools.cache
+def _hooked() -> bool:
+    """transformers' template compiler (the one hook ``render_jinja_template`` has) replaced, once,
+    by one that compiles in the capped overlay while a rendering of lengthscan's is under way in
+    the calling thread, and as before otherwise: other callers in the process see no change."""
     try:
         from transformers.utils import chat_template_utils as ctu
 
-        original = ctu._compile_jinja_template  # noqa: SLF001 - the one hook render_jinja_template has
+        original = ctu._compile_jinja_template  # noqa: SLF001
     except (ImportError, AttributeError):
-        return render()
-    with _swapped(ctu, original, cap):
-        return render()
+        return False
 
+    def compile_template(text):
+        cap = getattr(_ACTIVE, "cap", None)
+        return original(text) if cap is None else capped_template(text, cap, original)
 
-@contextmanager
-def _swapped(module, original, cap: int):
-    module._compile_jinja_template = lambda text: capped_template(text, cap, original)
-    try:
-        yield
-    finally:
-        module._compile_jinja_template = original
+    ctu._compile_jinja_template = compile_template  # noqa: SLF001
+    return True
 
 
 @functools.lru_cache(maxsize=16)

@@ -102,3 +102,12 @@ def test_a_hostile_template_marks_rows_too_long_through_the_cli(tmp_path, chat_t
     assert all("the rendering is longer than --max-chars 10,000,000 characters" in table["chat_error"][i]
                for i in (1, 3))
     assert table["sequence_tokens"][0] > 0 and table["sequence_tokens"][2] > 0
+
+
+def test_other_callers_of_transformers_are_not_capped(chat_tok):
+    """The cap holds while lengthscan renders, in its thread: transformers' own callers in the same
+    process render as before."""
+    text = "{{ 'x' * 200000 }}"
+    with pytest.raises(RenderTooLong):
+        Renderer(ChatTemplate(text, "test"), {}, max_chars=CAP).render(HELLO)
+    assert chat_tok.apply_chat_template(HELLO, chat_template=text, tokenize=False) == "x" * 200000
