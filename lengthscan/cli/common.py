@@ -107,22 +107,17 @@ def _print_summary(result, data: dict, json_out: bool) -> None:
                                     "(open report.html in a browser)"))
 
 
+def usage_error(exc: Exception) -> BaseException | None:
+    """The error that means bad usage or unreadable input (exit 2, one line, no traceback): ``exc``
+    itself, or the one it holds (the original inside a Ray task's error); None otherwise."""
+    from lengthscan.engines.errors import user_error_in
+
+    return user_error_in(exc)
+
+
 def is_usage_error(exc: Exception) -> bool:
     """Errors that mean bad usage or unreadable input (exit 2, one line, no traceback)."""
-    from lengthscan.engines.options import OptionError
-    from lengthscan.measure.batch import ColumnError
-    from lengthscan.measure.chat.template import ChatTemplateError
-    from lengthscan.measure.images.processor import ProcessorError
-    from lengthscan.measure.text.loading import TokenizerError
-    from lengthscan.pack.options import PackingError
-    from lengthscan.policy.model_limits import ModelError
-    from lengthscan.policy.rules import RuleError
-    from lengthscan.sources.sampling import SampleError
-    from lengthscan.sources.source import SourceError
-    from lengthscan.write.staging import OutputError
-
-    return isinstance(exc, (ColumnError, SampleError, SourceError, TokenizerError, OutputError, ModelError,
-                            RuleError, ChatTemplateError, OptionError, PackingError, ProcessorError))
+    return usage_error(exc) is not None
 
 
 def disk_error(exc: BaseException) -> str | None:

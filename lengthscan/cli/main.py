@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import sys
 
@@ -19,12 +20,12 @@ from lengthscan.cli.common import (
     EXIT_USAGE,
     ProgressBars,
     disk_error,
-    is_usage_error,
     print_result,
     printable,
     say,
     silence_stderr,
     to_devnull,
+    usage_error,
 )
 from lengthscan.cli.flags import (
     PACKING_FLAGS,
@@ -163,8 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         _quiet_stdout()
         return EXIT_OK
     except Exception as exc:
-        if is_usage_error(exc):
-            say(f"lengthscan: error: {exc}")
+        if (usage := usage_error(exc)) is not None:  # a Ray task's: the original, not its remote traceback
+            say(f"lengthscan: error: {usage}")
             return EXIT_USAGE
         if (disk := disk_error(exc)) is not None:
             say(f"lengthscan: error: {disk}")
@@ -210,12 +211,19 @@ def _quiet_stdout() -> None:
         pass
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
 def _internal_error(exc: Exception) -> int:
     """An unexpected error: one line, the full traceback in a file, exit code 3 (never 1, the gate's)."""
     import tempfile
     import traceback
 
-    text = redact_urls("".join(traceback.format_exception(exc)))
+    from lengthscan.engines.errors import remote_cause
+
+    # a Ray task's traceback is in colours; URLs without their credentials and query strings
+    text = redact_urls(_ANSI.sub("", "".join(traceback.format_exception(exc))))
+    exc = remote_cause(exc)  # the one line: the original error, not Ray's wrapper
     try:
         fd, path = tempfile.mkstemp(prefix="lengthscan-error-", suffix=".txt")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from lengthscan.measure.records import FLAG_CODES, FLAG_TOO_LONG, MEASURED_FLAGS, FieldSpec, Measured
 from lengthscan.sources.scan import Batch
-from lengthscan.sources.source import SplitSource, name_list
+from lengthscan.sources.source import SplitSource, did_you_mean, name_list
 
 
 class ColumnError(ValueError):
@@ -48,6 +48,7 @@ class RoleField:
     kind: str  # "text", "audio" or "chat"
     specs: tuple[FieldSpec, ...]
     extra: tuple[str, ...] = ()  # other columns read with it (chat: completion, tools)
+    flags: tuple[tuple[str, str], ...] = ()  # (column, the option that named it) where not --{role}
 
     @property
     def primary(self) -> FieldSpec:
@@ -85,13 +86,16 @@ def role_fields(*, input: str | None = None, target: str | None = None, audio: s
         from lengthscan.measure.chat.counter import chat_specs
 
         extra = tuple(c for c in chat.columns if c != chat.column)
-        return (RoleField("chat", chat.column, "chat", chat_specs(chat.column, chat.vision), extra),)
+        named = (("--images", chat.images), ("--tools", chat.tools), ("--completion", chat.completion),
+                 ("--prompt", chat.prompt), ("--messages", chat.messages))  # the first option naming it last
+        flags = tuple(dict((column, flag) for flag, column in named if column).items())
+        return (RoleField("chat", chat.column, "chat", chat_specs(chat.column, chat.vision), extra, flags),)
     fields = []
     if input:
         fields.append(RoleField("input", input, "text", (FieldSpec("input", input, "tokens"),)))
     if audio:
         specs = tuple(FieldSpec("input", audio, u) for u in audio_settings.units())
-        fields.append(RoleField("input", audio, "audio", specs))
+        fields.append(RoleField("input", audio, "audio", specs, flags=((audio, "--audio"),)))
     if target:
         fields.append(RoleField("target", target, "text", (FieldSpec("target", target, "tokens"),)))
     if not fields:
@@ -291,8 +295,8 @@ def identity_field(src, column: str | None, reserved=()) -> pa.Field | None:
     kind = None
     for split_src in src.splits:
         if column not in split_src.column_names:
-            raise ColumnError(f"{src.spec}: no column {column!r} for --id; columns are: "
-                              f"{name_list(split_src.column_names)}")
+            hint = _columns_hint(column, split_src.column_names)
+            raise ColumnError(f"{src.spec}: no column {column!r} for --id; {hint}")
         feature = split_src.parts[0].features().get(column) if split_src.parts else None
         try:
             kind = to_arrow_type(feature)
@@ -318,7 +322,11 @@ def check_columns(src, fields) -> None:
                     if column not in have:
                         where = part.path if split_src.multi_file and part.path else src.spec
                         where += f" (split {split_src.name})" if src.has_splits else ""
-                        flag = ("--audio" if f.kind == "audio" else "a conversation" if f.kind == "chat"
-                                else f"--{f.role}")
-                        raise ColumnError(f"{where}: no column {column!r} for {flag}; "
-                                          f"columns are: {name_list(have)}")
+                        flag = dict(f.flags).get(column, f"--{f.role}")
+                        raise ColumnError(f"{where}: no column {column!r} for {flag}; {_columns_hint(column, have)}")
+
+
+def _columns_hint(column: str, have) -> str:
+    """What a message on a missing column ends with: the closest column, and those there are."""
+    guess = did_you_mean(column, have)
+    return (f"did you mean {guess!r}? " if guess else "") + f"columns are: {name_list(have)}"

@@ -2,8 +2,9 @@
 
 One Parquet file per (split content, column, role, unit, tokenizer file hash, max_chars,
 lengthscan version) under ``$LENGTHSCAN_CACHE`` (default ``~/.cache/lengthscan``). Written only
-after a full pass over the split, atomically; read back in row order, streamed, so memory stays
-flat however many rows there are.
+after a full pass over the split, atomically, named by its key and the SHA-256 of its bytes (a file
+that no longer matches is not read but measured again); read back in row order, streamed, so memory
+stays flat however many rows there are.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pyarrow.parquet as pq
 
 from lengthscan import __version__
 from lengthscan.sources import arrays
-from lengthscan.sources.cache_dir import cache_root
+from lengthscan.sources.cache_dir import MISMATCH, NO_CHECKSUM, cache_root, distrust, file_digest
 
 _SCHEMA = pa.schema([("length", pa.int64()), ("flag", pa.int8())])
 
@@ -51,17 +52,35 @@ def check_cached(path: Path, schema: pa.Schema, rows: int) -> None:
 
 
 def cached_path(key: str) -> Path | None:
-    path = cache_root() / "lengths" / f"{key}.parquet"
-    return path if path.exists() else None
+    """The cached file of ``key`` whose content matches the checksum in its name
+    (``<key>.<sha256>.parquet``), or None. A file that does not match (changed since it was
+    written) or has no checksum is removed with a warning: the caller measures again."""
+    folder = cache_root() / "lengths"
+    try:
+        found = sorted(folder.glob(f"{key}.*parquet"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    except OSError:
+        return None
+    for path in found:
+        digest = path.name[len(key) + 1:-len(".parquet")]
+        try:
+            if len(digest) == 64 and file_digest(path) == digest:
+                return path
+        except OSError:
+            continue
+        distrust(path, NO_CHECKSUM if len(digest) != 64 else MISMATCH,
+                 "length cache", "measuring instead")
+    return None
 
 
 class TableCacheWriter:
-    """Streams record batches of one schema to a temporary file; ``commit`` publishes it."""
+    """Streams record batches of one schema to a temporary file; ``commit`` publishes it as
+    ``<key>.<sha256 of its bytes>.parquet`` (``cached_path`` verifies it before it is read)."""
 
     def __init__(self, key: str, schema: pa.Schema):
-        self.final = cache_root() / "lengths" / f"{key}.parquet"
-        self.final.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = self.final.with_name(f".{self.final.name}.{os.getpid()}.tmp")
+        self.key = key
+        self.folder = cache_root() / "lengths"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.tmp = self.folder / f".{key}.parquet.{os.getpid()}.tmp"
         self._writer = pq.ParquetWriter(self.tmp, schema)
 
     def write_batch(self, batch: pa.RecordBatch) -> None:
@@ -69,7 +88,11 @@ class TableCacheWriter:
 
     def commit(self) -> None:
         self._writer.close()
-        os.replace(self.tmp, self.final)
+        final = self.folder / f"{self.key}.{file_digest(self.tmp)}.parquet"
+        os.replace(self.tmp, final)
+        for older in self.folder.glob(f"{self.key}.*parquet"):  # earlier writes of this key
+            if older != final:
+                older.unlink(missing_ok=True)
 
     def abort(self) -> None:
         try:

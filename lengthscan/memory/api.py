@@ -9,6 +9,7 @@ from pathlib import Path
 from lengthscan.memory.families import family_of, resolve_head, supported_model_types
 from lengthscan.memory.model import phases
 from lengthscan.memory.options import MemoryOptions, Shape
+from lengthscan.memory.sizes import MAX_CONFIG_BYTES, check_sizes
 
 __all__ = ["MemoryEstimate", "MemoryOptions", "Shape", "estimate", "estimate_many", "families", "load_config"]
 
@@ -57,56 +58,51 @@ class MemoryEstimate:
 
 
 def load_config(model: str):
-    """``AutoConfig`` of a model directory, a ``config.json`` file, or a hub name (no weights)."""
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    from transformers import AutoConfig, PretrainedConfig
+    """``AutoConfig`` of a model directory, a ``config.json`` file, or a hub name (no weights).
 
-    from lengthscan.policy.model_loading import read_config
+    A local config's sizes are checked before transformers builds anything from them (see
+    ``memory/sizes.py``): a corrupt or hostile one is a ``ModelError`` (exit 2), not a hang."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from transformers import AutoConfig
+
+    from lengthscan.policy.model_loading import ModelError, read_config
 
     path = Path(str(model)).expanduser()
     if path.is_file():
-        from lengthscan.policy.model_loading import ModelError
-
-        try:  # not JSON, not an object, transformers' own validation of the values (a size of 2.5 ...)
-            config_dict, _ = PretrainedConfig.get_config_dict(str(path))
-            if not isinstance(config_dict, dict) or not config_dict.get("model_type"):
-                raise ModelError(f"{model}: the config has no model_type")
+        config_dict = _local_config_dict(path, str(model))
+        try:  # transformers' own validation of the values (a size of 2.5 ...)
             config = AutoConfig.for_model(**config_dict)
-        except ModelError:
-            raise
         except Exception as exc:
             line = " ".join(str(exc).split())[:200] or type(exc).__name__
             raise ModelError(f"{model}: the config does not load: {line}") from None
     else:
+        if (path / "config.json").exists():  # a FIFO or device there is refused, not read
+            _local_config_dict(path / "config.json", str(model))
         config = read_config(str(model))
-    check_dims(config, str(model))
+    check_sizes(config, str(model))
     return config
 
 
-#: The sizes a memory estimate multiplies: each must be a whole number of at least 1 where present.
-DIMENSIONS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
-              "vocab_size", "n_embd", "n_layer", "n_head", "n_inner", "d_model", "d_ff", "d_kv", "num_layers",
-              "num_heads", "encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads",
-              "encoder_ffn_dim", "decoder_ffn_dim", "head_dim", "max_position_embeddings", "n_positions",
-              "num_mel_bins", "conv_dim")
+def _local_config_dict(path: Path, model: str) -> dict:
+    """A local config file's dict, its sizes checked: ``ModelError`` naming ``model`` otherwise."""
+    from transformers import PretrainedConfig
 
-
-def check_dims(config, model: str) -> None:
-    """A config whose sizes are negative, zero or not whole numbers prices nothing real: refused
-    (``ModelError``, exit 2) naming the field, in the config and its sub-configs."""
     from lengthscan.policy.model_loading import ModelError
 
-    def walk(values: dict, where: str) -> None:
-        for key, value in values.items():
-            if isinstance(value, dict):
-                walk(value, f"{where}{key}.")
-            elif key in DIMENSIONS and value is not None:
-                items = value if isinstance(value, (list, tuple)) else [value]
-                if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in items):
-                    raise ModelError(f"{model}: the config's {where}{key} is {value!r}; a model size must be a whole "
-                                     "number of at least 1")
-
-    walk(config.to_dict(), "")
+    if not path.is_file():
+        raise ModelError(f"{model}: the config is not a regular file")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ModelError(f"{model}: the config is {path.stat().st_size:,} bytes, past the bound of "
+                         f"{MAX_CONFIG_BYTES:,} (real configs are a few kilobytes): not a model's config")
+    try:  # not JSON, not an object
+        config_dict, _ = PretrainedConfig.get_config_dict(str(path))
+    except Exception as exc:
+        line = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise ModelError(f"{model}: the config does not load: {line}") from None
+    if not isinstance(config_dict, dict) or not config_dict.get("model_type"):
+        raise ModelError(f"{model}: the config has no model_type")
+    check_sizes(config_dict, model)
+    return config_dict
 
 
 def estimate(config, shape: Shape, options: MemoryOptions = MemoryOptions()) -> MemoryEstimate:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from lengthscan.memory import audio, decoder, encoder, seq2seq
 from lengthscan.memory.families import family_of, resolve_head
 from lengthscan.memory.options import MemoryOptions, Shape
+from lengthscan.memory.sizes import check_sizes
 from lengthscan.memory.tape import BYTES, Tape
 from lengthscan.memory.timeline import Phase, replay
 
@@ -23,7 +24,8 @@ class Trace:
 
 
 def trace(config, shape: Shape, options: MemoryOptions = MemoryOptions()) -> Trace:
-    """Run the family's forward pass for ``shape`` on a tape."""
+    """Run the family's forward pass for ``shape`` on a tape (the config's sizes checked first)."""
+    check_sizes(config)
     head = resolve_head(config, options.head)
     family = family_of(config)
     t = Tape(options.precision)

@@ -34,6 +34,7 @@ import numpy as np
 
 from lengthscan.measure.chat.counter import CHAT_METRICS
 from lengthscan.measure.images import IMAGE_METRICS
+from lengthscan.sources.source import did_you_mean
 from lengthscan.stats.histograms import (
     Histogram,
     metric_values,
@@ -111,9 +112,13 @@ def parse_rule(text: str) -> Rule:
     metric, op, value, action = m.group(1).replace(" ", ""), m.group(2), m.group(3), m.group(4)
     for part in metric.split("/"):
         if part not in MEASUREMENTS:
-            raise RuleError(f"limit rule {text!r}: unknown metric {part!r} (metrics: {', '.join(MEASUREMENTS)})")
+            guess = did_you_mean(part, MEASUREMENTS)
+            raise RuleError(f"limit rule {text!r}: unknown metric {part}; "
+                            + (f"did you mean {guess}?" if guess else f"metrics: {', '.join(MEASUREMENTS)}"))
     if action is not None and action not in ACTIONS:
-        raise RuleError(f"limit rule {text!r}: unknown action {action!r} (drop, truncate or drop-turns)")
+        guess = did_you_mean(action, ACTIONS)
+        raise RuleError(f"limit rule {text!r}: unknown action {action}; "
+                        + (f"did you mean {guess}?" if guess else "drop, truncate or drop-turns"))
     ok = (value == "model" or (_NUMBER.match(value) and math.isfinite(float(value)))
           or (value[0] in "pz" and _NUMBER.match(value[1:]) and 0 < float(value[1:]) < math.inf
               and (value[0] == "z" or float(value[1:]) <= 100)))

@@ -2,23 +2,44 @@
 
 At the bottom of the stages, so every stage can name its own subfolder: ``sources/`` (row-count
 manifests), ``lengths/`` (the length cache), ``tokenizers/``, ``fastpath/`` and ``countbpe/`` (the
-counters' proofs), ``demo/``.
+counters' proofs), ``demo/``. Cache files of derived tables carry a checksum of their content,
+verified before use.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
 
+#: What ``distrust`` is told of a file without a checksum, or whose checksum does not match.
+NO_CHECKSUM, MISMATCH = "no checksum", "a checksum its content does not match"
+#: The first line of a text cache file: its content's SHA-256 follows.
+DIGEST_HEADER = "lengthscan-sha256:"
+
+
+def text_digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
 
 def write_cache_text(path: Path, text: str) -> None:
-    """Write a cache file atomically (a temporary beside it, then renamed); a read-only or full
-    cache costs time, never correctness, so an OSError is swallowed."""
+    """Write a cache file atomically (a temporary beside it, then renamed), its first line the
+    content's checksum (``read_cache_text`` verifies it); a read-only or full cache costs time,
+    never correctness, so an OSError is swallowed."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_text(f"{DIGEST_HEADER}{text_digest(text)}\n{text}", encoding="utf-8")
         os.replace(tmp, path)
     except OSError:
         pass
@@ -27,6 +48,49 @@ def write_cache_text(path: Path, text: str) -> None:
 def write_cache_json(path: Path, data) -> None:
     """``write_cache_text`` of ``data`` as JSON."""
     write_cache_text(path, json.dumps(data))
+
+
+def read_cache_text(path: Path) -> str | None:
+    """A cache file's text when its checksum verifies; None when it is missing or unreadable, and
+    (with a warning, the file removed) when its content is not what was written: a cache never
+    decides a result it cannot vouch for, so the caller rebuilds it."""
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    head, _, text = raw.partition("\n")
+    if head != DIGEST_HEADER + text_digest(text):
+        distrust(path, NO_CHECKSUM if not head.startswith(DIGEST_HEADER) else MISMATCH)
+        return None
+    return text
+
+
+def read_cache_json(path: Path):
+    """``read_cache_text`` parsed as JSON (None where that is None or not JSON)."""
+    text = read_cache_text(path)
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        distrust(path, "content that is not JSON")
+        return None
+
+
+def distrust(path: Path, why: str, what: str = "cache", instead: str = "rebuilt") -> None:
+    """Warn that the cache file ``path`` (with ``why`` wrong) is not used, and remove it."""
+    import warnings
+
+    if why == NO_CHECKSUM:
+        why += " (written by an older lengthscan, or changed since)"
+    elif why == MISMATCH:
+        why += " (changed since lengthscan wrote it)"
+    warnings.warn(f"lengthscan: {what} not used: {path} has {why}; {instead}",
+                  RuntimeWarning, stacklevel=3)
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def cache_root() -> Path:

@@ -244,6 +244,19 @@ def first_line(exc: BaseException) -> str:
     return redact_urls(text.splitlines()[0])[:300]
 
 
+def did_you_mean(name: str, choices) -> str | None:
+    """The choice closest to a mistyped ``name`` (the same but for case, else by ``difflib``'s
+    similarity of at least 0.6), or None when none is close."""
+    import difflib
+
+    choices = [str(c) for c in choices]
+    same = [c for c in choices if c.lower() == str(name).lower()]
+    if same:
+        return same[0]
+    close = difflib.get_close_matches(str(name), choices, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 def name_list(names, limit: int = 10) -> str:
     """Column names for a message: the first ``limit`` (each cut to 60 characters), then how many more."""
     names = [str(n) if len(str(n)) <= 60 else f"{str(n)[:57]}..." for n in names]

@@ -250,7 +250,8 @@ def truncate_rows(table, fields, counter, truncate_to: dict, final: dict):
         if idx.size == 0:
             continue
         texts = table.column(f.column).to_pylist()
-        done = truncate_texts(counter, [texts[i] for i in idx], caps[idx], f.role)
+        with counter.aside():  # these rows were measured already: prefixes and recounts are no rows
+            done = truncate_texts(counter, [texts[i] for i in idx], caps[idx], f.role)
         for i, t in zip(idx, done):
             texts[i] = t.text
             final[f.primary.name][i] = t.tokens

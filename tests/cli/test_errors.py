@@ -209,3 +209,62 @@ def test_a_row_without_a_conversation_measurement_never_passes_a_limit_on_it(tmp
 
     _lacking_rows_fail(tmp_path, [str(src), "--messages", "messages", "--tokenizer", str(chat_tok_dir),
                                   "--chat-template", str(trl_template("qwen3"))], rules, 3)
+
+
+@pytest.mark.parametrize("rule,words", [
+    ("sequence_token<=2048", "unknown metric sequence_token; did you mean sequence_tokens?"),
+    ("input_token<=512", "unknown metric input_token; did you mean input_tokens?"),
+    ("target_tokens/input_second<=20", "unknown metric input_second; did you mean input_seconds?"),
+    ("input_tokens<=512:trunc", "unknown action trunc; did you mean truncate?"),
+    ("wordcount<=512", "unknown metric wordcount; metrics: input_tokens, target_tokens"),  # nothing close
+])
+def test_a_mistyped_metric_or_action_names_the_closest(tmp_path, bpe_dir, capsys, rule, words):
+    from tests.support.cli import one_line
+
+    src = _write_jsonl(tmp_path / "s.jsonl", [{"text": "a row"}])
+    assert main(["audit", str(src), "--tokenizer", str(bpe_dir), "--input", "text", "--limit", rule, "--quiet"]) == 2
+    one_line(capsys, words)
+
+
+def _typo_source(tmp_path):
+    return _write_jsonl(tmp_path / "s.jsonl", [{"document": "a text", "summary": "short", "audio": "a.wav",
+                                               "messages": [{"role": "user", "content": "hi"}], "Tools": []}])
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--input", "documnet"], "no column 'documnet' for --input; did you mean 'document'?"),
+    (["--input", "document", "--target", "sumary"], "for --target; did you mean 'summary'?"),
+    (["--audio", "audoi"], "no column 'audoi' for --audio; did you mean 'audio'?"),
+    (["--input", "document", "--id", "sumary"], "for --id; did you mean 'summary'?"),
+    (["--input", "txt"], "no column 'txt' for --input; columns are: document, summary"),  # nothing close
+])
+def test_a_mistyped_column_names_the_closest(tmp_path, bpe_dir, capsys, args, words):
+    from tests.support.cli import one_line
+
+    args = [*args, "--tokenizer", str(bpe_dir)] if "--audio" not in args else args
+    assert main(["audit", str(_typo_source(tmp_path)), *args, "--quiet"]) == 2
+    one_line(capsys, words, "columns are: document, summary, audio, messages, Tools")
+
+
+@pytest.mark.slow  # a chat template, twice
+def test_a_mistyped_conversation_column_names_the_closest(tmp_path, chat_tok_dir, capsys):
+    from tests.support.chat import trl_template
+    from tests.support.cli import one_line
+
+    chat = ["--tokenizer", str(chat_tok_dir), "--chat-template", str(trl_template("qwen2_5")), "--quiet"]
+    for args, words in [(["--messages", "mesages"], "no column 'mesages' for --messages; did you mean 'messages'?"),
+                        (["--messages", "messages", "--tools", "tools"], "for --tools; did you mean 'Tools'?")]:
+        assert main(["audit", str(_typo_source(tmp_path)), *args, *chat]) == 2
+        one_line(capsys, words, "columns are: document, summary, audio, messages, Tools")
+
+
+@pytest.mark.slow  # a vision processor
+def test_a_mistyped_images_column_names_the_closest(tmp_path, train_texts, capsys):
+    from tests.support.cli import one_line
+    from tests.support.vision import template_of, vision_dir
+
+    folder = vision_dir(tmp_path / "qwen2_vl", "qwen2_vl", train_texts[:400])
+    src = _write_jsonl(tmp_path / "s.jsonl", [{"messages": [{"role": "user", "content": "hi"}], "images": []}])
+    assert main(["audit", str(src), "--messages", "messages", "--images", "imags", "--tokenizer", str(folder),
+                 "--processor", str(folder), "--chat-template", str(template_of("qwen2_vl")), "--quiet"]) == 2
+    one_line(capsys, "no column 'imags' for --images; did you mean 'images'?")

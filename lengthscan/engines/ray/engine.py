@@ -21,7 +21,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from lengthscan.engines.ray.pool import block_pieces, block_refs, start_actors, table_batches
-from lengthscan.engines.ray.session import EngineError, import_ray, ray_session
+from lengthscan.engines.ray.session import EngineError, import_ray, ray_session, user_errors
 from lengthscan.sources.scan import Batch
 
 
@@ -62,7 +62,12 @@ class RayEngine:
 
     def measure(self, split_src, plan, setup, fields: tuple, columns: list[str], *, batch_rows: int,
                 with_ids: bool = False):
-        """(batch without its columns, role -> Measured) for the plan's rows, in row order."""
+        """(batch without its columns, role -> Measured) for the plan's rows, in row order; a user
+        error raised in an actor or read task as itself (``user_errors``)."""
+        with user_errors():
+            yield from self._measure(split_src, plan, setup, fields, columns, batch_rows=batch_rows)
+
+    def _measure(self, split_src, plan, setup, fields: tuple, columns: list[str], *, batch_rows: int):
         from lengthscan.engines.ray.sources import check_unchanged, read_split
 
         ray = self.ray
@@ -105,7 +110,8 @@ class RayEngine:
         """clean's second pass on writing actors (see ``engines.ray.write``)."""
         from lengthscan.engines.ray.write import write_pass
 
-        return write_pass(self, src, plans, spec, measured_path, progress=progress)
+        with user_errors():
+            return write_pass(self, src, plans, spec, measured_path, progress=progress)
 
     def tokenizer_info(self, counter, cached):
         """The tokenizer's report entry as the measuring actors saw it (methods of every role merged)."""

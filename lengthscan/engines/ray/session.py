@@ -75,6 +75,22 @@ def check_reachable(address: str | None) -> None:
                           "start one with `ray start --head`, or leave --ray-address out for a local Ray") from None
 
 
+@contextmanager
+def user_errors():
+    """A lengthscan user error raised in a Ray task or actor (a template that loops, a row a source
+    cannot read) reaches the caller as itself, its one line, not as Ray's wrapper of it (the remote
+    traceback in terminal colours); other errors pass as they are."""
+    try:
+        yield
+    except Exception as exc:
+        from lengthscan.engines.errors import user_error_in
+
+        user = user_error_in(exc)
+        if user is not None and user is not exc:
+            raise user from None
+        raise
+
+
 def import_ray():
     try:
         import ray

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lengthscan.measure.chat import template as template_module
 from lengthscan.measure.chat.conversations import ChatFormat, RowProblem, conversations, part_texts
 from lengthscan.measure.chat.encoding import rendered_ids
 from lengthscan.measure.chat.plan import RowPlan, TooLong, plan_row
@@ -36,14 +37,7 @@ from lengthscan.measure.chat.ranges import message_ranges
 from lengthscan.measure.chat.spans import common_prefix, eot_position, is_prefix
 from lengthscan.measure.chat.template import ChatTemplateError, RenderTimeout
 from lengthscan.measure.chat.views import EncodingView, IdsView, ranges_agree, views
-from lengthscan.measure.records import (
-    FLAG_CODES,
-    FLAG_MISSING,
-    FLAG_TEMPLATE_ERROR,
-    FLAG_TOO_LONG,
-    FieldSpec,
-    Measured,
-)
+from lengthscan.measure.records import FLAG_CODES, FLAG_MISSING, FLAG_TEMPLATE_ERROR, FLAG_TOO_LONG, FieldSpec, Measured
 
 #: The chat measurements (lengths.parquet columns, rule metrics), primary first.
 #: rows whose rendering ran past its time budget before the run stops (exit 2): a slow template
@@ -99,7 +93,8 @@ class ChatCounter:
         self._renderer = None
         self._eot: tuple | None = None
         self._exact: bool | None = None  # token ranges from the full offsets (None: not checked yet)
-        self.timeouts = 0  # rows whose rendering ran past RENDER_SECONDS
+        self.timeouts = 0  # rows whose rendering ran past render_seconds (RENDER_SECONDS when it was made)
+        self.render_seconds = template_module.RENDER_SECONDS
 
     # -- set-up -----------------------------------------------------------------------------
     @property
@@ -108,7 +103,8 @@ class ChatCounter:
             from lengthscan.measure.chat.template import Renderer, load_template
 
             tok = self.counter.tokenizer
-            self._renderer = Renderer(load_template(tok, self.options.template), tok.special_tokens_map)
+            self._renderer = Renderer(load_template(tok, self.options.template), tok.special_tokens_map,
+                                      seconds=self.render_seconds, max_chars=self.counter.max_chars)
         return self._renderer
 
     @property

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lengthscan.measure.chat.conversations import Conversation
+from lengthscan.measure.chat.sandbox import RenderTooLong
 
 #: the characters the common-prefix rule may render for one row (about 10 s of rendering and
 #: tokenizing); ``--max-chars`` raises it when it is larger
@@ -64,7 +65,10 @@ def plan_row(conv: Conversation, renderer, *, train_on: str, max_chars: int, eos
         return row
 
     def render(messages, **kw):
-        text, spans = renderer.render(messages, conv.tools, **kw)
+        try:  # the rendering stops as it passes --max-chars (sandbox.py): never built whole
+            text, spans = renderer.render(messages, conv.tools, **kw)
+        except RenderTooLong as exc:
+            raise TooLong(str(exc)) from None
         if len(text) > max_chars:
             raise TooLong(f"the rendering is longer than --max-chars {max_chars:,} characters")
         return text, spans

@@ -166,11 +166,15 @@ def check_syntax(template: ChatTemplate) -> None:
 
 
 class Renderer:
-    """Renders conversations with one template and one tokenizer's special tokens."""
+    """Renders conversations with one template and one tokenizer's special tokens, each rendering
+    within ``seconds`` (default ``RENDER_SECONDS``) and ``max_chars`` characters (``sandbox.py``)."""
 
-    def __init__(self, template: ChatTemplate, special_tokens: dict):
+    def __init__(self, template: ChatTemplate, special_tokens: dict, *, seconds: float | None = None,
+                 max_chars: int | None = None):
         self.template = template
         self.special_tokens = dict(special_tokens)
+        self.seconds = RENDER_SECONDS if seconds is None else seconds
+        self.max_chars = RENDER_CHARS if max_chars is None else max_chars
 
     def has_generation(self, tools) -> bool:
         """The template a row with ``tools`` renders with has generation blocks."""
@@ -178,19 +182,27 @@ class Renderer:
 
     def render(self, messages: list, tools=None, *, add_generation_prompt: bool = False,
                spans: bool = False) -> tuple[str, list]:
-        """(text, generation spans as (start, end) characters; [] unless ``spans``)."""
+        """(text, generation spans as (start, end) characters; [] unless ``spans``); RenderTimeout
+        past ``seconds``, ``sandbox.RenderTooLong`` past ``max_chars``."""
         from transformers.utils.chat_template_utils import render_jinja_template
 
-        with _deadline(RENDER_SECONDS):
-            texts, indices = render_jinja_template(
+        from lengthscan.measure.chat.sandbox import render_capped
+
+        def render():
+            return render_jinja_template(
                 conversations=[messages], tools=tools, documents=None, chat_template=self.template.text_for(tools),
                 return_assistant_tokens_mask=spans, add_generation_prompt=add_generation_prompt,
                 **self.special_tokens)
+
+        with _deadline(self.seconds):
+            texts, indices = render_capped(render, self.max_chars)
         return texts[0], (indices[0] if spans else [])
 
 
 #: one rendering's time budget: a template that loops (a user's file) is a row's error, not a hang
 RENDER_SECONDS = 10.0
+#: one rendering's characters where no --max-chars is given (the probes); a chat field's are its --max-chars
+RENDER_CHARS = 10_000_000
 
 
 class RenderTimeout(Exception):

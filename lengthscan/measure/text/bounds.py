@@ -221,7 +221,8 @@ def prefix_decide(texts: list, rest: list[int], count, limit: int, *, prefix_ok:
     """Decide ``texts[i]`` for ``i`` in ``rest`` against ``limit`` with as little counting as the
     proof allows: a long text whose prefix (cut at a safe space) already has more than ``limit``
     tokens is over (``flags[i] = over_flag``, that count in ``at_least``); every other one is
-    counted in full into ``lengths``. ``count(list_of_str)`` returns the token counts."""
+    counted in full into ``lengths``. ``count(list_of_str, rows)`` returns the token counts (``rows``:
+    which of them are rows counted in full, not prefixes)."""
     budget = PREFIX_CHARS_PER_TOKEN * (limit + 1)
     cuts = {i: safe_cut(texts[i], budget) for i in rest if prefix_ok and len(texts[i]) > budget}
     cuts = {i: c for i, c in cuts.items() if c}
@@ -231,7 +232,8 @@ def prefix_decide(texts: list, rest: list[int], count, limit: int, *, prefix_ok:
     for attempt in range(3):
         if not cuts and not whole:
             break
-        counted = count([texts[i][:c] for i, c in cuts.items()] + [texts[i] for i in whole])
+        rows = np.arange(len(cuts) + len(whole)) >= len(cuts)
+        counted = count([texts[i][:c] for i, c in cuts.items()] + [texts[i] for i in whole], rows)
         if whole:
             lengths[np.asarray(whole)] = counted[len(cuts):]
         again, whole = {}, []
@@ -287,7 +289,7 @@ def decide_count(counter, texts: list, role: str, limit: int):
         chosen = np.asarray(rest)[over]
         flags[chosen], at_least[chosen] = FLAG_OVER_PIECES, lower[over]
         rest = np.asarray(rest)[~over].tolist()
-    prefix_decide(texts, rest, lambda t: counter.count_strings(t, role), limit, prefix_ok=proof.prefix_ok,
+    prefix_decide(texts, rest, lambda t, rows: counter.count_strings(t, role, rows), limit, prefix_ok=proof.prefix_ok,
                   lengths=lengths, flags=flags, at_least=at_least, over_flag=FLAG_OVER_BOUND)
     return lengths, flags, at_least, at_most
 

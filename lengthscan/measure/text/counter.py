@@ -18,6 +18,7 @@ Anything else uses ``__call__`` itself, batched. Which method ran is recorded pe
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -73,6 +74,7 @@ class TokenCounter:
         self.max_chars = max_chars
         self._methods: dict[str, RoleMethod] = {}
         self._bounds: dict = {}
+        self._aside = 0  # > 0: texts counted now are no rows (probes, prefixes, truncation searches)
         self._hash: str | None = None
         self._snapshot = None  # the private backend copy, shared by roles (both in input mode)
         self._engine = None    # (count-only engine or None, reason), built once for every role
@@ -217,15 +219,11 @@ class TokenCounter:
     def empty_length(self, role: str) -> int:
         """The length of "" for ``role`` (its special tokens), remembered per tokenizer file hash so a
         run on cached lengths does not load the tokenizer just for it."""
-        import json
-
-        from lengthscan.sources.cache_dir import cache_root, write_cache_json
+        from lengthscan.sources.cache_dir import cache_root, read_cache_json, write_cache_json
 
         path = cache_root() / "tokenizers" / f"{self.hash}.json"
-        try:
-            known = json.loads(path.read_text())
-        except (OSError, ValueError):
-            known = {}
+        known = read_cache_json(path) if path.exists() else None
+        known = known if isinstance(known, dict) else {}
         if role not in known:
             known[role] = int(self.count([""], role)[0][0])
             write_cache_json(path, known)
@@ -255,24 +253,39 @@ class TokenCounter:
         if method.method == METHOD_FAST:
             from lengthscan.measure.text.bounds import holds_on, prove
 
-            specials = int(self.count_strings([""], role)[0])
-            proof = prove(method.backend, specials)
-            texts = [t for t in list(PROBES) + list(probe) if t]
-            if not holds_on(proof, method.backend, texts, lambda t: self.count_strings(t, role)):
-                proof = None
-            elif proof.unit is None and not proof.prefix_ok and not proof.pieces:
+            with self.aside():
+                specials = int(self.count_strings([""], role)[0])
+                proof = prove(method.backend, specials)
+                texts = [t for t in list(PROBES) + list(probe) if t]
+                if not holds_on(proof, method.backend, texts, lambda t: self.count_strings(t, role)):
+                    proof = None
+            if proof is not None and proof.unit is None and not proof.prefix_ok and not proof.pieces:
                 proof = None
         self._bounds[role] = proof
         return proof
 
-    def count_strings(self, texts: list[str], role: str) -> np.ndarray:
-        """Exact lengths of non-empty strings (no triage of None, "" or over-long texts)."""
+    @contextmanager
+    def aside(self):
+        """Texts counted in this block are no rows of the count-only engine's tallies and
+        ``--verify-counts`` sample: proof probes, prefixes, truncation searches (their rows were
+        measured, or decided, already)."""
+        self._aside += 1
+        try:
+            yield self
+        finally:
+            self._aside -= 1
+
+    def count_strings(self, texts: list[str], role: str, rows=None) -> np.ndarray:
+        """Exact lengths of non-empty strings (no triage of None, "" or over-long texts). ``rows``
+        (a mask; None: all) says which texts are rows, for the count-only engine's tallies."""
         method = self._methods.get(role) or self._decide(role, texts)
         out = np.empty(len(texts), np.int64)
+        if self._aside:
+            rows = np.zeros(len(texts), bool)
         for start, stop in chunks(texts, CHUNK_CHARS):
             part = texts[start:stop]
             if method.engine is not None:
-                out[start:stop] = method.engine.count(part)
+                out[start:stop] = method.engine.count(part, None if rows is None else rows[start:stop])
             elif method.method == METHOD_FAST:
                 encodings = method.backend.encode_batch_fast(part, add_special_tokens=True)
                 out[start:stop] = [len(e) for e in encodings]

@@ -10,7 +10,6 @@ those: a later run with a tokenizer folder whose files hash the same reads the p
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -116,10 +115,10 @@ class Memo:
 
     def _read(self) -> dict:
         if self._data is None:
-            try:
-                self._data = json.loads(self.path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                self._data = {}
+            from lengthscan.sources.cache_dir import read_cache_json
+
+            data = read_cache_json(self.path) if self.path.exists() else None
+            self._data = data if isinstance(data, dict) else {}
         return self._data
 
     def method(self, role: str) -> RoleMethod | None:
@@ -131,8 +130,13 @@ class Memo:
             return None
         from tokenizers import Tokenizer
 
+        from lengthscan.sources.cache_dir import read_cache_text
+
+        text = read_cache_text(snapshot)  # a snapshot changed since it was proven is proven again
+        if text is None:
+            return None
         try:
-            backend = Tokenizer.from_file(str(snapshot))
+            backend = Tokenizer.from_str(text)
         except Exception:  # a damaged cache file: prove again
             return None
         backend.no_truncation()

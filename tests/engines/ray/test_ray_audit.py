@@ -106,3 +106,43 @@ def test_core_package_never_imports_ray():
             "print('ray' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() \
         == "False"
+
+
+@pytest.mark.slow  # the cluster, and two engines on a template that loops
+def test_a_chat_template_that_loops_or_explodes_reads_as_on_the_local_engine(cluster, tmp_path, chat_tok_dir,
+                                                                            capsys, monkeypatch):
+    """A template that loops stopped the Ray run with a raw actor traceback in terminal colours:
+    now exit 2 and the local engine's one line; a rendering past --max-chars is the same per-row
+    too_long on both engines (the actors get the time budget and the cap with the chat counter)."""
+    from lengthscan.cli.main import main
+    from lengthscan.measure.chat import template
+
+    monkeypatch.setattr(template, "RENDER_SECONDS", 0.3)
+    turn = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    loops = tmp_path / "loops.jinja"
+    loops.write_text(turn + "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")
+    explodes = tmp_path / "explodes.jinja"
+    explodes.write_text(turn + "{% if 'boom' in messages[0].content %}{{ 'x' * 1000000000000 }}{% endif %}")
+    rows = [{"messages": [{"role": "user", "content": f"{'boom' if i % 3 == 0 else 'fine'} {i}"},
+                          {"role": "assistant", "content": f"reply {i}"}]} for i in range(24)]
+    src = tmp_path / "c.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    common = ["audit", str(src), "--tokenizer", str(chat_tok_dir), "--messages", "messages", "--full", "--quiet",
+              "--no-cache"]
+    for engine in ("local", "ray"):
+        assert main([*common, "--chat-template", str(loops), "--engine", engine]) == 2, engine
+        err = capsys.readouterr().err
+        assert err == ("lengthscan: error: the chat template ran past 0.3 s on 3 rows (a template that loops?): "
+                       "fix the template\n"), (engine, err)
+        assert main([*common, "--chat-template", str(explodes), "--engine", engine,
+                     "--out", str(tmp_path / engine)]) == 0, capsys.readouterr().err
+    from lengthscan.engines.errors import is_remote
+    from lengthscan.measure.chat.template import ChatTemplateError
+
+    with pytest.raises(ChatTemplateError) as raised:  # the library's callers get it as raised in the actor
+        audit_ray(str(src), tokenizer=str(chat_tok_dir), messages="messages", chat_template=str(loops), full=True)
+    assert not is_remote(raised.value) and str(raised.value).startswith("the chat template ran past 0.3 s on 3 rows")
+    local, ray = (pq.read_table(tmp_path / e / "lengths.parquet").to_pylist() for e in ("local", "ray"))
+    assert local == ray
+    assert [r["chat_flag"] for r in ray] == ["too_long" if i % 3 == 0 else None for i in range(24)]
+    assert "the rendering is longer than --max-chars 10,000,000 characters" in ray[0]["chat_error"]

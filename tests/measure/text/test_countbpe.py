@@ -12,7 +12,7 @@ import pytest
 from lengthscan.measure.text.countbpe.counting import CountMismatch, RoleEngine
 from lengthscan.measure.text.countbpe.engine import build
 from lengthscan.measure.text.countbpe.pattern import BYTE_LEVEL_REGEX, scan
-from lengthscan.measure.text.countbpe.proof import Refused, byte_alphabet, derive
+from lengthscan.measure.text.countbpe.proof import Derived, Refused, byte_alphabet, derive
 from lengthscan.measure.text.counter import TokenCounter
 from tests.support.bpe_vocab import ADVERSARIAL, byte_level_tokenizer, save_tokenizer_dir
 from tests.support.reference import direct_counts
@@ -294,3 +294,110 @@ def test_verify_counts_through_the_cli_reports_what_was_recounted(bpe_dir, corpu
     counting = json.loads((out / "report.json").read_text())["tokenizer"]["counting"]["input"]
     assert counting["engine"].startswith("tiktoken") and counting["verified"] >= 30
     assert counting["texts"] >= 2000 and counting["by_tokenizer"] == 0
+
+
+def _as_a_new_process() -> None:
+    """Forget the tables this process built, as the next run (a new process) starts without them."""
+    from lengthscan.measure.text.countbpe import engine, pattern
+
+    engine._DERIVED.clear()  # noqa: SLF001
+    pattern._KNOWN.clear()  # noqa: SLF001
+
+
+@pytest.mark.slow  # three audits and a reference count
+def test_a_tampered_rank_table_is_rebuilt_never_used(bpe_dir, tmp_path, docs):
+    """A cached rank table missing merges that only the later rows use (the probes on the first
+    rows do not see them) counted those rows wrong without a word. Its checksum no longer matches:
+    it is rebuilt with a warning, and every count equals the tokenizer's."""
+    import os
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+    from transformers import AutoTokenizer
+
+    from lengthscan.cli.main import main
+    from lengthscan.measure.text.countbpe import counting as counting_module
+    from lengthscan.measure.text.countbpe import engine
+
+    texts = docs[:400]
+    src = tmp_path / "s.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    out = tmp_path / "out"
+    args = ["audit", str(src), "--tokenizer", str(bpe_dir), "--input", "text", "--full", "--quiet", "--no-cache",
+            "--overwrite", "--out", str(out)]
+
+    def audit():
+        _as_a_new_process()
+        assert main(args) == 0
+        counting = json.loads((out / "report.json").read_text())["tokenizer"]["counting"]["input"]
+        return pq.read_table(out / "lengths.parquet")["input_tokens"].to_pylist(), counting
+
+    truth = direct_counts(bpe_dir, texts, "input")
+    assert audit()[0] == truth
+    (path,) = Path(os.environ["LENGTHSCAN_CACHE"], "countbpe").glob("ranks-*.npz")
+    backend = AutoTokenizer.from_pretrained(str(bpe_dir)).backend_tokenizer
+    probes = list(ADVERSARIAL) + list(counting_module.ADVERSARIAL) + texts[:200]
+    seen_early = {t for e in backend.encode_batch(probes) for t in e.tokens}
+    late = {t for e in backend.encode_batch(texts[200:]) for t in e.tokens} - seen_early
+    to_byte = byte_alphabet()
+    early = [bytes(to_byte[c] for c in t) for t in seen_early]
+    dropped = {w for w in (bytes(to_byte[c] for c in t) for t in late if len(t) > 1)
+               if not any(w in e for e in early)}  # no early token is merged through it
+    assert len(dropped) > 20
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    words = np.split(arrays["blob"], np.cumsum(arrays["sizes"])[:-1])
+    keep = np.array([w.tobytes() not in dropped for w in words])
+    tampered = {**arrays, "blob": np.concatenate([w for w, k in zip(words, keep) if k]), "sizes": arrays["sizes"][keep],
+                "ranks": arrays["ranks"][keep]}
+
+    # the tamper matters: sealed with a matching checksum (what no check can catch), it counts wrong
+    derived = engine._load(path)  # noqa: SLF001 - the sound table, to seal a tampered copy of it
+    ranks = {w.tobytes(): int(r) for w, r, k in zip(words, arrays["ranks"], keep) if k}
+    engine._save(path, Derived(ranks, derived.merged, derived.whole_only, derived.ignore_merges))  # noqa: SLF001
+    wrong, counting = audit()
+    assert counting["engine"].startswith("tiktoken") and sum(a != b for a, b in zip(wrong, truth)) > 10, counting
+
+    for variant in (tampered, {k: v for k, v in tampered.items() if k != "digest"}):
+        np.savez(path, **variant)  # the content changed, the checksum kept (or dropped)
+        with pytest.warns(RuntimeWarning, match="cache not used: .*ranks-.*changed since"):
+            counts, counting = audit()
+        assert counts == truth
+        assert counting["engine"].startswith("tiktoken"), counting  # rebuilt, not fallen back to the tokenizer
+        assert path.exists() and engine._load(path).ranks == derived.ranks  # noqa: SLF001 - rewritten sound
+
+
+def _verify_source(tmp_path, docs):
+    texts = docs[:80] + [""] * 10 + [docs[0]] * 5 + [None] * 5  # 85 rows with text, 5 of them one text
+    src = tmp_path / "s.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    return src, sum(1 for t in texts if t)
+
+
+def test_verify_counts_recounts_no_more_rows_than_were_counted(bpe_dir, docs, tmp_path, capsys):
+    """--verify-counts 1000 on 100 rows said 101 recounted: the empty rows and the empty string's own
+    length were recounted too. Now every row the engine counted is recounted once and no other
+    text: the figure the terminal prints equals the rows with text."""
+    from lengthscan.cli.main import main
+
+    src, with_text = _verify_source(tmp_path, docs)
+    assert main(["audit", str(src), "--tokenizer", str(bpe_dir), "--input", "text", "--no-cache", "--full",
+                 "--verify-counts", "1000", "--out", str(tmp_path / "a")]) == 0
+    terminal = " ".join(capsys.readouterr().out.split())
+    counting = json.loads((tmp_path / "a" / "report.json").read_text())["tokenizer"]["counting"]["input"]
+    assert counting["by_tokenizer"] == 0 and counting["texts"] == counting["verified"] == with_text == 85
+    assert "(85 texts, 0 left to the tokenizer, 85 recounted by it and equal)" in terminal
+
+
+@pytest.mark.parametrize("action", ["drop", "truncate"])
+def test_prefixes_probes_and_truncation_searches_are_no_rows(bpe_dir, docs, tmp_path, action):
+    """A clean's decide-only prefixes, the bounds' probes and the truncation's searches go through
+    the engine too (they were tallied and recounted as rows: 194 and 253 texts of 100 rows)."""
+    from lengthscan.cli.main import main
+
+    src, with_text = _verify_source(tmp_path, docs)
+    out = tmp_path / action
+    assert main(["clean", str(src), "--tokenizer", str(bpe_dir), "--input", "text", "--no-cache", "--verify-counts",
+                 "1000", "--limit", "input_tokens<=20", "--action", action, "--quiet", "--out", str(out)]) == 0
+    counting = json.loads((out / "report.json").read_text())["tokenizer"]["counting"]["input"]
+    assert counting["by_tokenizer"] == 0 and 0 < counting["verified"] == counting["texts"] <= with_text, counting

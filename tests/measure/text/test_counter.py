@@ -118,3 +118,29 @@ def test_pathological_row_is_recorded_not_tokenized(bpe_dir):
     assert time.perf_counter() - start < 5
     assert flags.tolist() == [FLAG_OK, FLAG_TOO_LONG, FLAG_MISSING]
     assert lengths[1] == -1
+
+
+def test_a_tampered_fast_path_snapshot_is_proven_again_never_used(bpe_dir, docs):
+    """The remembered backend snapshot (the proven fast path) with merges removed counted every row
+    with them wrong, silently. Its checksum no longer matches: a warning, the tokenizer's counts."""
+    import json
+    import os
+    from pathlib import Path
+
+    from lengthscan.sources.cache_dir import write_cache_text
+
+    texts = docs[:300]
+    truth = direct_counts(bpe_dir, texts, "input")
+    assert list(TokenCounter(str(bpe_dir)).count(texts, "input")[0]) == truth
+    (snapshot,) = Path(os.environ["LENGTHSCAN_CACHE"], "fastpath").glob("*.tokenizer.json")
+    head, spec = snapshot.read_text(encoding="utf-8").split("\n", 1)
+    tampered = json.loads(spec)
+    tampered["model"]["merges"] = tampered["model"]["merges"][:200]
+    write_cache_text(snapshot, json.dumps(tampered))  # sealed anew (what no check can catch): the tamper matters
+    assert list(TokenCounter(str(bpe_dir)).count(texts, "input")[0]) != truth
+    snapshot.write_text(f"{head}\n{json.dumps(tampered)}", encoding="utf-8")  # the checksum of what was
+    again = TokenCounter(str(bpe_dir))
+    with pytest.warns(RuntimeWarning, match=r"cache not used: .*\.tokenizer\.json has a checksum its content"):
+        assert list(again.count(texts, "input")[0]) == truth
+    assert "remembered" not in again.method_reasons()["input"]  # proven again on the real tokenizer
+    assert list(TokenCounter(str(bpe_dir)).count(texts, "input")[0]) == truth  # and remembered soundly

@@ -52,14 +52,19 @@ class RoleEngine:
         self.verified = 0       # rows recounted by the tokenizer itself
         self.failed: str | None = None  # why the engine stopped counting (the tokenizer counts from then on)
 
-    def _by_tokenizer(self, texts: list[str]) -> np.ndarray:
-        self.by_tokenizer += len(texts)
+    def _by_tokenizer(self, texts: list[str], rows: int) -> np.ndarray:
+        self.by_tokenizer += rows
         add = self.role != "chat"
         return np.array([len(e) for e in self.backend.encode_batch_fast(texts, add_special_tokens=add)], np.int64)
 
-    def count(self, texts: list[str]) -> np.ndarray:
+    def count(self, texts: list[str], rows=None) -> np.ndarray:
+        """Counts of ``texts``; ``rows`` (a mask, None: all) marks the rows of the tallies and the
+        ``verify`` sample: prefixes and probes are counted alike but are no rows."""
+        rows = np.ones(len(texts), bool) if rows is None else np.array(rows, bool)
+        if "" in texts:  # "" is the specials' length (asked for itself, or an empty row): no text counted
+            rows[[i for i, t in enumerate(texts) if not t]] = False
         if self.failed is not None:
-            return self._by_tokenizer(texts)
+            return self._by_tokenizer(texts, int(rows.sum()))
         try:
             counts = self.engine.count(texts)
         except (KeyboardInterrupt, SystemExit):
@@ -67,21 +72,23 @@ class RoleEngine:
         except BaseException as exc:  # noqa: BLE001 - tiktoken's Rust panics are BaseExceptions
             self.failed = (f"the count-only engine failed ({type(exc).__name__}: {str(exc)[:100]}); "
                            "the tokenizer counted from there")
-            return self._by_tokenizer(texts)
+            return self._by_tokenizer(texts, int(rows.sum()))
         left = np.flatnonzero(counts < 0)
         counts[counts >= 0] += self.specials
         if left.size:
-            counts[left] = self._by_tokenizer([texts[i] for i in left])
-        self.counted += len(texts) - int(left.size) - texts.count("")  # "" (the specials' length) is no row
+            counts[left] = self._by_tokenizer([texts[i] for i in left], int(rows[left].sum()))
+            rows[left] = False  # the engine's rows: not those left to the tokenizer
+        self.counted += int(rows.sum())
         if self.verify:
-            self._verify(texts, counts, left)
+            self._verify(texts, counts, rows)
         return counts
 
-    def _verify(self, texts: list[str], counts: np.ndarray, left: np.ndarray) -> None:
-        """Recount the rows that enter a uniform bottom-k sample of the engine's rows (every row of
-        the final sample was recounted when it entered)."""
+    def _verify(self, texts: list[str], counts: np.ndarray, rows: np.ndarray) -> None:
+        """Recount the ``rows`` (those the engine counted) that enter a uniform bottom-k sample of
+        them (every row of the final sample was recounted when it entered): never more than
+        ``counted``, each row at most once."""
         keys = self._rng.random(len(texts))
-        keys[left] = 2.0  # counted by the tokenizer already
+        keys[~rows] = 2.0  # counted by the tokenizer already, or ""
         chosen = []
         for i in np.argsort(keys):
             key = keys[i]

@@ -279,24 +279,47 @@ def _derived(tokenizer_json: str, cache_dir: Path | None) -> Derived:
 
 def _save(path: Path, d: Derived) -> None:
     words = list(d.ranks)
+    arrays = {"blob": np.frombuffer(b"".join(words), np.uint8),
+              "sizes": np.fromiter(map(len, words), np.int64, len(words)),
+              "ranks": np.fromiter(d.ranks.values(), np.int64, len(words)),
+              "meta": np.array([d.merged, d.whole_only, int(d.ignore_merges)], np.int64)}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.stem}.tmp{os.getpid()}.npz")
-        np.savez(tmp, blob=np.frombuffer(b"".join(words), np.uint8),
-                 sizes=np.fromiter(map(len, words), np.int64, len(words)),
-                 ranks=np.fromiter(d.ranks.values(), np.int64, len(words)),
-                 meta=np.array([d.merged, d.whole_only, int(d.ignore_merges)], np.int64))
+        np.savez(tmp, **arrays, digest=np.frombuffer(_digest(arrays), np.uint8))
         os.replace(tmp, path)
     except OSError:  # a read-only cache costs time, never correctness
         pass
 
 
+def _digest(arrays: dict) -> bytes:
+    """SHA-256 of the table's arrays, names, types and shapes included."""
+    h = hashlib.sha256()
+    for name in ("blob", "sizes", "ranks", "meta"):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}:{a.dtype.str}:{a.shape}\n".encode())
+        h.update(a.tobytes())
+    return h.digest()
+
+
 def _load(path: Path) -> Derived | None:
+    """The cached table, or None: missing, unreadable, or (with a warning, the file removed) not
+    the table that was written, which would count wrong without a word."""
+    from lengthscan.sources.cache_dir import MISMATCH, NO_CHECKSUM, distrust
+
+    if not path.exists():
+        return None
     try:
         with np.load(path) as z:
-            blob, sizes, ranks, meta = z["blob"].tobytes(), z["sizes"], z["ranks"], z["meta"]
-    except (OSError, ValueError, KeyError):
+            arrays = {name: z[name] for name in ("blob", "sizes", "ranks", "meta")}
+            digest = z["digest"].tobytes() if "digest" in z.files else None
+    except (OSError, ValueError, KeyError, EOFError) as exc:
+        distrust(path, f"content that does not read ({type(exc).__name__})")
         return None
+    if digest != _digest(arrays):
+        distrust(path, NO_CHECKSUM if digest is None else MISMATCH)
+        return None
+    blob, sizes, ranks, meta = arrays["blob"].tobytes(), arrays["sizes"], arrays["ranks"], arrays["meta"]
     ends = np.cumsum(sizes)
     starts = ends - sizes
     table = {blob[s:e]: int(r) for s, e, r in zip(starts.tolist(), ends.tolist(), ranks.tolist())}

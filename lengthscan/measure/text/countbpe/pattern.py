@@ -24,7 +24,6 @@ libraries differs, also go to the tokenizer.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import unicodedata
@@ -33,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lengthscan.measure.text.countbpe.proof import Refused
-from lengthscan.sources.cache_dir import write_cache_json
+from lengthscan.sources.cache_dir import read_cache_json, write_cache_json
 
 #: The regex ``tokenizers``' ByteLevel pre-tokenizer splits with when ``use_regex`` is on (GPT-2's).
 BYTE_LEVEL_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -294,10 +293,9 @@ def differences(pre: PreTokenizer, form: str | None, cache_dir) -> np.ndarray:
     path = cache_dir / f"differences-{key}.json" if cache_dir is not None else None
     known = _KNOWN.setdefault(key, {})
     if path is not None and any(w not in known for w in wanted):
-        try:
-            known.update(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            pass
+        cached = read_cache_json(path) if path.exists() else None
+        if isinstance(cached, dict):
+            known.update(cached)
     todo = [w for w in wanted if w not in known]
     if todo:
         text = _all_code_points()
