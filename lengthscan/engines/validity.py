@@ -31,7 +31,7 @@ FIRST_REASONS = 3
 _HINTS = {
     "invalid_conversation": "is it the column of conversations (a list of {role, content} messages)?",
     "template_error": "does the chat template fit these conversations (--chat-template)?",
-    "unsupported_content": "does the chat template take this content (--chat-template)?",
+    "unsupported_content": "the first reasons say what the run needs to measure such content:",
     "missing_file": "are the paths relative to another folder than the data file's?",
     "unreadable": "does it hold audio (paths, bytes or an Audio column)?",
 }

@@ -162,7 +162,9 @@ def test_sharegpt_prompt_completion_and_bad_rows(tmp_path, chat_tok_dir, chat_to
 def test_content_parts(tmp_path, chat_tok_dir, chat_tok):
     parts = [{"role": "user", "content": [{"type": "text", "text": "What is in the text?"}]},
              {"role": "assistant", "content": [{"type": "text", "text": "Nothing much."}]}]
-    src = write_jsonl(tmp_path / "parts.jsonl", [{"messages": parts}])
+    plain = [{"role": "user", "content": "What is in the text?"}, {"role": "assistant", "content": "Nothing much."}]
+    # a plain row beside it: a source whose every row the template fails on is exit 2 (test_validity)
+    src = write_jsonl(tmp_path / "parts.jsonl", [{"messages": parts}, {"messages": plain}])
     expect = {"qwen2_5": "template_error", "qwen3": "parts_not_rendered", "llama3_1": "parts_not_rendered",
               "qwen3_training": "parts_not_rendered", "gemma3": None, "qwen3_6": None}
     for name, what in expect.items():

@@ -292,15 +292,21 @@ def test_usage_errors_exit_2(tmp_path, family_dirs, capsys, extra, message):
     assert message in capsys.readouterr().err
 
 
-def test_image_parts_without_a_processor_say_so(tmp_path, family_dirs, pictures):
+def test_image_parts_without_a_processor_say_so(tmp_path, family_dirs, pictures, capsys):
     folder = family_dirs("qwen2_vl")
-    rows = [{"messages": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What?"}]},
-                          {"role": "assistant", "content": [{"type": "text", "text": "Hm."}]}]}]
-    src = _write(tmp_path / "one.jsonl", rows)
-    assert _audit(src, "--tokenizer", folder, "--chat-template", template_of("qwen2_vl"), "--messages", "messages",
-                  "--full", "--out", tmp_path / "out") == 0
+    image_row = {"messages": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What?"}]},
+                              {"role": "assistant", "content": [{"type": "text", "text": "Hm."}]}]}
+    text_row = {"messages": [{"role": "user", "content": [{"type": "text", "text": "What?"}]},
+                             {"role": "assistant", "content": [{"type": "text", "text": "Hm."}]}]}
+    args = ["--tokenizer", folder, "--chat-template", template_of("qwen2_vl"), "--messages", "messages", "--full"]
+    src = _write(tmp_path / "two.jsonl", [image_row, text_row])
+    assert _audit(src, *args, "--out", tmp_path / "out") == 0
     t = pq.read_table(tmp_path / "out" / "lengths.parquet").to_pydict()
-    assert t["chat_flag"] == ["unsupported_content"] and "--processor" in t["chat_error"][0]
+    assert t["chat_flag"] == ["unsupported_content", None] and "--processor" in t["chat_error"][0]
+    # every row with images and no processor: nothing to measure, exit 2 saying what to give
+    capsys.readouterr()
+    assert _audit(_write(tmp_path / "one.jsonl", [image_row]), *args, "--out", tmp_path / "one") == 2
+    assert "give the model's processor (--processor DIR_OR_NAME)" in capsys.readouterr().err
 
 
 def test_the_map_function_counts_images_as_the_audit_does(tmp_path, docs, pictures, family_dirs):
