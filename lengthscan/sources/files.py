@@ -16,6 +16,7 @@ from pathlib import Path
 from lengthscan.sources.cache_dir import cache_root, file_stamp
 from lengthscan.sources.json_lines import (  # noqa: F401 (json_parse_options, json_read_options: scan.py's)
     NestingError,
+    SeveralValues,
     check_nesting,
     first_bad_line,
     json_lines_layout,
@@ -37,6 +38,11 @@ from lengthscan.sources.source import (
     format_of,
     quiet_datasets,
 )
+from lengthscan.sources.streams import open_text
+
+#: In the manifests' names: what a file passed when its manifest was written (2: lines checked as
+#: UTF-8, no longer than a row may be, one JSON value each). A manifest of earlier checks is not read.
+CHECKS = 2
 
 
 def open_files(spec: str, files: list[str], split: str | None) -> Source:
@@ -114,10 +120,12 @@ def _jsonl_parts(files: list[str], fingerprint: str) -> list[Part] | None:
         if not looks_like_lines(f):
             return None
         try:
-            rows, schema = json_lines_layout(lambda f=f: pa.input_stream(f, compression="detect"))
+            rows, schema = json_lines_layout(lambda f=f: open_text(f))
         except NestingError as exc:
             raise SourceError(f"{f}: {exc}") from None
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
+        except SeveralValues as exc:
+            raise SourceError(first_bad_line(f, json_lines=True) or f"{f}: {exc}") from None
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, EOFError):
             return None
         rows_of.append(rows)
         schemas.append(schema)
@@ -158,7 +166,7 @@ def _jsonl_part_list(files, rows_of, schemas) -> list[Part]:
 def _jsonl_manifest_path(fingerprint: str) -> Path:
     import pyarrow as pa
 
-    return cache_root() / "sources" / f"{fingerprint}-jsonl-pyarrow{pa.__version__}.json"
+    return cache_root() / "sources" / f"{fingerprint}-checks{CHECKS}-jsonl-pyarrow{pa.__version__}.json"
 
 
 def _blank(path: str, *, header: bool = False) -> bool:
@@ -169,7 +177,7 @@ def _blank(path: str, *, header: bool = False) -> bool:
     if os.path.getsize(path) == 0:
         return True
     try:
-        with pa.input_stream(path, compression="detect") as fh:
+        with open_text(path) as fh:
             skipping = header  # the header line: up to the first newline after leading white space
             while chunk := fh.read(1 << 16):
                 if skipping:
@@ -183,8 +191,8 @@ def _blank(path: str, *, header: bool = False) -> bool:
                     # a JSON array file holding an empty array ("[]") or an empty object is zero rows too
                     return path.endswith((".json", ".json.gz", ".json.bz2", ".json.xz", ".json.zst")) and \
                         len(chunk) < 64 and bytes(chunk).split() in ([b"[]"], [b"{}"], [b"[", b"]"], [b"{", b"}"])
-    except (OSError, pa.ArrowException) as exc:
-        raise SourceError(f"{path}: unreadable (corrupt or truncated?): {exc}") from None
+    except (OSError, EOFError, pa.ArrowException) as exc:
+        raise SourceError(f"{path}: unreadable (corrupt or truncated?): {first_line(exc)}") from None
     return True
 
 
@@ -196,10 +204,12 @@ def _load_parts(spec, files, builder, options, suffix, fingerprint, *, checked: 
 
     quiet_datasets()
     if builder == "csv":
-        from lengthscan.sources.csv_files import check_headers, text_features
+        from lengthscan.sources.csv_files import check_headers, check_rows, text_features
 
         if not checked:
             check_headers(spec, files, options)
+            for f in files:
+                check_rows(f, options)
         options = {**options, "features": text_features(files[0], options)}
     elif builder == "json" and not checked:
         for f in files:
@@ -207,10 +217,11 @@ def _load_parts(spec, files, builder, options, suffix, fingerprint, *, checked: 
                 if (where := first_bad_line(f, json_lines=True)) is not None:
                     raise SourceError(where)
                 continue
-            try:  # a JSON array file: its readers are slow on deep rows (those less deep: after loading)
-                too_deep_before_reading(lambda f=f: _stream(f))
+            try:  # a JSON array file, read whole: its size checked, and its readers are slow on deep rows
+                too_deep_before_reading(lambda f=f: _stream(f, document=True))
             except NestingError as exc:
                 raise SourceError(f"{f}: {exc}") from None
+    _check_codecs(files)
     names = [f"file{i:06d}" for i in range(len(files))]
     try:
         loaded = load_dataset(builder, data_files={n: [f] for n, f in zip(names, files)}, **options)
@@ -230,7 +241,7 @@ def _load_parts(spec, files, builder, options, suffix, fingerprint, *, checked: 
     for name, f in zip(names, files):
         ds = loaded[name]
         try:
-            check_nesting(ds.data.schema, lambda f=f: _stream(f))
+            check_nesting(ds.data.schema, lambda f=f: _stream(f, document=builder == "json" and not lines_file(f)))
         except NestingError as exc:
             raise SourceError(f"{f}: {exc}") from None
         parts.append(Part(start, f, dataset=ds))
@@ -239,16 +250,26 @@ def _load_parts(spec, files, builder, options, suffix, fingerprint, *, checked: 
     return parts
 
 
-def _stream(path: str):
-    import pyarrow as pa
+def _check_codecs(files: list[str]) -> None:
+    """``datasets`` reads zstd through fsspec, which needs the ``zstandard`` package (a dependency)."""
+    import importlib.util
 
-    return pa.input_stream(path, compression="detect")
+    from lengthscan.sources.streams import codec_of
+
+    zstd = next((f for f in files if codec_of(f) == "zstd"), None)
+    if zstd is not None and importlib.util.find_spec("zstandard") is None:
+        raise SourceError(f"{zstd}: reading this zstd-compressed file needs the zstandard package, which lengthscan "
+                          "depends on but is not installed: pip install zstandard")
+
+
+def _stream(path: str, *, document: bool = False):
+    return open_text(path, document=document)
 
 
 def _manifest_path(fingerprint: str) -> Path:
     from importlib.metadata import version
 
-    return cache_root() / "sources" / f"{fingerprint}-datasets{version('datasets')}.json"
+    return cache_root() / "sources" / f"{fingerprint}-checks{CHECKS}-datasets{version('datasets')}.json"
 
 
 def _remember_parts(fingerprint: str, parts: list[Part]) -> None:
