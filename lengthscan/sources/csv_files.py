@@ -89,9 +89,9 @@ def _rows_fit(path: str, cap: int) -> None:
         except pa.ArrowInvalid as exc:
             if "straddling" not in str(exc):
                 return  # the reader pandas uses decides what else is wrong
-            raise SourceError(f"{path}: holds a row longer than {cap:,} bytes, the longest row lengthscan reads (a "
-                              f"quoted field running over many lines, after data row {rows:,}); shorten it, or raise "
-                              f"the limit with {MAX_ROW_ENV}=BYTES if the row is real") from None
+            raise SourceError(f"{path}: holds a row longer than {cap:,} bytes, the longest row lengthscan reads "
+                              f"(after {rows:,} rows that fit: a quoted field running over many lines); shorten it, "
+                              f"or raise the limit with {MAX_ROW_ENV}=BYTES if the row is real") from None
 
 
 def check_names(path: str, header: list[str]) -> None:

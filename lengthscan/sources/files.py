@@ -28,7 +28,6 @@ from lengthscan.sources.json_lines import (  # noqa: F401 (json_parse_options, j
 )
 from lengthscan.sources.source import (
     FORMATS,
-    TRANSCRIPT_SUFFIXES,
     Part,
     Source,
     SourceError,
@@ -40,8 +39,9 @@ from lengthscan.sources.source import (
 )
 from lengthscan.sources.streams import open_text
 
-#: In the manifests' names: what a file passed when its manifest was written (2: lines checked as
-#: UTF-8, no longer than a row may be, one JSON value each). A manifest of earlier checks is not read.
+#: In the manifests' names, with the row limit: what a file passed when its manifest was written (2:
+#: lines checked as UTF-8, no longer than a row may be, one JSON value each). A manifest written under
+#: other checks or another limit is not read.
 CHECKS = 2
 
 
@@ -166,7 +166,7 @@ def _jsonl_part_list(files, rows_of, schemas) -> list[Part]:
 def _jsonl_manifest_path(fingerprint: str) -> Path:
     import pyarrow as pa
 
-    return cache_root() / "sources" / f"{fingerprint}-checks{CHECKS}-jsonl-pyarrow{pa.__version__}.json"
+    return cache_root() / "sources" / f"{fingerprint}-{_checks()}-jsonl-pyarrow{pa.__version__}.json"
 
 
 def _blank(path: str, *, header: bool = False) -> bool:
@@ -269,13 +269,20 @@ def _stream(path: str, *, document: bool = False):
 def _manifest_path(fingerprint: str) -> Path:
     from importlib.metadata import version
 
-    return cache_root() / "sources" / f"{fingerprint}-checks{CHECKS}-datasets{version('datasets')}.json"
+    return cache_root() / "sources" / f"{fingerprint}-{_checks()}-datasets{version('datasets')}.json"
 
 
 def _remember_parts(fingerprint: str, parts: list[Part]) -> None:
     """Rows and columns of each file, so a rerun can skip ``load_dataset`` until it reads rows."""
     _write_manifest(_manifest_path(fingerprint), [{"path": p.path, "start": p.start, "rows": p.rows,
                                                    "columns": p.column_names} for p in parts])
+
+
+def _checks() -> str:
+    """What a file passed when a manifest was written: the checks and the row limit they used."""
+    from lengthscan.sources.streams import max_row_bytes
+
+    return f"checks{CHECKS}-row{max_row_bytes()}"
 
 
 def _write_manifest(path: Path, entries: list) -> None:
@@ -352,32 +359,3 @@ def _single_file_loader(builder: str, path: str, options: dict):
         quiet_datasets()
         return load_dataset(builder, data_files=[path], split="train", **options)
     return load
-
-
-def open_audio_folder(spec: str, files: list[str], split: str | None) -> Source:
-    """One row per audio file in sorted path order: ``audio`` (absolute path) and ``text``.
-
-    ``text`` is the content of a sidecar ``.txt``/``.lab`` with the same stem, None without one.
-    """
-    from datasets import Dataset
-
-    quiet_datasets()
-    if split not in (None, "train"):
-        raise SourceError(f"{spec}: an audio folder has one split, 'train'; --split {split} does not exist")
-    paths = [os.path.abspath(f) for f in files]
-    texts, stamp = [], []
-    for path in paths:
-        stem = os.path.splitext(path)[0]
-        sidecar = next((stem + s for s in TRANSCRIPT_SUFFIXES if os.path.isfile(stem + s)), None)
-        text = None
-        if sidecar is not None:
-            try:
-                text = Path(sidecar).read_text(encoding="utf-8").strip()
-            except (OSError, UnicodeDecodeError) as exc:
-                raise SourceError(f"{sidecar}: cannot read the transcript: {first_line(exc)}") from exc
-        texts.append(text)
-        for f in (path, sidecar) if sidecar else (path,):
-            stamp.append(file_stamp(f))
-    ds = Dataset.from_dict({"audio": paths, "text": texts})
-    fingerprint = digest(json.dumps(["audiofolder", stamp]))[:16]
-    return Source(spec, "audiofolder", (SplitSource("train", (Part(0, None, dataset=ds),), fingerprint),), False)

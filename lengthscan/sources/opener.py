@@ -22,6 +22,7 @@ from lengthscan.sources.source import (
     format_of,
     quiet_datasets,
 )
+from lengthscan.sources.streams import kind_of, open_regular
 
 
 def load_source(source, *, split: str | None = None):
@@ -33,7 +34,8 @@ def open_source(source, *, split: str | None = None, config: str | None = None,
                 revision: str | None = None) -> Source:
     """Open ``source`` with row identity; ``split`` selects one split of a multi-split source;
     ``config`` and ``revision`` are a hub dataset's (``revision``: a branch, tag or commit)."""
-    from lengthscan.sources.files import open_audio_folder, open_files
+    from lengthscan.sources.audio_folder import open_audio_folder
+    from lengthscan.sources.files import open_files
     from lengthscan.sources.remote.stores import is_remote
 
     if _is_datasets_object(source):
@@ -193,12 +195,25 @@ def _check_disk_layout(spec: str, path: Path) -> None:
 
     def read(file: Path) -> dict:
         try:
-            data = json.loads(file.read_text(encoding="utf-8"))
+            with open_regular(file) as fh:
+                text = fh.read(_MAX_METADATA + 1)
+            if len(text) > _MAX_METADATA:
+                raise ValueError(f"more than {_MAX_METADATA:,} bytes, no dataset's metadata")
+            data = json.loads(text.decode("utf-8"))
         except (OSError, ValueError) as exc:
             raise SourceError(f"{spec}: cannot read {file.name}: {first_line(exc)}") from None
         if not isinstance(data, dict):
             raise SourceError(f"{spec}: {file.name} is not a JSON object")
         return data
+
+    def regular(file: Path) -> None:
+        """What ``load_from_disk`` opens must be a regular file: a FIFO would block it for ever."""
+        try:
+            what = kind_of(file.stat().st_mode)
+        except OSError:
+            return  # missing: load_from_disk says so
+        if what is not None:
+            raise SourceError(f"{spec}: {file} is {what}, not a regular file; a save_to_disk dataset holds files")
 
     folders = [path]
     if (path / "dataset_dict.json").exists():
@@ -215,6 +230,12 @@ def _check_disk_layout(spec: str, path: Path) -> None:
         if not all(plain(n) for n in names):
             raise SourceError(f"{spec}: {folder.name}/state.json names data files that are not plain file names "
                               f"inside its folder ({str(names)[:120]})")
+        for name in ("dataset_info.json", *names):
+            regular(folder / name)
+
+
+#: The most a save_to_disk dataset's own JSON file (state.json...) may hold: it lists files and features.
+_MAX_METADATA = 64 << 20
 
 
 def _open_hub(spec: str, split: str | None, config: str | None, revision: str | None) -> Source:

@@ -189,9 +189,9 @@ class CheckedLines(io.RawIOBase):
     def _see(self, data: bytes) -> None:
         self.total += len(data)
         if self.total_cap is not None and self.total > self.total_cap:
-            self._fail(f"holds more than {_size(self.total_cap)} (decompressed), the most a file read whole may "
-                       f"hold ({DOCUMENT_ROWS} times {MAX_ROW_ENV}); give it as JSON Lines (one object a line), "
-                       f"which streams, or raise {MAX_ROW_ENV}")
+            self._fail(f"holds more than {_size(self.total_cap)} decompressed, the most a file read whole (a JSON "
+                       f"document) may hold ({DOCUMENT_ROWS} times {MAX_ROW_ENV}); give it as JSON Lines (one object "
+                       f"a line), which streams, or raise {MAX_ROW_ENV}")
         if self.utf8:
             self._check_utf8(data)
         self._tally_blank(data)
@@ -262,9 +262,8 @@ class CheckedLines(io.RawIOBase):
                    "file as UTF-8")
 
     def _too_long(self, line: int) -> None:
-        self._fail(f"line {line} is longer than {_size(self.line_cap)}, the longest row lengthscan reads (it stopped "
-                   f"reading there, the line not read whole); split or shorten that row, or raise the limit with "
-                   f"{MAX_ROW_ENV}=BYTES if the row is real")
+        self._fail(f"line {line} is longer than {_size(self.line_cap)}, the longest row lengthscan reads (read no "
+                   f"further); shorten or split that row, or raise the limit with {MAX_ROW_ENV}=BYTES if it is real")
 
     def _fail(self, message: str) -> None:
         if self.label is not None:
