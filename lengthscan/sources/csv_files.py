@@ -11,7 +11,7 @@ A header naming one column twice is refused (pandas would rename the second ``te
 
 from __future__ import annotations
 
-from lengthscan.sources.source import SourceError, name_list
+from lengthscan.sources.source import SourceError, first_line, name_list
 
 #: In the source fingerprint: how a CSV/TSV file's columns are read (a change reads them anew).
 READ_AS = "every column as text"
@@ -60,13 +60,15 @@ def check_rows(path: str, options: dict) -> None:
     if codec_of(path) is None and os.path.getsize(path) <= cap:
         return
     quoted = False
-    with open_text(path) as fh:
-        while chunk := fh.read(1 << 20):
-            quoted = quoted or b'"' in chunk
-        total = fh.total
-    if options.get("sep") == "\t" or not quoted or total <= cap:
-        return
-    _rows_fit(path, cap)
+    try:
+        with open_text(path) as fh:
+            while chunk := fh.read(1 << 20):
+                quoted = quoted or b'"' in chunk
+            total = fh.total
+        if options.get("sep") != "\t" and quoted and total > cap:
+            _rows_fit(path, cap)
+    except (OSError, EOFError) as exc:  # the stream: a truncated or corrupt compressed file
+        raise SourceError(f"{path}: unreadable (corrupt or truncated?): {first_line(exc)}") from None
 
 
 def _rows_fit(path: str, cap: int) -> None:
@@ -177,7 +179,7 @@ def remote_csv_parts(entries, files, options: dict) -> list:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    from lengthscan.sources.source import Part, first_line
+    from lengthscan.sources.source import Part
 
     parts, start, first = [], 0, None
     for e in entries:

@@ -125,7 +125,9 @@ def _jsonl_parts(files: list[str], fingerprint: str) -> list[Part] | None:
             raise SourceError(f"{f}: {exc}") from None
         except SeveralValues as exc:
             raise SourceError(first_bad_line(f, json_lines=True) or f"{f}: {exc}") from None
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, EOFError):
+        except (OSError, EOFError) as exc:  # the stream, not the JSON: a truncated or corrupt compressed file
+            raise SourceError(f"{f}: unreadable (corrupt or truncated?): {first_line(exc)}") from None
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None
         rows_of.append(rows)
         schemas.append(schema)

@@ -76,8 +76,11 @@ def kind_of(mode: int) -> str | None:
 def open_regular(path) -> io.FileIO:
     """``path`` opened for reading, unbuffered; ``NotRegularFile`` (without blocking) when it is a
     FIFO, socket, device or directory, ``OSError`` when it cannot be opened."""
+    what = kind_of(os.stat(path).st_mode)  # a socket cannot even be opened: said as what it is
+    if what is not None:
+        raise NotRegularFile(f"{os.fspath(path)}: {what}, not a regular file")
     flags = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags)
+    fd = os.open(path, flags)  # O_NONBLOCK: a FIFO put there since is opened without waiting for a writer
     try:
         what = kind_of(os.fstat(fd).st_mode)
         if what is not None:
@@ -174,8 +177,9 @@ class CheckedLines(io.RawIOBase):
         return b"".join(chunks)
 
     def readinto(self, buffer) -> int:
-        data = self.read(len(buffer))
-        buffer[:len(data)] = data
+        view = memoryview(buffer).cast("B")
+        data = self.read(len(view))
+        view[:len(data)] = data
         return len(data)
 
     def close(self) -> None:
