@@ -38,7 +38,7 @@ CODECS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".zstd": "zstd", ".xz": 
 #: What follows a line break where the next line may be white space alone.
 _BLANK_HINTS = (b"\n\n", b"\n ", b"\n\t", b"\n\r", b"\n\x0b", b"\n\x0c")
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
 
 
@@ -67,7 +67,7 @@ def max_row_bytes() -> int:
 
 
 def kind_of(mode: int) -> str | None:
-    """What a file of ``mode`` is when it is no regular file ("a FIFO (named pipe)"...), else None."""
+    """What a file of ``mode`` is when it is no regular file ("a FIFO"...), else None."""
     if stat.S_ISREG(mode):
         return None
     return next((what for test, what in _KINDS if test(mode)), "not a regular file")

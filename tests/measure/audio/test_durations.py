@@ -395,3 +395,39 @@ def test_seconds_to_whisper_frames_end_to_end(speech):
         y, _ = librosa.load(str(path), sr=rule.sampling_rate)
         feats = fe(y, sampling_rate=16000, padding="longest", truncation=False, return_tensors="np")["input_features"]
         assert feats.shape[-1] == frames
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+@pytest.mark.parametrize("threads", [1, 4])
+def test_special_files_are_per_row_reasons_never_opened(tmp_path, threads):
+    """A FIFO, socket, folder or device named where audio was expected is flagged unreadable, naming
+    what it is, without being opened (a FIFO nobody writes to would block for ever); a broken link
+    is a missing file. Run in a thread: a regression fails here instead of hanging the suite."""
+    import socket
+    import threading
+
+    af.write_audio(tmp_path / "ok.wav", 1600, 16000)
+    os.mkfifo(tmp_path / "pipe.wav")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock.wav"))
+    (tmp_path / "dir.wav").mkdir()
+    os.symlink(tmp_path / "gone.wav", tmp_path / "broken.wav")
+    names = {"ok.wav": None, "pipe.wav": "a FIFO", "sock.wav": "a socket", "dir.wav": "a directory",
+             "broken.wav": None}
+    if os.path.exists("/dev/zero"):
+        os.symlink("/dev/zero", tmp_path / "zero.wav")
+        names["zero.wav"] = "a character device"
+    box = {}
+    thread = threading.Thread(target=lambda: box.update(infos=read_infos(list(names), base_dir=str(tmp_path),
+                                                                         threads=threads)), daemon=True)
+    thread.start()
+    thread.join(30)
+    sock.close()
+    assert not thread.is_alive(), "blocked: a special file was opened"
+    infos = dict(zip(names, box["infos"]))
+    assert infos["ok.wav"].frames == 1600 and infos["ok.wav"].flag is None
+    assert infos["broken.wav"].flag == "missing_file" and str(tmp_path / "broken.wav") in infos["broken.wav"].error
+    for name, what in names.items():
+        if what is not None:
+            assert infos[name].flag == "unreadable" and infos[name].seconds is None
+            assert infos[name].error == f"not a regular file ({what}): {tmp_path / name}"
