@@ -106,7 +106,9 @@ def checked(open_stream):
 
     def opened():
         stream = open_stream()
-        return stream if isinstance(stream, CheckedLines) else CheckedLines(stream, line_cap=max_row_bytes())
+        stream = stream if isinstance(stream, CheckedLines) else CheckedLines(stream, line_cap=max_row_bytes())
+        stream.tally = True  # its lines of white space counted: rows are compared with lines
+        return stream
     return opened
 
 

@@ -206,7 +206,7 @@ def _stream(part):
         return part.remote.stream(part.path)
     from lengthscan.sources.streams import open_text
 
-    return open_text(part.path)
+    return open_text(part.path, utf8=False)  # checked as UTF-8 when the file was opened (its layout)
 
 
 def _csv_batches(part, columns: list[str], indices, batch_rows: int) -> Iterator[Batch]:

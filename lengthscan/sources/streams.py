@@ -17,9 +17,12 @@ checked as they stream by, so that no reader ever holds more than a bounded row.
 
 from __future__ import annotations
 
+import codecs
 import io
 import os
 import stat
+
+import numpy as np
 
 from lengthscan.sources.source import SourceError
 
@@ -35,8 +38,9 @@ DOCUMENT_ROWS = 16
 #: Compression suffix -> codec (pyarrow's, but "xz": Python's lzma, which pyarrow lacks).
 CODECS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".zstd": "zstd", ".xz": "xz"}
 
-#: What follows a line break where the next line may be white space alone.
-_BLANK_HINTS = (b"\n\n", b"\n ", b"\n\t", b"\n\r", b"\n\x0b", b"\n\x0c")
+#: The bytes ``bytes.strip`` takes for white space, as a lookup table.
+_WHITE = np.zeros(256, bool)
+_WHITE[list(b" \t\n\r\x0b\x0c")] = True
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
@@ -145,13 +149,15 @@ class CheckedLines(io.RawIOBase):
         self.line = 0  # lines ended so far
         self.run = 0  # bytes of the line under way (since the last newline)
         self.total = 0  # bytes read so far
+        self.tally = False  # count the lines of white space alone (``blank``, ``filled_lines``)
         self.blank = 0  # lines ended so far that hold nothing but white space
         self._ws = True  # the line under way holds nothing but white space so far
         self._pending = b""  # the start of a UTF-8 character cut by the end of the last block
 
     @property
     def filled_lines(self) -> int:
-        """Lines read so far that hold more than white space (the last one too, ended or not)."""
+        """Lines read so far that hold more than white space (the last one too, ended or not); only
+        with ``tally`` set before the first read."""
         return self.line - self.blank + (not self._ws)
 
     # -- io.RawIOBase ---------------------------------------------------------------------------
@@ -196,62 +202,50 @@ class CheckedLines(io.RawIOBase):
             self._fail(f"holds more than {_size(self.total_cap)} decompressed, the most a file read whole (a JSON "
                        f"document) may hold ({DOCUMENT_ROWS} times {MAX_ROW_ENV}); give it as JSON Lines (one object "
                        f"a line), which streams, or raise {MAX_ROW_ENV}")
-        if self.utf8:
+        if self.utf8 and (self._pending or not data.isascii()):
             self._check_utf8(data)
-        self._tally_blank(data)
+        raw = np.frombuffer(data, np.uint8)
+        ends = np.flatnonzero(raw == 0x0A)
         cap = self.line_cap
-        first = data.find(b"\n")
-        if first < 0:
+        if ends.size == 0:
             self.run += len(data)
+            if self.tally and self._ws:
+                self._ws = not data.strip()
             if cap is not None and self.run > cap:
                 self._too_long(self.line + 1)
             return
         if cap is not None:
-            if self.run + first > cap:
+            if self.run + int(ends[0]) > cap:
                 self._too_long(self.line + 1)
             if len(data) > cap + 1:  # a line inside this block may be over the limit too
-                self._check_inside(data, cap)
-        self.line += data.count(b"\n")
-        self.run = len(data) - data.rfind(b"\n") - 1
+                over = np.flatnonzero(np.diff(ends) - 1 > cap)
+                if over.size:
+                    self._too_long(self.line + int(over[0]) + 2)
+        if self.tally:
+            self._tally(data, raw, ends)
+        self.line += int(ends.size)
+        self.run = len(data) - int(ends[-1]) - 1
         if cap is not None and self.run > cap:
             self._too_long(self.line + 1)
 
-    def _tally_blank(self, data: bytes) -> None:
-        """Count the lines of white space alone that end in ``data``. A block without a line break
-        followed by white space (most blocks) has none, unless it starts inside one: cheap then."""
-        if not self._ws and not any(hint in data for hint in _BLANK_HINTS):
-            if b"\n" in data:
-                self._ws = data.endswith(b"\n")
-            return
-        pieces = data.split(b"\n")
-        if len(pieces) == 1:
-            self._ws = self._ws and not data.strip()
-            return
-        self.blank += (self._ws and not pieces[0].strip()) + sum(1 for p in pieces[1:-1] if not p.strip())
-        self._ws = not pieces[-1].strip()
-
-    def _check_inside(self, data: bytes, cap: int) -> None:
-        import numpy as np
-
-        ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 0x0A)
-        over = np.flatnonzero(np.diff(ends) - 1 > cap)
-        if over.size:
-            self._too_long(self.line + int(over[0]) + 2)
+    def _tally(self, data: bytes, raw, ends) -> None:
+        """Count the lines of white space alone that end in ``data`` (``ends``: its line breaks): only
+        lines that start with white space are looked at, few in JSON Lines."""
+        blank = int(self._ws and not data[:ends[0]].strip())
+        for k in np.flatnonzero(_WHITE[raw[ends[:-1] + 1]]).tolist():
+            blank += not data[ends[k] + 1:ends[k + 1]].strip()
+        self.blank += blank
+        tail = int(ends[-1]) + 1
+        self._ws = tail == len(data) or bool(_WHITE[raw[tail]]) and not data[tail:].strip()
 
     def _check_utf8(self, data: bytes) -> None:
         if self._pending:
             data = self._pending + data
-        if data.isascii():
-            self._pending = b""
-            return
-        try:
-            data.decode("utf-8")
-            self._pending = b""
+        try:  # not final: a character cut by the block's end is left over, checked with the next block
+            _, used = codecs.utf_8_decode(data, "strict", False)
         except UnicodeDecodeError as exc:
-            if exc.reason == "unexpected end of data" and exc.end == len(data) and len(data) - exc.start < 4:
-                self._pending = data[exc.start:]  # a character cut by the block's end: checked with the next
-                return
             self._not_utf8(data, exc.start, None)
+        self._pending = data[used:]
 
     def _not_utf8(self, data: bytes, at: int, why: str | None) -> None:
         """Name the line and byte of ``data[at]`` (``data``: the pending bytes, then this block)."""

@@ -40,8 +40,10 @@ def _checked(data: bytes, cap: int | None = None, **kwargs) -> CheckedLines:
 
 @pytest.mark.parametrize("block", [1, 3, 7, 64, 1 << 20])
 def test_lines_and_blank_lines_are_counted_whatever_the_blocks(block):
-    data = b"\n  \n{\"a\": 1}\r\n\t\n\n{\"a\": 2}\n \x0b\n{\"a\": 3}"
-    stream = _drain(_checked(data), block)
+    data = b"\n  \n{\"a\": 1}\r\n\t\n\n{\"a\": 2}\n \x0b\n  {\"a\": 3}"
+    stream = _checked(data)
+    stream.tally = True
+    stream = _drain(stream, block)
     assert stream.line == data.count(b"\n") and stream.total == len(data)
     assert stream.filled_lines == sum(1 for line in data.split(b"\n") if line.strip()) == 3
 
