@@ -60,15 +60,12 @@ def check_rows(path: str, options: dict) -> None:
     if codec_of(path) is None and os.path.getsize(path) <= cap:
         return
     quoted = False
-    try:
-        with open_text(path) as fh:
-            while chunk := fh.read(1 << 20):
-                quoted = quoted or b'"' in chunk
-            total = fh.total
-        if options.get("sep") != "\t" and quoted and total > cap:
-            _rows_fit(path, cap)
-    except (OSError, EOFError) as exc:  # the stream: a truncated or corrupt compressed file
-        raise SourceError(f"{path}: unreadable (corrupt or truncated?): {first_line(exc)}") from None
+    with open_text(path) as fh:
+        while chunk := fh.read(1 << 20):
+            quoted = quoted or b'"' in chunk
+        total = fh.total
+    if options.get("sep") != "\t" and quoted and total > cap:
+        _rows_fit(path, cap)
 
 
 def _rows_fit(path: str, cap: int) -> None:

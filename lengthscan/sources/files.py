@@ -205,24 +205,12 @@ def _load_parts(spec, files, builder, options, suffix, fingerprint, *, checked: 
     from datasets import load_dataset
 
     quiet_datasets()
+    if not checked:
+        _check_before_loading(spec, files, builder, options)
     if builder == "csv":
-        from lengthscan.sources.csv_files import check_headers, check_rows, text_features
+        from lengthscan.sources.csv_files import text_features
 
-        if not checked:
-            check_headers(spec, files, options)
-            for f in files:
-                check_rows(f, options)
         options = {**options, "features": text_features(files[0], options)}
-    elif builder == "json" and not checked:
-        for f in files:
-            if lines_file(f):
-                if (where := first_bad_line(f, json_lines=True)) is not None:
-                    raise SourceError(where)
-                continue
-            try:  # a JSON array file, read whole: its size checked, and its readers are slow on deep rows
-                too_deep_before_reading(lambda f=f: _stream(f, document=True))
-            except NestingError as exc:
-                raise SourceError(f"{f}: {exc}") from None
     _check_codecs(files)
     names = [f"file{i:06d}" for i in range(len(files))]
     try:
@@ -246,10 +234,36 @@ def _load_parts(spec, files, builder, options, suffix, fingerprint, *, checked: 
             check_nesting(ds.data.schema, lambda f=f: _stream(f, document=builder == "json" and not lines_file(f)))
         except NestingError as exc:
             raise SourceError(f"{f}: {exc}") from None
+        except (OSError, EOFError) as exc:
+            raise SourceError(f"{f}: unreadable (corrupt or truncated?): {first_line(exc)}") from None
         parts.append(Part(start, f, dataset=ds))
         start += len(ds)
     _remember_parts(fingerprint, parts)
     return parts
+
+
+def _check_before_loading(spec: str, files: list[str], builder: str, options: dict) -> None:
+    """What ``load_dataset`` is not given to find: CSV headers naming a column twice or differing,
+    rows over the row limit; JSON Lines files line by line (``json_lines.first_bad_line``); a JSON
+    array file, read whole, over its limit or nested too deep. A file whose compressed stream is cut
+    short or corrupt is named as unreadable."""
+    if builder == "csv":
+        from lengthscan.sources.csv_files import check_headers, check_rows
+
+        check_headers(spec, files, options)
+    for f in files:
+        try:
+            if builder == "csv":
+                check_rows(f, options)
+            elif builder == "json" and lines_file(f):
+                if (where := first_bad_line(f, json_lines=True)) is not None:
+                    raise SourceError(where)
+            elif builder == "json":  # read whole: its size checked, and its readers are slow on deep rows
+                too_deep_before_reading(lambda f=f: _stream(f, document=True))
+        except NestingError as exc:
+            raise SourceError(f"{f}: {exc}") from None
+        except (OSError, EOFError) as exc:
+            raise SourceError(f"{f}: unreadable (corrupt or truncated?): {first_line(exc)}") from None
 
 
 def _check_codecs(files: list[str]) -> None:

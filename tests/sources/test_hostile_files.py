@@ -271,9 +271,10 @@ def test_embed_audio_never_opens_a_fifo_named_as_a_file(tmp_path):
 # -- the rest of the sweep: truncated and empty compressed files, BOMs, CRLF, loops of links -------------
 
 @pytest.mark.parametrize("suffix", [".gz", ".bz2", ".xz", ".zst"])
-@pytest.mark.parametrize("kind", ["jsonl", "csv"])
+@pytest.mark.parametrize("kind", ["jsonl", "csv", "json"])
 def test_a_truncated_compressed_file_exits_2_naming_it(tmp_path, bpe_dir, capsys, suffix, kind):
-    data = _lines(3000) if kind == "jsonl" else b"text\n" + b"hello there\n" * 20000
+    data = {"jsonl": _lines(3000), "csv": b"text\n" + b"hello there\n" * 20000,
+            "json": json.dumps([{"text": f"row {i}"} for i in range(3000)]).encode()}[kind]
     src = tmp_path / f"cut.{kind}{suffix}"
     src.write_bytes(CODECS[suffix](data)[:-40])
     assert _audit(src, bpe_dir, tmp_path / "o") == 2
