@@ -249,6 +249,37 @@ def test_untagged_mp3_counts_mpeg_frames(untagged):
         assert read_info(untagged[rate, "VARIABLE"].read_bytes()) == vbr
 
 
+def test_untagged_mp3_frames_are_walked_in_bounded_memory(untagged, tmp_path):
+    """The frames of an untagged MP3 file are walked a window at a time: the same count as the walk
+    of its bytes whatever the window, and a file of 32 MB never read whole (it was: any size)."""
+    import tracemalloc
+
+    from lengthscan.measure.audio.mpeg import mpeg_start, untagged_mp3_samples, walk_file
+
+    for path in untagged.values():
+        blob = path.read_bytes() + b"TAG" + bytes(125)  # an ID3v1 tag after the frames ends the walk
+        (tmp_path / "t.mp3").write_bytes(blob)
+        expected = untagged_mp3_samples(blob, None)
+        assert expected and untagged_mp3_samples(None, str(tmp_path / "t.mp3")) == expected
+        for window in (1, 7, 417, 4096):
+            assert walk_file(str(tmp_path / "t.mp3"), mpeg_start(blob), window) == expected
+    start = mpeg_start(blob := untagged[16000, "CONSTANT"].read_bytes())
+    frames = blob[start:]
+    big = tmp_path / "big.mp3"
+    with open(big, "wb") as fh:
+        fh.write(blob[:start])
+        for _ in range((32 << 20) // len(frames)):
+            fh.write(frames)
+    tracemalloc.start()
+    try:
+        samples = untagged_mp3_samples(None, str(big))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert samples == untagged_mp3_samples(frames, None) * ((32 << 20) // len(frames))
+    assert peak < 16 << 20, peak
+
+
 def test_untagged_mp3_matches_mpg123(untagged, tmp_path):
     import subprocess
 
