@@ -301,6 +301,9 @@ def json_line_problem(raw: bytes, text: str) -> str | None:
     except _Refused as exc:
         return str(exc)
     except json.JSONDecodeError as exc:
+        if b"\r" in raw.rstrip(b"\r\n"):  # lines ended by a carriage return alone read as one line
+            return (f"is not valid JSON: {json_error(exc)}: its lines end with a carriage return alone (\\r); end "
+                    "them with line feeds (\\n or \\r\\n)")
         return f"is not valid JSON: {json_error(exc)}; fix or remove that line"
     except ValueError as exc:  # what ``_finite`` passes on: float() of a number Python cannot read
         return f"is not valid JSON: {_short(str(exc))}; fix or remove that line"

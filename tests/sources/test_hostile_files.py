@@ -213,6 +213,14 @@ def test_a_json_error_reads_as_a_column_of_its_line(tmp_path, bpe_dir, capsys, b
     assert "char" not in err and "line 2" not in err
 
 
+def test_lines_ended_by_a_carriage_return_alone_are_said_so(tmp_path, bpe_dir, capsys):
+    src = tmp_path / "mac.jsonl"
+    src.write_bytes(_lines(20).replace(b"\n", b"\r"))
+    assert _audit(src, bpe_dir, tmp_path / "o") == 2
+    one_line(capsys, f"{src}: line 1 is not valid JSON: Extra data at column 47: its lines end with a carriage "
+                     "return alone (\\r); end them with line feeds")
+
+
 # -- special files wherever a path is read ----------------------------------------------------------------
 
 fifo_only = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
