@@ -37,7 +37,7 @@ from lengthscan.sources.source import (
     format_of,
     quiet_datasets,
 )
-from lengthscan.sources.streams import open_text
+from lengthscan.sources.streams import open_data, open_text
 
 #: In the manifests' names, with the row limit: what a file passed when its manifest was written (2:
 #: lines checked as UTF-8, no longer than a row may be, one JSON value each). A manifest written under
@@ -60,7 +60,7 @@ def open_files(spec: str, files: list[str], split: str | None) -> Source:
         if not os.access(f, os.R_OK):
             raise SourceError(f"{f}: file is not readable")
     if builder != "parquet":  # an empty file (or shard of a glob), or a CSV header alone, holds zero rows: left out
-        files = [f for f in files if not _blank(f, header=builder == "csv")]
+        files = [f for f in files if not _blank(f, header=builder == "csv", text=builder != "arrow")]
         if not files:
             raise SourceError(f"{spec}: holds no rows (every file is empty{' or a header alone' * (builder == 'csv')})")
     stamp = [file_stamp(f) for f in files]
@@ -171,7 +171,7 @@ def _jsonl_manifest_path(fingerprint: str) -> Path:
     return cache_root() / "sources" / f"{fingerprint}-{_checks()}-jsonl-pyarrow{pa.__version__}.json"
 
 
-def _blank(path: str, *, header: bool = False) -> bool:
+def _blank(path: str, *, header: bool = False, text: bool = True) -> bool:
     """The file holds nothing but white space (decompressed as it is read), or with ``header`` (a
     CSV file) nothing but its first line."""
     import pyarrow as pa
@@ -179,7 +179,7 @@ def _blank(path: str, *, header: bool = False) -> bool:
     if os.path.getsize(path) == 0:
         return True
     try:
-        with open_text(path) as fh:
+        with open_text(path) if text else open_data(path) as fh:  # an Arrow file is no text
             skipping = header  # the header line: up to the first newline after leading white space
             while chunk := fh.read(1 << 16):
                 if skipping:
@@ -191,8 +191,8 @@ def _blank(path: str, *, header: bool = False) -> bool:
                     chunk, skipping = chunk.partition(b"\n")[2], False
                 if chunk.strip():
                     # a JSON array file holding an empty array ("[]") or an empty object is zero rows too
-                    return path.endswith((".json", ".json.gz", ".json.bz2", ".json.xz", ".json.zst")) and \
-                        len(chunk) < 64 and bytes(chunk).split() in ([b"[]"], [b"{}"], [b"[", b"]"], [b"{", b"}"])
+                    return format_of(path) == ".json" and len(chunk) < 64 and \
+                        bytes(chunk).split() in ([b"[]"], [b"{}"], [b"[", b"]"], [b"{", b"}"])
     except (OSError, EOFError, pa.ArrowException) as exc:
         raise SourceError(f"{path}: unreadable (corrupt or truncated?): {first_line(exc)}") from None
     return True
@@ -231,7 +231,8 @@ def _load_parts(spec, files, builder, options, suffix, fingerprint, *, checked: 
     for name, f in zip(names, files):
         ds = loaded[name]
         try:
-            check_nesting(ds.data.schema, lambda f=f: _stream(f, document=builder == "json" and not lines_file(f)))
+            check_nesting(ds.data.schema, lambda f=f: _stream(f, document=builder == "json" and not lines_file(f),
+                                                              text=builder != "arrow"))
         except NestingError as exc:
             raise SourceError(f"{f}: {exc}") from None
         except (OSError, EOFError) as exc:
@@ -278,8 +279,8 @@ def _check_codecs(files: list[str]) -> None:
                           "depends on but is not installed: pip install zstandard")
 
 
-def _stream(path: str, *, document: bool = False):
-    return open_text(path, document=document)
+def _stream(path: str, *, document: bool = False, text: bool = True):
+    return open_text(path, document=document) if text else open_data(path)
 
 
 def _manifest_path(fingerprint: str) -> Path:

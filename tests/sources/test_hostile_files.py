@@ -120,6 +120,20 @@ def test_clean_of_a_zstd_file_writes_the_rows_of_its_plain_twin(tmp_path, bpe_di
         assert written == load_from_disk(str(tmp_path / "p" / part)).to_list() and written
 
 
+def test_an_arrow_file_is_no_text_to_check(tmp_path, bpe_dir, monkeypatch):
+    """Arrow files are binary: neither UTF-8 nor the row limit applies to their bytes (a limit below
+    the file's size, and bytes that are not UTF-8, as an Arrow stream always holds)."""
+    monkeypatch.setenv("LENGTHSCAN_MAX_ROW_BYTES", str(64 << 10))
+    table = pa.table({"text": [f"row {i} caf\u00e9 " + "word " * (i % 50) for i in range(3000)]})
+    with pa.OSFile(str(tmp_path / "d.arrow"), "wb") as fh, pa.ipc.new_stream(fh, table.schema) as writer:
+        writer.write_table(table)
+    assert (tmp_path / "d.arrow").stat().st_size > 64 << 10
+    pq.write_table(table, tmp_path / "d.parquet")
+    assert _audit(tmp_path / "d.arrow", bpe_dir, tmp_path / "a") == 0
+    assert _audit(tmp_path / "d.parquet", bpe_dir, tmp_path / "p") == 0
+    assert _tokens(tmp_path / "a") == _tokens(tmp_path / "p") and len(_tokens(tmp_path / "a")) == 3000
+
+
 # -- the row limit: bombs and huge rows stop there, in bounded memory -----------------------------------
 
 def _one_line_file(path, codec: str, chars: int, head: bytes = b"") -> None:
