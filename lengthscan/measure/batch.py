@@ -266,21 +266,22 @@ def _decodes(col, i: int) -> bool:
 
 
 def _where(split_src: SplitSource, batch: Batch, i: int) -> str:
-    """``row N`` (with its file and row in that file for a multi-file source)."""
+    """``row N`` with the file it comes from: ``row N of FILE`` for a source of one file, ``row N
+    (FILE, row M of that file)`` for a source of several (a dataset object: ``row N`` alone)."""
     row = int(batch.rows[i])
     where = f"row {row}"
+    files, file_rows = split_src.locate(np.asarray([row]))
     if split_src.multi_file:
-        files, file_rows = split_src.locate(np.asarray([row]))
         where += f" ({files[0]}, row {int(file_rows[0])} of that file)"
+    elif files[0]:
+        where += f" of {files[0]}"
     return where
 
 
 def _wrong_value(column: str, split_src: SplitSource, batch: Batch, i: int, value, kind: str, wanted: str):
     where = _where(split_src, batch, i)
-    paths = getattr(split_src, "paths", None) or [getattr(p, "path", None) for p in getattr(split_src, "parts", ())]
-    single = paths[0] if len(paths) == 1 and paths[0] else None
     raise ColumnError(f"column {column!r} holds {kind}, not {wanted}: {where} has {type(value).__name__} "
-                      f"value {str(value)[:60]!r}" + (f" ({single})" if single else ""))
+                      f"value {str(value)[:60]!r}")
 
 
 def identity_field(src, column: str | None, reserved=()) -> pa.Field | None:

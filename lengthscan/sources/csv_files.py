@@ -11,7 +11,7 @@ A header naming one column twice is refused (pandas would rename the second ``te
 
 from __future__ import annotations
 
-from lengthscan.sources.source import SourceError, name_list
+from lengthscan.sources.source import SourceError, first_line, name_list
 
 #: In the source fingerprint: how a CSV/TSV file's columns are read (a change reads them anew).
 READ_AS = "every column as text"
@@ -21,10 +21,10 @@ def raw_header(path: str, options: dict) -> list[str]:
     """The names on a CSV/TSV file's first line, as written (a TSV's without quoting)."""
     import csv
 
-    import pyarrow as pa
+    from lengthscan.sources.streams import open_text
 
     try:
-        return read_header(pa.input_stream(path, compression="detect"), options)
+        return read_header(open_text(path), options)
     except csv.Error as exc:  # a name of more than 1 GiB, say
         raise SourceError(f"{path}: cannot read its header (line 1): {exc}") from None
 
@@ -43,6 +43,54 @@ def read_header(stream, options: dict) -> list[str]:
             return next(reader, [])
     finally:
         csv.field_size_limit(limit)
+
+
+def check_rows(path: str, options: dict) -> None:
+    """No row of a local CSV/TSV file is longer than ``streams.max_row_bytes()`` (a ``SourceError``
+    naming it otherwise), checked before pandas reads the file (it would hold a row of any length).
+    Every line is checked as it streams by (``streams.open_text``, which also checks UTF-8); a CSV
+    row may also span lines inside quotes, so a CSV with quotes that is larger than the limit is
+    also parsed by pyarrow in blocks of the limit, which stops at a row that does not fit in one.
+    A file no larger than the limit needs none of this."""
+    import os
+
+    from lengthscan.sources.streams import codec_of, max_row_bytes, open_text
+
+    cap = max_row_bytes()
+    if codec_of(path) is None and os.path.getsize(path) <= cap:
+        return
+    quoted = False
+    with open_text(path) as fh:
+        while chunk := fh.read(1 << 20):
+            quoted = quoted or b'"' in chunk
+        total = fh.total
+    if options.get("sep") != "\t" and quoted and total > cap:
+        _rows_fit(path, cap)
+
+
+def _rows_fit(path: str, cap: int) -> None:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    from lengthscan.sources.streams import MAX_ROW_ENV, open_text
+
+    first = read_header(open_text(path), {})[:1]
+    rows = 0
+    with open_text(path) as fh:
+        try:
+            reader = pacsv.open_csv(fh, read_options=pacsv.ReadOptions(use_threads=False, block_size=cap),
+                                    parse_options=pacsv.ParseOptions(newlines_in_values=True,
+                                                                     invalid_row_handler=lambda row: "skip"),
+                                    convert_options=pacsv.ConvertOptions(include_columns=first, column_types={
+                                        name: pa.string() for name in first}))
+            for batch in reader:
+                rows += batch.num_rows
+        except pa.ArrowInvalid as exc:
+            if "straddling" not in str(exc):
+                return  # the reader pandas uses decides what else is wrong
+            raise SourceError(f"{path}: holds a row longer than {cap:,} bytes, the longest row lengthscan reads "
+                              f"(after {rows:,} rows that fit: a quoted field running over many lines); shorten it, "
+                              f"or raise the limit with {MAX_ROW_ENV}=BYTES if the row is real") from None
 
 
 def check_names(path: str, header: list[str]) -> None:
@@ -128,7 +176,7 @@ def remote_csv_parts(entries, files, options: dict) -> list:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    from lengthscan.sources.source import Part, first_line
+    from lengthscan.sources.source import Part
 
     parts, start, first = [], 0, None
     for e in entries:

@@ -16,6 +16,7 @@ from pathlib import Path
 from lengthscan.sources.cache_dir import cache_root, file_stamp
 from lengthscan.sources.json_lines import (  # noqa: F401 (json_parse_options, json_read_options: scan.py's)
     NestingError,
+    SeveralValues,
     check_nesting,
     first_bad_line,
     json_lines_layout,
@@ -27,7 +28,6 @@ from lengthscan.sources.json_lines import (  # noqa: F401 (json_parse_options, j
 )
 from lengthscan.sources.source import (
     FORMATS,
-    TRANSCRIPT_SUFFIXES,
     Part,
     Source,
     SourceError,
@@ -37,6 +37,12 @@ from lengthscan.sources.source import (
     format_of,
     quiet_datasets,
 )
+from lengthscan.sources.streams import open_data, open_text
+
+#: In the manifests' names, with the row limit: what a file passed when its manifest was written (2:
+#: lines checked as UTF-8, no longer than a row may be, one JSON value each). A manifest written under
+#: other checks or another limit is not read.
+CHECKS = 2
 
 
 def open_files(spec: str, files: list[str], split: str | None) -> Source:
@@ -54,7 +60,7 @@ def open_files(spec: str, files: list[str], split: str | None) -> Source:
         if not os.access(f, os.R_OK):
             raise SourceError(f"{f}: file is not readable")
     if builder != "parquet":  # an empty file (or shard of a glob), or a CSV header alone, holds zero rows: left out
-        files = [f for f in files if not _blank(f, header=builder == "csv")]
+        files = [f for f in files if not _blank(f, header=builder == "csv", text=builder != "arrow")]
         if not files:
             raise SourceError(f"{spec}: holds no rows (every file is empty{' or a header alone' * (builder == 'csv')})")
     stamp = [file_stamp(f) for f in files]
@@ -114,10 +120,14 @@ def _jsonl_parts(files: list[str], fingerprint: str) -> list[Part] | None:
         if not looks_like_lines(f):
             return None
         try:
-            rows, schema = json_lines_layout(lambda f=f: pa.input_stream(f, compression="detect"))
+            rows, schema = json_lines_layout(lambda f=f: open_text(f))
         except NestingError as exc:
             raise SourceError(f"{f}: {exc}") from None
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
+        except SeveralValues as exc:
+            raise SourceError(first_bad_line(f, json_lines=True) or f"{f}: {exc}") from None
+        except (OSError, EOFError) as exc:  # the stream, not the JSON: a truncated or corrupt compressed file
+            raise SourceError(f"{f}: unreadable (corrupt or truncated?): {first_line(exc)}") from None
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None
         rows_of.append(rows)
         schemas.append(schema)
@@ -158,10 +168,10 @@ def _jsonl_part_list(files, rows_of, schemas) -> list[Part]:
 def _jsonl_manifest_path(fingerprint: str) -> Path:
     import pyarrow as pa
 
-    return cache_root() / "sources" / f"{fingerprint}-jsonl-pyarrow{pa.__version__}.json"
+    return cache_root() / "sources" / f"{fingerprint}-{_checks()}-jsonl-pyarrow{pa.__version__}.json"
 
 
-def _blank(path: str, *, header: bool = False) -> bool:
+def _blank(path: str, *, header: bool = False, text: bool = True) -> bool:
     """The file holds nothing but white space (decompressed as it is read), or with ``header`` (a
     CSV file) nothing but its first line."""
     import pyarrow as pa
@@ -169,7 +179,7 @@ def _blank(path: str, *, header: bool = False) -> bool:
     if os.path.getsize(path) == 0:
         return True
     try:
-        with pa.input_stream(path, compression="detect") as fh:
+        with open_text(path) if text else open_data(path) as fh:  # an Arrow file is no text
             skipping = header  # the header line: up to the first newline after leading white space
             while chunk := fh.read(1 << 16):
                 if skipping:
@@ -181,10 +191,10 @@ def _blank(path: str, *, header: bool = False) -> bool:
                     chunk, skipping = chunk.partition(b"\n")[2], False
                 if chunk.strip():
                     # a JSON array file holding an empty array ("[]") or an empty object is zero rows too
-                    return path.endswith((".json", ".json.gz", ".json.bz2", ".json.xz", ".json.zst")) and \
-                        len(chunk) < 64 and bytes(chunk).split() in ([b"[]"], [b"{}"], [b"[", b"]"], [b"{", b"}"])
-    except (OSError, pa.ArrowException) as exc:
-        raise SourceError(f"{path}: unreadable (corrupt or truncated?): {exc}") from None
+                    return format_of(path) == ".json" and len(chunk) < 64 and \
+                        bytes(chunk).split() in ([b"[]"], [b"{}"], [b"[", b"]"], [b"{", b"}"])
+    except (OSError, EOFError, pa.ArrowException) as exc:
+        raise SourceError(f"{path}: unreadable (corrupt or truncated?): {first_line(exc)}") from None
     return True
 
 
@@ -195,22 +205,13 @@ def _load_parts(spec, files, builder, options, suffix, fingerprint, *, checked: 
     from datasets import load_dataset
 
     quiet_datasets()
+    if not checked:
+        _check_before_loading(spec, files, builder, options)
     if builder == "csv":
-        from lengthscan.sources.csv_files import check_headers, text_features
+        from lengthscan.sources.csv_files import text_features
 
-        if not checked:
-            check_headers(spec, files, options)
         options = {**options, "features": text_features(files[0], options)}
-    elif builder == "json" and not checked:
-        for f in files:
-            if lines_file(f):
-                if (where := first_bad_line(f, json_lines=True)) is not None:
-                    raise SourceError(where)
-                continue
-            try:  # a JSON array file: its readers are slow on deep rows (those less deep: after loading)
-                too_deep_before_reading(lambda f=f: _stream(f))
-            except NestingError as exc:
-                raise SourceError(f"{f}: {exc}") from None
+    _check_codecs(files)
     names = [f"file{i:06d}" for i in range(len(files))]
     try:
         loaded = load_dataset(builder, data_files={n: [f] for n, f in zip(names, files)}, **options)
@@ -230,31 +231,75 @@ def _load_parts(spec, files, builder, options, suffix, fingerprint, *, checked: 
     for name, f in zip(names, files):
         ds = loaded[name]
         try:
-            check_nesting(ds.data.schema, lambda f=f: _stream(f))
+            check_nesting(ds.data.schema, lambda f=f: _stream(f, document=builder == "json" and not lines_file(f),
+                                                              text=builder != "arrow"))
         except NestingError as exc:
             raise SourceError(f"{f}: {exc}") from None
+        except (OSError, EOFError) as exc:
+            raise SourceError(f"{f}: unreadable (corrupt or truncated?): {first_line(exc)}") from None
         parts.append(Part(start, f, dataset=ds))
         start += len(ds)
     _remember_parts(fingerprint, parts)
     return parts
 
 
-def _stream(path: str):
-    import pyarrow as pa
+def _check_before_loading(spec: str, files: list[str], builder: str, options: dict) -> None:
+    """What ``load_dataset`` is not given to find: CSV headers naming a column twice or differing,
+    rows over the row limit; JSON Lines files line by line (``json_lines.first_bad_line``); a JSON
+    array file, read whole, over its limit or nested too deep. A file whose compressed stream is cut
+    short or corrupt is named as unreadable."""
+    if builder == "csv":
+        from lengthscan.sources.csv_files import check_headers, check_rows
 
-    return pa.input_stream(path, compression="detect")
+        check_headers(spec, files, options)
+    for f in files:
+        try:
+            if builder == "csv":
+                check_rows(f, options)
+            elif builder == "json" and lines_file(f):
+                if (where := first_bad_line(f, json_lines=True)) is not None:
+                    raise SourceError(where)
+            elif builder == "json":  # read whole: its size checked, and its readers are slow on deep rows
+                too_deep_before_reading(lambda f=f: _stream(f, document=True))
+        except NestingError as exc:
+            raise SourceError(f"{f}: {exc}") from None
+        except (OSError, EOFError) as exc:
+            raise SourceError(f"{f}: unreadable (corrupt or truncated?): {first_line(exc)}") from None
+
+
+def _check_codecs(files: list[str]) -> None:
+    """``datasets`` reads zstd through fsspec, which needs the ``zstandard`` package (a dependency)."""
+    import importlib.util
+
+    from lengthscan.sources.streams import codec_of
+
+    zstd = next((f for f in files if codec_of(f) == "zstd"), None)
+    if zstd is not None and importlib.util.find_spec("zstandard") is None:
+        raise SourceError(f"{zstd}: reading this zstd-compressed file needs the zstandard package, which lengthscan "
+                          "depends on but is not installed: pip install zstandard")
+
+
+def _stream(path: str, *, document: bool = False, text: bool = True):
+    return open_text(path, document=document) if text else open_data(path)
 
 
 def _manifest_path(fingerprint: str) -> Path:
     from importlib.metadata import version
 
-    return cache_root() / "sources" / f"{fingerprint}-datasets{version('datasets')}.json"
+    return cache_root() / "sources" / f"{fingerprint}-{_checks()}-datasets{version('datasets')}.json"
 
 
 def _remember_parts(fingerprint: str, parts: list[Part]) -> None:
     """Rows and columns of each file, so a rerun can skip ``load_dataset`` until it reads rows."""
     _write_manifest(_manifest_path(fingerprint), [{"path": p.path, "start": p.start, "rows": p.rows,
                                                    "columns": p.column_names} for p in parts])
+
+
+def _checks() -> str:
+    """What a file passed when a manifest was written: the checks and the row limit they used."""
+    from lengthscan.sources.streams import max_row_bytes
+
+    return f"checks{CHECKS}-row{max_row_bytes()}"
 
 
 def _write_manifest(path: Path, entries: list) -> None:
@@ -331,32 +376,3 @@ def _single_file_loader(builder: str, path: str, options: dict):
         quiet_datasets()
         return load_dataset(builder, data_files=[path], split="train", **options)
     return load
-
-
-def open_audio_folder(spec: str, files: list[str], split: str | None) -> Source:
-    """One row per audio file in sorted path order: ``audio`` (absolute path) and ``text``.
-
-    ``text`` is the content of a sidecar ``.txt``/``.lab`` with the same stem, None without one.
-    """
-    from datasets import Dataset
-
-    quiet_datasets()
-    if split not in (None, "train"):
-        raise SourceError(f"{spec}: an audio folder has one split, 'train'; --split {split} does not exist")
-    paths = [os.path.abspath(f) for f in files]
-    texts, stamp = [], []
-    for path in paths:
-        stem = os.path.splitext(path)[0]
-        sidecar = next((stem + s for s in TRANSCRIPT_SUFFIXES if os.path.isfile(stem + s)), None)
-        text = None
-        if sidecar is not None:
-            try:
-                text = Path(sidecar).read_text(encoding="utf-8").strip()
-            except (OSError, UnicodeDecodeError) as exc:
-                raise SourceError(f"{sidecar}: cannot read the transcript: {first_line(exc)}") from exc
-        texts.append(text)
-        for f in (path, sidecar) if sidecar else (path,):
-            stamp.append(file_stamp(f))
-    ds = Dataset.from_dict({"audio": paths, "text": texts})
-    fingerprint = digest(json.dumps(["audiofolder", stamp]))[:16]
-    return Source(spec, "audiofolder", (SplitSource("train", (Part(0, None, dataset=ds),), fingerprint),), False)

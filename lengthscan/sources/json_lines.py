@@ -34,6 +34,11 @@ _SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _LONE = re.compile("[\ud800-\udfff]")
 
 
+class SeveralValues(ValueError):
+    """pyarrow's reader found more rows than the file has lines: a line holds two JSON values
+    (``{"a": 1} {"a": 2}``), which it reads as two rows and a JSON Lines file may not hold."""
+
+
 class NestingError(ValueError):
     """A row nests objects and arrays deeper than ``MAX_NESTING`` levels (its message names the line)."""
 
@@ -66,12 +71,13 @@ def json_lines_layout(open_stream) -> tuple:
     import pyarrow as pa
     import pyarrow.json as pj
 
+    open_stream = checked(open_stream)
     with open_stream() as fh:
         guard = _Guard(fh)
         try:
             reader = pj.open_json(guard, read_options=json_read_options())
             rows = sum(batch.num_rows for batch in reader)
-            schema = reader.schema
+            schema, lines = reader.schema, fh.filled_lines
         except _Heavy:
             schema = None
     if schema is None:  # a line of many brackets: read on only once it is known not too deep
@@ -79,7 +85,9 @@ def json_lines_layout(open_stream) -> tuple:
         with open_stream() as fh:
             reader = pj.open_json(fh, read_options=json_read_options())
             rows = sum(batch.num_rows for batch in reader)
-            schema = reader.schema
+            schema, lines = reader.schema, fh.filled_lines
+    if rows != lines:
+        raise SeveralValues(f"{rows:,} rows in {lines:,} lines: a line holds more than one JSON value")
     check_nesting(schema, open_stream)
     guessed = [f for f in schema if pa.types.is_timestamp(f.type) or pa.types.is_date(f.type)]
     if not guessed:
@@ -89,6 +97,19 @@ def json_lines_layout(open_stream) -> tuple:
         reader = pj.open_json(fh, read_options=json_read_options(), parse_options=json_parse_options(as_text))
         rows = sum(batch.num_rows for batch in reader)
         return rows, reader.schema
+
+
+def checked(open_stream):
+    """``open_stream`` with each stream it opens read through ``streams.CheckedLines`` (lines of at most
+    ``max_row_bytes()``, UTF-8), unless it is one already (a local file's: ``streams.open_text``)."""
+    from lengthscan.sources.streams import CheckedLines, max_row_bytes
+
+    def opened():
+        stream = open_stream()
+        stream = stream if isinstance(stream, CheckedLines) else CheckedLines(stream, line_cap=max_row_bytes())
+        stream.tally = True  # its lines of white space counted: rows are compared with lines
+        return stream
+    return opened
 
 
 class _Heavy(Exception):
@@ -212,9 +233,9 @@ def _nesting(raw: bytes, depth: int = 0) -> tuple[int, int]:
 
 def looks_like_lines(path: str) -> bool:
     """A JSON Lines file starts with an object, a JSON array file with '['."""
-    import pyarrow as pa
+    from lengthscan.sources.streams import open_text
 
-    with pa.input_stream(path, compression="detect") as fh:
+    with open_text(path) as fh:
         head = fh.read(4096).lstrip()
     return head[:1] == b"{"
 
@@ -232,13 +253,13 @@ def lines_file(path: str) -> bool:
     first line is an object that closes on that line (not one document over many lines)."""
     import io
 
-    import pyarrow as pa
+    from lengthscan.sources.streams import open_text
 
     if named_lines(path):
         return True
     if not looks_like_lines(path):
         return False
-    with io.BufferedReader(pa.input_stream(path, compression="detect")) as fh:
+    with io.BufferedReader(open_text(path)) as fh:
         for raw in fh:
             if raw.strip():
                 return _nesting(raw)[1] == 0
@@ -279,8 +300,13 @@ def json_line_problem(raw: bytes, text: str) -> str | None:
         value = json.loads(text, object_pairs_hook=_distinct_keys, parse_float=_finite)
     except _Refused as exc:
         return str(exc)
-    except ValueError as exc:
-        return f"is not valid JSON ({exc}); fix or remove that line"
+    except json.JSONDecodeError as exc:
+        if b"\r" in raw.rstrip(b"\r\n"):  # lines ended by a carriage return alone read as one line
+            return (f"is not valid JSON: {json_error(exc)}: its lines end with a carriage return alone (\\r); end "
+                    "them with line feeds (\\n or \\r\\n)")
+        return f"is not valid JSON: {json_error(exc)}; fix or remove that line"
+    except ValueError as exc:  # what ``_finite`` passes on: float() of a number Python cannot read
+        return f"is not valid JSON: {_short(str(exc))}; fix or remove that line"
     except RecursionError:
         return "nests objects and arrays too deep to read; flatten it or store the value as a JSON string"
     if value is not None and not isinstance(value, dict):  # null: a row of nulls, as the readers take it
@@ -291,6 +317,15 @@ def json_line_problem(raw: bytes, text: str) -> str | None:
         return (f"holds the escape \\u{ord(lone):04x}, half of a UTF-16 surrogate pair without its other half: "
                 "no Unicode character (pyarrow refuses it, and it cannot be written as UTF-8); fix that escape")
     return None
+
+
+def json_error(exc: json.JSONDecodeError) -> str:
+    """What is wrong with one line's JSON and where, as a column of that line ("Extra data at column
+    59"), without the json module's own positions (its "line 2 column 1 (char 59)" counts the line's
+    ending as a second line)."""
+    line = exc.doc.rstrip("\r\n") if isinstance(exc.doc, str) else ""
+    where = "at the end of the line" if exc.pos >= len(line) else f"at column {exc.pos + 1:,}"
+    return f"{exc.msg} {where}"
 
 
 def _lone_surrogate(value) -> str | None:
@@ -309,28 +344,26 @@ def _lone_surrogate(value) -> str | None:
 
 
 def first_bad_line(path: str, *, json_lines: bool) -> str | None:
-    """Where a text file goes wrong, for the message: the first line that is not UTF-8 or, in JSON
-    Lines (``json_lines`` and a file that is JSON Lines by name or by its first character), no row
-    (see the module's list); None when every line is fine."""
+    """Where a text file goes wrong, for the message: the first line that is not UTF-8 or longer than
+    a row may be (a ``SourceError`` from ``streams.open_text``, raised) or, in JSON Lines
+    (``json_lines`` and a file that is JSON Lines by name or by its first character), no row (see
+    the module's list); None when every line is fine."""
     import io
 
     import pyarrow as pa
 
+    from lengthscan.sources.streams import open_text
+
     try:
-        with io.BufferedReader(pa.input_stream(path, compression="detect")) as fh:
-            lines = json_lines and (named_lines(path) or looks_like_lines(path))
+        lines = json_lines and (named_lines(path) or looks_like_lines(path))
+        with io.BufferedReader(open_text(path), buffer_size=1 << 20) as fh:
             for number, raw in enumerate(fh, start=1):
                 if number == 1:
                     raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark, which the readers skip
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    return (f"{path}: line {number} is not UTF-8 text (byte {exc.start + 1} of the line: "
-                            f"{raw[exc.start:exc.start + 1]!r}); re-encode the file as UTF-8")
-                if lines and text.strip():
-                    problem = json_line_problem(raw, text)
+                if lines and raw.strip():
+                    problem = json_line_problem(raw, raw.decode("utf-8"))
                     if problem is not None:
                         return f"{path}: line {number} {problem}"
-    except (OSError, pa.ArrowException):
+    except (OSError, EOFError, pa.ArrowException):
         return None
     return None

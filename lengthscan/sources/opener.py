@@ -22,6 +22,7 @@ from lengthscan.sources.source import (
     format_of,
     quiet_datasets,
 )
+from lengthscan.sources.streams import kind_of, open_regular
 from lengthscan.sources.urls import display_url
 
 
@@ -34,7 +35,8 @@ def open_source(source, *, split: str | None = None, config: str | None = None,
                 revision: str | None = None) -> Source:
     """Open ``source`` with row identity; ``split`` selects one split of a multi-split source;
     ``config`` and ``revision`` are a hub dataset's (``revision``: a branch, tag or commit)."""
-    from lengthscan.sources.files import open_audio_folder, open_files
+    from lengthscan.sources.audio_folder import open_audio_folder
+    from lengthscan.sources.files import open_files
     from lengthscan.sources.remote.stores import is_remote
 
     if _is_datasets_object(source):
@@ -62,11 +64,11 @@ def open_source(source, *, split: str | None = None, config: str | None = None,
         files = [f for f in found if format_of(f)]
         if files:
             _check_regular(files)
-            return open_files(spec, files, split)
+            return open_files(spec, _distinct(spec, files), split)
         audio = [f for f in found if Path(f).suffix.lower() in AUDIO_SUFFIXES]
         if audio:
             _check_regular(audio)
-            return open_audio_folder(spec, audio, split)
+            return open_audio_folder(spec, _distinct(spec, audio), split)
         raise SourceError(f"{spec}: directory holds no save_to_disk dataset, no data files "
                           f"({', '.join(FORMATS)}) and no audio files")
     if path.is_file():  # a literal name wins over its reading as a glob (train[2024].jsonl)
@@ -82,7 +84,7 @@ def open_source(source, *, split: str | None = None, config: str | None = None,
         if not files:
             raise SourceError(f"{spec}: the glob matches no file (a literal name with [ ] * ? is read as a file "
                               "when it exists)")
-        return open_files(spec, files, split)
+        return open_files(spec, _distinct(spec, files), split)
     if format_of(spec) or path.parent != Path(".") and path.parent.exists() or spec.startswith((".", "/", "~")):
         raise SourceError(f"{spec}: no such file or directory")
     return _open_hub(spec, split, config, revision)
@@ -90,19 +92,22 @@ def open_source(source, *, split: str | None = None, config: str | None = None,
 
 def folder_files(root: Path) -> list[str]:
     """The files under ``root``, sorted (links and special files too: the caller checks those it
-    reads), without hidden files and folders (lengthscan's staging folders and locks among them)
+    reads; links to folders are followed, each folder once; a folder that cannot be listed is a
+    ``SourceError``), without hidden files and folders (lengthscan's staging folders and locks among them)
     and without earlier lengthscan outputs: a folder holding lengthscan's ``report.json`` is
     skipped, with a warning naming it."""
     import warnings
 
-    files, skipped = [], []
+    files, skipped, seen = [], [], set()
     cache = _cache_folder()
-    for folder, dirs, names in os.walk(root):
+    for folder, dirs, names in os.walk(root, onerror=_unlistable, followlinks=True):
         if folder != str(root) and (_is_lengthscan_output(Path(folder)) or Path(folder).resolve() == cache):
             skipped.append(folder)
             dirs.clear()
             continue
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        seen.add(os.path.realpath(folder))  # a link to a folder is followed once: never round a loop of links
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".")
+                         and os.path.realpath(os.path.join(folder, d)) not in seen)
         files.extend(os.path.join(folder, n) for n in names if not n.startswith("."))
     if skipped:
         warnings.warn(f"lengthscan: {root}: skipped {len(skipped)} earlier lengthscan output or cache folder(s) "
@@ -110,22 +115,33 @@ def folder_files(root: Path) -> list[str]:
     return sorted(files)
 
 
+def _unlistable(exc: OSError) -> None:
+    """A folder inside a source that cannot be listed is named, never skipped in silence."""
+    raise SourceError(f"{exc.filename}: cannot list this folder of the source ({exc.strerror or exc}); make it "
+                      "readable, or name the files to read")
+
+
 def _glob_files(pattern: str) -> list[str]:
     """The files a glob matches, sorted, without those inside earlier lengthscan outputs below the
     glob's fixed folder (a ``**`` over a folder that holds a ``--format parquet`` clean would read its
-    dataset/ and rejects/ as data); naming an output's own files (``out/dataset/*.parquet``) reads them."""
+    dataset/ and rejects/ as data); naming an output's own files (``out/dataset/*.parquet``) reads them.
+    A ``**`` that goes round a loop of links (``dir/self/self/...``) reads the files it finds once."""
     import warnings
 
     parts = Path(pattern).parts
     fixed = next((i for i, part in enumerate(parts) if _glob.has_magic(part)), len(parts))
     root = Path(*parts[:fixed]) if fixed else Path(".")
     outputs: dict[Path, bool] = {}
+    reals: dict[Path, str] = {}
     files, skipped, cache = [], set(), _cache_folder()
     for f in sorted(_glob.glob(pattern, recursive=True)):
         if os.path.isdir(f):
             continue
         inside = [p for p in Path(f).parents if p != root and p.is_relative_to(root)] if Path(f).is_relative_to(root) \
             else []
+        folders = [reals.setdefault(p, os.path.realpath(p)) for p in [root, *inside]]
+        if len(set(folders)) < len(folders):  # inside a loop of links (dir/self/self/...): the file is read once
+            continue
         hit = next((p for p in inside if outputs.setdefault(p, _is_lengthscan_output(p) or p.resolve() == cache)),
                    None)
         if hit is not None:
@@ -146,6 +162,23 @@ def _check_regular(files: list[str]) -> None:
             what = "a broken symbolic link" if os.path.islink(f) and not os.path.exists(f) else \
                 "not a regular file (a FIFO, socket or device)"
             raise SourceError(f"{f}: {what}; remove it from the source, or name the files to read")
+
+
+def _distinct(spec: str, files: list[str]) -> list[str]:
+    """``files`` without those that are a file already listed, reached again through a symbolic link
+    (a glob's ``**`` goes round a link to a folder above it dozens of times): each file is read once,
+    with a warning saying how many were left out."""
+    import warnings
+
+    seen, kept, again = set(), [], []
+    for f in files:
+        real = os.path.realpath(f)
+        (again if real in seen else kept).append(f)
+        seen.add(real)
+    if again:
+        warnings.warn(f"lengthscan: {spec}: {len(again):,} of the paths are files already listed, reached again "
+                      f"through symbolic links ({', '.join(again[:3])}); each file is read once", stacklevel=3)
+    return kept
 
 
 def _cache_folder() -> Path:
@@ -194,12 +227,25 @@ def _check_disk_layout(spec: str, path: Path) -> None:
 
     def read(file: Path) -> dict:
         try:
-            data = json.loads(file.read_text(encoding="utf-8"))
+            with open_regular(file) as fh:
+                text = fh.read(_MAX_METADATA + 1)
+            if len(text) > _MAX_METADATA:
+                raise ValueError(f"more than {_MAX_METADATA:,} bytes, no dataset's metadata")
+            data = json.loads(text.decode("utf-8"))
         except (OSError, ValueError) as exc:
             raise SourceError(f"{spec}: cannot read {file.name}: {first_line(exc)}") from None
         if not isinstance(data, dict):
             raise SourceError(f"{spec}: {file.name} is not a JSON object")
         return data
+
+    def regular(file: Path) -> None:
+        """What ``load_from_disk`` opens must be a regular file: a FIFO would block it for ever."""
+        try:
+            what = kind_of(file.stat().st_mode)
+        except OSError:
+            return  # missing: load_from_disk says so
+        if what is not None:
+            raise SourceError(f"{spec}: {file} is {what}, not a regular file; a save_to_disk dataset holds files")
 
     folders = [path]
     if (path / "dataset_dict.json").exists():
@@ -216,6 +262,12 @@ def _check_disk_layout(spec: str, path: Path) -> None:
         if not all(plain(n) for n in names):
             raise SourceError(f"{spec}: {folder.name}/state.json names data files that are not plain file names "
                               f"inside its folder ({str(names)[:120]})")
+        for name in ("dataset_info.json", *names):
+            regular(folder / name)
+
+
+#: The most a save_to_disk dataset's own JSON file (state.json...) may hold: it lists files and features.
+_MAX_METADATA = 64 << 20
 
 
 def _open_hub(spec: str, split: str | None, config: str | None, revision: str | None) -> Source:

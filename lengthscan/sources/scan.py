@@ -205,7 +205,9 @@ def _stream(part):
     """The part's file front to back, decompressed (a remote file through its counted reads)."""
     if part.remote is not None:
         return part.remote.stream(part.path)
-    return pa.input_stream(part.path, compression="detect")
+    from lengthscan.sources.streams import open_text
+
+    return open_text(part.path, utf8=False)  # checked as UTF-8 when the file was opened (its layout)
 
 
 def _csv_batches(part, columns: list[str], indices, batch_rows: int) -> Iterator[Batch]:
@@ -249,31 +251,40 @@ class RawLines:
     rows asked in increasing order (blank lines are skipped, as the readers skip them)."""
 
     def __init__(self, path: str, columns: tuple, open_stream=None):
-        self.columns = columns
+        self.path, self.columns = path, columns
         self._lines = _json_lines(path, open_stream)
         self._next = 0  # the row the next line holds
 
     def take(self, rows) -> dict:
         """column -> values of the rows at these (sorted, not yet passed) positions in the file."""
+        from lengthscan.sources.json_lines import json_error
+
         parsed = []
         for row in np.asarray(rows).tolist():
             while self._next < row:
                 next(self._lines)
                 self._next += 1
-            parsed.append(json.loads(next(self._lines)))
+            number, line = next(self._lines)
+            try:
+                parsed.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise SourceError(f"{self.path}: line {number} is not valid JSON: {json_error(exc)}; fix or remove "
+                                  "that line") from None
             self._next += 1
         return {c: [r.get(c) if isinstance(r, dict) else None for r in parsed] for c in self.columns}
 
 
 def _json_lines(path: str, open_stream=None):
-    """The lines of a JSON Lines file (decompressed as pyarrow reads it) that hold a row."""
+    """(line number, line) of the lines of a JSON Lines file (decompressed) that hold a row."""
     import io
 
-    stream = open_stream() if open_stream is not None else pa.input_stream(path, compression="detect")
+    from lengthscan.sources.streams import open_text
+
+    stream = open_stream() if open_stream is not None else open_text(path)
     with io.TextIOWrapper(io.BufferedReader(stream), encoding="utf-8", newline="\n") as fh:
-        for line in fh:
+        for number, line in enumerate(fh, start=1):
             if line.strip():
-                yield line
+                yield number, line
 
 
 def _raw_lines(part, raw: tuple) -> RawLines | None:

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 def embed_audio(table: pa.Table, features: dict, *, strict: bool) -> pa.Table:
     """``table`` with the local files of its ``Audio`` columns embedded (see the module)."""
+    from lengthscan.sources.streams import open_regular
     from lengthscan.write.staging import OutputError
 
     for name, feature in features.items():
@@ -32,9 +33,9 @@ def embed_audio(table: pa.Table, features: dict, *, strict: bool) -> pa.Table:
                 continue
             if "://" in path:  # a remote file is not fetched: kept as a path
                 continue
-            try:
-                with open(path, "rb") as fh:
-                    values[i] = {"bytes": fh.read(), "path": os.path.basename(path)}
+            try:  # a FIFO or device named as the path is refused unread: it would block or never end
+                with open_regular(path) as fh:
+                    values[i] = {"bytes": fh.readall(), "path": os.path.basename(path)}
             except OSError as exc:
                 if strict:
                     raise OutputError(f"--embed-audio: cannot read {path} to embed it ({exc.strerror or exc}); "

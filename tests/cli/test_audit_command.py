@@ -127,7 +127,7 @@ def test_bad_input_exits_2_with_a_clear_message(tmp_path, corpus_jsonl, bpe_dir,
     assert "missing.jsonl: no such file" in capsys.readouterr().err
     (tmp_path / "mixed.jsonl").write_text('{"text": "fine"}\n' * 3 + '{"text": 12}\n')
     assert _audit(tmp_path / "mixed.jsonl", "--tokenizer", bpe_dir, "--input", "text", "--out", tmp_path / "o") == 2
-    assert "row 3 has int value '12'" in capsys.readouterr().err
+    assert f"row 3 of {tmp_path / 'mixed.jsonl'} has int value '12'" in capsys.readouterr().err
     (tmp_path / "ints.jsonl").write_text('{"n": 1, "text": "a"}\n{"n": 2, "text": "b"}\n')
     assert _audit(tmp_path / "ints.jsonl", "--tokenizer", bpe_dir, "--input", "n", "--out", tmp_path / "o") == 2
     assert "column 'n' holds int64, not text: row 0" in capsys.readouterr().err

@@ -81,11 +81,18 @@ def test_text_files_that_fail_to_load_name_the_line(tmp_path, bpe_dir, capsys):
 
 
 def test_clean_never_publishes_bytes_that_are_not_utf8(tmp_path, bpe_dir, capsys):
+    """A JSON Lines file is refused when opened, naming its file and line; a Parquet file whose
+    reader lets such bytes through is refused before anything is written, naming its file and row."""
     (tmp_path / "s.jsonl").write_bytes(b'{"text": "ok", "other": "fine"}\n{"text": "fine", "other": "bad \xff"}\n')
     assert main(["clean", str(tmp_path / "s.jsonl"), "--tokenizer", str(bpe_dir), "--input", "text",
                  "--limit", "input_tokens<=64", "--out", str(tmp_path / "o"), "--quiet"]) == 2
-    one_line(capsys, "column 'other' holds text that is not UTF-8: row 1")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.jsonl"]
+    one_line(capsys, f"{tmp_path / 's.jsonl'}: line 2 is not UTF-8 text (byte 32 of the line: b'\\xff')")
+    pq.write_table(pa.table({"text": ["ok", "fine"], "other": pa.array([b"fine", b"bad \xff"]).view(pa.string())}),
+                   tmp_path / "s.parquet")
+    assert main(["clean", str(tmp_path / "s.parquet"), "--tokenizer", str(bpe_dir), "--input", "text",
+                 "--limit", "input_tokens<=64", "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    one_line(capsys, f"column 'other' holds text that is not UTF-8: row 1 of {tmp_path / 's.parquet'}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.jsonl", "s.parquet"]
 
 
 @pytest.mark.parametrize("kind", ["jsonl", "parquet"])

@@ -53,7 +53,7 @@ def test_corrupt_parquet_and_non_utf8_exit_2_naming_them(tmp_path, bpe_dir, caps
     assert main(["audit", str(lines), "--tokenizer", str(bpe_dir), "--input", "text", "--full", "--no-cache",
                  "--out", str(tmp_path / "o2"), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert "not UTF-8" in err and "row 1" in err
+    assert f"{lines}: line 2 is not UTF-8 text" in err
 
 
 def test_an_internal_error_exits_3_with_its_traceback_in_a_file(capsys):

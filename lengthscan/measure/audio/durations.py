@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from lengthscan.measure.audio.headers import HEAD, aiff_rate, hint, probe
 from lengthscan.measure.audio.mpeg import untagged_mp3_samples
+from lengthscan.sources.streams import kind_of
 from lengthscan.sources.urls import display_url
 
 if TYPE_CHECKING:  # numpy is imported where arrays are made: reading durations does not need it
@@ -115,8 +116,8 @@ def _info(data: bytes | None, path: str | None) -> AudioInfo:
             mode = os.stat(path).st_mode
         except (OSError, ValueError):  # what os.path.exists calls missing
             return _failed(FLAG_MISSING_FILE, f"no such file: {path}")
-        if not stat.S_ISREG(mode):
-            return _failed(FLAG_UNREADABLE, f"not a regular file: {path}")
+        if not stat.S_ISREG(mode):  # never opened: a FIFO would block, a device never end
+            return _failed(FLAG_UNREADABLE, f"not a regular file ({kind_of(mode)}): {path}")
     fast = probe(data, path)  # pure-Python header parse: the same answer, where it is certain
     if fast is not None:
         return _rate_checked(AudioInfo(*fast, flag=FLAG_EMPTY if fast[0] == 0 else None), data, path)

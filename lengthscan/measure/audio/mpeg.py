@@ -106,9 +106,29 @@ def untagged_mp3_samples(data: bytes | None, path: str | None) -> int | None:
     if first is None or any(t in blob[start : start + first[0]] for t in _VBR_TAGS):
         return None
     if data is None:
-        with open(path, "rb") as fh:
-            blob = fh.read()
+        return walk_file(path, start) or None
     return _mpeg_walk(blob, start) or None
+
+
+def walk_file(path: str, start: int, window: int = 4 << 20) -> int:
+    """``_mpeg_walk`` of a file read ``window`` bytes at a time (memory bounded whatever its size)."""
+    samples, pending = 0, b""
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        while True:
+            chunk = fh.read(window)
+            blob = pending + chunk
+            i = 0
+            while i + 4 <= len(blob):
+                frame = mpeg_frame(int.from_bytes(blob[i : i + 4], "big"))
+                if frame is None:
+                    return samples
+                if i + frame[0] > len(blob):
+                    break
+                i, samples = i + frame[0], samples + frame[1]
+            if not chunk:
+                return samples
+            pending = blob[i:]
 
 
 def _file_head(path: str) -> bytes:

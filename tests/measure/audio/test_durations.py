@@ -249,6 +249,37 @@ def test_untagged_mp3_counts_mpeg_frames(untagged):
         assert read_info(untagged[rate, "VARIABLE"].read_bytes()) == vbr
 
 
+def test_untagged_mp3_frames_are_walked_in_bounded_memory(untagged, tmp_path):
+    """The frames of an untagged MP3 file are walked a window at a time: the same count as the walk
+    of its bytes whatever the window, and a file of 32 MB never read whole (it was: any size)."""
+    import tracemalloc
+
+    from lengthscan.measure.audio.mpeg import mpeg_start, untagged_mp3_samples, walk_file
+
+    for path in untagged.values():
+        blob = path.read_bytes() + b"TAG" + bytes(125)  # an ID3v1 tag after the frames ends the walk
+        (tmp_path / "t.mp3").write_bytes(blob)
+        expected = untagged_mp3_samples(blob, None)
+        assert expected and untagged_mp3_samples(None, str(tmp_path / "t.mp3")) == expected
+        for window in (1, 7, 417, 4096):
+            assert walk_file(str(tmp_path / "t.mp3"), mpeg_start(blob), window) == expected
+    start = mpeg_start(blob := untagged[16000, "CONSTANT"].read_bytes())
+    frames = blob[start:]
+    big = tmp_path / "big.mp3"
+    with open(big, "wb") as fh:
+        fh.write(blob[:start])
+        for _ in range((32 << 20) // len(frames)):
+            fh.write(frames)
+    tracemalloc.start()
+    try:
+        samples = untagged_mp3_samples(None, str(big))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert samples == untagged_mp3_samples(frames, None) * ((32 << 20) // len(frames))
+    assert peak < 16 << 20, peak
+
+
 def test_untagged_mp3_matches_mpg123(untagged, tmp_path):
     import subprocess
 
@@ -401,3 +432,39 @@ def test_an_audio_url_is_named_without_its_credentials_or_query():
     info = read_info("https://alice7q:s3cr3tPW@host/clips/a.wav?X-Amz-Signature=SIGdeadbeef")
     assert info.error.startswith("a URL, not a local file: https://***@host/clips/a.wav (")
     assert not any(s in info.error for s in ("alice7q", "s3cr3tPW", "SIGdeadbeef"))
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+@pytest.mark.parametrize("threads", [1, 4])
+def test_special_files_are_per_row_reasons_never_opened(tmp_path, threads):
+    """A FIFO, socket, folder or device named where audio was expected is flagged unreadable, naming
+    what it is, without being opened (a FIFO nobody writes to would block for ever); a broken link
+    is a missing file. Run in a thread: a regression fails here instead of hanging the suite."""
+    import socket
+    import threading
+
+    af.write_audio(tmp_path / "ok.wav", 1600, 16000)
+    os.mkfifo(tmp_path / "pipe.wav")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock.wav"))
+    (tmp_path / "dir.wav").mkdir()
+    os.symlink(tmp_path / "gone.wav", tmp_path / "broken.wav")
+    names = {"ok.wav": None, "pipe.wav": "a FIFO", "sock.wav": "a socket", "dir.wav": "a directory",
+             "broken.wav": None}
+    if os.path.exists("/dev/zero"):
+        os.symlink("/dev/zero", tmp_path / "zero.wav")
+        names["zero.wav"] = "a character device"
+    box = {}
+    thread = threading.Thread(target=lambda: box.update(infos=read_infos(list(names), base_dir=str(tmp_path),
+                                                                         threads=threads)), daemon=True)
+    thread.start()
+    thread.join(30)
+    sock.close()
+    assert not thread.is_alive(), "blocked: a special file was opened"
+    infos = dict(zip(names, box["infos"]))
+    assert infos["ok.wav"].frames == 1600 and infos["ok.wav"].flag is None
+    assert infos["broken.wav"].flag == "missing_file" and str(tmp_path / "broken.wav") in infos["broken.wav"].error
+    for name, what in names.items():
+        if what is not None:
+            assert infos[name].flag == "unreadable" and infos[name].seconds is None
+            assert infos[name].error == f"not a regular file ({what}): {tmp_path / name}"
