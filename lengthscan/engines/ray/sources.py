@@ -61,6 +61,11 @@ def open_for_ray(ray, source, split: str | None) -> Source:
     from lengthscan.sources.opener import open_source
 
     src = open_source(source, split=split)
+    for part in (p for s in src.splits for p in s.parts or () if p.path):
+        if part.path.lower().endswith((".zstd", ".xz")):  # pyarrow's readers in Ray detect .gz, .bz2 and .zst only
+            raise EngineError(f"{display_url(part.path)}: the Ray engine reads .gz, .bz2 and .zst files, not "
+                              f"{part.path.rsplit('.', 1)[-1]}: rename a .zstd file .zst, recompress an .xz one, or "
+                              "drop --engine ray")
     if src.kind == "audiofolder":
         raise EngineError(f"{display_url(spec)}: audio folders are not supported by the Ray engine yet; "
                           "write a manifest (JSONL or Parquet) with the paths")
