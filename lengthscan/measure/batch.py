@@ -205,7 +205,30 @@ def column_values(batch: Batch, column: str) -> list:
     if getattr(col.type, "extension_name", None) == "arrow.json":
         chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
         return [None if v is None else json.loads(v) for c in chunks for v in c.storage.to_pylist()]
-    return col.to_pylist()
+    values = col.to_pylist()
+    if _holds_json(col.type):  # e.g. a message's content of mixed strings and part lists: decoded, as datasets does
+        values = [_json_decoded(v, col.type) for v in values]
+    return values
+
+
+def _holds_json(t: pa.DataType) -> bool:
+    if getattr(t, "extension_name", None) == "arrow.json":
+        return True
+    return any(_holds_json(t.field(k).type) for k in range(t.num_fields))
+
+
+def _json_decoded(value, t: pa.DataType):
+    """A Python value of Arrow type ``t`` with its ``arrow.json`` parts (JSON text) decoded."""
+    if value is None:
+        return None
+    if getattr(t, "extension_name", None) == "arrow.json":
+        return json.loads(value)
+    if pa.types.is_struct(t):
+        return {f.name: _json_decoded(value.get(f.name), f.type) if _holds_json(f.type) else value.get(f.name)
+                for f in t}
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return [_json_decoded(v, t.value_type) for v in value]
+    return value
 
 
 def column_texts(batch: Batch, column: str, split_src: SplitSource) -> list:

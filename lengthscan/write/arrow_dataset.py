@@ -62,7 +62,8 @@ class DatasetWriter:
     def close(self, fingerprint: str) -> None:
         if self._schema is None:
             if self.rows == 0:  # ArrowWriter writes no file without a batch: write the schema alone
-                self._writer.write_table(self._hf_features.arrow_schema.empty_table())
+                # (no record batch: ``Schema.empty_table`` cannot build an extension column, datasets' Json)
+                self._writer.write_table(pa.Table.from_batches([], self._hf_features.arrow_schema))
             self._writer.finalize()
             self._writer.close()
         else:

@@ -105,12 +105,11 @@ def _unlabelled(d: Decisions, ids, labels) -> Decisions:
 def _drop_turns(chat, field, table, values, d, cut, caps, final, ids, labels, keep_empty: bool):
     """Cut the ``cut`` rows to their longest fitting prefix ending with an assistant message (one
     with a trained token unless ``keep_empty``)."""
-    from lengthscan.measure.batch import column_values
     from lengthscan.measure.chat.conversations import Conversation, RowProblem, messages_of
     from lengthscan.measure.chat.prefixes import PrefixSearch
 
     column = field.column
-    source, typed = values[column], column_values(_as_batch(table), column)
+    source = values[column]
     ends: dict = {}
     for i in np.flatnonzero(cut):
         try:  # roles of the normalized messages (ShareGPT's "from" mapped): the cut points
@@ -121,7 +120,7 @@ def _drop_turns(chat, field, table, values, d, cut, caps, final, ids, labels, ke
     search = PrefixSearch(chat, field, values, caps, keep_empty, with_ids=ids is not None)
     found = search.run(ends)
     decision, reason, reasons = d.decision.copy(), list(d.reason), [list(r) for r in d.reasons]
-    new_values = list(typed)
+    kept_messages: dict = {}
     for i in np.flatnonzero(cut):
         cap = int(caps[i])
         if i not in found:
@@ -132,14 +131,14 @@ def _drop_turns(chat, field, table, values, d, cut, caps, final, ids, labels, ke
         end, measured, k = found[i]
         if search.note(int(i)):
             reasons[i].append(search.note(int(i)))
-        new_values[i] = typed[i][:end]
+        kept_messages[int(i)] = end
         for spec in field.specs:
             final[spec.name][i] = measured.values[spec][k]
         for name in ("trained_from", "final_eot_at", "ends_with_eot"):
             final[name][i] = measured.notes[name][k]
         if ids is not None:
             ids[i], labels[i] = measured.ids[k], measured.labels[k]
-    table = _replace_column(table, column, new_values)
+    table = _first_messages(table, column, kept_messages)
     return table, Decisions(decision, reason, reasons, d.truncate_to, d.crop_seconds, cut & (decision != DROP))
 
 
@@ -162,17 +161,33 @@ def _as_batch(table: pa.Table):
     return Batch(np.arange(table.num_rows, dtype=np.int64), table)
 
 
-def _replace_column(table: pa.Table, column: str, values: list) -> pa.Table:
-    """``table`` with ``column`` holding ``values``, in the column's own type."""
+def _first_messages(table: pa.Table, column: str, ends: dict) -> pa.Table:
+    """``table`` with row i of the list ``column`` cut to its first ``ends[i]`` messages, in the
+    column's own type (cut in Arrow: a message's values, e.g. datasets' ``Json`` content of mixed
+    strings and part lists, are written as they were read)."""
+    if not ends:
+        return table
     position = table.schema.get_field_index(column)
-    kind = table.schema.field(column).type
-    if getattr(kind, "extension_name", None) == "arrow.json":
-        storage = pa.array([None if v is None else json.dumps(v, ensure_ascii=False) for v in values],
-                           kind.storage_type)
-        array = pa.ExtensionArray.from_storage(kind, storage)
-    else:
-        array = pa.array(values, kind)
-    return table.set_column(position, table.schema.field(column), array)
+    field = table.schema.field(column)
+    col = table.column(column).combine_chunks() if table.num_rows else pa.array([], field.type)
+    if getattr(field.type, "extension_name", None) == "arrow.json":  # the whole list held as JSON text
+        texts = col.storage.to_pylist()
+        for i, end in ends.items():
+            texts[i] = json.dumps(json.loads(texts[i])[:end], ensure_ascii=False)
+        array = pa.ExtensionArray.from_storage(field.type, pa.array(texts, field.type.storage_type))
+        return table.set_column(position, field, array)
+    offsets = col.offsets.to_numpy().astype(np.int64)  # a list array; its offsets past any slice
+    starts, stops = offsets[:-1], offsets[1:].copy()
+    for i, end in ends.items():
+        stops[i] = min(stops[i], starts[i] + end)
+    lengths = np.where(col.is_valid().to_numpy(zero_copy_only=False), stops - starts, 0)
+    new_offsets = np.concatenate([[0], np.cumsum(lengths)])
+    take = np.repeat(starts - new_offsets[:-1], lengths) + np.arange(new_offsets[-1])
+    values = col.values.take(pa.array(take, pa.int64()))
+    kind = pa.LargeListArray if pa.types.is_large_list(field.type) else pa.ListArray
+    offset_type = pa.int64() if kind is pa.LargeListArray else pa.int32()
+    array = kind.from_arrays(pa.array(new_offsets, offset_type), values, type=field.type, mask=col.is_null())
+    return table.set_column(position, field, array)
 
 
 def token_columns(kept: pa.Table, ids: list, labels: list) -> pa.Table:

@@ -94,14 +94,18 @@ def clean_batch(spec: CleanSpec, layout, rows: np.ndarray, table: pa.Table, meas
 
 
 def _absolute_paths(spec: CleanSpec, table: pa.Table, base_dir: str | None) -> pa.Table:
-    """Audio paths of a manifest made absolute: relative ones resolve against the manifest's
-    folder, which ``dataset/`` and ``rejects/`` are not in."""
+    """Audio and image paths made absolute: relative ones resolve against the data file's folder,
+    which ``dataset/`` and ``rejects/`` are not in."""
     import os
 
+    chat = spec.setup.chat
+    if base_dir is not None and chat is not None and chat.options.format.vision:
+        from lengthscan.write.image_paths import absolute_images
+
+        fmt = chat.options.format
+        table = absolute_images(table, base_dir, images=fmt.images, conversations=(fmt.messages, fmt.prompt,
+                                                                                    fmt.completion))
     for f in spec.fields:
-        if f.kind == "chat" and base_dir is not None and spec.setup.chat is not None \
-                and spec.setup.chat.options.format.images:
-            table = _absolute_images(table, spec.setup.chat.options.format.images, base_dir)
         if f.kind != "audio" or base_dir is None or not pa.types.is_string(table.schema.field(f.column).type):
             continue
         values = table.column(f.column).to_pylist()
@@ -110,28 +114,6 @@ def _absolute_paths(spec: CleanSpec, table: pa.Table, base_dir: str | None) -> p
         if fixed != values:
             table = table.set_column(table.schema.get_field_index(f.column), f.column, pa.array(fixed, pa.string()))
     return table
-
-
-def _absolute_images(table: pa.Table, column: str, base_dir: str) -> pa.Table:
-    """An images column's relative paths (a list of strings per row) made absolute, as they resolved."""
-    import os
-
-    from lengthscan.measure.images.refs import local_path
-
-    t = table.schema.field(column).type
-    if not (pa.types.is_list(t) or pa.types.is_large_list(t)) or not pa.types.is_string(t.value_type):
-        return table
-
-    def fixed(p):
-        if not p or os.path.isabs(p) or "://" in p or p.startswith("data:"):
-            return p
-        return os.path.normpath(os.path.abspath(local_path(p, base_dir)))
-
-    values = table.column(column).to_pylist()
-    new = [None if row is None else [fixed(p) for p in row] for row in values]
-    if new == values:
-        return table
-    return table.set_column(table.schema.get_field_index(column), column, pa.array(new, t))
 
 
 def _truncated(spec: CleanSpec, table: pa.Table, d: Decisions, final: dict) -> pa.Table:
