@@ -5,7 +5,9 @@ working directory), as bytes, as a ``data:image/...;base64,`` URI, or as the ``{
 dict of a ``datasets`` ``Image(decode=False)`` value. ``image_sizes`` reads each header once
 (``headers.image_size``) and returns the size the model's processor sees: the EXIF orientation
 applied, as ``transformers``' ``load_image`` and ``datasets``' decoding both apply it.
-A bad image never raises: it comes back as an ``ImageProblem`` naming the image and what is wrong.
+A bad image never raises: it comes back as an ``ImageProblem`` naming the image and what is wrong
+(a path that is a FIFO, socket, device or folder is refused unread: ``unreadable``, "not a regular
+file"; so is an image whose metadata is over the reading budget of ``images.reader``).
 """
 
 from __future__ import annotations
