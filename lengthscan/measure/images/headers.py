@@ -63,7 +63,7 @@ def _gif(r: Reader) -> ImageSize:
     """The logical screen, grown to the first frame's extent where that is larger, as Pillow's
     ``GifImageFile`` reads them (bytes that start no block skipped; no frame: Pillow refuses it)."""
     w, h, packed = struct.unpack("<HHB", r.at(6, 5, "a GIF header"))
-    byte = _Bytes(r)
+    byte = r.byte
     at = 13 + (3 << ((packed & 7) + 1) if packed & 0x80 else 0)
     while True:
         r.step()
@@ -75,6 +75,8 @@ def _gif(r: Reader) -> ImageSize:
             palette = 3 << ((flags & 7) + 1) if flags & 0x80 else 0
             if byte(at + 10 + palette) is None:
                 raise CutShort("a GIF whose first image is cut short")
+            if not fw or not fh:
+                raise ImageError(f"a GIF whose first image is {fw}x{fh}: Pillow cannot load it")
             return ImageSize(max(w, x0 + fw), max(h, y0 + fh), 1, "GIF")
         at += 1
         if kind != 0x21:  # a byte that starts no block: Pillow reads on
@@ -87,20 +89,6 @@ def _gif(r: Reader) -> ImageSize:
             at += 1 + size
             if size == 0:
                 break
-
-
-class _Bytes:
-    """Single bytes of a reader at increasing positions, read 64 KiB at a time."""
-
-    def __init__(self, r: Reader):
-        self.r, self.start, self.window = r, 0, b""
-
-    def __call__(self, at: int) -> int | None:
-        if not self.start <= at < self.start + len(self.window):
-            self.start, self.window = at, self.r.upto(at, 64 << 10)
-            if not self.window:
-                return None
-        return self.window[at - self.start]
 
 
 def _bmp(r: Reader) -> ImageSize:

@@ -38,10 +38,9 @@ def jpeg_size(r: Reader) -> ImageSize:
     pos = 3                  # the byte after a marker's 0xFF
     while True:
         r.step()
-        kind = r.upto(pos, 1)
-        if not kind:
+        kind = r.byte(pos)
+        if kind is None:
             raise CutShort("a JPEG that ends before its image data")
-        kind = kind[0]
         pos += 1
         if kind == 0xFF:  # a fill byte
             continue
@@ -52,7 +51,7 @@ def jpeg_size(r: Reader) -> ImageSize:
             continue
         if kind < 0xC0:
             raise ImageError(f"a JPEG with an unknown marker 0xFF{kind:02X}: Pillow refuses it")
-        (length,) = struct.unpack(">H", r.at(pos, 2, "a JPEG segment"))
+        (length,) = struct.unpack(">H", r.near(pos, 2, "a JPEG segment"))
         n = max(0, length - 2)
         if pos + 2 + n > r.size:
             raise CutShort(f"a JPEG whose 0xFF{kind:02X} segment is cut short")
@@ -90,6 +89,8 @@ def jpeg_size(r: Reader) -> ImageSize:
 
 def _next_marker(r: Reader, pos: int) -> int:
     """The position after the next 0xFF byte (Pillow skips what lies between)."""
+    if r.byte(pos) == 0xFF:
+        return pos + 1
     while True:
         block = r.upto(pos, _SCAN)
         if not block:

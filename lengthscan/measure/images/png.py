@@ -44,19 +44,21 @@ def png_size(r: Reader) -> ImageSize:
     at = 8
     while True:  # before the image data: as PngImageFile._open reads
         r.step()
-        head = r.upto(at, 8)
-        if len(head) < 8:
+        if at + 8 > r.size:
             raise CutShort("a PNG that ends before its image data")
-        length, cid = struct.unpack(">I4s", head)
+        length, cid = struct.unpack(">I4s", r.near(at, 8))
         if not _CID.match(cid):
             raise ImageError(f"a broken PNG chunk {cid!r} before the image data")
         if cid in (b"IDAT", b"IEND"):
             break
-        body = r.at(at + 8, length, f"a PNG {cid.decode('latin-1')} chunk")
+        name = cid.decode("latin-1")
+        if at + 8 + length > r.size:
+            raise CutShort(f"a PNG whose {name} chunk is cut short")
+        whole = r.near(at + 8, min(length + 4, r.size - at - 8))
+        body, crc = whole[:length], whole[length:]
         state.chunk(cid, body)
-        crc = r.upto(at + 8 + length, 4)
         if len(crc) < 4 or struct.unpack(">I", crc)[0] != zlib.crc32(body, zlib.crc32(cid)) & 0xFFFFFFFF:
-            raise ImageError(f"a PNG whose {cid.decode('latin-1')} chunk fails its checksum: Pillow refuses it")
+            raise ImageError(f"a PNG whose {name} chunk fails its checksum: Pillow refuses it")
         at += 12 + length
     if cid == b"IEND":
         raise ImageError("a PNG without image data")
@@ -67,7 +69,7 @@ def png_size(r: Reader) -> ImageSize:
         if at + 8 + length > r.size:
             raise CutShort("a PNG whose image data is cut short")
         at += 12 + length
-        head = r.upto(at, 8)
+        head = r.near(at, 8) if at + 8 <= r.size else b""
         if len(head) < 8:
             break
         length, cid = struct.unpack(">I4s", head)
@@ -76,11 +78,11 @@ def png_size(r: Reader) -> ImageSize:
         if at + 8 + length > r.size:
             raise CutShort(f"a PNG whose {cid.decode('latin-1')} chunk is cut short")
         if cid in _READ:
-            state.chunk(cid, r.at(at + 8, length), after=True)
+            state.chunk(cid, r.near(at + 8, length), after=True)
         elif length < _SHORTEST.get(cid, 0):
             state.chunk(cid, b"")
         at += 12 + length
-        head = r.upto(at, 8)
+        head = r.near(at, 8) if at + 8 <= r.size else b""
         if len(head) == 8:
             length, cid = struct.unpack(">I4s", head)
     w, h = state.size

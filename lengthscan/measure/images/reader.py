@@ -32,6 +32,8 @@ INFLATE_BUDGET = 8 << 20
 PILLOW_TEXT_CHUNK = 1 << 20
 #: The text Pillow keeps of one PNG's text chunks (``PngImagePlugin.MAX_TEXT_MEMORY``).
 PILLOW_TEXT_MEMORY = 64 << 20
+#: What ``Reader.near`` reads at once.
+WINDOW = 64 << 10
 #: Chunks, segments or blocks walked in one image, at most (a file of millions of empty chunks
 #: would take seconds to walk).
 STEP_BUDGET = 200_000
@@ -76,6 +78,7 @@ class Reader:
         self._left = budget
         self._inflate_left = INFLATE_BUDGET
         self._steps_left = STEP_BUDGET
+        self._window, self._window_at = b"", 0
         self._pos = 0
         fh.seek(0, io.SEEK_END)
         self.size = fh.tell()
@@ -96,6 +99,20 @@ class Reader:
         """Up to ``n`` bytes at ``offset`` (fewer where the file ends)."""
         self.seek(max(0, offset))
         return self.read(max(0, min(n, self.size - offset)))
+
+    def near(self, offset: int, n: int, what: str = "a header") -> bytes:
+        """``at`` for small reads at increasing offsets: served from a window of 64 KiB read at
+        once (a walk over many small chunks reads each window once)."""
+        start = offset - self._window_at
+        if start < 0 or start + n > len(self._window):
+            if offset < 0 or offset + n > self.size:
+                raise CutShort(f"{what} is cut short (the file ends at byte {self.size:,})")
+            self._window, self._window_at, start = self.upto(offset, max(n, WINDOW)), offset, 0
+        return self._window[start:start + n]
+
+    def byte(self, offset: int) -> int | None:
+        """The byte at ``offset`` (None past the end), through the window."""
+        return self.near(offset, 1)[0] if 0 <= offset < self.size else None
 
     def step(self) -> None:
         """Count one chunk, segment or block walked (``OverBudget`` past ``STEP_BUDGET``)."""

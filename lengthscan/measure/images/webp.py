@@ -55,7 +55,7 @@ def webp_size(r: Reader) -> ImageSize:
         r.step()
         if at + 8 > end:
             raise CutShort("a WebP whose last chunk is cut short")
-        kind, length = struct.unpack("<4sI", r.at(at, 8, "a WebP chunk"))
+        kind, length = struct.unpack("<4sI", r.near(at, 8, "a WebP chunk"))
         if at + 8 + length > end:
             raise CutShort(f"a WebP whose {kind.decode('latin-1')!r} chunk is cut short")
         has_image = has_image or kind in _IMAGE_CHUNKS
