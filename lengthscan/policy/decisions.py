@@ -7,6 +7,7 @@ under its decision and reason.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -77,6 +78,16 @@ def decision_columns(d: Decisions) -> dict[str, pa.Array]:
     }
 
 
+#: A quoted value in a reason (Python's ``repr`` of a string): an image's path or URL, a role.
+_QUOTED = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
+
+
+def redacted(reason: str | None) -> str | None:
+    """``reason`` as ``--redact`` reports it: every value it quotes from the data (an image's path,
+    URL or data URI, a role) replaced by '…'; the rest (the rule, the flag, what is wrong) kept."""
+    return None if reason is None else _QUOTED.sub("'…'", reason)
+
+
 @dataclass
 class DecisionTally:
     """Rows per decision and per reason for one split; extrapolated when the split was sampled."""
@@ -86,6 +97,7 @@ class DecisionTally:
     measured: int = 0
     counts: dict = field(default_factory=lambda: {name: 0 for name in DECISIONS.values()})
     by_reason: dict = field(default_factory=dict)
+    redact: bool = False            # reasons counted without the values they quote (``redacted``)
 
     def add(self, d: Decisions) -> None:
         self.measured += d.decision.size
@@ -93,7 +105,7 @@ class DecisionTally:
             self.counts[name] += int((d.decision == code).sum())
         for code, reason in zip(d.decision, d.reason):
             if reason is not None:
-                key = (DECISIONS[int(code)], reason)
+                key = (DECISIONS[int(code)], redacted(reason) if self.redact else reason)
                 self.by_reason[key] = self.by_reason.get(key, 0) + 1
 
     def merge(self, other: "DecisionTally") -> "DecisionTally":
@@ -196,18 +208,19 @@ def gate(fail_over, tallies: list[DecisionTally]) -> str | None:
 
 
 __all__ = ["DROP", "KEEP", "TRUNCATE", "DecisionTally", "MeasuredCursor", "base_and_flags", "decide",
-           "decision_columns", "gate", "parse_fail_over", "parse_rules", "special_lengths"]
+           "decision_columns", "gate", "parse_fail_over", "parse_rules", "redacted", "special_lengths"]
 
 
 def decide_file(measured_path, splits, fields, resolved, *, special: dict, keep_empty_targets: bool,
-                out_path=None) -> list[DecisionTally]:
+                out_path=None, redact: bool = False) -> list[DecisionTally]:
     """The decide pass: the measured lengths at ``measured_path`` (every split's rows in order;
     ``splits`` is ``[(name, rows_total, rows_measured)]``) decided by ``resolved``, counted per
-    split, and written with their decision columns to ``out_path`` (None: counted only)."""
+    split (``redact``: reasons without the values they quote), and written with their decision
+    columns to ``out_path`` (None: counted only)."""
     cursor = MeasuredCursor(measured_path)
     writer, tallies = None, []
     for name, rows_total, size in splits:
-        tally = DecisionTally(name, rows_total)
+        tally = DecisionTally(name, rows_total, redact=redact)
         for start in range(0, size, 65536):
             table = cursor.take(min(65536, size - start))
             base, flags = base_and_flags(table, fields)

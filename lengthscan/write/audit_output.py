@@ -71,7 +71,7 @@ class AuditOutput:
         self.lengths = None
         splits = [(s.name, p.rows_total, p.size) for s, p in zip(src.splits, plans)]
         tallies = decide_file(self.measured_path, splits, setup.fields, resolved, special=special,
-                              keep_empty_targets=keep_empty_targets,
+                              keep_empty_targets=keep_empty_targets, redact=self.redact,
                               out_path=self.staging / "lengths.parquet" if self.final is not None else None)
         self.measured_path.unlink()
         return tallies

@@ -197,7 +197,8 @@ class CleanTally:
     def start(cls, split: str, rows_total: int, spec: "CleanSpec") -> "CleanTally":
         """An empty tally of a split; the model's limits are counted again on the written rows (a
         rule looser than the model's own leaves rows over them)."""
-        return cls(DecisionTally(split, rows_total), SplitTally(spec.fields, list(spec.setup.ceilings)),
+        return cls(DecisionTally(split, rows_total, redact=spec.redact), SplitTally(spec.fields,
+                                                                                 list(spec.setup.ceilings)),
                    WorstRows(spec.fields, redact=spec.redact))
 
     def add(self, cleaned: CleanedBatch) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from lengthscan.policy.decisions import redacted
+
 #: Longest rows of the source listed in the report, per primary measurement.
 WORST_ROWS = 20
 
@@ -39,7 +41,9 @@ class WorstRows:
                 if final is not None:
                     entry["after"] = None if names[i] == "drop" else {
                         name: plain_length(final[name][i]) for name in measures if name in final}
-                if not self.redact:
+                if self.redact:
+                    entry["reason"] = redacted(entry["reason"])
+                else:
                     entry.update(preview_of(f, column[int(i)].as_py()))
                 self.best[f.primary.name].append((float(values[i]), -entry["row"], entry))
             self.best[f.primary.name] = sorted(self.best[f.primary.name], key=lambda t: (-t[0], -t[1]))[:WORST_ROWS]

@@ -70,24 +70,24 @@ def _size(ref, base_dir: str | None, limit: int | None):
     try:
         data, path = _resolve(ref, base_dir)
     except ImageError as exc:
-        return ImageProblem("unreadable", f"image {label}: {exc}")
+        return ImageProblem("unreadable", f"image {label!r}: {exc}")
     if data is None and path is None:
         return ImageProblem("missing_file", "an image is missing (null)")
     try:
         size = image_size(data) if data is not None else image_size_from(path)
     except FileNotFoundError:
-        return ImageProblem("missing_file", f"image {label}: no such file")
-    except (IsADirectoryError, PermissionError) as exc:
-        return ImageProblem("missing_file", f"image {label}: {exc.strerror}")
+        return ImageProblem("missing_file", f"image {label!r}: no such file")
+    except (IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+        return ImageProblem("missing_file", f"image {label!r}: {exc.strerror}")
     except ImageError as exc:
-        return ImageProblem("unreadable", f"image {label}: {exc}")
+        return ImageProblem("unreadable", f"image {label!r}: {exc}")
     except OSError as exc:
-        return ImageProblem("unreadable", f"image {label}: {exc.strerror or exc}")
+        return ImageProblem("unreadable", f"image {label!r}: {exc.strerror or exc}")
     except ValueError as exc:  # a path holding a NUL character
         return ImageProblem("missing_file", f"image {label!r}: {exc}")
     width, height = size.oriented()
     if limit is not None and width * height > limit:
-        return ImageProblem("unreadable", f"image {label}: {width:,}x{height:,} is over Pillow's decompression-bomb "
+        return ImageProblem("unreadable", f"image {label!r}: {width:,}x{height:,} is over Pillow's decompression-bomb "
                                           f"limit ({limit:,} pixels): the processor cannot open it")
     return Seen(width, height, label)
 

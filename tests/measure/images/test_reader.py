@@ -246,6 +246,6 @@ def test_audit_of_conversations_with_a_fifo_and_a_bomb_does_not_hang(tmp_path, t
     assert done.returncode == 0, done.stderr
     t = pq.read_table(out / "lengths.parquet").to_pydict()
     assert t["chat_flag"] == ["unreadable", "unreadable", None]
-    assert t["chat_error"][0].startswith("image 2 of 2: image pipe.png: not a regular file (a FIFO)")
-    assert t["chat_error"][1].startswith("image 1 of 2: image bomb.png: a PNG zTXt chunk inflates past 1 MiB")
+    assert t["chat_error"][0].startswith("image 2 of 2: image 'pipe.png': not a regular file (a FIFO)")
+    assert t["chat_error"][1].startswith("image 1 of 2: image 'bomb.png': a PNG zTXt chunk inflates past 1 MiB")
     assert t["sequence_tokens"][2] > 0
