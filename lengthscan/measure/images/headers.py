@@ -28,6 +28,10 @@ from lengthscan.measure.images.reader import (
 )
 from lengthscan.measure.images.webp import webp_size
 
+#: The TIFF headers Pillow opens (``TiffImagePlugin.PREFIXES``): classic and BigTIFF, either byte
+#: order, and the two that swap the version's bytes.
+_TIFF = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+", b"MM*\x00", b"II\x00*")
+
 __all__ = ["CutShort", "ImageError", "ImageSize", "OverBudget", "image_size", "image_size_from"]
 
 
@@ -54,7 +58,7 @@ def _size(r: Reader) -> ImageSize:
         return _gif(r)
     if head[:2] == b"BM":
         return _bmp(r)
-    if head[:4] in (b"II*\x00", b"MM\x00*"):
+    if head[:4] in _TIFF:
         return _tiff(r)
     raise ImageError("not a PNG, JPEG, WebP, GIF, BMP or TIFF image")
 
@@ -119,6 +123,8 @@ def _tiff(r: Reader) -> ImageSize:
         w, h, orientation = read
         return positive(w, h, "TIFF", orientation)
     head = r.at(0, 8, "a TIFF header")
+    if head[:4] not in _TIFF[:2]:
+        raise ImageError("a BigTIFF, which lengthscan reads with Pillow only (pip install pillow)")
     e = "<" if head[:2] == b"II" else ">"
     (first,) = struct.unpack(e + "I", head[4:8])
     (count,) = struct.unpack(e + "H", r.at(first, 2, "a TIFF directory"))

@@ -55,12 +55,26 @@ def describe(ref) -> str:
 
 
 def image_sizes(refs: list, base_dir: str | None) -> list:
-    """Per reference: a ``Seen`` or an ``ImageProblem``."""
+    """Per reference: a ``Seen`` or an ``ImageProblem``. A path (or data URI) given several times
+    is read once: rows that share an image, or one row that repeats it, cost one read."""
     limit = _pillow_limit()
-    if len(refs) < 4:
-        return [_size(r, base_dir, limit) for r in refs]
-    with ThreadPoolExecutor(min(READ_THREADS, len(refs))) as pool:
-        return list(pool.map(lambda r: _size(r, base_dir, limit), refs))
+    keys = [r if isinstance(r, str) else ("path", r["path"]) if _path_only(r) else k for k, r in enumerate(refs)]
+    first = {}
+    for k, key in enumerate(keys):
+        first.setdefault(key, k)
+    todo = sorted(set(first.values()))
+    if len(todo) < 4:
+        found = [_size(refs[k], base_dir, limit) for k in todo]
+    else:
+        with ThreadPoolExecutor(min(READ_THREADS, len(todo))) as pool:
+            found = list(pool.map(lambda k: _size(refs[k], base_dir, limit), todo))
+    by_first = dict(zip(todo, found))
+    return [by_first[first[key]] for key in keys]
+
+
+def _path_only(ref) -> bool:
+    """An ``Image(decode=False)`` value that is a path alone."""
+    return isinstance(ref, dict) and ref.get("bytes") is None and isinstance(ref.get("path"), str)
 
 
 def _size(ref, base_dir: str | None, limit: int | None):
