@@ -80,7 +80,7 @@ def _part_paths(array: pa.Array, fix) -> pa.Array:
     names = [f.name for f in t]
     out = array
     is_image = None
-    if "type" in names and pa.types.is_string(t.field("type").type):
+    if "type" in names and (pa.types.is_string(t.field("type").type) or pa.types.is_large_string(t.field("type").type)):
         is_image = pc.fill_null(pc.is_in(array.field("type"), pa.array(["image", "image_url"])), False)
     for f in t:
         child = out.field(f.name)
