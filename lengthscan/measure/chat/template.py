@@ -29,6 +29,7 @@ class ChatTemplate:
     text: str
     origin: str  # "tokenizer" or the file's path
     tool_use: str | None = None  # a tokenizer's "tool_use" template, used for rows with tools
+    swapped: tuple[str, str] | None = None  # (TRL's original, its training template) rendered instead
 
     @property
     def has_generation(self) -> bool:
@@ -43,8 +44,33 @@ class ChatTemplate:
     def hash(self) -> str:
         return hashlib.sha256((self.text + "\0" + (self.tool_use or "")).encode()).hexdigest()[:16]
 
+    def swap_rule(self) -> str:
+        """The trained tokens' rule where TRL's training template was swapped in (said in the report)."""
+        original, training = self.swapped or ("", "")
+        return (f"assistant mask of TRL's {training} template, which SFTTrainer(assistant_only_loss=True) renders "
+                f"with in place of {original}: tokens overlapping its {{% generation %}} spans")
+
     def to_dict(self) -> dict:
-        return {"origin": self.origin, "hash": self.hash, "generation_blocks": self.has_generation}
+        out = {"origin": self.origin, "hash": self.hash, "generation_blocks": self.has_generation}
+        if self.swapped:
+            out["trl_training_swap"] = {"original": self.swapped[0], "training": self.swapped[1]}
+        return out
+
+
+def for_assistant_loss(template: ChatTemplate) -> ChatTemplate:
+    """The template ``SFTTrainer(assistant_only_loss=True)`` renders with: ``template`` itself when
+    it has ``{% generation %}`` blocks; TRL's ``NAME_training.jinja`` when it is, character for
+    character, the original ``NAME.jinja`` TRL ships (trl swaps it in: ``get_training_chat_template``),
+    for every row, tools or not; else ``template`` (TRL refuses it: the common-prefix rule counts)."""
+    from lengthscan.measure.chat.named import training_swap
+
+    if template.has_generation:
+        return template
+    found = training_swap(template.text)
+    if found is None:
+        return template
+    original, training, text = found
+    return ChatTemplate(text, template.origin, None, (original, training))
 
 
 def load_template(tokenizer, path: str | Path | None) -> ChatTemplate:
