@@ -102,9 +102,9 @@ class ChatCounter:
         if self._renderer is None:
             from lengthscan.measure.chat.template import Renderer, for_assistant_loss, load_template
 
-            tok = self.counter.tokenizer
-            template = load_template(tok, self.options.template)
-            if self.options.train_on == "assistant" and self.options.format.messages:
+            tok, messages = self.counter.tokenizer, bool(self.options.format.messages)  # strings need no template
+            template = load_template(tok, self.options.template, optional=not messages)
+            if self.options.train_on == "assistant" and messages:
                 template = for_assistant_loss(template)  # TRL's training template, as SFTTrainer swaps it in
             self._renderer = Renderer(template, tok.special_tokens_map, seconds=self.render_seconds,
                                       max_chars=self.counter.max_chars)

@@ -73,9 +73,17 @@ def for_assistant_loss(template: ChatTemplate) -> ChatTemplate:
     return ChatTemplate(text, template.origin, None, (original, training))
 
 
-def load_template(tokenizer, path: str | Path | None) -> ChatTemplate:
+#: Where prompt-completion rows need no template (strings: TRL tokenizes them as they are) and there
+#: is none: rows of messages are a template error saying so, never rendered without one.
+NO_TEMPLATE = ('{{ raise_exception("the tokenizer has no chat template (string prompt-completion rows need none; '
+               'conversations need one): give one with --chat-template FILE") }}')
+
+
+def load_template(tokenizer, path: str | Path | None, *, optional: bool = False) -> ChatTemplate:
     """``--chat-template FILE`` (or NAME: a template TRL ships) if given, else the tokenizer's own (its
-    default one when it has several); ChatTemplateError with the fix when there is none or the file cannot be read."""
+    default one when it has several); ChatTemplateError with the fix when there is none or the file
+    cannot be read, except with ``optional`` (prompt-completion: string rows need none), where no
+    template at all is ``NO_TEMPLATE``, which refuses every conversation with that fix."""
     if path is not None:
         from lengthscan.measure.chat.named import UnknownTemplate, looks_like_name, shipped_template
 
@@ -96,6 +104,8 @@ def load_template(tokenizer, path: str | Path | None) -> ChatTemplate:
                 raise ChatTemplateError(f"the tokenizer has several chat templates ({', '.join(sorted(own))}) and "
                                         f"no default: give one with --chat-template FILE")
             own, tool_use = own.get("default"), own.get("tool_use")
+        if not own and optional and not tool_use:
+            return ChatTemplate(NO_TEMPLATE, "none")
         if not own:
             raise ChatTemplateError(f"the tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template: "
                                     f"give one with --chat-template FILE (a Jinja file, e.g. the model's "

@@ -195,6 +195,36 @@ def test_content_parts(tmp_path, chat_tok_dir, chat_tok):
             assert table["parts_not_rendered"][0] is (what == "parts_not_rendered"), name
 
 
+def test_string_prompt_completion_needs_no_template(tmp_path, bpe_dir, capsys):
+    """TRL tokenizes string prompt-completion rows as they are (the completion with the EOS text
+    appended): a base model's tokenizer without a chat template measures them, the end of turn being
+    EOS; rows of messages in the same columns are refused with the fix (a row's reason; all of them:
+    exit 2)."""
+    from transformers import AutoTokenizer
+    from trl.data_utils import common_prefix_length
+
+    tok = AutoTokenizer.from_pretrained(bpe_dir)
+    assert not tok.chat_template
+    pc = [{"prompt": "The sky is", "completion": " blue."}, {"prompt": "Two and two make", "completion": " four</s>"},
+          {"prompt": [{"role": "user", "content": "2+2?"}], "completion": [{"role": "assistant", "content": "4"}]}]
+    src = write_jsonl(tmp_path / "pc.jsonl", pc)
+    out = tmp_path / "out"
+    assert _audit(src, "--tokenizer", bpe_dir, "--prompt", "prompt", "--completion", "completion", "--full",
+                  "--out", out) == 0
+    table = pq.read_table(out / "lengths.parquet").to_pydict()
+    for i, row in enumerate(pc[:2]):
+        completion = row["completion"] if row["completion"].endswith("</s>") else row["completion"] + "</s>"
+        prompt_ids, ids = tok(row["prompt"])["input_ids"], tok(row["prompt"] + completion)["input_ids"]
+        assert table["sequence_tokens"][i] == len(ids)
+        assert table["completion_tokens"][i] == len(ids) - common_prefix_length(prompt_ids, ids)
+        assert ids[table["final_eot_at"][i]] == tok.eos_token_id  # the end of turn: EOS
+    assert table["chat_flag"][2] == "template_error" and "--chat-template" in table["chat_error"][2]
+    src = write_jsonl(tmp_path / "messages.jsonl", pc[2:])
+    assert _audit(src, "--tokenizer", bpe_dir, "--prompt", "prompt", "--completion", "completion", "--full",
+                  "--out", tmp_path / "o2") == 2
+    assert "has no chat template" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("case", ["no_template", "bad_file", "syntax", "target_too", "no_offsets", "drop_turns_pc"])
 def test_usage_errors_exit_2(request, tmp_path, chat_tok_dir, capsys, case):
     src = write_jsonl(tmp_path / "c.jsonl", [{"messages": [{"role": "user", "content": "hi"}], "t": "x"}])
