@@ -1,7 +1,9 @@
 """``--crop-audio``: cut clips to a number of seconds and encode them again with soundfile.
 
 Cropping decodes (it must), keeps the sample rate and channels, and writes the same container
-when libsndfile can write it (WAV, FLAC, OGG, AIFF; MP3 and others become FLAC, lossless). Audio
+when libsndfile can write it (WAV, FLAC, OGG, AIFF; MP3 and others become FLAC, lossless), unless
+its codec would pad the last block (IMA and MS ADPCM, GSM 6.10 in WAV: a clip cropped to 1.5 s
+would hold up to a block more): then FLAC, so the file holds exactly the frames kept. Audio
 stored as bytes (an ``Audio(decode=False)`` struct or a binary column) gets the new bytes; audio
 stored as a path gets a new file under ``dataset/audio/`` of the output and the path to it.
 Not through ``datasets``' audio encoder, which needs torchcodec.
@@ -35,16 +37,33 @@ def crop_column(column, seconds: np.ndarray, staging: Path, final: Path, *, base
             keep = int(np.floor(seconds[i] * rate))
             audio = f.read(frames=keep, dtype="float32", always_2d=True)
         fmt_out = fmt if fmt in WRITABLE else "FLAC"
-        sub_out = subtype if fmt_out == fmt else "PCM_16"
-        buf = io.BytesIO()
-        # a second at a time: libsndfile 1.2.2 crashes writing millions of OGG Vorbis frames in one call
-        with soundfile.SoundFile(buf, "w", rate, audio.shape[1], sub_out, format=fmt_out) as out:
-            for k in range(0, audio.shape[0], rate):
-                out.write(audio[k:k + rate])
-        blob = buf.getvalue()
+        blob = _encode(audio, rate, fmt_out, subtype if fmt_out == fmt else "PCM_16")
+        if fmt_out != "FLAC" and _frames(blob) != audio.shape[0]:  # a block codec padded the last block
+            fmt_out, blob = "FLAC", _encode(audio, rate, "FLAC", "PCM_16")
         frames[i], rates[i] = audio.shape[0], rate
         values[i] = _store(values[i], blob, WRITABLE[fmt_out], staging, final)
     return pa.array(values, column.type), frames, rates
+
+
+def _encode(audio: np.ndarray, rate: int, fmt: str, subtype: str) -> bytes:
+    import soundfile
+
+    buf = io.BytesIO()
+    # a second at a time: libsndfile 1.2.2 crashes writing millions of OGG Vorbis frames in one call
+    with soundfile.SoundFile(buf, "w", rate, audio.shape[1], subtype, format=fmt) as out:
+        for k in range(0, audio.shape[0], rate):
+            out.write(audio[k:k + rate])
+    return buf.getvalue()
+
+
+def _frames(blob: bytes) -> int:
+    """The frames an encoded clip holds, as a reader of it gets them."""
+    import soundfile
+
+    from lengthscan.measure.audio.native import native_stderr_quiet
+
+    with native_stderr_quiet():
+        return soundfile.info(io.BytesIO(blob)).frames
 
 
 def _load(value, base_dir):

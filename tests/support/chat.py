@@ -45,6 +45,15 @@ def trl_template(name: str) -> Path:
     return Path(trl.__file__).parent / "chat_templates" / f"{name}.jinja"
 
 
+def not_trls(name: str, folder: Path) -> Path:
+    """TRL's template ``name`` with a comment added: it renders the same, but it is no longer TRL's
+    to the character, so SFTTrainer(assistant_only_loss=True) does not swap it for its training
+    template (nor does lengthscan): the tests of the rule for templates without generation blocks."""
+    path = folder / f"{name}-copy.jinja"
+    path.write_text(trl_template(name).read_text() + "{# a copy #}")
+    return path
+
+
 def has_generation(path: Path) -> bool:
     return bool(_GENERATION.search(path.read_text()))
 
@@ -90,8 +99,10 @@ def reference(tok, template: Path, messages, tools=None, train_on: str = "assist
     from trl.data_utils import common_prefix_length
 
     text = template.read_text()
+    if train_on == "assistant":  # SFTTrainer(assistant_only_loss=True) renders with TRL's training template
+        text = trl_training_text(tok, text)
     tools = json.loads(tools) if isinstance(tools, str) else tools
-    gen = has_generation(template)
+    gen = bool(_GENERATION.search(text))
     try:
         out = tok.apply_chat_template(messages, tools=tools, chat_template=text, tokenize=True, return_dict=True,
                                       return_assistant_tokens_mask=gen)
@@ -117,6 +128,24 @@ def reference(tok, template: Path, messages, tools=None, train_on: str = "assist
             return len(ids), None
         total += len(q) - common_prefix_length(p, q)
     return len(ids), total
+
+
+def trl_training_text(tok, text: str) -> str:
+    """The template ``SFTTrainer(assistant_only_loss=True)`` renders with where ``tok`` has the
+    template ``text``: ``text`` when it has generation blocks, else what TRL's own
+    ``get_training_chat_template`` swaps in, else ``text`` (TRL refuses it)."""
+    from trl.chat_template_utils import get_training_chat_template
+
+    if _GENERATION.search(text):
+        return text
+    saved = tok.chat_template
+    tok.chat_template = text
+    try:
+        return get_training_chat_template(tok) or text
+    except ValueError:  # "patching is not supported for this template"
+        return text
+    finally:
+        tok.chat_template = saved
 
 
 def _last_span_count(tok, text, messages, tools):

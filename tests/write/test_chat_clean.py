@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from lengthscan.cli.main import main
-from tests.support.chat import conversations, trl_template, write_jsonl
+from tests.support.chat import conversations, not_trls, trl_template, trl_training_text, write_jsonl
 
 
 def _clean(*args) -> int:
@@ -38,12 +38,15 @@ def rows(docs):
     return conversations(docs, 120, seed=11)
 
 
-@pytest.mark.parametrize("name,limit", [("qwen3", 400), ("qwen3_training", 250)])
+@pytest.mark.parametrize("name,limit", [("qwen3", 400), ("qwen3-copy", 400), ("qwen3_training", 250)])
 def test_drop_turns_keeps_the_longest_fitting_prefix(tmp_path, chat_tok_dir, chat_tok, rows, name, limit):
+    """qwen3: TRL's, which SFTTrainer(assistant_only_loss=True) swaps for qwen3_training; a copy of it
+    (not swapped) renders the last turn otherwise than earlier ones."""
     from datasets import load_from_disk
 
-    template = trl_template(name)
-    text = template.read_text()
+    template = not_trls("qwen3", tmp_path) if name == "qwen3-copy" else trl_template(name)
+    text = trl_training_text(chat_tok, template.read_text())  # what the model is trained on
+    assert (text == trl_template("qwen3_training").read_text()) == (name != "qwen3-copy")
     src = write_jsonl(tmp_path / "chat.jsonl", rows)
     out = tmp_path / "out"
     assert _clean(src, "--tokenizer", chat_tok_dir, "--chat-template", template, "--messages", "messages",
@@ -107,6 +110,9 @@ def _trl_prepared(tok_dir, template, records, **config):
     ("qwen3_training", "assistant", {"assistant_only_loss": True}),
     ("llama3_training", "assistant", {"assistant_only_loss": True}),
     ("qwen2_5", "all", {"assistant_only_loss": False}),
+    # originals: SFTTrainer swaps in TRL's training template (qwen3_training, llama3_training)
+    ("qwen3", "assistant", {"assistant_only_loss": True}),
+    ("llama3", "assistant", {"assistant_only_loss": True}),
 ])
 def test_tokenize_equals_trl_sft_preparation(tmp_path, chat_tok_dir, rows, name, train_on, trl_options):
     from datasets import load_from_disk

@@ -100,11 +100,14 @@ class ChatCounter:
     @property
     def renderer(self):
         if self._renderer is None:
-            from lengthscan.measure.chat.template import Renderer, load_template
+            from lengthscan.measure.chat.template import Renderer, for_assistant_loss, load_template
 
-            tok = self.counter.tokenizer
-            self._renderer = Renderer(load_template(tok, self.options.template), tok.special_tokens_map,
-                                      seconds=self.render_seconds, max_chars=self.counter.max_chars)
+            tok, messages = self.counter.tokenizer, bool(self.options.format.messages)  # strings need no template
+            template = load_template(tok, self.options.template, optional=not messages)
+            if self.options.train_on == "assistant" and messages:
+                template = for_assistant_loss(template)  # TRL's training template, as SFTTrainer swaps it in
+            self._renderer = Renderer(template, tok.special_tokens_map, seconds=self.render_seconds,
+                                      max_chars=self.counter.max_chars)
         return self._renderer
 
     @property
@@ -116,6 +119,8 @@ class ChatCounter:
         """How the trained tokens are counted (said in the report)."""
         if self.options.train_on == "all":
             return "all tokens (--train-on all)"
+        if self.template.swapped:
+            return self.template.swap_rule()
         if self.template.has_generation:
             return "assistant mask: tokens overlapping the template's {% generation %} spans"
         return "TRL's common-prefix rule per assistant message (the template has no {% generation %} blocks)"

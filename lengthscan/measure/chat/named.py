@@ -56,3 +56,22 @@ def shipped_template(name: str) -> Path:
     hint = f"did you mean {' or '.join(close)}? " if close else ""
     raise UnknownTemplate(f"--chat-template {name}: no such file, and TRL ships no template of that name; {hint}"
                           f"its templates: {', '.join(names)}")
+
+
+def training_swap(text: str) -> tuple[str, str, str] | None:
+    """(original name, training name, training text) where ``SFTTrainer(assistant_only_loss=True)``
+    renders with TRL's training template instead of ``text``: a template without ``{% generation %}``
+    blocks that is, character for character, one of the originals TRL ships beside a
+    ``NAME_training.jinja`` (trl's ``get_training_chat_template`` compares them so, and trains with
+    the ``_training`` one); None otherwise (TRL itself refuses an unknown template without blocks)."""
+    folder = shipped_folder()
+    if folder is None:
+        return None
+    for training in sorted(folder.glob("*_training.jinja")):
+        original = training.with_name(training.name[:-len("_training.jinja")] + ".jinja")
+        try:
+            if original.is_file() and original.read_text(encoding="utf-8") == text:
+                return original.stem, training.stem, training.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+    return None

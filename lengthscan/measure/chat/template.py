@@ -29,6 +29,7 @@ class ChatTemplate:
     text: str
     origin: str  # "tokenizer" or the file's path
     tool_use: str | None = None  # a tokenizer's "tool_use" template, used for rows with tools
+    swapped: tuple[str, str] | None = None  # (TRL's original, its training template) rendered instead
 
     @property
     def has_generation(self) -> bool:
@@ -43,13 +44,46 @@ class ChatTemplate:
     def hash(self) -> str:
         return hashlib.sha256((self.text + "\0" + (self.tool_use or "")).encode()).hexdigest()[:16]
 
+    def swap_rule(self) -> str:
+        """The trained tokens' rule where TRL's training template was swapped in (said in the report)."""
+        original, training = self.swapped or ("", "")
+        return (f"assistant mask of TRL's {training} template, which SFTTrainer(assistant_only_loss=True) renders "
+                f"with in place of {original}: tokens overlapping its {{% generation %}} spans")
+
     def to_dict(self) -> dict:
-        return {"origin": self.origin, "hash": self.hash, "generation_blocks": self.has_generation}
+        out = {"origin": self.origin, "hash": self.hash, "generation_blocks": self.has_generation}
+        if self.swapped:
+            out["trl_training_swap"] = {"original": self.swapped[0], "training": self.swapped[1]}
+        return out
 
 
-def load_template(tokenizer, path: str | Path | None) -> ChatTemplate:
+def for_assistant_loss(template: ChatTemplate) -> ChatTemplate:
+    """The template ``SFTTrainer(assistant_only_loss=True)`` renders with: ``template`` itself when
+    it has ``{% generation %}`` blocks; TRL's ``NAME_training.jinja`` when it is, character for
+    character, the original ``NAME.jinja`` TRL ships (trl swaps it in: ``get_training_chat_template``),
+    for every row, tools or not; else ``template`` (TRL refuses it: the common-prefix rule counts)."""
+    from lengthscan.measure.chat.named import training_swap
+
+    if template.has_generation:
+        return template
+    found = training_swap(template.text)
+    if found is None:
+        return template
+    original, training, text = found
+    return ChatTemplate(text, template.origin, None, (original, training))
+
+
+#: Where prompt-completion rows need no template (strings: TRL tokenizes them as they are) and there
+#: is none: rows of messages are a template error saying so, never rendered without one.
+NO_TEMPLATE = ('{{ raise_exception("the tokenizer has no chat template (string prompt-completion rows need none; '
+               'conversations need one): give one with --chat-template FILE") }}')
+
+
+def load_template(tokenizer, path: str | Path | None, *, optional: bool = False) -> ChatTemplate:
     """``--chat-template FILE`` (or NAME: a template TRL ships) if given, else the tokenizer's own (its
-    default one when it has several); ChatTemplateError with the fix when there is none or the file cannot be read."""
+    default one when it has several); ChatTemplateError with the fix when there is none or the file
+    cannot be read, except with ``optional`` (prompt-completion: string rows need none), where no
+    template at all is ``NO_TEMPLATE``, which refuses every conversation with that fix."""
     if path is not None:
         from lengthscan.measure.chat.named import UnknownTemplate, looks_like_name, shipped_template
 
@@ -70,6 +104,8 @@ def load_template(tokenizer, path: str | Path | None) -> ChatTemplate:
                 raise ChatTemplateError(f"the tokenizer has several chat templates ({', '.join(sorted(own))}) and "
                                         f"no default: give one with --chat-template FILE")
             own, tool_use = own.get("default"), own.get("tool_use")
+        if not own and optional and not tool_use:
+            return ChatTemplate(NO_TEMPLATE, "none")
         if not own:
             raise ChatTemplateError(f"the tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template: "
                                     f"give one with --chat-template FILE (a Jinja file, e.g. the model's "

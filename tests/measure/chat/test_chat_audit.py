@@ -4,17 +4,25 @@ TRL's common-prefix rule), for real templates with and without ``{% generation %
 from __future__ import annotations
 
 import json
+import re
 
 import pyarrow.parquet as pq
 import pytest
 
 from lengthscan.cli.main import main
-from tests.support.chat import conversations, has_generation, reference, trl_template, write_jsonl
+from tests.support.chat import conversations, not_trls, reference, trl_template, trl_training_text, write_jsonl
 
 #: TRL's templates: with generation blocks (qwen3_training, llama3_training, gptoss_training) and
-#: without (qwen2_5, qwen3, which renders <think> only on the last turn, llama3_1, gemma3, gptoss).
+#: without: originals SFTTrainer(assistant_only_loss=True) swaps for their training templates (qwen2_5,
+#: qwen3, gemma3, gptoss), one it has none for (llama3_1: the common-prefix rule), and a copy of qwen3
+#: that is not TRL's to the character (no swap; <think> only on the last turn rewrites history).
 TEMPLATES = ["qwen3_training", "llama3_training", "gptoss_training", "qwen2_5", "qwen3", "llama3_1", "gemma3",
-             "gptoss"]
+             "gptoss", "qwen3-copy"]
+
+
+def _template(name: str, tmp_path):
+    """TRL's template ``name``; ``NAME-copy``: the same with a comment added (not TRL's any more)."""
+    return not_trls(name[:-len("-copy")], tmp_path) if name.endswith("-copy") else trl_template(name)
 
 
 def _audit(*args) -> int:
@@ -28,7 +36,7 @@ def rows(docs):
 
 @pytest.mark.parametrize("name", TEMPLATES)
 def test_counts_equal_apply_chat_template(tmp_path, chat_tok_dir, chat_tok, rows, name):
-    template = trl_template(name)
+    template = _template(name, tmp_path)
     src = write_jsonl(tmp_path / "chat.jsonl", rows)
     out = tmp_path / "out"
     assert _audit(src, "--tokenizer", chat_tok_dir, "--chat-template", template, "--messages", "messages",
@@ -52,9 +60,16 @@ def test_counts_equal_apply_chat_template(tmp_path, chat_tok_dir, chat_tok, rows
     report = json.loads((out / "report.json").read_text())
     chat = report["splits"][0]["chat"]
     assert chat["measured"] == rendered and chat["counted"] == counted
-    if name == "qwen3":  # renders <think> only on the last assistant turn: multi-turn rows are not counted
+    if name == "qwen3-copy":  # renders <think> only on the last assistant turn: multi-turn rows are not counted
         assert counted < rendered
-    assert report["chat"]["template"]["generation_blocks"] == has_generation(template)
+    rendered_with = trl_training_text(chat_tok, template.read_text())  # what SFTTrainer renders with
+    got = report["chat"]["template"]
+    assert got["generation_blocks"] == bool(re.search(r"\{%-?\s*generation\s*-?%\}", rendered_with))
+    swapped = rendered_with != template.read_text()
+    assert ("trl_training_swap" in got) == swapped
+    if swapped:
+        assert got["trl_training_swap"] == {"original": name, "training": f"{name}_training"}
+        assert f"TRL's {name}_training template" in report["chat"]["trained_tokens"]
 
 
 @pytest.mark.parametrize("train_on", ["last", "all"])
@@ -180,6 +195,36 @@ def test_content_parts(tmp_path, chat_tok_dir, chat_tok):
             assert table["parts_not_rendered"][0] is (what == "parts_not_rendered"), name
 
 
+def test_string_prompt_completion_needs_no_template(tmp_path, bpe_dir, capsys):
+    """TRL tokenizes string prompt-completion rows as they are (the completion with the EOS text
+    appended): a base model's tokenizer without a chat template measures them, the end of turn being
+    EOS; rows of messages in the same columns are refused with the fix (a row's reason; all of them:
+    exit 2)."""
+    from transformers import AutoTokenizer
+    from trl.data_utils import common_prefix_length
+
+    tok = AutoTokenizer.from_pretrained(bpe_dir)
+    assert not tok.chat_template
+    pc = [{"prompt": "The sky is", "completion": " blue."}, {"prompt": "Two and two make", "completion": " four</s>"},
+          {"prompt": [{"role": "user", "content": "2+2?"}], "completion": [{"role": "assistant", "content": "4"}]}]
+    src = write_jsonl(tmp_path / "pc.jsonl", pc)
+    out = tmp_path / "out"
+    assert _audit(src, "--tokenizer", bpe_dir, "--prompt", "prompt", "--completion", "completion", "--full",
+                  "--out", out) == 0
+    table = pq.read_table(out / "lengths.parquet").to_pydict()
+    for i, row in enumerate(pc[:2]):
+        completion = row["completion"] if row["completion"].endswith("</s>") else row["completion"] + "</s>"
+        prompt_ids, ids = tok(row["prompt"])["input_ids"], tok(row["prompt"] + completion)["input_ids"]
+        assert table["sequence_tokens"][i] == len(ids)
+        assert table["completion_tokens"][i] == len(ids) - common_prefix_length(prompt_ids, ids)
+        assert ids[table["final_eot_at"][i]] == tok.eos_token_id  # the end of turn: EOS
+    assert table["chat_flag"][2] == "template_error" and "--chat-template" in table["chat_error"][2]
+    src = write_jsonl(tmp_path / "messages.jsonl", pc[2:])
+    assert _audit(src, "--tokenizer", bpe_dir, "--prompt", "prompt", "--completion", "completion", "--full",
+                  "--out", tmp_path / "o2") == 2
+    assert "has no chat template" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("case", ["no_template", "bad_file", "syntax", "target_too", "no_offsets", "drop_turns_pc"])
 def test_usage_errors_exit_2(request, tmp_path, chat_tok_dir, capsys, case):
     src = write_jsonl(tmp_path / "c.jsonl", [{"messages": [{"role": "user", "content": "hi"}], "t": "x"}])
@@ -275,7 +320,7 @@ def test_a_prefix_the_template_refuses_keeps_the_length(tmp_path, chat_tok_dir, 
     messages = [{"role": "system", "content": "Be kind."}, {"role": "assistant", "content": "Hello, how can I help?"},
                 {"role": "user", "content": "Tell me a story."}, {"role": "assistant", "content": "Once upon a time."}]
     src = write_jsonl(tmp_path / "p.jsonl", [{"messages": messages}])
-    template = trl_template("qwen3_5_nothink")
+    template = _template("qwen3_5_nothink-copy", tmp_path)  # TRL's own would be swapped for its training one
     out = tmp_path / "out"
     assert _audit(src, "--tokenizer", chat_tok_dir, "--chat-template", template, "--messages", "messages",
                   "--full", "--out", out) == 0
@@ -303,13 +348,24 @@ def test_named_templates_pick_tool_use_for_rows_with_tools(tmp_path, chat_tok_di
         "name": "get_weather", "parameters": {"type": "object", "properties": {}}}}])}]
     src = write_jsonl(tmp_path / "t.jsonl", rows)
     out = tmp_path / "out"
+    # --train-on all (SFTTrainer's default, assistant_only_loss=False): apply_chat_template's own pick
     assert _audit(src, "--tokenizer", tok_dir, "--messages", "messages", "--tools", "tools", "--full",
-                  "--out", out) == 0
+                  "--train-on", "all", "--out", out) == 0
     table = pq.read_table(out / "lengths.parquet").to_pydict()
     for i, row in enumerate(rows):
         tools = json.loads(row["tools"]) if row.get("tools") else None
         assert table["sequence_tokens"][i] == len(tok.apply_chat_template(row["messages"], tools=tools)["input_ids"])
     assert table["sequence_tokens"][0] != table["sequence_tokens"][1]
+    # assistant_only_loss=True: TRL swaps the default (qwen2_5) for its training template, for every row
+    training = trl_training_text(tok, tok.chat_template["default"])
+    assert training == trl_template("qwen2_5_training").read_text()
+    assert _audit(src, "--tokenizer", tok_dir, "--messages", "messages", "--tools", "tools", "--full",
+                  "--out", tmp_path / "swapped") == 0
+    table = pq.read_table(tmp_path / "swapped" / "lengths.parquet").to_pydict()
+    for i, row in enumerate(rows):
+        tools = json.loads(row["tools"]) if row.get("tools") else None
+        assert table["sequence_tokens"][i] == len(
+            tok.apply_chat_template(row["messages"], tools=tools, chat_template=training)["input_ids"])
 
 
 @pytest.mark.parametrize("tok,name", [("claude_bpe_dir", "qwen3_training"), ("mistral_spm_dir", "llama3_training"),

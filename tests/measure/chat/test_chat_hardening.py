@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.support.chat import trl_template, write_jsonl
+from tests.support.chat import not_trls, trl_template, write_jsonl
 
 pytestmark = pytest.mark.slow  # subprocesses and conversations of thousands of turns
 
@@ -93,10 +93,10 @@ def test_thousands_of_turns_are_measured_in_linear_time_exactly(chat_tok_dir, ch
     assert took < 30, took  # was minutes: a conversion of the offsets per message
 
 
-def test_per_turn_rule_past_its_budget_keeps_the_length_without_a_count(chat_tok_dir, chat_tok):
+def test_per_turn_rule_past_its_budget_keeps_the_length_without_a_count(chat_tok_dir, chat_tok, tmp_path):
     """Without generation blocks TRL's rule renders two prefixes per assistant message (quadratic):
     past PREFIX_CHARS the row keeps its exact length and says why it has no completion count."""
-    template = trl_template("qwen2_5")
+    template = not_trls("qwen2_5", tmp_path)  # TRL's own is swapped for qwen2_5_training (generation blocks)
     chat, specs = _chat_counter(chat_tok_dir, template)
     messages = _long_conversation(4000)
     started = time.monotonic()
@@ -240,13 +240,13 @@ def test_drop_turns_on_thousands_of_turns(tmp_path, chat_tok_dir, chat_tok):
 def test_tokenize_drops_a_conversation_whose_labels_cannot_be_made(tmp_path, chat_tok_dir):
     """qwen3's own template drops the reasoning of earlier turns: the trained tokens of a row with
     two assistant turns cannot be counted, so --tokenize cannot write its labels: a reject with its
-    reason, never a crash (it was exit 3)."""
+    reason, never a crash (it was exit 3). (A copy: TRL's own file is swapped for qwen3_training.)"""
     from datasets import load_from_disk
 
     turn = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "<think>\nhmm\n</think>\n\nhello"}]
     src = write_jsonl(tmp_path / "c.jsonl", [{"messages": turn + turn}, {"messages": turn}])
     done = _cli("clean", src, "--tokenizer", chat_tok_dir, "--messages", "messages", "--chat-template",
-                trl_template("qwen3"), "--tokenize", "--out", tmp_path / "out", "--quiet")
+                not_trls("qwen3", tmp_path), "--tokenize", "--out", tmp_path / "out", "--quiet")
     assert done.returncode == 0, done.stderr
     kept = load_from_disk(str(tmp_path / "out" / "dataset"))
     rejects = load_from_disk(str(tmp_path / "out" / "rejects"))

@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 
 import pyarrow.parquet as pq
+import pytest
 
 from lengthscan.cli.main import main
-from tests.support.chat import trl_template
+from tests.support.chat import has_generation, trl_template
 from tests.support.wheels import required_wheel_file
 
 
@@ -68,3 +69,67 @@ def test_a_wheel_shipped_tokenizer_json_with_a_named_template(tmp_path, capsys):
     want = [len(tok.apply_chat_template(json.loads(line)["messages"], chat_template=template, tokenize=True,
                                         return_dict=True)["input_ids"]) for line in src.read_text().splitlines()]
     assert pq.read_table(out / "lengths.parquet").to_pydict()["sequence_tokens"] == want
+
+
+@pytest.mark.slow  # imports trl's chat_template_utils (and torch)
+def test_the_training_swap_is_trls_for_every_shipped_template(chat_tok):
+    """``SFTTrainer(assistant_only_loss=True)`` renders a template without generation blocks with
+    the training template ``get_training_chat_template`` gives (or refuses it): lengthscan's swap is
+    TRL's own for every template TRL ships, and for none that differs from them by a character."""
+    from trl.chat_template_utils import get_training_chat_template
+
+    from lengthscan.measure.chat.named import shipped_folder, training_swap
+
+    saved, swapped = chat_tok.chat_template, 0
+    try:
+        for path in sorted(shipped_folder().glob("*.jinja")):
+            text = path.read_text(encoding="utf-8")
+            if has_generation(path):
+                continue
+            chat_tok.chat_template = text
+            try:
+                want = get_training_chat_template(chat_tok)
+            except ValueError:  # TRL refuses it: no training template
+                want = None
+            got = training_swap(text)
+            assert (got[2] if got else None) == want, path.name
+            if got:
+                assert (got[0], got[1]) == (path.stem, f"{path.stem}_training")
+                swapped += 1
+            assert training_swap(text + "\n") is None
+    finally:
+        chat_tok.chat_template = saved
+    assert swapped >= 30
+
+
+def test_an_original_is_counted_as_sftrainer_renders_it(tmp_path, chat_tok_dir, capsys):
+    """``--chat-template llama3`` (TRL's original, no generation blocks): with ``--train-on
+    assistant`` the counts are those of llama3_training and its assistant mask, which
+    SFTTrainer(assistant_only_loss=True) trains on, and the terminal says so; with ``--train-on all``
+    (assistant_only_loss=False) llama3's own rendering."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    tok_dir = tmp_path / "tok"  # the chat tokenizer with Llama 3's BOS
+    shutil.copytree(chat_tok_dir, tok_dir)
+    config = json.loads((tok_dir / "tokenizer_config.json").read_text())
+    (tok_dir / "tokenizer_config.json").write_text(json.dumps({**config, "bos_token": "<|begin_of_text|>"}))
+    chat_tok = AutoTokenizer.from_pretrained(tok_dir)
+    src = _rows(tmp_path / "c.jsonl")
+    messages = [json.loads(line)["messages"] for line in src.read_text().splitlines()]
+    for train_on, name in (("assistant", "llama3_training"), ("all", "llama3")):
+        out = tmp_path / train_on
+        assert main(["audit", str(src), "--messages", "messages", "--tokenizer", str(tok_dir), "--chat-template",
+                     "llama3", "--train-on", train_on, "--full", "--no-cache", "--out", str(out)]) == 0
+        terminal = " ".join(capsys.readouterr().out.split())
+        table = pq.read_table(out / "lengths.parquet").to_pydict()
+        refs = [chat_tok.apply_chat_template(m, chat_template=trl_template(name).read_text(), tokenize=True,
+                                             return_dict=True, return_assistant_tokens_mask=train_on == "assistant")
+                for m in messages]
+        assert table["sequence_tokens"] == [len(r["input_ids"]) for r in refs]
+        if train_on == "assistant":
+            assert table["completion_tokens"] == [sum(r["assistant_masks"]) for r in refs]
+            assert "assistant mask of TRL's llama3_training template" in terminal
+        else:
+            assert "llama3_training" not in terminal
