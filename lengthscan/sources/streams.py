@@ -97,6 +97,10 @@ def open_regular(path) -> io.FileIO:
         raise
 
 
+#: UTF-8's byte order mark, which some editors write at the start of a text file.
+BOM = b"\xef\xbb\xbf"
+
+
 def codec_of(path: str) -> str | None:
     """The codec a file's name says it is compressed with, or None."""
     name = str(path).lower()
@@ -153,6 +157,7 @@ class CheckedLines(io.RawIOBase):
         self.blank = 0  # lines ended so far that hold nothing but white space
         self._ws = True  # the line under way holds nothing but white space so far
         self._pending = b""  # the start of a UTF-8 character cut by the end of the last block
+        self._started = False  # a leading UTF-8 byte order mark is dropped (pyarrow before 26 refuses it)
 
     @property
     def filled_lines(self) -> int:
@@ -170,6 +175,15 @@ class CheckedLines(io.RawIOBase):
     def read(self, size: int = -1) -> bytes:
         data = self.inner.read() if size is None or size < 0 else self.inner.read(size)
         data = bytes(data) if not isinstance(data, bytes) else data
+        if not self._started and data:
+            self._started = True
+            while len(data) < len(BOM) and data == BOM[:len(data)]:  # a first read cut inside the mark
+                more = self.inner.read(len(BOM) - len(data))
+                if not more:
+                    break
+                data += bytes(more)
+            if data.startswith(BOM):
+                data = data[len(BOM):] or self.read(size)
         if data:
             self._see(data)
         elif self._pending and self.utf8:
