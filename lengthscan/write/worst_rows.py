@@ -37,7 +37,8 @@ class WorstRows:
             for i in top:
                 entry = {"split": split, "row": int(rows[i]), "decision": names[i], "reason": d.reason[i],
                          "field": f.primary.name,
-                         "lengths": {name: plain_length(v[i]) for name, v in base.items()}}
+                         # the measurements, as the audit lists them (not a conversation's side columns)
+                         "lengths": {name: plain_length(v[i]) for name, v in base.items() if name in measures}}
                 if final is not None:
                     entry["after"] = None if names[i] == "drop" else {
                         name: plain_length(final[name][i]) for name in measures if name in final}

@@ -1,0 +1,93 @@
+"""The second new-user trial's findings at the command line: help that offers only what a command
+takes, refusals that say only what is true of the data, the fix a message names, and the figures of
+the packing and remote-source lines as the terminal prints them."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from lengthscan.cli.main import build_parser, main
+from tests.support.chat import trl_template, write_jsonl
+from tests.support.cli import one_line
+
+
+def _help(command: str) -> str:
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    return sub.choices[command].format_help()
+
+
+def test_clean_offers_no_sampling_flags_and_refuses_them(tmp_path, corpus_jsonl, bpe_dir, capsys):
+    text = _help("clean")
+    for flag in ("--sample ", "--sample-unit", "--full", "--seed"):
+        assert flag not in text
+        assert flag.strip() in _help("audit")
+    for flags in (["--seed", "3"], ["--sample", "10"], ["--full"]):
+        capsys.readouterr()
+        assert main(["clean", str(corpus_jsonl), "--tokenizer", str(bpe_dir), "--input", "text", "--limit",
+                     "input_tokens<=64", "--out", str(tmp_path / "o"), *flags]) == 2
+        one_line(capsys, "clean always decides on every row", flags[0])
+        assert not (tmp_path / "o").exists()
+    assert "sequence_tokens for conversations" in " ".join(text.split())
+
+
+def test_cropping_a_transcribed_clip_is_refused_without_invented_figures(tmp_path, bpe_dir, capsys):
+    from tests.support import audio_files as af
+
+    af.write_audio(tmp_path / "long.wav", 8000 * 12, 8000)
+    (tmp_path / "m.jsonl").write_text(json.dumps({"path": "long.wav", "transcript": "a talk"}) + "\n")
+    assert main(["clean", str(tmp_path / "m.jsonl"), "--audio", "path", "--target", "transcript", "--tokenizer",
+                 str(bpe_dir), "--limit", "input_seconds<=5", "--crop-audio", "--out", str(tmp_path / "o")]) == 2
+    err = one_line(capsys, "--target-is-label", "'input_seconds<=5'")
+    # the data has a 12 s clip and a 5 s limit: no other duration is named
+    assert set(re.findall(r"(\d+) s\b", err)) <= {"5", "12"}, err
+
+
+def test_a_tokenizer_without_a_template_is_told_of_trls_names(tmp_path, bpe_dir, docs, capsys):
+    src = write_jsonl(tmp_path / "c.jsonl", [{"messages": [{"role": "user", "content": d[:50]},
+                                                           {"role": "assistant", "content": d[:80]}]}
+                                             for d in docs[:5]])
+    assert main(["audit", str(src), "--tokenizer", str(bpe_dir), "--messages", "messages",
+                 "--out", str(tmp_path / "o")]) == 2
+    err = one_line(capsys, "--chat-template FILE|NAME", "qwen3")
+    name = re.search(r"TRL ships: (\w+)", err).group(1)
+    assert trl_template(name).is_file()  # the name it offers is one that --chat-template takes
+
+
+def test_the_packing_finding_gives_both_efficiencies(tmp_path, chat_tok_dir, docs, capsys):
+    rows = [{"messages": [{"role": "user", "content": f"q {i}"},
+                          {"role": "assistant", "content": " ".join(docs[i:i + 1 + i % 9])[:3000]}]}
+            for i in range(300)]
+    src = write_jsonl(tmp_path / "c.jsonl", rows)
+    out = tmp_path / "p"
+    assert main(["audit", str(src), "--tokenizer", str(chat_tok_dir), "--messages", "messages", "--chat-template",
+                 str(trl_template("qwen3_training")), "--packing", "bfd", "--max-length", "256",
+                 "--out", str(out), "--no-cache"]) == 0
+    terminal = " ".join(capsys.readouterr().out.split())
+    s = json.loads((out / "report.json").read_text())["packing"]["splits"][0]
+    assert s["tokens_lost"] > 0
+    assert (f"bfd_split keeps them, its packs {s['bfd_split_efficiency']:.1%} full (bfd's {s['efficiency']:.1%})"
+            in terminal)
+    from tests.support.pages import visible_text
+
+    panel = visible_text((out / "report.html").read_text(), "packing")
+    assert re.search(r"gradient accumulation 1\. Simulated from trl", panel), panel
+
+
+@pytest.mark.slow
+def test_a_remote_files_line_counts_in_words(tmp_path, bpe_dir, docs, capsys):
+    from tests.support.range_server import RangeServer
+
+    folder = tmp_path / "served"
+    folder.mkdir()
+    write_jsonl(folder / "t.jsonl", [{"text": d} for d in docs[:50]])
+    lines = []
+    with RangeServer(folder) as srv:
+        for _ in range(2):  # the first run counts the file's rows (a stream), the second reads them from the cache
+            assert main(["audit", f"{srv.url}/files/t.jsonl", "--tokenizer", str(bpe_dir), "--input", "text",
+                         "--full", "--out", str(tmp_path / "o")]) == 0
+            lines.append(" ".join(capsys.readouterr().out.split()))
+    assert re.search(r"read [\d.]+ [KM]iB of [\d.]+ [KM]iB \(200\.0%\) in 1 file, 2 requests; every row", lines[0])
+    assert re.search(r"read [\d.]+ [KM]iB of [\d.]+ [KM]iB \(100\.0%\) in 1 file, 1 request; every row", lines[1])
