@@ -372,7 +372,8 @@ def _padding_findings(batches: dict | None, before: dict | None = None, *, sides
     else:
         return []
     if grouped.get(key) is not None:
-        text += f"; group_by_length brings {what} to {share(grouped[key], 1)}"
+        text += (f"; group_by_length brings {what} to {share(grouped[key], 1)}" if grouped[key] < rnd[key] else
+                 f"; group_by_length does not lower it here ({share(grouped[key], 1)})")
     return [text + _left_out(batches) + "."]
 
 

@@ -22,7 +22,8 @@ def render_summary(data: dict, console: Console) -> None:
         for note in data["source"].get("notes", []):
             _say(console, f"note: {note}", indent="  ", style="yellow")
     methods = ", ".join(f"{role}: {m}" for role, m in tok.get("methods", {}).items())
-    _say(console, f"{tok.get('name')} ({tok.get('class')}; {methods})", head="tokenizer ")
+    if tok.get("name"):  # audio alone has no tokenizer
+        _say(console, f"{tok.get('name')} ({tok.get('class')}; {methods})", head="tokenizer ")
     if (counted := counting_line(tok)) is not None:
         _say(console, counted, head="counted ")
     columns = "; ".join(f"{', '.join(names)} <- {column}" for names, column, _ in field_groups(data))

@@ -91,3 +91,27 @@ def test_a_remote_files_line_counts_in_words(tmp_path, bpe_dir, docs, capsys):
             lines.append(" ".join(capsys.readouterr().out.split()))
     assert re.search(r"read [\d.]+ [KM]iB of [\d.]+ [KM]iB \(200\.0%\) in 1 file, 2 requests; every row", lines[0])
     assert re.search(r"read [\d.]+ [KM]iB of [\d.]+ [KM]iB \(100\.0%\) in 1 file, 1 request; every row", lines[1])
+
+
+def test_an_audio_folder_has_no_tokenizer_line_and_grouping_that_does_not_help_says_so(tmp_path, capsys):
+    """Audio alone: no "tokenizer None (None; )" line. Ten clips whose length-grouped batches pad
+    more than random ones (the Trainer's sampler on few rows): the finding does not say it "brings"
+    the padding down."""
+    from tests.support import audio_files as af
+
+    folder = tmp_path / "clips"
+    folder.mkdir()
+    for i, seconds in enumerate((5.19, 1.89, 42.4, 1.72, 50.12, 1.14, 3.62, 3.12, 16.04, 50.83)):
+        af.write_audio(folder / f"clip{i}.wav", round(8000 * seconds), 8000)
+    out = tmp_path / "o"
+    assert main(["audit", str(folder), "--audio", "audio", "--sampling-rate", "16000", "--out", str(out)]) == 0
+    terminal = " ".join(capsys.readouterr().out.split())
+    assert "tokenizer" not in terminal.split("findings")[0]
+    entry = json.loads((out / "report.json").read_text())["batches"]["by_batch_size"][0]["strategies"]
+    rnd, grouped = entry["random"]["padding_share"], entry["group_by_length"]["padding_share"]
+    assert grouped > rnd
+    from tests.support.pages import visible_text
+
+    for text in (terminal, visible_text((out / "report.html").read_text())):
+        assert (f"Random batches of 8 are {round(100 * rnd)}% padding; group_by_length does not lower it here "
+                f"({round(100 * grouped)}%).") in text
