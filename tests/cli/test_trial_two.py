@@ -115,3 +115,27 @@ def test_an_audio_folder_has_no_tokenizer_line_and_grouping_that_does_not_help_s
     for text in (terminal, visible_text((out / "report.html").read_text())):
         assert (f"Random batches of 8 are {round(100 * rnd)}% padding; group_by_length does not lower it here "
                 f"({round(100 * grouped)}%).") in text
+
+
+@pytest.mark.slow  # two full audits, one in worker processes (spawned, each loading the tokenizer)
+def test_worker_processes_report_how_they_counted(tmp_path, corpus_jsonl, bpe_dir, capsys):
+    """--num-proc 2: the tokenizer line and report.json say how the workers counted (methods, the
+    count-only engine's texts and --verify-counts recounts, added up over the processes), as one
+    process says it; before, they said nothing ("(TokenizersBackend; )") or one split's share."""
+    args = ["audit", str(corpus_jsonl), "--tokenizer", str(bpe_dir), "--input", "text", "--target", "summary",
+            "--full", "--no-cache", "--verify-counts", "20"]
+    reports, terminals = [], []
+    for name, extra in (("one", []), ("two", ["--num-proc", "2"])):
+        assert main([*args, *extra, "--out", str(tmp_path / name)]) == 0
+        terminals.append(" ".join(capsys.readouterr().out.split()))
+        reports.append(json.loads((tmp_path / name / "report.json").read_text())["tokenizer"])
+    one, two = reports
+    assert two["methods"] == one["methods"] == {"input": "backend.encode_batch_fast",
+                                                 "target": "backend.encode_batch_fast"}
+    for role in ("input", "target"):
+        a, b = one["counting"][role], two["counting"][role]
+        assert (b["texts"], b["by_tokenizer"]) == (a["texts"], a["by_tokenizer"]) and a["texts"] > 2048
+        assert b["verified"] >= 2 * 20  # each worker recounts its own sample
+        assert f"({b['texts']:,} texts, {b['by_tokenizer']:,} left to the tokenizer, {b['verified']:,} recounted" \
+            in terminals[1]
+    assert "input: backend.encode_batch_fast, target: backend.encode_batch_fast" in terminals[1]
