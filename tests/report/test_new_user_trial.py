@@ -117,3 +117,21 @@ def test_rules_that_change_no_row_say_so(tmp_path, docs, bpe_dir, capsys):
     sentence = f"The --limit rules would keep every row ({rows:,} rows) as it is."
     terminal = _terminal(capsys)
     assert sentence in terminal and sentence in visible_text((out / "report.html").read_text())
+
+
+def test_a_cleans_worst_rows_show_the_id_column_as_the_audits_do(tmp_path, docs, bpe_dir):
+    rows = [{"doc_id": f"doc-{i:04d}", "text": d} for i, d in enumerate(docs[:300]) if d.strip()]
+    src = write_jsonl(tmp_path / "t.jsonl", rows)
+    by_row = {i: r["doc_id"] for i, r in enumerate(rows)}
+    for redact in (False, True):
+        out = tmp_path / f"clean-{redact}"
+        assert main(["clean", str(src), "--tokenizer", str(bpe_dir), "--input", "text", "--id", "doc_id", "--limit",
+                     "input_tokens<=64:truncate", "--out", str(out), "--no-cache", "--quiet",
+                     *(["--redact"] if redact else [])]) == 0
+        html = (out / "report.html").read_text()
+        shown = [dict(zip(t[0], row)) for t in tables(html, "worst") for row in t[1:]]
+        assert shown
+        if redact:
+            assert all("id" not in r for r in shown) and "doc-0" not in html
+        else:
+            assert all(r["id"] == by_row[int(r["row"])] for r in shown)
