@@ -135,3 +135,34 @@ def test_a_cleans_worst_rows_show_the_id_column_as_the_audits_do(tmp_path, docs,
             assert all("id" not in r for r in shown) and "doc-0" not in html
         else:
             assert all(r["id"] == by_row[int(r["row"])] for r in shown)
+
+
+def test_memory_with_packing_says_which_batch_fits(tmp_path, chat_tok_dir, docs, capsys):
+    """memory --packing --budget: the verdict is the packed batch's; the terminal and the memory
+    panel no longer say the unpacked worst batch "fits" when its own peak is over the budget."""
+    from transformers import LlamaConfig
+
+    from tests.support.chat import conversations
+
+    model = tmp_path / "llama"
+    LlamaConfig(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, vocab_size=3100, max_position_embeddings=4096).save_pretrained(model)
+    src = write_jsonl(tmp_path / "chat.jsonl", [{"messages": r["messages"]} for r in conversations(docs, 120, seed=4)])
+    args = ["memory", str(src), "--model", str(model), "--tokenizer", str(chat_tok_dir), "--messages", "messages",
+            "--chat-template", str(trl_template("qwen3_training")), "--batch-size", "4", "--attention", "flash",
+            "--packing", "bfd", "--max-length", "256", "--no-cache"]
+    assert main([*args, "--json"]) == 0
+    memory = json.loads(capsys.readouterr().out)["memory"]
+    unpacked, packed = memory["worst_batch"]["peak_bytes"], memory["packing"]["worst_batch"]["peak_bytes"]
+    assert packed < unpacked
+    budget = int((packed + unpacked) / 2 / 0.9)  # usable (90%) between the two peaks
+    out = tmp_path / "mem"
+    assert main([*args, "--budget", str(budget), "--out", str(out)]) == 0  # the packed verdict: fits
+    terminal = " ".join(capsys.readouterr().out.split())
+    assert "the packed worst batch fits; unpacked, the worst batch does NOT fit" in terminal
+    panel = parse((out / "report.html").read_text()).find(id="memory")
+    paragraphs = [p.text() for p in panel.find_all("p")]
+    worst = next(t for t in paragraphs if t.startswith(("fits The worst", "does not fit The worst")))
+    assert worst.startswith("does not fit The worst")
+    packed_line = next(t for t in paragraphs if "Packed (bfd, L 256)" in t)
+    assert packed_line.startswith("fits Packed") and "the verdict against the budget is this packed one" in packed_line
