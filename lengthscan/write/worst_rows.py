@@ -99,6 +99,23 @@ def plain_length(v):
     return None if v < 0 else int(v)
 
 
+def _parts_text(content) -> str:
+    """A message's content parts as a preview reads them: the text parts' text, ``[image]`` (or the
+    part's type) for the others; ``[parts]`` for what is no list of parts."""
+    if not isinstance(content, (list, tuple)):
+        return "[parts]"
+    out = []
+    for part in content:
+        if isinstance(part, dict) and isinstance(part.get("text"), str) and part.get("type", "text") == "text":
+            out.append(part["text"])
+        elif isinstance(part, dict):
+            kind = str(part.get("type") or "part")
+            out.append(f"[{'image' if kind == 'image_url' else kind}]")
+        else:
+            out.append(str(part) if isinstance(part, str) else "[part]")
+    return " ".join(out)
+
+
 def _turns_preview(messages: list) -> str:
     """``role: text | role: text ...`` of a conversation's first messages, ``PREVIEW_CHARS`` at most."""
     parts = []
@@ -106,6 +123,6 @@ def _turns_preview(messages: list) -> str:
         if isinstance(m, dict):
             role = m.get("role") or m.get("from") or "?"
             content = m.get("content", m.get("value"))
-            parts.append(f"{role}: {content if isinstance(content, str) else '[parts]'}"[:80])
+            parts.append(f"{role}: {content if isinstance(content, str) else _parts_text(content)}"[:80])
     text = " | ".join(parts)
     return text[:PREVIEW_CHARS]

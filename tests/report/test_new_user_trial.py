@@ -166,3 +166,18 @@ def test_memory_with_packing_says_which_batch_fits(tmp_path, chat_tok_dir, docs,
     assert worst.startswith("does not fit The worst")
     packed_line = next(t for t in paragraphs if "Packed (bfd, L 256)" in t)
     assert packed_line.startswith("fits Packed") and "the verdict against the budget is this packed one" in packed_line
+
+
+def test_a_conversation_of_content_parts_is_previewed_by_its_text(tmp_path, chat_tok_dir, docs):
+    rows = [{"messages": [{"role": "user", "content": [{"type": "text", "text": f"Question {i}: {docs[i][:40]}"}]},
+                          {"role": "assistant", "content": [{"type": "text", "text": docs[i + 1][:300]}]}]}
+            for i in range(40)]
+    src = write_jsonl(tmp_path / "parts.jsonl", rows)
+    out = tmp_path / "o"
+    assert main(["audit", str(src), "--tokenizer", str(chat_tok_dir), "--messages", "messages", "--chat-template",
+                 str(trl_template("qwen2_5_vl")), "--out", str(out), "--no-cache", "--quiet"]) == 0
+    shown = [dict(zip(t[0], row)) for t in tables((out / "report.html").read_text(), "worst") for row in t[1:]]
+    assert shown
+    for r in shown:
+        i = int(r["row"])
+        assert "[parts]" not in r["preview"] and f"user: Question {i}: " in r["preview"]
