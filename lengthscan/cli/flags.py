@@ -148,8 +148,9 @@ def add_flags(parser: argparse.ArgumentParser, *names: str, prefix: str = "", **
 def add_source_argument(parser: argparse.ArgumentParser, **kwargs) -> None:
     """The positional ``SRC``."""
     parser.add_argument("source", metavar="SRC", type=named, **{
-        "help": "JSONL/JSON, CSV/TSV or Parquet file or glob, a save_to_disk or data-file directory, "
-                "or a hub dataset id", **kwargs})
+        "help": "JSONL/JSON, CSV/TSV or Parquet file or glob (optionally compressed), a save_to_disk or "
+                "data-file directory, an audio folder, a hub dataset id, or remote files (s3://, gs://, "
+                "https://, hf://datasets/...)", **kwargs})
 
 
 def measure_options(args):

@@ -73,15 +73,18 @@ def build_parser() -> argparse.ArgumentParser:
                                    "dataset/ (save_to_disk), rejects/, lengths.parquet, report.json and "
                                    "report.html to --out, atomically.", epilog=_epilog("clean"), formatter_class=_Help)
     add_source_argument(c)
-    add_flags(c, *SOURCE_FLAGS, *RULE_FLAGS)
+    # clean decides on every row: the sampling flags are refused with a reason, and not offered in --help
+    hidden = {"help": argparse.SUPPRESS}
+    add_flags(c, *SOURCE_FLAGS, *RULE_FLAGS, sample=hidden, sample_unit=hidden, full=hidden,
+              seed={**hidden, "default": None})
     c.add_argument("--out", type=named, required=True, metavar="DIR",
                    help="output directory (must not exist unless --overwrite)")
     add_flags(c, "overwrite", overwrite={"help": "replace an existing --out"})
     c.add_argument("--length-column", default="length", metavar="NAME",
                    help="name of the length column added for group_by_length (default length)")
     c.add_argument("--length-from", metavar="METRIC",
-                   help="measurement that fills it, after truncation (default input_tokens, or input_samples "
-                        "for audio; 'none' adds no column)")
+                   help="measurement that fills it, after truncation (default input_tokens; sequence_tokens "
+                        "for conversations, input_samples for audio; 'none' adds no column)")
     c.add_argument("--no-decide-only", action="store_true",
                    help="count every row in full even when only numeric input_tokens upper limits are given")
     c.add_argument("--tokenize", action="store_true",
@@ -266,8 +269,8 @@ def _clean(args, command: str) -> int:
     from lengthscan.engines.clean import CleanOptions, run_clean
     from lengthscan.engines.options import DatasetOptions, OutputOptions
 
-    if args.sample is not None or args.full or args.sample_unit is not None:
-        say("lengthscan: error: clean always decides on every row: drop --sample/--sample-unit/--full")
+    if args.sample is not None or args.full or args.sample_unit is not None or args.seed is not None:
+        say("lengthscan: error: clean always decides on every row: drop --sample/--sample-unit/--full/--seed")
         return EXIT_USAGE
     engine = engine_for(args)
     with ProgressBars(disabled=args.quiet) as progress:

@@ -42,7 +42,8 @@ exit codes: 0 ok (fits), 1 the worst batch does not fit --budget, 2 bad usage or
     m.add_argument("--freeze-feature-encoder", action="store_true", help="a frozen conv feature encoder (speech)")
     m.add_argument("--grad-accum", type=int, default=1, metavar="K", help="gradient accumulation steps")
     m.add_argument("--budget", metavar="SIZE", help="device memory, e.g. 24GiB: exit 1 when the peak (data mode: "
-                                                    "the worst batch's) does not fit with --margin")
+                                                    "the worst batch's; with --packing, the packed one's) does "
+                                                    "not fit with --margin")
     m.add_argument("--json", action="store_true", help="print the prediction as JSON to stdout")
     _add_memory_data_flags(m)
 

@@ -202,6 +202,7 @@ class LocalEngine:
 
     def __init__(self, num_proc: int = 1):
         self.num_proc = max(1, int(num_proc or 1))
+        self.worker_counting: dict = {}  # worker pid -> (methods, counting) of its tokenizer, as it last said
 
     def check(self, source) -> None:
         """Every source ``open_source`` opens is measured here."""
@@ -237,9 +238,16 @@ class LocalEngine:
                 pending.append((batch, pool.apply_async(worker_measure, (batch,))))
                 if len(pending) >= 2 * workers:
                     head, result = pending.pop(0)
-                    yield head, result.get()
+                    yield head, self._from_worker(result.get())
             for head, result in pending:
-                yield head, result.get()
+                yield head, self._from_worker(result.get())
+
+    def _from_worker(self, answer: tuple) -> dict:
+        """A worker's measurements; how its tokenizer counted (cumulative) kept for the report."""
+        measured, pid, counting = answer
+        if counting is not None:
+            self.worker_counting[pid] = counting
+        return measured
 
     def write_pass(self, src, plans, spec, measured_path, *, progress=None):
         """clean's second pass: the source read again beside the measured lengths, written here."""
@@ -248,8 +256,22 @@ class LocalEngine:
         return second_pass(CleanWriter(spec, src, progress=progress), plans, measured_path)
 
     def tokenizer_info(self, counter, cached):
-        """The tokenizer's report entry (None without text fields)."""
-        return counter.info(cached=set(cached)) if counter is not None else None
+        """The tokenizer's report entry (None without text fields): how this process counted, with
+        what the worker processes counted (their methods, and the count-only engine's tallies added)."""
+        if counter is None:
+            return None
+        from dataclasses import replace
+
+        info = counter.info(cached=set(cached))
+        counted = list(self.worker_counting.values())
+        self.worker_counting = {}
+        if not counted:
+            return info
+        methods, counting = dict(info.methods), {role: dict(c) for role, c in info.counting.items()}
+        for worker_methods, worker_counting in counted:
+            methods.update(worker_methods)
+            add_counting(counting, worker_counting)
+        return replace(info, methods=dict(sorted(methods.items())), counting=dict(sorted(counting.items())))
 
     def proofs(self, setup: Setup) -> dict:
         """Decide-only mode: the proof of each role's bounds, as this process established it."""
@@ -287,11 +309,34 @@ def start_worker(job: WorkerJob) -> None:
     _WORKER[:] = [job]
 
 
-def worker_measure(batch: Batch) -> dict:
-    """One batch measured in a worker process."""
+def worker_measure(batch: Batch) -> tuple:
+    """One batch measured in a worker process: (role -> Measured, this process's id, how its
+    tokenizer has counted so far: (role -> method, role -> counting) or None)."""
+    import os
+
     job = _WORKER[0]
-    return measure_batch(batch, job.fields, job.layout, counter=job.setup.counter, audio=job.setup.settings,
-                         decide_caps=job.setup.decide_caps, with_ids=job.with_ids, chat=job.setup.chat)
+    counter = job.setup.counter
+    measured = measure_batch(batch, job.fields, job.layout, counter=counter, audio=job.setup.settings,
+                             decide_caps=job.setup.decide_caps, with_ids=job.with_ids, chat=job.setup.chat)
+    counting = (counter.methods(), counter.counting()) if counter is not None else None
+    return measured, os.getpid(), counting
+
+
+#: The count-only engine's tallies, which add up over the processes (or actors) that counted.
+COUNTING_TALLIES = ("texts", "by_tokenizer", "verified")
+
+
+def add_counting(into: dict, counting: dict) -> dict:
+    """Merge one process's ``counting`` (role -> engine, reason, tallies) into ``into``: the first
+    seen engine and reason of a role, its tallies summed."""
+    for role, c in counting.items():
+        if role not in into:
+            into[role] = dict(c)
+            continue
+        for key in COUNTING_TALLIES:
+            if key in c:
+                into[role][key] = into[role].get(key, 0) + c[key]
+    return into
 
 
 def row_batches(plan: SamplePlan, batch_rows: int):

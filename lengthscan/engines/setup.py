@@ -239,7 +239,7 @@ def _check_crop_keeps_targets(measure: MeasureOptions, rules: RuleOptions, parse
     crops = [r.text for r in parsed if effective_action(r, rules.action, rules.crop_audio) == "crop"]
     if crops and measure.audio and measure.target and not rules.target_is_label:
         raise RuleError(f"--crop-audio with --target {measure.target}: {crops[0]!r} would cut clips but keep "
-                        f"their whole {measure.target} (a 59 s clip cropped to 30 s keeps 59 s of transcript), "
+                        f"their whole {measure.target} (a cropped clip would keep the text of the audio cut away), "
                         "so audio and text would no longer match. Drop the long clips instead (leave out "
                         "--crop-audio), or, if the target is a label (a class, a speaker) and not a transcript, "
                         "add --target-is-label")

@@ -326,9 +326,11 @@ def summary_lines(memory: dict) -> list[str]:
                      "whatever the memory")
     if memory.get("budget_bytes") is not None:
         usable = memory["usable_bytes"]
+        verdict = (f"the worst batch {_fits(memory['fits'])}" if "unpacked_fits" not in memory else
+                   f"the packed worst batch {_fits(memory['fits'])}; unpacked, the worst batch "
+                   f"{_fits(memory['unpacked_fits'])}")
         lines.append(f"budget {size(memory['budget_bytes'])} ({size(usable)} usable with a "
-                     f"{memory['margin']:.0%} margin): the worst batch {'fits' if memory['fits'] else 'does NOT fit'}; "
-                     f"any shuffle {'fits' if memory['any_shuffle_fits'] else 'does NOT fit'}")
+                     f"{memory['margin']:.0%} margin): {verdict}; any shuffle {_fits(memory['any_shuffle_fits'])}")
         lim = memory["limits"]
         if lim["rules"]:
             lines.append("limits that fit: " + " ".join(f"--limit '{r}'" for r in lim["rules"]))
@@ -340,6 +342,10 @@ def summary_lines(memory: dict) -> list[str]:
         lines.append(f"largest batch size at the longest rows: {top['value'] if top['value'] else 'none'}"
                      + (" (search limit)" if top["capped_by"] else ""))
     return lines
+
+
+def _fits(fits: bool) -> str:
+    return "fits" if fits else "does NOT fit"
 
 
 def _shape_text(shape: dict, memory: dict) -> str:

@@ -73,7 +73,7 @@ class PackSink:
         """row -> ``--id`` value shown in the report (None without ``--id``)."""
         if self.identity is None or not self.ids.get(split):
             return None
-        from lengthscan.write.longest import shown_id
+        from lengthscan.write.worst_rows import shown_id
 
         def lookup(row: int):
             for rows, column in self.ids[split]:

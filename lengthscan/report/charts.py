@@ -310,16 +310,17 @@ BEFORE_COLORS = {"random (before cleaning)": "#e1e5ea", "group_by_length (before
 PARTS = {"input": "input_padding_share", "target": "target_padding_share"}
 
 
-def batches_spec(batches: dict, part: str, *, before: dict | None = None) -> dict | None:
+def batches_spec(batches: dict, part: str, *, before: dict | None = None, what: str | None = None) -> dict | None:
     """Padding share of ``part`` (input or target) positions by batch size, random order next to
-    ``group_by_length``; ``before`` (the batches before cleaning) adds lighter bars. None: no data."""
+    ``group_by_length``; ``before`` (the batches before cleaning) adds lighter bars; ``what`` names the
+    side (``sequence`` for conversations). None: no data."""
     values = _padding_values(batches, part, "")
     if before:
         values = _padding_values(before, part, " (before cleaning)") + values
     if not values:
         return None
     colors = {**(BEFORE_COLORS if before else {}), **STRATEGY_COLORS}
-    what = "label" if part == "target" else "input"
+    what = what or ("label" if part == "target" else "input")
     spec = base_spec(170)
     spec.update({
         "data": {"values": values},

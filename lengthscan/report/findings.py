@@ -11,7 +11,7 @@ from __future__ import annotations
 from lengthscan.measure.records import BOUNDED_FLAGS, FLAG_NAMES
 from lengthscan.report.actions import DID, WOULD, changed_label, changed_rows, rule_actions
 from lengthscan.report.chat_findings import chat_findings
-from lengthscan.report.fmt import count, num, share, times, unit, with_unit
+from lengthscan.report.fmt import count, num, padded_sides, share, times, unit, with_unit
 from lengthscan.report.image_findings import image_findings
 from lengthscan.report.packing import packing_findings
 
@@ -41,14 +41,16 @@ def findings(data: dict) -> list[str]:
         out += [before + t for t in _limit_findings(split, own, multi=multi)]
     out += chat_findings(data)
     out += image_findings(data)
-    out += _decision_findings(data.get("decisions"), cleaned=clean is not None)
+    # a clean whose --fail-over gate failed published nothing: what it would have done, not what it did
+    published = clean is not None and clean.get("published", True) and not (data.get("decisions") or {}).get("gate")
+    out += _decision_findings(data.get("decisions"), cleaned=published)
     out += _clean_findings(data)
     for split in splits:
         out += [before + t for t in _flag_findings(split, multi=multi)]
     for split in now:
         out += _ratio_findings(split, multi=multi)
         out += _tail_findings(split, multi=multi)
-    out += _padding_findings(data.get("batches"), (clean or {}).get("batches_before"))
+    out += _padding_findings(data.get("batches"), (clean or {}).get("batches_before"), sides=padded_sides(data))
     out += packing_findings(data.get("packing"))
     model = data.get("model") or {}
     out += [f"Model note: {note}" + ("" if note.endswith((".", "!", "?")) else ".")
@@ -206,14 +208,14 @@ def _decision_findings(decisions: dict | None, *, cleaned: bool) -> list[str]:
             parts += [f"{(DID if cleaned else WOULD)[a]} {n:,} ({share(n, s['measured'])})"
                       for a, n in changed_rows(s, actions).items()]
             if not parts:
-                head = "Cleaning kept every row" if cleaned else "The --limit rules change no row"
-                out.append(f"{head}: {s['measured']:,}{where}.")
+                head = "Cleaning kept every row" if cleaned else "The --limit rules would keep every row"
+                out.append(f"{head} ({s['measured']:,} rows{where}) as it is.")
                 continue
             head = "Cleaning" if cleaned else "The --limit rules would"
             listed = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
             out.append(f"{head} {listed} of {s['measured']:,} rows{where}{reason}.")
     if decisions.get("gate"):
-        out.append(f"The --fail-over gate failed: {decisions['gate']}")
+        out.append(f"The --fail-over gate failed: {decisions['gate'].removeprefix('gate failed: ')}.")
     return out
 
 
@@ -222,6 +224,7 @@ def _clean_findings(data: dict) -> list[str]:
     if not clean or not clean.get("after"):
         return []
     before = {s["split"]: s for s in data["splits"]}
+    published = clean.get("published", True) and not (data.get("decisions") or {}).get("gate")
     out = []
     for after in clean["after"]:
         old = before.get(after["split"])
@@ -232,7 +235,8 @@ def _clean_findings(data: dict) -> list[str]:
                    if name in old["fields"] and f["max"] != old["fields"][name]["max"]]
         rows = after["sample"]["rows_total"]
         where = f" of {after['split']}" if len(clean["after"]) > 1 else ""
-        text = f"After cleaning, {rows:,} rows{where} remain"
+        text = (f"After cleaning, {rows:,} rows{where} remain" if published else
+                f"Had the clean been published, {rows:,} rows{where} would remain")
         out.append(text + (": " + ", ".join(changes) if changes else "") + ".")
         out += still_over(after, where)
     return out
@@ -318,6 +322,10 @@ def _ratio_findings(split: dict, *, multi: bool) -> list[str]:
     return [text]
 
 
+#: Measurements a batch is padded to (besides ``input_*`` and ``target_*``).
+PADDED = ("sequence_tokens",)
+
+
 def _tail_findings(split: dict, *, multi: bool) -> list[str]:
     over = {c["measure"] for c in split.get("limits", []) if c["over_in_measured"]}
     where = f" in split {split['split']}" if multi else ""
@@ -328,29 +336,33 @@ def _tail_findings(split: dict, *, multi: bool) -> list[str]:
             continue
         median = f["percentiles"].get("p50")
         vs_median = f", {times(top, median)} the median" if median else ""
+        # only a padded length (an input, a target, a rendered sequence) pads a batch to itself; a
+        # conversation's completion, prompt or longest message is part of a sequence, not its length
+        pads = (f": a batch holding it pads every row to {with_unit(top, name)}"
+                if name in PADDED or name.startswith(("input_", "target_")) else "")
         out.append(f"{name}{where} has a long tail: 99% of rows are at most {with_unit(p99, name)}, the longest is "
-                   f"{with_unit(top, name)} ({times(top, p99)} p99{vs_median}): a batch holding it pads every row "
-                   f"to {with_unit(top, name)}.")
+                   f"{with_unit(top, name)} ({times(top, p99)} p99{vs_median}){pads}.")
     return out
 
 
-def _padding_findings(batches: dict | None, before: dict | None = None) -> list[str]:
+def _padding_findings(batches: dict | None, before: dict | None = None, *, sides: dict | None = None) -> list[str]:
     entry = _batch_entry(batches)
     if entry is None:
         return []
+    sides = sides or {"input": "input", "target": "label"}
     rnd, grouped = _strategy(entry, "random"), _strategy(entry, "group_by_length")
     was = _strategy(_batch_entry(before), "random")
     bs, eff = entry["batch_size"], entry.get("effective_batch_size")
     size = f"{bs}" + (f" (effective {eff})" if eff and eff != bs else "")
-    parts = [(what, k) for what, k in (("input", "input_padding_share"), ("label", "target_padding_share"))
-             if rnd.get(k) is not None]
+    parts = [(what, k) for what, k in ((sides["input"], "input_padding_share"),
+                                        (sides["target"], "target_padding_share")) if rnd.get(k) is not None]
     if rnd.get("padding_share") is not None:
         key, what = "padding_share", "that"
-        details = [f"{w}s {share(rnd[k], 1)}" for w, k in parts]
-        if was.get(key) is not None:
-            details.append(f"{share(was[key], 1)} before cleaning{_left_out(before)}")
-        text = f"Random batches of {size} are {share(rnd[key], 1)} padding"
-        text += f" ({'; '.join([', '.join(details[:len(parts)]), *details[len(parts):]])})" if details else ""
+        # one side padded (no target): its share is the whole share, said once
+        by_side = ", ".join(f"{w}s {share(rnd[k], 1)}" for w, k in parts) if len(parts) > 1 else ""
+        was_text = f"{share(was[key], 1)} before cleaning{_left_out(before)}" if was.get(key) is not None else ""
+        details = "; ".join(t for t in (by_side, was_text) if t)
+        text = f"Random batches of {size} are {share(rnd[key], 1)} padding" + (f" ({details})" if details else "")
     elif parts:  # inputs in seconds and labels in tokens: no single share
         key, what = parts[0][1], f"{parts[0][0]} padding"
         text = f"In random batches of {size}, " + " and ".join(f"{share(rnd[k], 1)} of {w} positions"
@@ -360,7 +372,8 @@ def _padding_findings(batches: dict | None, before: dict | None = None) -> list[
     else:
         return []
     if grouped.get(key) is not None:
-        text += f"; group_by_length brings {what} to {share(grouped[key], 1)}"
+        text += (f"; group_by_length brings {what} to {share(grouped[key], 1)}" if grouped[key] < rnd[key] else
+                 f"; group_by_length does not lower it here ({share(grouped[key], 1)})")
     return [text + _left_out(batches) + "."]
 
 

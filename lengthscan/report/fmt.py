@@ -56,6 +56,31 @@ def percent(fraction) -> str:
     return f"{fraction:.1%}"
 
 
+def padded_sides(data: dict) -> dict:
+    """What a batch's two padded sides are, in words: ``{"input": "input", "target": "label"}``, or
+    ``"sequence"`` for the input side of conversations (the rendered sequence is what is padded)."""
+    chat = any(f.get("role") == "chat" for f in data.get("fields") or [])
+    return {"input": "sequence" if chat else "input", "target": "label"}
+
+
+def field_groups(data: dict) -> list[tuple[list[str], str, str]]:
+    """The measurements by where they come from, as the report says it: ``(names, columns, what)``,
+    e.g. ``(["input_tokens"], "document", "text")``; a conversation's metrics come from its
+    ``messages`` (or ``prompt`` and ``completion``) column, its image metrics from ``--images`` too."""
+    chat = data.get("chat") or {}
+    cols = chat.get("columns") or {}
+    conversation = ", ".join(cols[k] for k in ("messages", "prompt", "completion") if cols.get(k))
+    groups: dict = {}
+    for f in data.get("fields") or []:
+        column, what = f["column"], f.get("kind") or "text"
+        if f.get("role") == "chat":
+            column, what = conversation or column, "conversations"
+            if f["name"] in ("image_tokens", "images") and cols.get("images"):
+                column, what = f"{column}, {cols['images']}", "conversations and their images"
+        groups.setdefault((column, what), []).append(f["name"])
+    return [(names, column, what) for (column, what), names in groups.items()]
+
+
 def unit(measure: str) -> str:
     """The unit word of a measurement (``input_tokens`` -> ``tokens``); ratios keep their name."""
     return UNITS.get(measure.rsplit("_", 1)[-1], "") if "/" not in measure else ""
@@ -99,8 +124,9 @@ def source_line(source: dict) -> str:
     total = source["bytes_total"] or 0
     part = f" ({source['bytes_read'] / total:.1%})" if total else ""
     retries = f", {source['retries']:,} retried" if source.get("retries") else ""
-    return (f"{size(source['bytes_read'])} of {size(total)}{part} in {source['files']:,} file(s), "
-            f"{source['requests']:,} requests{retries}{how}; {source.get('resolved')}")
+    files, requests = source["files"], source["requests"]
+    return (f"{size(source['bytes_read'])} of {size(total)}{part} in {files:,} file{'s' if files != 1 else ''}, "
+            f"{requests:,} request{'s' if requests != 1 else ''}{retries}{how}; {source.get('resolved')}")
 
 
 def counting_line(tokenizer: dict) -> str | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -19,7 +20,19 @@ from pathlib import Path
 from lengthscan.report import charts
 from lengthscan.report.actions import CHANGING, DONE, changed_label, changed_rows, row_action, rule_actions
 from lengthscan.report.findings import findings
-from lengthscan.report.fmt import count, counting_line, mean, num, percent, share, size, source_line, unit
+from lengthscan.report.fmt import (
+    count,
+    counting_line,
+    field_groups,
+    mean,
+    num,
+    padded_sides,
+    percent,
+    share,
+    size,
+    source_line,
+    unit,
+)
 from lengthscan.report.image_charts import image_sizes_spec
 from lengthscan.report.memory_chart import memory_spec
 from lengthscan.report.packing import packing_view
@@ -42,7 +55,7 @@ def render_html(data: dict, *, redact: bool = False) -> str:
 
     env = Environment(loader=PackageLoader("lengthscan.report", "templates"),
                       autoescape=select_autoescape(["html", "j2"]), trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(num=num, count=count, unit=unit, mean=mean, gib=size)
+    env.filters.update(num=num, count=count, unit=unit, mean=mean, gib=size, breakable=breakable)
     env.globals.update(share=share, percent=percent, shape_text=shape_text, row_action=row_action)
     specs: dict[str, dict] = {}
     view = _view(data, specs, redact=redact)
@@ -50,6 +63,18 @@ def render_html(data: dict, *, redact: bool = False) -> str:
         data=data, view=view, findings=findings(data), redact=redact,
         charts_json=script_json({"config": charts.CONFIG, "charts": specs}),
         runtime=_runtime(), style=_asset("report.css"), script=_asset("report.js"))
+
+
+def breakable(text) -> str:
+    """A rule or reason (escaped) that wraps after its ``:`` only: ``input_tokens<=256`` or
+    ``sequence_tokens<=512:`` stay whole on a line, a longer piece or words wrap as text does."""
+    from markupsafe import Markup, escape
+
+    if text is None:
+        return ""
+    pieces = [p for p in re.split(r"(?<=:)", str(text)) if p]
+    return Markup("<wbr>".join(Markup('<span class="nw">{}</span>').format(p) if len(p) <= 24 and " " not in p
+                               else escape(p) for p in pieces))
 
 
 def write_html(path: Path, data: dict, *, redact: bool = False) -> None:
@@ -138,7 +163,10 @@ def _view(data: dict, specs: dict, *, redact: bool) -> dict:
         "decisions": bool(decisions.get("splits")),
         "decisions_chart": add(charts.decisions_spec(decisions)) if decisions.get("splits") else None,
         "actions": _actions_view(decisions),
-        "batches_charts": [add(spec) for spec in _padding_charts(batches, clean.get("batches_before"))],
+        "batches_charts": [add(spec) for spec in _padding_charts(batches, clean.get("batches_before"),
+                                                                 padded_sides(data))],
+        "sides": padded_sides(data),
+        "field_groups": field_groups(data),
         "worst_groups": (worst := _worst_groups(clean.get("worst_rows") or data.get("longest_rows"), redact=redact)),
         "previews": _previews(worst),
         "memory": _memory_view(data.get("memory"), add),
@@ -182,10 +210,10 @@ def shape_text(shape: dict, sides: dict) -> str:
     return " × ".join(parts)
 
 
-def _padding_charts(batches: dict | None, before: dict | None) -> list[dict]:
+def _padding_charts(batches: dict | None, before: dict | None, sides: dict) -> list[dict]:
     if not batches or not batches.get("by_batch_size"):
         return []
-    specs = (charts.batches_spec(batches, part, before=before) for part in ("input", "target"))
+    specs = (charts.batches_spec(batches, part, before=before, what=sides[part]) for part in ("input", "target"))
     return [spec for spec in specs if spec is not None]
 
 

@@ -28,9 +28,8 @@ def packing_findings(packing: dict | None) -> list[str]:
             lost = (f"{head}, {share:.1%} of rows ({s['rows_losing_tokens']:,}) lose {_tokens(s['tokens_lost'])} "
                     f"({s['tokens_lost_share']:.1%} of all tokens): {_how_lost(s['strategy'])}")
             if s.get("bfd_split_efficiency") is not None and s["efficiency"] is not None:
-                delta = s["efficiency"] - s["bfd_split_efficiency"]
-                lost += (f"; bfd_split keeps them at {abs(delta):.2%} {'lower' if delta >= 0 else 'higher'} "
-                         "efficiency")
+                split_eff = s["bfd_split_efficiency"]
+                lost += (f"; bfd_split keeps them, its packs {split_eff:.1%} full (bfd's {s['efficiency']:.1%})")
             out.append(lost + ".")
             if s.get("trained_tokens_lost") is not None:
                 out.append(trained_finding(head, s))

@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lengthscan.report.actions import DONE, changed_label, changed_rows, row_action, rule_actions
-from lengthscan.report.fmt import counting_line, source_line
+from lengthscan.report.fmt import counting_line, field_groups, source_line
 
 SHOWN = ("p50", "p90", "p99", "p99.9")
 
@@ -22,13 +22,11 @@ def render_summary(data: dict, console: Console) -> None:
         for note in data["source"].get("notes", []):
             _say(console, f"note: {note}", indent="  ", style="yellow")
     methods = ", ".join(f"{role}: {m}" for role, m in tok.get("methods", {}).items())
-    _say(console, f"{tok.get('name')} ({tok.get('class')}; {methods})", head="tokenizer ")
+    if tok.get("name"):  # audio alone has no tokenizer
+        _say(console, f"{tok.get('name')} ({tok.get('class')}; {methods})", head="tokenizer ")
     if (counted := counting_line(tok)) is not None:
         _say(console, counted, head="counted ")
-    by_column: dict = {}
-    for f in data.get("fields", []):
-        by_column.setdefault(f["column"], []).append(f["name"])
-    columns = "; ".join(f"{', '.join(names)} <- {column}" for column, names in by_column.items())
+    columns = "; ".join(f"{', '.join(names)} <- {column}" for names, column, _ in field_groups(data))
     console.print(Text.assemble(("fields ", "dim"), columns))
     chat = data.get("chat")
     if chat:

@@ -22,10 +22,11 @@ def _image_counter(processor: str, tokenizer: str, max_pixels: int | None):
 
 def image_tokens(batch: dict, *, processor: str, tokenizer: str | None = None, images: str = "images",
                  max_pixels: int | None = None, base_dir: str | None = None) -> dict:
-    """``image_tokens`` (the row's images' tokens summed) and ``images`` per row of one batch;
+    """``image_tokens`` (the row's images' tokens summed) and ``num_images`` per row of one batch;
     ``image_tokens`` is None for a row with a missing or unreadable image. ``images`` names the
     column of per-row image lists (paths, relative to ``base_dir``; bytes; ``Image(decode=False)``
-    values); ``tokenizer`` defaults to ``processor``."""
+    values), which is left as it is (a count named ``images`` would replace it in ``Dataset.map``);
+    ``tokenizer`` defaults to ``processor``."""
     from lengthscan.measure.images.processor import ImageRefused
     from lengthscan.measure.images.refs import ImageProblem, image_sizes
 
@@ -44,4 +45,4 @@ def image_tokens(batch: dict, *, processor: str, tokenizer: str | None = None, i
             tokens.append(sum(e.tokens for e in counter.expand([(s.height, s.width) for s in mine])))
         except ImageRefused:
             tokens.append(None)
-    return {"image_tokens": tokens, "images": counts}
+    return {"image_tokens": tokens, "num_images": counts}

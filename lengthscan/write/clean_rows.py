@@ -199,7 +199,7 @@ class CleanTally:
         rule looser than the model's own leaves rows over them)."""
         return cls(DecisionTally(split, rows_total, redact=spec.redact), SplitTally(spec.fields,
                                                                                  list(spec.setup.ceilings)),
-                   WorstRows(spec.fields, redact=spec.redact))
+                   WorstRows(spec.fields, redact=spec.redact, identity=spec.setup.identity))
 
     def add(self, cleaned: CleanedBatch) -> None:
         d, keep = cleaned.decisions, cleaned.decisions.decision != DROP

@@ -10,11 +10,9 @@ tokenizing) for JSON Lines. A remote source is thus never read twice for its pre
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from lengthscan.write.worst_rows import WORST_ROWS, plain_length, preview_of
+from lengthscan.write.worst_rows import WORST_ROWS, plain_length, preview_of, shown_id
 
 
 class LongestSink:
@@ -66,19 +64,6 @@ class LongestSink:
     def rows(self) -> list[dict]:
         """The longest rows' entries, by measurement, longest first."""
         return [entry for items in self.best.values() for _, _, entry in items]
-
-
-#: characters of an ``--id`` value shown in the report (lengths.parquet keeps it whole, to join on)
-ID_CHARS = 200
-
-
-def shown_id(value):
-    """An ``--id`` value as the report shows it: numbers as they are, anything else as text of at
-    most ``ID_CHARS`` characters (a megabyte-long id, or bytes, cannot bloat or break report.json)."""
-    if value is None or isinstance(value, (bool, int)) or isinstance(value, float) and math.isfinite(value):
-        return value
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= ID_CHARS else text[:ID_CHARS] + f"… ({len(text):,} characters)"
 
 
 def with_previews(src, fields, rows: list[dict]) -> list[dict]:

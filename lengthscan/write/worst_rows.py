@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyarrow as pa
 
@@ -15,11 +17,24 @@ WORST_ROWS = 20
 PREVIEW_CHARS = 160
 
 
+#: characters of an ``--id`` value shown in the report (lengths.parquet keeps it whole, to join on)
+ID_CHARS = 200
+
+
+def shown_id(value):
+    """An ``--id`` value as the report shows it: numbers as they are, anything else as text of at
+    most ``ID_CHARS`` characters (a megabyte-long id, or bytes, cannot bloat or break report.json)."""
+    if value is None or isinstance(value, (bool, int)) or isinstance(value, float) and math.isfinite(value):
+        return value
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= ID_CHARS else text[:ID_CHARS] + f"… ({len(text):,} characters)"
+
+
 class WorstRows:
     """The ``WORST_ROWS`` longest rows per field, with a short preview (or the audio path)."""
 
-    def __init__(self, fields, *, redact: bool):
-        self.fields, self.redact = fields, redact
+    def __init__(self, fields, *, redact: bool, identity=None):
+        self.fields, self.redact, self.identity = fields, redact, identity  # identity: the --id column's field
         self.best: dict[str, list] = {f.primary.name: [] for f in fields}
 
     def add(self, split: str, rows, base: dict, d, source: pa.Table, final: dict | None = None) -> None:
@@ -34,10 +49,15 @@ class WorstRows:
             if not top:
                 continue
             column, names = source.column(f.column), d.names()
+            ids = (source.column(self.identity.name) if self.identity is not None and not self.redact
+                   and self.identity.name in source.column_names else None)
             for i in top:
                 entry = {"split": split, "row": int(rows[i]), "decision": names[i], "reason": d.reason[i],
                          "field": f.primary.name,
-                         "lengths": {name: plain_length(v[i]) for name, v in base.items()}}
+                         # the measurements, as the audit lists them (not a conversation's side columns)
+                         "lengths": {name: plain_length(v[i]) for name, v in base.items() if name in measures}}
+                if ids is not None:
+                    entry["id"] = shown_id(ids[int(i)].as_py())
                 if final is not None:
                     entry["after"] = None if names[i] == "drop" else {
                         name: plain_length(final[name][i]) for name in measures if name in final}
@@ -79,6 +99,23 @@ def plain_length(v):
     return None if v < 0 else int(v)
 
 
+def _parts_text(content) -> str:
+    """A message's content parts as a preview reads them: the text parts' text, ``[image]`` (or the
+    part's type) for the others; ``[parts]`` for what is no list of parts."""
+    if not isinstance(content, (list, tuple)):
+        return "[parts]"
+    out = []
+    for part in content:
+        if isinstance(part, dict) and isinstance(part.get("text"), str) and part.get("type", "text") == "text":
+            out.append(part["text"])
+        elif isinstance(part, dict):
+            kind = str(part.get("type") or "part")
+            out.append(f"[{'image' if kind == 'image_url' else kind}]")
+        else:
+            out.append(str(part) if isinstance(part, str) else "[part]")
+    return " ".join(out)
+
+
 def _turns_preview(messages: list) -> str:
     """``role: text | role: text ...`` of a conversation's first messages, ``PREVIEW_CHARS`` at most."""
     parts = []
@@ -86,6 +123,6 @@ def _turns_preview(messages: list) -> str:
         if isinstance(m, dict):
             role = m.get("role") or m.get("from") or "?"
             content = m.get("content", m.get("value"))
-            parts.append(f"{role}: {content if isinstance(content, str) else '[parts]'}"[:80])
+            parts.append(f"{role}: {content if isinstance(content, str) else _parts_text(content)}"[:80])
     text = " | ".join(parts)
     return text[:PREVIEW_CHARS]

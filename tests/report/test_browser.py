@@ -239,6 +239,35 @@ def test_clean_page(browser, tmp_path, corpus_jsonl, bpe_dir):
     check_page(browser, _audit_page(tmp_path, data, "clean-rendered"), tmp_path / "clean-rendered.png")
 
 
+#: Each rule or reason in the limit tables and worst rows: its text and how many lines it takes.
+REASONS_JS = """Array.from(document.querySelectorAll("td.reason code")).map(el => {
+  const rects = Array.from(el.getClientRects()).filter(r => r.width > 0);
+  const box = el.closest(".scroll");
+  return {text: el.textContent, lines: new Set(rects.map(r => Math.round(r.top))).size,
+          scrolls: box ? box.scrollWidth > box.clientWidth + 1 : false};
+})"""
+
+
+def test_short_rules_are_not_cut_inside(browser, tmp_path, docs, chat_tok_dir):
+    """A clean's rules and reasons in its tables: ``input_tokens<=256`` stays on one line, a longer
+    ``sequence_tokens<=512:drop-turns`` wraps after its colon only, and the worst rows fit their card."""
+    from tests.support.chat import conversations, trl_template, write_jsonl
+
+    src = write_jsonl(tmp_path / "chats.jsonl", [{"messages": r["messages"]} for r in conversations(docs, 120, 3)])
+    out = tmp_path / "cleaned"
+    lengthscan.clean(str(src), tokenizer=str(chat_tok_dir), messages="messages",
+                     chat_template=str(trl_template("qwen3_training")), out=str(out),
+                     limits=["sequence_tokens<=400:drop-turns", "turns<=12"])
+    check_page(browser, out / "report.html", tmp_path / "reasons.png")
+    reasons = browser.evaluate(REASONS_JS)
+    assert {r["text"] for r in reasons} >= {"sequence_tokens<=400:drop-turns"}
+    for r in reasons:
+        pieces = r["text"].split(":")
+        short = all(len(p) + 1 <= 24 and " " not in p for p in pieces)
+        assert r["lines"] <= (1 if len(r["text"]) <= 24 and " " not in r["text"] else len(pieces) if short else 99), r
+        assert not r["scrolls"], r
+
+
 def test_audio_audit_page(browser, tmp_path, bpe_dir):
     from tests.support import audio_files as af
 

@@ -316,4 +316,4 @@ def test_findings_quiet_report_model_notes_and_gate():
     assert findings({"splits": [no_limit], "model": model}) == [
         "Model note: decoder-only: input and target share one sequence."]
     decisions = {"splits": [], "gate": "3.2% of rows would be dropped or truncated (more than --fail-over 1%)"}
-    assert findings({"splits": [], "decisions": decisions}) == [f"The --fail-over gate failed: {decisions['gate']}"]
+    assert findings({"splits": [], "decisions": decisions}) == [f"The --fail-over gate failed: {decisions['gate']}."]

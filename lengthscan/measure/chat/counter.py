@@ -132,7 +132,8 @@ class ChatCounter:
         eot = self.eot_id
         return {"format": "messages" if fmt.messages else "prompt-completion",
                 "columns": {k: v for k, v in (("messages", fmt.messages), ("prompt", fmt.prompt),
-                                              ("completion", fmt.completion), ("tools", fmt.tools)) if v},
+                                              ("completion", fmt.completion), ("tools", fmt.tools),
+                                              ("images", fmt.images)) if v},
                 "template": self.template.to_dict(), "train_on": self.options.train_on, "trained_tokens": self.rule,
                 "end_of_turn_token": tok.convert_ids_to_tokens(eot) if eot is not None else None,
                 **({"images": self.images.to_dict()} if self.images is not None else {})}

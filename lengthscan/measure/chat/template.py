@@ -102,14 +102,15 @@ def load_template(tokenizer, path: str | Path | None, *, optional: bool = False)
         if isinstance(own, dict):  # named templates: "default", and "tool_use" for rows with tools
             if own and "default" not in own:
                 raise ChatTemplateError(f"the tokenizer has several chat templates ({', '.join(sorted(own))}) and "
-                                        f"no default: give one with --chat-template FILE")
+                                        f"no default: give one with --chat-template FILE|NAME")
             own, tool_use = own.get("default"), own.get("tool_use")
         if not own and optional and not tool_use:
             return ChatTemplate(NO_TEMPLATE, "none")
         if not own:
             raise ChatTemplateError(f"the tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template: "
-                                    f"give one with --chat-template FILE (a Jinja file, e.g. the model's "
-                                    f"chat_template.jinja)")
+                                    f"give one with --chat-template FILE|NAME (a Jinja file, e.g. the model's "
+                                    f"chat_template.jinja, or the name of a template TRL ships: qwen3, llama3, "
+                                    f"gemma3, qwen3_training, ...)")
         template = ChatTemplate(own, "tokenizer", tool_use)
     check_syntax(template)
     _check_special_tokens_known(tokenizer, template)

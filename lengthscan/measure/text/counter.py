@@ -108,7 +108,7 @@ class TokenCounter:
         ``model_max_length`` are then read from ``tokenizer_config.json``.
         """
         methods = {role: "cached lengths" for role in sorted(cached)}
-        methods.update({role: m.method for role, m in self._methods.items()})
+        methods.update(self.methods())
         remembered = self._memo().info() if not self.loaded and self._memo() is not None else {}
         if self.loaded:
             cls, fast, max_len = (self._loaded_info()[k] for k in ("cls", "is_fast", "model_max_length"))
@@ -125,6 +125,10 @@ class TokenCounter:
         tok = self._tokenizer
         return {"cls": type(tok).__name__, "is_fast": bool(getattr(tok, "is_fast", False)),
                 "model_max_length": tokenizer_max_length(tok)}
+
+    def methods(self) -> dict[str, str]:
+        """role -> how it is counted (``backend.encode_batch_fast``, ``__call__``), for the roles counted so far."""
+        return {role: m.method for role, m in self._methods.items()}
 
     def counting(self) -> dict:
         """role -> which engine counted it and why, with what the count-only engine did."""
