@@ -99,7 +99,8 @@ def _processor_source(fmt, processor, model):
 def _chat_counter(counter, fmt, chat_template, train_on: str, processor=None, max_pixels=None):
     if fmt is None:
         return None
-    from lengthscan.measure.chat.counter import TRAIN_ON, ChatCounter, ChatOptions
+    from lengthscan.measure.chat.counter import ChatCounter, ChatOptions
+    from lengthscan.measure.chat.metrics import TRAIN_ON
 
     if train_on not in TRAIN_ON:
         raise ColumnError(f"--train-on {train_on!r}: choose {', '.join(TRAIN_ON)}")

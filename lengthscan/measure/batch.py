@@ -68,7 +68,7 @@ class RoleField:
         """Per-row side columns (name -> Arrow type name) this field writes to lengths.parquet."""
         if self.kind != "chat":
             return {}
-        from lengthscan.measure.chat.counter import chat_notes
+        from lengthscan.measure.chat.metrics import chat_notes
 
         return chat_notes(self.vision)
 
@@ -83,7 +83,7 @@ def role_fields(*, input: str | None = None, target: str | None = None, audio: s
         if input or audio or target:
             raise ColumnError("give conversations (--messages, or --prompt with --completion) or text and audio "
                               "columns (--input, --target, --audio), not both")
-        from lengthscan.measure.chat.counter import chat_specs
+        from lengthscan.measure.chat.metrics import chat_specs
 
         extra = tuple(c for c in chat.columns if c != chat.column)
         named = (("--images", chat.images), ("--tools", chat.tools), ("--completion", chat.completion),

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lengthscan.measure.chat.counter import CHAT_METRICS
+from lengthscan.measure.chat.metrics import CHAT_METRICS
 from lengthscan.measure.images import IMAGE_METRICS
 from lengthscan.sources.source import did_you_mean
 from lengthscan.stats.histograms import (

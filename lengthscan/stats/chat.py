@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lengthscan.measure.chat.counter import CONTENT_ROLES as ROLE_TOTALS
+from lengthscan.measure.chat.metrics import CONTENT_ROLES as ROLE_TOTALS
 from lengthscan.stats.histograms import Histogram, merge_histograms
 from lengthscan.stats.images import ImageTally
 

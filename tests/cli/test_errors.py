@@ -199,7 +199,7 @@ def test_a_row_without_an_audio_measurement_never_passes_a_limit_on_it(tmp_path,
 
 @pytest.mark.slow
 def test_a_row_without_a_conversation_measurement_never_passes_a_limit_on_it(tmp_path, chat_tok_dir):
-    from lengthscan.measure.chat.counter import CHAT_METRICS
+    from lengthscan.measure.chat.metrics import CHAT_METRICS
 
     rows = [{"messages": [{"role": "user", "content": "hi there"}, {"role": "assistant", "content": "hello"}]},
             {"messages": None}, {"messages": [{"role": "user"}]}]

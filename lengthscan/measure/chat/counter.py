@@ -32,25 +32,16 @@ import numpy as np
 from lengthscan.measure.chat import template as template_module
 from lengthscan.measure.chat.conversations import ChatFormat, RowProblem, conversations, part_texts
 from lengthscan.measure.chat.encoding import rendered_ids
+from lengthscan.measure.chat.metrics import CONTENT_ROLES, chat_metrics, chat_notes
 from lengthscan.measure.chat.plan import RowPlan, TooLong, plan_row
 from lengthscan.measure.chat.ranges import message_ranges
 from lengthscan.measure.chat.spans import common_prefix, eot_position, is_prefix
 from lengthscan.measure.chat.template import ChatTemplateError, RenderTimeout
 from lengthscan.measure.chat.views import EncodingView, IdsView, ranges_agree, views
-from lengthscan.measure.records import FLAG_CODES, FLAG_MISSING, FLAG_TEMPLATE_ERROR, FLAG_TOO_LONG, FieldSpec, Measured
+from lengthscan.measure.records import FLAG_CODES, FLAG_MISSING, FLAG_TEMPLATE_ERROR, FLAG_TOO_LONG, Measured
 
-#: The chat measurements (lengths.parquet columns, rule metrics), primary first.
 #: rows whose rendering ran past its time budget before the run stops (exit 2): a slow template
 MAX_TIMEOUTS = 3
-CHAT_METRICS = ("sequence_tokens", "prompt_tokens", "completion_tokens", "turns", "assistant_turns",
-                "longest_message_tokens")
-#: Per-row side columns of a chat field: name -> Arrow type name.
-NOTES = {"trained_from": "int64", "final_eot_at": "int64", "ends_with_eot": "bool", "rewrites_history": "bool",
-         "parts_not_rendered": "bool", "from_sharegpt": "bool", "system_tokens": "int64", "user_tokens": "int64",
-         "assistant_tokens": "int64", "tool_tokens": "int64"}
-#: Message roles whose content tokens get a side column (``{role}_tokens``).
-CONTENT_ROLES = ("system", "user", "assistant", "tool")
-TRAIN_ON = ("assistant", "last", "all")
 #: Rows on which token ranges read with ``char_to_token`` are checked against the full offsets.
 PROOF_ROWS = 64
 
@@ -62,25 +53,6 @@ class ChatOptions:
     format: ChatFormat
     template: str | None = None
     train_on: str = "assistant"
-
-
-def chat_metrics(vision: bool = False) -> tuple[str, ...]:
-    """The measurements of a conversation field (with images: ``IMAGE_METRICS`` too)."""
-    from lengthscan.measure.images import IMAGE_METRICS
-
-    return CHAT_METRICS + IMAGE_METRICS if vision else CHAT_METRICS
-
-
-def chat_notes(vision: bool = False) -> dict:
-    """The side columns of a conversation field (with images: ``IMAGE_NOTES`` too)."""
-    from lengthscan.measure.images import IMAGE_NOTES
-
-    return {**NOTES, **IMAGE_NOTES} if vision else NOTES
-
-
-def chat_specs(column: str, vision: bool = False) -> tuple[FieldSpec, ...]:
-    units = {"turns": "turns", "assistant_turns": "turns", "images": "images"}
-    return tuple(FieldSpec("chat", column, units.get(m, "tokens"), metric=m) for m in chat_metrics(vision))
 
 
 class ChatCounter:

@@ -58,7 +58,8 @@ def _long_conversation(n: int) -> list[dict]:
 
 def _chat_counter(tok_dir, template, train_on: str = "assistant"):
     from lengthscan.measure.chat.conversations import ChatFormat
-    from lengthscan.measure.chat.counter import ChatCounter, ChatOptions, chat_specs
+    from lengthscan.measure.chat.counter import ChatCounter, ChatOptions
+    from lengthscan.measure.chat.metrics import chat_specs
     from lengthscan.measure.text.counter import TokenCounter
 
     chat = ChatCounter(TokenCounter(str(tok_dir)), ChatOptions(ChatFormat(messages="messages"), str(template),
