@@ -249,13 +249,14 @@ def _check_before_loading(spec: str, files: list[str], builder: str, options: di
     array file, read whole, over its limit or nested too deep. A file whose compressed stream is cut
     short or corrupt is named as unreadable."""
     if builder == "csv":
-        from lengthscan.sources.csv_files import check_headers, check_rows
+        from lengthscan.sources.csv_files import check_first_row, check_headers, check_rows
 
         check_headers(spec, files, options)
     for f in files:
         try:
             if builder == "csv":
                 check_rows(f, options)
+                check_first_row(f, options)
             elif builder == "json" and lines_file(f):
                 if (where := first_bad_line(f, json_lines=True)) is not None:
                     raise SourceError(where)
