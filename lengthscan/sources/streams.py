@@ -77,6 +77,32 @@ def kind_of(mode: int) -> str | None:
     return next((what for test, what in _KINDS if test(mode)), "not a regular file")
 
 
+def special_entry(path) -> str | None:
+    """Where a local model, tokenizer or processor is read from (a file, or a folder and the files in
+    it, which transformers opens by name): the first that is a FIFO, socket or device, said as
+    "PATH: a FIFO, not a regular file" (a read of it would block or never end); None when there is none."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None  # missing: the loader says so
+    if not stat.S_ISDIR(mode):
+        what = kind_of(mode)
+        return f"{os.fspath(path)}: {what}, not a regular file" if what is not None else None
+    try:
+        entries = sorted(os.scandir(path), key=lambda e: e.name)
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            mode = os.stat(entry.path).st_mode  # through links: a link to /dev/zero is a device
+        except OSError:
+            continue
+        what = None if stat.S_ISDIR(mode) else kind_of(mode)
+        if what is not None:
+            return f"{entry.path}: {what}, not a regular file"
+    return None
+
+
 def open_regular(path) -> io.FileIO:
     """``path`` opened for reading, unbuffered; ``NotRegularFile`` (without blocking) when it is a
     FIFO, socket, device or directory, ``OSError`` when it cannot be opened."""
