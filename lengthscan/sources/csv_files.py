@@ -211,6 +211,7 @@ def remote_csv_parts(entries, files, options: dict) -> list:
     import pyarrow.csv as pacsv
 
     from lengthscan.sources.source import Part
+    from lengthscan.sources.streams import CheckedLines
 
     parts, start, first = [], 0, None
     for e in entries:
@@ -222,7 +223,7 @@ def remote_csv_parts(entries, files, options: dict) -> list:
             raise SourceError(different_columns(e.name, first, (e.name, header)))
         schema = pa.schema([(name, pa.string()) for name in text_names(header)])
         try:
-            with files.stream(e.name) as fh:
+            with CheckedLines(files.stream(e.name), e.name, utf8=False) as fh:  # its close stops the read-ahead
                 reader = pacsv.open_csv(fh, read_options=pacsv.ReadOptions(use_threads=False),
                                         parse_options=pyarrow_parse_options(options.get("sep") == "\t"),
                                         convert_options=pyarrow_convert_options(schema, [schema.names[0]]))

@@ -21,6 +21,7 @@ import codecs
 import io
 import os
 import stat
+import threading
 
 import numpy as np
 
@@ -161,11 +162,21 @@ def open_text(path, *, document: bool = False, utf8: bool = True) -> "CheckedLin
                         total_cap=cap * DOCUMENT_ROWS if document else None, utf8=utf8)
 
 
+#: Seconds ``CheckedLines.close`` waits for a read under way on another thread (an Arrow reader's).
+STOP_WAIT_S = 60.0
+
+
 class CheckedLines(io.RawIOBase):
     """A binary stream read through: lines counted, checked to be UTF-8 (``utf8``) and at most
     ``line_cap`` bytes, and the whole at most ``total_cap`` bytes (see the module). A failed check
     is a ``SourceError`` naming ``label`` (the file) and the line, or a ``LineError`` naming the
-    line without a ``label``. ``line`` is the number of lines read to their end so far."""
+    line without a ``label``. ``line`` is the number of lines read to their end so far.
+
+    pyarrow's JSON and CSV readers read it ahead on Arrow's I/O threads, calling into Python; a
+    thread still doing so when the interpreter exits aborts the process ("terminate called without
+    an active exception", ``PyGILState_Release``): so ``close`` (the end of a ``with`` block, on an
+    error too) waits for a read under way, and every read after it returns nothing, which ends the
+    reader's read-ahead."""
 
     def __init__(self, inner, label: str | None = None, *, line_cap: int | None = None,
                  total_cap: int | None = None, utf8: bool = True):
@@ -179,6 +190,10 @@ class CheckedLines(io.RawIOBase):
         self.blank = 0  # lines ended so far that hold nothing but white space
         self._ws = True  # the line under way holds nothing but white space so far
         self._pending = b""  # the start of a UTF-8 character cut by the end of the last block
+        self._state = threading.Condition()  # reads under way, and whether the reader is done (``close``)
+        self._reading, self._stopped, self._ended = 0, False, False
+        self._others = False  # another thread than the one that opened it has read it (a reader's)
+        self._opener = threading.get_ident()
 
     @property
     def filled_lines(self) -> int:
@@ -194,13 +209,28 @@ class CheckedLines(io.RawIOBase):
         return False
 
     def read(self, size: int = -1) -> bytes:
-        data = self.inner.read() if size is None or size < 0 else self.inner.read(size)
-        data = bytes(data) if not isinstance(data, bytes) else data
-        if data:
-            self._see(data)
-        elif self._pending and self.utf8:
-            self._not_utf8(self._pending, 0, "the file ends inside a character")
-        return data
+        with self._state:
+            if self._stopped:  # closed: the end, for a read-ahead thread still asking
+                self._ended = True
+                self._state.notify_all()
+                return b""
+            self._reading += 1
+            self._others = self._others or threading.get_ident() != self._opener
+        ended = True  # unless a read returns data: the end, or an error, after which the reader stops
+        try:
+            data = self.inner.read() if size is None or size < 0 else self.inner.read(size)
+            data = bytes(data) if not isinstance(data, bytes) else data
+            if data:
+                self._see(data)
+                ended = False
+            elif self._pending and self.utf8:
+                self._not_utf8(self._pending, 0, "the file ends inside a character")
+            return data
+        finally:
+            with self._state:
+                self._reading -= 1
+                self._ended = self._ended or ended
+                self._state.notify_all()
 
     def readall(self) -> bytes:
         chunks = []
@@ -216,6 +246,11 @@ class CheckedLines(io.RawIOBase):
 
     def close(self) -> None:
         if not self.closed:
+            with self._state:  # a read under way on a reader's thread ends first; the next finds the end
+                self._stopped = True
+                self._state.wait_for(lambda: self._reading == 0, timeout=STOP_WAIT_S)
+                if self._others and not self._ended:  # a reader left reading ahead: its next read (the end)
+                    self._state.wait_for(lambda: self._ended, timeout=0.2)
             try:
                 self.inner.close()
             finally:
