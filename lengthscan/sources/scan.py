@@ -196,7 +196,8 @@ def _jsonl_batches(part, columns: list[str], indices, batch_rows: int, raw: tupl
     from lengthscan.sources.files import json_parse_options, json_read_options
 
     with _stream(part) as fh:  # closed at the end, on an error, or when the batches are left unread
-        reader = pj.open_json(fh, read_options=json_read_options(), parse_options=json_parse_options(part.jsonl_schema))
+        reader = pj.open_json(fh, read_options=json_read_options(part.jsonl_schema),
+                              parse_options=json_parse_options(part.jsonl_schema))
         lines = RawLines(part.path, raw, lambda: _stream(part)) if raw else None
         yield from _sliced(part, (rb.select(columns) for rb in reader), indices, batch_rows, lines)
 

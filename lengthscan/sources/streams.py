@@ -188,6 +188,7 @@ class CheckedLines(io.RawIOBase):
         self.total = 0  # bytes read so far
         self.tally = False  # count the lines of white space alone (``blank``, ``filled_lines``)
         self.blank = 0  # lines ended so far that hold nothing but white space
+        self.longest = 0  # bytes of the longest line so far (the one under way counted as far as read)
         self._ws = True  # the line under way holds nothing but white space so far
         self._pending = b""  # the start of a UTF-8 character cut by the end of the last block
         self._state = threading.Condition()  # reads under way, and whether the reader is done (``close``)
@@ -270,6 +271,7 @@ class CheckedLines(io.RawIOBase):
         cap = self.line_cap
         if ends.size == 0:
             self.run += len(data)
+            self.longest = max(self.longest, self.run)
             if self.tally and self._ws:
                 self._ws = not data.strip()
             if cap is not None and self.run > cap:
@@ -284,8 +286,11 @@ class CheckedLines(io.RawIOBase):
                     self._too_long(self.line + int(over[0]) + 2)
         if self.tally:
             self._tally(data, raw, ends)
+        first = self.run + int(ends[0])  # the line under way, ended in this block
+        inner = int((np.diff(ends) - 1).max()) if ends.size > 1 else 0
         self.line += int(ends.size)
         self.run = len(data) - int(ends[-1]) - 1
+        self.longest = max(self.longest, first, inner, self.run)
         if cap is not None and self.run > cap:
             self._too_long(self.line + 1)
 
