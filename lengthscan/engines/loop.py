@@ -140,8 +140,8 @@ def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally:
         for w in writers.values():
             w.abort()
         raise
-    for w in writers.values():
-        w.commit()
+    for role, w in writers.items():
+        _cache_open(lambda f, writer: writer.commit(), kinds[role], w)  # an unwritable cache: one warning
     return set(readers)
 
 

@@ -20,7 +20,14 @@ import pyarrow.parquet as pq
 
 from lengthscan import __version__
 from lengthscan.sources import arrays
-from lengthscan.sources.cache_dir import MISMATCH, NO_CHECKSUM, cache_root, distrust, file_digest
+from lengthscan.sources.cache_dir import (
+    MISMATCH,
+    NO_CHECKSUM,
+    cache_root,
+    distrust,
+    file_digest,
+    regular_cache_file,
+)
 
 _SCHEMA = pa.schema([("length", pa.int64()), ("flag", pa.int8())])
 
@@ -62,6 +69,8 @@ def cached_path(key: str) -> Path | None:
         return None
     for path in found:
         digest = path.name[len(key) + 1:-len(".parquet")]
+        if not regular_cache_file(path):  # a FIFO would block the digest's read, /dev/zero never end it
+            continue
         try:
             if len(digest) == 64 and file_digest(path) == digest:
                 return path
@@ -87,9 +96,14 @@ class TableCacheWriter:
         self._writer.write_batch(batch)
 
     def commit(self) -> None:
+        """Publish the file (an ``OSError`` where it cannot be: the temporary file removed)."""
         self._writer.close()
         final = self.folder / f"{self.key}.{file_digest(self.tmp)}.parquet"
-        os.replace(self.tmp, final)
+        try:
+            os.replace(self.tmp, final)  # a folder in its place (IsADirectoryError), a read-only folder ...
+        except OSError:
+            self.tmp.unlink(missing_ok=True)
+            raise
         for older in self.folder.glob(f"{self.key}.*parquet"):  # earlier writes of this key
             if older != final:
                 older.unlink(missing_ok=True)

@@ -69,6 +69,12 @@ def read_config(name: str, *, revision=None, trust_remote_code: bool = False):
     if local and not path.exists():
         raise ModelError(f"cannot load model {name!r}: no such directory or config file (a local path; a hub name "
                          "looks like 'gpt2' or 'org/name')")
+    if local:
+        from lengthscan.sources.streams import special_entry
+
+        for place in (path, path.parent if path.is_file() else None):
+            if place is not None and (special := special_entry(place)) is not None:
+                raise ModelError(f"cannot load model {name!r}: {special} (a read of it would block or never end)")
     offline = not local and hub_offline()  # fast, once: no minute of retries without a network
     from transformers import AutoConfig
 

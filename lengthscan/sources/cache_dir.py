@@ -50,10 +50,30 @@ def write_cache_json(path: Path, data) -> None:
     write_cache_text(path, json.dumps(data))
 
 
+def regular_cache_file(path: Path) -> bool:
+    """``path`` is a regular file (through links) that a cache may read: False when it is missing, and
+    (with a warning, a FIFO, socket, device or link to one removed) when it is something else, which
+    a read would block on or never finish (a FIFO, ``/dev/zero``) or cannot read (a folder)."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    if stat.S_ISREG(mode):
+        return True
+    what = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
+        "a socket" if stat.S_ISSOCK(mode) else "a device"
+    distrust(path, f"the place of a file taken by {what}")
+    return False
+
+
 def read_cache_text(path: Path) -> str | None:
     """A cache file's text when its checksum verifies; None when it is missing or unreadable, and
     (with a warning, the file removed) when its content is not what was written: a cache never
     decides a result it cannot vouch for, so the caller rebuilds it."""
+    if not regular_cache_file(path):
+        return None
     try:
         raw = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):

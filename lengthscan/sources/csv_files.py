@@ -32,17 +32,51 @@ def raw_header(path: str, options: dict) -> list[str]:
 def read_header(stream, options: dict) -> list[str]:
     """The names on the first line of a binary ``stream`` (closed after) of CSV/TSV with ``options``
     (``FORMATS``'): for any file system's stream (the Ray engine's remote files too)."""
+    return _first_records(stream, options, 1)[0][0]
+
+
+def _first_records(stream, options: dict, count: int) -> tuple[list[list[str]], list[int]]:
+    """The first ``count`` records of ``stream`` (closed after) that are not blank lines (pandas skips
+    those), each ``[]`` past the end, and the line each starts on."""
     import csv
     import io
 
     limit = csv.field_size_limit(1 << 30)  # a name may be long (the module's limit: 128 KiB)
+    records, lines = [], []
     try:
         with io.TextIOWrapper(io.BufferedReader(stream), encoding="utf-8-sig", errors="replace", newline="") as fh:
             reader = csv.reader(fh, delimiter=options.get("sep", ","),
                                 quoting=csv.QUOTE_NONE if options.get("quoting") == 3 else csv.QUOTE_MINIMAL)
-            return next(reader, [])
+            while len(records) < count:
+                start = reader.line_num + 1
+                record = next(reader, None)
+                if record is None:
+                    records.append([])
+                    lines.append(start)
+                elif record or not records:  # a blank line is no record, but a blank header is one
+                    records.append(record)
+                    lines.append(start)
     finally:
         csv.field_size_limit(limit)
+    return records, lines
+
+
+def check_first_row(path: str, options: dict) -> None:
+    """The first row of a local CSV/TSV file has no more fields than its header names: pandas would
+    read the surplus leading fields as the row index, silently, for every row of the file (a file
+    whose lines end with a comma loses its first column, every other column shifted by one)."""
+    import csv
+
+    from lengthscan.sources.streams import open_text
+
+    try:
+        (header, row), (_, line) = _first_records(open_text(path), options, 2)
+    except csv.Error as exc:
+        raise SourceError(f"{path}: cannot read its first rows: {exc}") from None
+    if len(row) > len(header):
+        raise SourceError(f"{path}: line {line} has {len(row)} fields where the header names {len(header)} "
+                          "columns (a comma or tab too many, at the end of each line?); the columns would be read "
+                          "shifted: give each row as many fields as the header")
 
 
 def check_rows(path: str, options: dict) -> None:
@@ -177,6 +211,7 @@ def remote_csv_parts(entries, files, options: dict) -> list:
     import pyarrow.csv as pacsv
 
     from lengthscan.sources.source import Part
+    from lengthscan.sources.streams import CheckedLines
 
     parts, start, first = [], 0, None
     for e in entries:
@@ -188,7 +223,7 @@ def remote_csv_parts(entries, files, options: dict) -> list:
             raise SourceError(different_columns(e.name, first, (e.name, header)))
         schema = pa.schema([(name, pa.string()) for name in text_names(header)])
         try:
-            with files.stream(e.name) as fh:
+            with CheckedLines(files.stream(e.name), e.name, utf8=False) as fh:  # its close stops the read-ahead
                 reader = pacsv.open_csv(fh, read_options=pacsv.ReadOptions(use_threads=False),
                                         parse_options=pyarrow_parse_options(options.get("sep") == "\t"),
                                         convert_options=pyarrow_convert_options(schema, [schema.names[0]]))

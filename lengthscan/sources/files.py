@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from lengthscan.sources.cache_dir import cache_root, file_stamp
+from lengthscan.sources.cache_dir import cache_root, file_stamp, regular_cache_file
 from lengthscan.sources.json_lines import (  # noqa: F401 (json_parse_options, json_read_options: scan.py's)
     NestingError,
     SeveralValues,
@@ -249,13 +249,14 @@ def _check_before_loading(spec: str, files: list[str], builder: str, options: di
     array file, read whole, over its limit or nested too deep. A file whose compressed stream is cut
     short or corrupt is named as unreadable."""
     if builder == "csv":
-        from lengthscan.sources.csv_files import check_headers, check_rows
+        from lengthscan.sources.csv_files import check_first_row, check_headers, check_rows
 
         check_headers(spec, files, options)
     for f in files:
         try:
             if builder == "csv":
                 check_rows(f, options)
+                check_first_row(f, options)
             elif builder == "json" and lines_file(f):
                 if (where := first_bad_line(f, json_lines=True)) is not None:
                     raise SourceError(where)
@@ -320,7 +321,7 @@ def _digest_of(entries: list) -> str:
 def _read_manifest(path: Path, fields: dict) -> list | None:
     """A manifest's entries, or None: absent, or (with one warning, and removed to be rebuilt)
     unreadable, of another shape, or not matching its own SHA-256."""
-    if not path.exists():
+    if not regular_cache_file(path):  # missing; or a FIFO, a device, a folder (removed, with a warning)
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

@@ -43,12 +43,21 @@ class NestingError(ValueError):
     """A row nests objects and arrays deeper than ``MAX_NESTING`` levels (its message names the line)."""
 
 
-def json_read_options():
-    """Blocks of 1 MiB: lines up to that long stream directly (longer ones go through datasets); the
-    reader reads a bounded number of blocks ahead, so its memory stays a few tens of MiB at most."""
+#: The JSON reader's block: lines up to this long are read (``json_lines_layout`` of a remote file
+#: grows it to fit its longest line; a local file's longer lines go through datasets).
+BLOCK = 1 << 20
+#: The key of a schema's metadata that holds a larger block the file needs (``json_read_options``).
+BLOCK_KEY = b"lengthscan.json_block"
+
+
+def json_read_options(schema=None):
+    """Blocks of ``BLOCK`` bytes, or of the size ``schema`` (``json_lines_layout``'s) says the file
+    needs; the reader reads a bounded number of blocks ahead, so its memory stays a few blocks."""
     import pyarrow.json as pj
 
-    return pj.ReadOptions(block_size=1 << 20)
+    metadata = getattr(schema, "metadata", None) or {}
+    block = int(metadata.get(BLOCK_KEY, BLOCK))
+    return pj.ReadOptions(block_size=block)
 
 
 def json_parse_options(schema=None):
@@ -63,19 +72,39 @@ def json_parse_options(schema=None):
     return pj.ParseOptions(explicit_schema=pa.schema(text)) if text else pj.ParseOptions()
 
 
-def json_lines_layout(open_stream) -> tuple:
+def json_lines_layout(open_stream, *, long_lines: bool = False) -> tuple:
     """(rows, schema) of a JSON Lines file (``open_stream()`` opens it), read as the measuring pass
     reads it: pyarrow infers types, except that strings it would take for timestamps or dates stay
     strings (pyarrow has no option for that: the columns are read again, named as text). A row
-    nested too deep is a ``NestingError`` naming its line."""
+    nested too deep is a ``NestingError`` naming its line. With ``long_lines`` (a file that has no
+    other reader: a remote one), a line longer than ``BLOCK`` is read with blocks that fit the
+    file's longest line (at most the row limit), which the schema's metadata then says."""
+    import pyarrow as pa
+
+    open_stream = checked(open_stream)
+    try:
+        return _layout(open_stream, BLOCK)
+    except pa.ArrowInvalid as exc:
+        if not long_lines or "straddl" not in str(exc):  # pyarrow's "straddling object straddles two blocks"
+            raise
+    with open_stream() as fh:  # its longest line (one over the row limit stops the read, named)
+        while fh.read(BLOCK):
+            pass
+        longest = fh.longest
+    block = 1 << (longest + 1).bit_length()  # a power of two that holds the line and its line break
+    rows, schema = _layout(open_stream, block)
+    return rows, schema.with_metadata({**(schema.metadata or {}), BLOCK_KEY: str(block).encode()})
+
+
+def _layout(open_stream, block: int) -> tuple:
     import pyarrow as pa
     import pyarrow.json as pj
 
-    open_stream = checked(open_stream)
+    read_options = pj.ReadOptions(block_size=block)
     with open_stream() as fh:
         guard = _Guard(fh)
         try:
-            reader = pj.open_json(guard, read_options=json_read_options())
+            reader = pj.open_json(guard, read_options=read_options)
             rows = sum(batch.num_rows for batch in reader)
             schema, lines = reader.schema, fh.filled_lines
         except _Heavy:
@@ -83,7 +112,7 @@ def json_lines_layout(open_stream) -> tuple:
     if schema is None:  # a line of many brackets: read on only once it is known not too deep
         check_nesting(None, open_stream)
         with open_stream() as fh:
-            reader = pj.open_json(fh, read_options=json_read_options())
+            reader = pj.open_json(fh, read_options=read_options)
             rows = sum(batch.num_rows for batch in reader)
             schema, lines = reader.schema, fh.filled_lines
     if rows != lines:
@@ -94,7 +123,7 @@ def json_lines_layout(open_stream) -> tuple:
         return rows, schema
     as_text = pa.schema([f.with_type(pa.string()) if f in guessed else f for f in schema])
     with open_stream() as fh:
-        reader = pj.open_json(fh, read_options=json_read_options(), parse_options=json_parse_options(as_text))
+        reader = pj.open_json(fh, read_options=read_options, parse_options=json_parse_options(as_text))
         rows = sum(batch.num_rows for batch in reader)
         return rows, reader.schema
 

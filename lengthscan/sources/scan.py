@@ -195,17 +195,20 @@ def _jsonl_batches(part, columns: list[str], indices, batch_rows: int, raw: tupl
 
     from lengthscan.sources.files import json_parse_options, json_read_options
 
-    reader = pj.open_json(_stream(part), read_options=json_read_options(),
-                          parse_options=json_parse_options(part.jsonl_schema))
-    lines = RawLines(part.path, raw, lambda: _stream(part)) if raw else None
-    yield from _sliced(part, (rb.select(columns) for rb in reader), indices, batch_rows, lines)
+    with _stream(part) as fh:  # closed at the end, on an error, or when the batches are left unread
+        reader = pj.open_json(fh, read_options=json_read_options(part.jsonl_schema),
+                              parse_options=json_parse_options(part.jsonl_schema))
+        lines = RawLines(part.path, raw, lambda: _stream(part)) if raw else None
+        yield from _sliced(part, (rb.select(columns) for rb in reader), indices, batch_rows, lines)
 
 
 def _stream(part):
-    """The part's file front to back, decompressed (a remote file through its counted reads)."""
+    """The part's file front to back, decompressed (a remote file through its counted reads), as a
+    ``streams.CheckedLines``: closing it stops the read-ahead of the Arrow reader reading it."""
+    from lengthscan.sources.streams import CheckedLines, open_text
+
     if part.remote is not None:
-        return part.remote.stream(part.path)
-    from lengthscan.sources.streams import open_text
+        return CheckedLines(part.remote.stream(part.path), part.path, utf8=False)
 
     return open_text(part.path, utf8=False)  # checked as UTF-8 when the file was opened (its layout)
 

@@ -21,6 +21,7 @@ import codecs
 import io
 import os
 import stat
+import threading
 
 import numpy as np
 
@@ -75,6 +76,32 @@ def kind_of(mode: int) -> str | None:
     if stat.S_ISREG(mode):
         return None
     return next((what for test, what in _KINDS if test(mode)), "not a regular file")
+
+
+def special_entry(path) -> str | None:
+    """Where a local model, tokenizer or processor is read from (a file, or a folder and the files in
+    it, which transformers opens by name): the first that is a FIFO, socket or device, said as
+    "PATH: a FIFO, not a regular file" (a read of it would block or never end); None when there is none."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None  # missing: the loader says so
+    if not stat.S_ISDIR(mode):
+        what = kind_of(mode)
+        return f"{os.fspath(path)}: {what}, not a regular file" if what is not None else None
+    try:
+        entries = sorted(os.scandir(path), key=lambda e: e.name)
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            mode = os.stat(entry.path).st_mode  # through links: a link to /dev/zero is a device
+        except OSError:
+            continue
+        what = None if stat.S_ISDIR(mode) else kind_of(mode)
+        if what is not None:
+            return f"{entry.path}: {what}, not a regular file"
+    return None
 
 
 def open_regular(path) -> io.FileIO:
@@ -139,11 +166,21 @@ def open_text(path, *, document: bool = False, utf8: bool = True) -> "CheckedLin
                         total_cap=cap * DOCUMENT_ROWS if document else None, utf8=utf8)
 
 
+#: Seconds ``CheckedLines.close`` waits for a read under way on another thread (an Arrow reader's).
+STOP_WAIT_S = 60.0
+
+
 class CheckedLines(io.RawIOBase):
     """A binary stream read through: lines counted, checked to be UTF-8 (``utf8``) and at most
     ``line_cap`` bytes, and the whole at most ``total_cap`` bytes (see the module). A failed check
     is a ``SourceError`` naming ``label`` (the file) and the line, or a ``LineError`` naming the
-    line without a ``label``. ``line`` is the number of lines read to their end so far."""
+    line without a ``label``. ``line`` is the number of lines read to their end so far.
+
+    pyarrow's JSON and CSV readers read it ahead on Arrow's I/O threads, calling into Python; a
+    thread still doing so when the interpreter exits aborts the process ("terminate called without
+    an active exception", ``PyGILState_Release``): so ``close`` (the end of a ``with`` block, on an
+    error too) waits for a read under way, and every read after it returns nothing, which ends the
+    reader's read-ahead."""
 
     def __init__(self, inner, label: str | None = None, *, line_cap: int | None = None,
                  total_cap: int | None = None, utf8: bool = True):
@@ -155,9 +192,14 @@ class CheckedLines(io.RawIOBase):
         self.total = 0  # bytes read so far
         self.tally = False  # count the lines of white space alone (``blank``, ``filled_lines``)
         self.blank = 0  # lines ended so far that hold nothing but white space
+        self.longest = 0  # bytes of the longest line so far (the one under way counted as far as read)
         self._ws = True  # the line under way holds nothing but white space so far
         self._pending = b""  # the start of a UTF-8 character cut by the end of the last block
         self._started = False  # a leading UTF-8 byte order mark is dropped (pyarrow before 26 refuses it)
+        self._state = threading.Condition()  # reads under way, and whether the reader is done (``close``)
+        self._reading, self._stopped, self._ended = 0, False, False
+        self._others = False  # another thread than the one that opened it has read it (a reader's)
+        self._opener = threading.get_ident()
 
     @property
     def filled_lines(self) -> int:
@@ -173,22 +215,46 @@ class CheckedLines(io.RawIOBase):
         return False
 
     def read(self, size: int = -1) -> bytes:
-        data = self.inner.read() if size is None or size < 0 else self.inner.read(size)
-        data = bytes(data) if not isinstance(data, bytes) else data
-        if not self._started and data:
+        with self._state:
+            if self._stopped:  # closed: the end, for a read-ahead thread still asking
+                self._ended = True
+                self._state.notify_all()
+                return b""
+            self._reading += 1
+            self._others = self._others or threading.get_ident() != self._opener
+        ended = True  # unless a read returns data: the end, or an error, after which the reader stops
+        try:
+            data = self._read_inner(size)
+            if data:
+                self._see(data)
+                ended = False
+            elif self._pending and self.utf8:
+                self._not_utf8(self._pending, 0, "the file ends inside a character")
+            return data
+        finally:
+            with self._state:
+                self._reading -= 1
+                self._ended = self._ended or ended
+                self._state.notify_all()
+
+    def _read_inner(self, size: int | None) -> bytes:
+        """One read of the stream underneath, less a leading UTF-8 byte order mark."""
+        while True:
+            data = self.inner.read() if size is None or size < 0 else self.inner.read(size)
+            data = bytes(data) if not isinstance(data, bytes) else data
+            if self._started or not data:
+                return data
             self._started = True
             while len(data) < len(BOM) and data == BOM[:len(data)]:  # a first read cut inside the mark
                 more = self.inner.read(len(BOM) - len(data))
                 if not more:
                     break
                 data += bytes(more)
-            if data.startswith(BOM):
-                data = data[len(BOM):] or self.read(size)
-        if data:
-            self._see(data)
-        elif self._pending and self.utf8:
-            self._not_utf8(self._pending, 0, "the file ends inside a character")
-        return data
+            if not data.startswith(BOM):
+                return data
+            data = data[len(BOM):]
+            if data:
+                return data
 
     def readall(self) -> bytes:
         chunks = []
@@ -204,6 +270,11 @@ class CheckedLines(io.RawIOBase):
 
     def close(self) -> None:
         if not self.closed:
+            with self._state:  # a read under way on a reader's thread ends first; the next finds the end
+                self._stopped = True
+                self._state.wait_for(lambda: self._reading == 0, timeout=STOP_WAIT_S)
+                if self._others and not self._ended:  # a reader left reading ahead: its next read (the end)
+                    self._state.wait_for(lambda: self._ended, timeout=0.2)
             try:
                 self.inner.close()
             finally:
@@ -223,6 +294,7 @@ class CheckedLines(io.RawIOBase):
         cap = self.line_cap
         if ends.size == 0:
             self.run += len(data)
+            self.longest = max(self.longest, self.run)
             if self.tally and self._ws:
                 self._ws = not data.strip()
             if cap is not None and self.run > cap:
@@ -237,8 +309,11 @@ class CheckedLines(io.RawIOBase):
                     self._too_long(self.line + int(over[0]) + 2)
         if self.tally:
             self._tally(data, raw, ends)
+        first = self.run + int(ends[0])  # the line under way, ended in this block
+        inner = int((np.diff(ends) - 1).max()) if ends.size > 1 else 0
         self.line += int(ends.size)
         self.run = len(data) - int(ends[-1]) - 1
+        self.longest = max(self.longest, first, inner, self.run)
         if cap is not None and self.run > cap:
             self._too_long(self.line + 1)
 

@@ -287,6 +287,32 @@ def test_a_header_naming_a_column_twice_is_refused(tmp_path, bpe_dir, capsys, na
     one_line(capsys, f"{src}: the header names the column 'text' twice (columns 1 and 3)")
 
 
+@pytest.mark.parametrize("name,text,line", [
+    ("trailing.csv", "id,text\n0,first row,\n1,second row,\n", 2),  # every line ends with a comma
+    ("extra.csv", "id,text\n\n0,\"a quoted\nfield\",surplus\n1,b\n", 3),  # after a blank line, over two lines
+    ("extra.tsv", "id\ttext\n0\ta\tsurplus\n", 2)])
+@pytest.mark.parametrize("command", ["audit", "clean"])
+def test_a_first_row_with_more_fields_than_the_header_is_refused(tmp_path, bpe_dir, capsys, name, text, line,
+                                                                 command):
+    """pandas reads the surplus leading fields of such a file as its index: every column shifted
+    (``id`` read from the text, ``text`` from the surplus), in silence. The row is named instead."""
+    src = tmp_path / name
+    src.write_text(text)
+    run = _audit if command == "audit" else _clean
+    assert run(src, bpe_dir, tmp_path / "o") == 2
+    one_line(capsys, f"{src}: line {line} has 3 fields where the header names 2 columns")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_row_with_fewer_fields_than_the_header_is_read_with_its_missing_cells(tmp_path, bpe_dir):
+    src = tmp_path / "short.csv"
+    src.write_text("id,text,note\n0,hello there\n1,a text,a note\n")
+    out = tmp_path / "c"
+    assert _clean(src, bpe_dir, out) == 0
+    assert _written(out).to_pylist() == [{"id": "0", "text": "hello there", "note": None},
+                                         {"id": "1", "text": "a text", "note": "a note"}]
+
+
 def test_column_lists_in_messages_are_capped(tmp_path, bpe_dir, capsys):
     n = 3000
     src = tmp_path / "wide.csv"

@@ -164,3 +164,28 @@ def test_each_codec_is_read_by_its_suffix(tmp_path, suffix, compress):
     with open_text(path) as fh:  # closed with its file: no descriptor left open
         fh.read(10)
     assert fh.closed
+
+
+@pytest.mark.skipif(not hasattr(os, "pipe"), reason="no pipes on this platform")
+def test_closing_waits_for_a_read_under_way_on_another_thread_and_ends_the_next():
+    """pyarrow's JSON and CSV readers read ahead on Arrow's I/O threads, calling into Python. Stopped
+    by an error, a reader left such a thread inside a read while the run ended, and the interpreter's
+    exit aborted the process ("terminate called without an active exception", exit -6, one run in
+    about twenty of a remote zstd bomb). Closing the stream now waits for a read under way on
+    another thread, and every read after it returns nothing, which ends a reader's read-ahead."""
+    import time
+
+    r, w = os.pipe()
+    stream = CheckedLines(open(r, "rb", buffering=0), "pipe.jsonl")
+    got = []
+    reader = threading.Thread(target=lambda: got.append(stream.read(1 << 20)), daemon=True)
+    reader.start()  # as Arrow's read-ahead thread: blocked in a read of a quiet pipe (a server gone quiet)
+    time.sleep(0.3)
+    threading.Timer(0.5, lambda: os.write(w, b'{"late": 1}\n')).start()  # the read returns in 0.5 s
+    started = time.monotonic()
+    stream.close()
+    assert time.monotonic() - started >= 0.4  # closing waited for the read under way
+    reader.join(5)
+    assert got == [b'{"late": 1}\n']  # which got its bytes from an open stream, not an error
+    assert stream.read(10) == b""  # and a read after the close, as the read-ahead's next, finds the end
+    os.close(w)

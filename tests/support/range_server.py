@@ -82,7 +82,9 @@ class Misbehaviour:
     * ``head_status``: a HEAD is answered with this status and nothing else (as S3 answers 403 to a HEAD of a URL
       signed for GET);
     * ``swap_after``/``swap_to``: after that many data GETs of the path, the file is replaced by ``swap_to``
-      (a new file: another size, modification time and ETag).
+      (a new file: another size, modification time and ETag);
+    * ``drip``: a GET's body is sent 16 bytes at a time, this many seconds apart (never silent for long,
+      yet slower than any reader can wait for), until ``clear_faults()`` or ``stop()``.
     """
 
     moved: dict | None = None
@@ -96,6 +98,7 @@ class Misbehaviour:
     weak_etag: bool = False
     swap_after: int | None = None
     swap_to: bytes | None = None
+    drip: float = 0.0
     gets: int = 0
 
 
@@ -636,7 +639,10 @@ class _Handler(BaseHTTPRequestHandler):
             fh.seek(start)
             left = end - start
             while left > 0:
-                chunk = fh.read(min(_CHUNK, left))
+                chunk = fh.read(min(16 if bad.drip else _CHUNK, left))
+                if bad.drip and self.srv._released.wait(bad.drip):
+                    self.close_connection = True
+                    return
                 if not chunk:
                     break  # the file shrank under us: the client sees a short body
                 # counted before it is written, so that a client never sees bytes the counters do not have yet

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from lengthscan.sources.source import SourceError
+from lengthscan.sources.source import SourceError, first_line
 
 INSTALL = 'pip install "lengthscan[ray]"'
 
@@ -30,7 +30,7 @@ def ray_session(ray, ray_address: str | None):
     try:
         if started_ray:
             check_reachable(ray_address)
-            ray.init(address=ray_address, log_to_driver=False, include_dashboard=False, logging_level=logging.ERROR)
+            start(ray, ray_address)
         ctx = ray.data.DataContext.get_current()
         saved_order, saved_progress = ctx.execution_options.preserve_order, ctx.enable_progress_bars
         ctx.execution_options.preserve_order = True  # blocks arrive in source order: row ids stay exact
@@ -44,6 +44,20 @@ def ray_session(ray, ray_address: str | None):
     finally:
         for logger, level in zip(loggers, saved_levels):
             logger.setLevel(level)
+
+
+def start(ray, address: str | None) -> None:
+    """``ray.init``; an ``EngineError`` (exit 2, one line) where Ray cannot start or join: its processes
+    did not come up (too little memory or address space: ``ulimit -v``, a container's limits), the
+    session folder cannot be written, a cluster refused the connection."""
+    import logging
+
+    try:
+        ray.init(address=address, log_to_driver=False, include_dashboard=False, logging_level=logging.ERROR)
+    except Exception as exc:
+        where = f"join the Ray cluster at {address}" if address not in (None, "local") else "start a local Ray"
+        raise EngineError(f"--engine ray: could not {where} ({type(exc).__name__}: {first_line(exc)}); check that "
+                          "`ray start --head` works on this machine, or run with --engine local") from None
 
 
 #: seconds to wait for a cluster's address to answer before Ray's own minutes of retries

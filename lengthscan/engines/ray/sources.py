@@ -86,7 +86,8 @@ def read_split(ray, split_src: SplitSource, columns: list[str], num_blocks: int 
         from lengthscan.sources.files import json_parse_options, json_read_options
 
         # pyarrow's JSON reader, as the local engine (``lines=True`` would read through pandas)
-        return ray.data.read_json(paths, file_extensions=None, read_options=json_read_options(),
+        widest = max((p.jsonl_schema for p in parts), key=lambda s: json_read_options(s).block_size)  # long lines
+        return ray.data.read_json(paths, file_extensions=None, read_options=json_read_options(widest),
                                   parse_options=json_parse_options(parts[0].jsonl_schema), **kw).select_columns(columns)
     if all(paths) and all(format_of(p.path) in (".csv", ".tsv") for p in parts):
         return ray.data.read_csv(paths, file_extensions=None, **csv_options(split_src), **kw).select_columns(columns)
@@ -292,7 +293,7 @@ def _file_layout(fs, path: str, fmt: str):
                 return 0, pa.schema([]), "a JSON array file: the Ray engine reads JSON Lines (one object a line)"
         from lengthscan.sources.files import json_lines_layout
 
-        rows, schema = json_lines_layout(lambda: fs.open_input_stream(path, compression="detect"))
+        rows, schema = json_lines_layout(lambda: fs.open_input_stream(path, compression="detect"), long_lines=True)
         return rows, schema, None
     except (OSError, ValueError) as exc:  # pa.ArrowInvalid and pandas' parser errors are ValueErrors
         return 0, pa.schema([]), f"cannot read it: {_first(exc)}"

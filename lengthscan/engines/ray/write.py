@@ -221,6 +221,8 @@ def _write_split(engine, split_src, plan, spec: CleanSpec, split: SplitOutput, c
         check_unchanged(split_src)  # a file rewritten while it was read: said so
         raise
     finally:
+        for _, _, call in pending:  # calls left after an error: cancelled, not retried on a killed actor
+            ray.cancel(call)
         for a in actors:
             ray.kill(a)
     check_unchanged(split_src)

@@ -182,6 +182,10 @@ def load_processor(source: str, tokenizer, *, max_pixels: int | None = None):
 
     if os.path.isfile(source):  # --model given as a config.json: its folder
         source = os.path.dirname(os.path.abspath(source))
+    from lengthscan.sources.streams import special_entry
+
+    if (special := special_entry(source)) is not None:
+        raise ProcessorError(f"{special} (a read of it would block or never end)")
     configs = _configs(source)
     extra = {"max_pixels": max_pixels} if max_pixels else {}
     try:

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from lengthscan.measure.images.headers import ImageError, image_size, image_size_from
+from lengthscan.sources.urls import display_url
 
 #: Files whose headers are read at once (reads of cold files overlap).
 READ_THREADS = 8
@@ -51,7 +52,7 @@ def describe(ref) -> str:
         return f"<{len(ref):,} bytes>"
     if isinstance(ref, str) and ref.startswith("data:"):
         return f"<data URI, {len(ref):,} chars>"
-    return str(ref)
+    return display_url(str(ref))  # a URL without its credentials and signed query
 
 
 def image_sizes(refs: list, base_dir: str | None) -> list:

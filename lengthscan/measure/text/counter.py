@@ -35,7 +35,12 @@ from lengthscan.measure.text.fastpath import (
     RoleMethod,
     prove,
 )
-from lengthscan.measure.text.loading import hash_tokenizer, load_tokenizer, tokenizer_max_length
+from lengthscan.measure.text.loading import (
+    hash_tokenizer,
+    load_tokenizer,
+    refuse_special_files,
+    tokenizer_max_length,
+)
 
 #: Texts longer than this many characters are recorded as too long instead of tokenized, so one
 #: pathological row cannot hang the audit or exhaust memory (``--max-chars`` raises it).
@@ -66,6 +71,8 @@ class TokenCounter:
         if isinstance(tokenizer, (str, os.PathLike)):
             self.name = str(tokenizer)
             self._tokenizer = None  # loaded on first use: a rerun on cached lengths never needs it
+            if Path(self.name).exists():  # its files are read before it is loaded (its config, its hash)
+                refuse_special_files(Path(self.name), self.name)
             if not Path(self.name).is_dir():
                 self._load()  # a hub name: load now, so a bad name fails before any work
         else:

@@ -28,6 +28,8 @@ def load_tokenizer(name_or_path: str, *, revision: str | None = None, trust_remo
         raise TokenizerError(f"cannot load tokenizer {name_or_path!r}: no such file or directory (a local path; "
                              "a hub name looks like 'gpt2' or 'org/name')")
     path = Path(name_or_path).expanduser()
+    if local:
+        refuse_special_files(path, name_or_path)
     if path.is_file():
         folder = tokenizer_folder_of(path)
         if folder is None:
@@ -47,6 +49,19 @@ def load_tokenizer(name_or_path: str, *, revision: str | None = None, trust_remo
             raise TokenizerError(f"cannot load tokenizer {name_or_path!r}: {_local_problem(path, exc)}") from exc
         raise TokenizerError(f"cannot load tokenizer {name_or_path!r} as a hub name (no such repo, or no access?): "
                              f"{first_line(exc)}") from exc
+
+
+def refuse_special_files(path: Path, name: str) -> None:
+    """A FIFO, socket or device given as the tokenizer, or in the folder it is loaded from, is a
+    ``TokenizerError`` naming it: transformers (and the length cache's reading of
+    ``tokenizer_config.json``) would open it by name and block, or never end."""
+    from lengthscan.sources.streams import special_entry
+
+    path = Path(path)
+    folder = path if path.is_dir() else tokenizer_folder_of(path) if path.is_file() else None
+    for place in (path, folder):
+        if place is not None and (special := special_entry(place)) is not None:
+            raise TokenizerError(f"cannot load tokenizer {name!r}: {special} (a read of it would block or never end)")
 
 
 def tokenizer_folder_of(path: Path) -> Path | None:

@@ -17,6 +17,8 @@ from lengthscan.sources.remote.network import Changed, Gone, RemoteEntry, has_ma
 from lengthscan.sources.source import first_line
 from lengthscan.sources.urls import display_url
 
+#: The bytes a folder's or glob's index page is given time for (``network.answer_deadline``).
+LISTING_BYTES = 8 << 20
 #: Statuses that retrying cannot change: the file is not there, or not for us.
 _REFUSED = (401, 403, 404, 410)
 
@@ -29,12 +31,28 @@ class HttpStore:
         import fsspec
 
         connect, read = timeouts()
-        timeout = aiohttp.ClientTimeout(total=None, connect=connect, sock_connect=connect, sock_read=read)
+        # fsspec's own requests (index pages of folders and globs) end within a deadline too
+        timeout = aiohttp.ClientTimeout(total=network.answer_deadline(LISTING_BYTES), connect=connect,
+                                        sock_connect=connect, sock_read=read)
         self.fs = fsspec.filesystem("http", skip_instance_cache=True, client_kwargs={"timeout": timeout})
+        self._timeout = aiohttp.ClientTimeout(total=None, connect=connect, sock_connect=connect, sock_read=read)
 
     async def _request(self, method: str, url: str, headers: dict, most: int):
+        """``_answer`` within ``network.answer_deadline`` of the bytes asked: ``SlowAnswer`` after it."""
+        import asyncio
+
+        deadline = network.answer_deadline(max(most, 0))
+        try:
+            return await asyncio.wait_for(self._answer(method, url, headers, most), deadline)
+        except asyncio.TimeoutError as exc:
+            if type(exc) is not asyncio.TimeoutError:  # aiohttp's own: no connection, or silence
+                raise
+            raise network.SlowAnswer(f"no whole answer within {deadline:g} s") from None
+
+    async def _answer(self, method: str, url: str, headers: dict, most: int):
         session = await self.fs.set_session()
-        async with session.request(method, self.fs.encode_url(url), headers=headers, allow_redirects=True) as r:
+        async with session.request(method, self.fs.encode_url(url), headers=headers, allow_redirects=True,
+                                   timeout=self._timeout) as r:
             length = r.headers.get("Content-Length", "")
             if r.status < 300 and length.isdigit() and int(length) <= most:
                 return r.status, r.headers, await r.read()

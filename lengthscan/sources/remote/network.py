@@ -3,7 +3,9 @@ check that an answer holds exactly the bytes asked of the file listed.
 
 Timeouts: a connection must be made within ``CONNECT_TIMEOUT_S`` seconds and a server that stops
 sending (before its answer or within it) is given up after ``READ_TIMEOUT_S`` seconds of silence;
-``LENGTHSCAN_HTTP_TIMEOUT`` (seconds) sets both. A request that times out is retried
+``LENGTHSCAN_HTTP_TIMEOUT`` (seconds) sets both. A server that trickles (never silent that long,
+but slower than ``MIN_BYTES_PER_TIMEOUT`` per read timeout) is given up too (``answer_deadline``).
+A request that times out is retried
 (``TIMEOUT_RETRIES`` times, with backoff; other failures ``RETRIES`` times), then the run stops with
 exit 2 naming the URL.
 """
@@ -31,6 +33,23 @@ TIMEOUT_RETRIES = 2
 #: Seconds before the first retry (doubled at each, at most ``BACKOFF_MAX``).
 BACKOFF = 0.25
 BACKOFF_MAX = 4.0
+
+
+#: The slowest answer waited for: at least this many bytes per read timeout on average (a server
+#: that sends a byte now and then, never silent for a whole read timeout, is given up all the same).
+MIN_BYTES_PER_TIMEOUT = 1 << 20
+
+
+class SlowAnswer(OSError):
+    """An answer that came slower than ``MIN_BYTES_PER_TIMEOUT`` per read timeout (a trickle): a
+    timeout (``is_timeout``), but no ``TimeoutError``, which fsspec's ``sync`` would replace by its own."""
+
+
+def answer_deadline(size: int) -> float:
+    """Seconds a request for ``size`` bytes may take in all: a connection, a read timeout, and one
+    more for each ``MIN_BYTES_PER_TIMEOUT`` bytes (a listing or a ``HEAD``: ``size`` 0, the first two)."""
+    connect, read = timeouts()
+    return connect + read * (1 + max(0, size) / MIN_BYTES_PER_TIMEOUT)
 
 
 class Changed(OSError):
@@ -81,7 +100,7 @@ def timeouts() -> tuple[float, float]:
 def is_timeout(exc: BaseException) -> bool:
     """``exc`` (or what caused it) is a connection or read that timed out."""
     while exc is not None:
-        if isinstance(exc, TimeoutError) or "timeout" in type(exc).__name__.lower():
+        if isinstance(exc, (TimeoutError, SlowAnswer)) or "timeout" in type(exc).__name__.lower():
             return True
         exc = exc.__cause__ or exc.__context__
     return False
@@ -90,8 +109,12 @@ def is_timeout(exc: BaseException) -> bool:
 def timeout_text(exc: BaseException | None = None) -> str:
     """What timed out, for a message: the connection or the answer, and how to wait longer."""
     connect, read = timeouts()
-    what = f"no connection within {connect:g} s" if "connect" in type(exc).__name__.lower() else \
-        f"no answer within {read:g} s"
+    if isinstance(exc, SlowAnswer):
+        what = f"the answer came slower than {MIN_BYTES_PER_TIMEOUT >> 20} MiB per {read:g} s"
+    elif "connect" in type(exc).__name__.lower():
+        what = f"no connection within {connect:g} s"
+    else:
+        what = f"no answer within {read:g} s"
     return f"{what}; {TIMEOUT_VAR} sets the seconds to wait"
 
 

@@ -204,14 +204,15 @@ def _jsonl_parts(entries: list[RemoteEntry], files: RemoteFiles, fingerprint: st
     the cache for the same files at the same versions: a rerun reads only the rows it measures)."""
     from lengthscan.sources.files import jsonl_manifest, remember_jsonl
     from lengthscan.sources.json_lines import NestingError, json_lines_layout
+    from lengthscan.sources.streams import LineError
 
     known = jsonl_manifest(fingerprint, [e.name for e in entries])
     if known is None:
         rows_of, schemas = [], []
         for e in entries:
             try:
-                rows, schema = json_lines_layout(lambda e=e: files.stream(e.name))
-            except NestingError as exc:
+                rows, schema = json_lines_layout(lambda e=e: files.stream(e.name), long_lines=True)
+            except (NestingError, LineError) as exc:  # a row too deep or too long, its line named
                 raise SourceError(f"{e.name}: {exc}") from None
             except SourceError:
                 raise

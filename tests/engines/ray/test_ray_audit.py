@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pyarrow.parquet as pq
 import pytest
@@ -96,6 +97,24 @@ def test_missing_ray_gives_the_install_command(monkeypatch, corpus_jsonl, bpe_di
         clean_ray(str(corpus_jsonl), out="never-written", tokenizer=str(bpe_dir), input="text")
 
 
+def test_a_ray_that_cannot_start_is_one_line_and_exit_2(tmp_path, corpus_jsonl, bpe_dir):
+    """Ray's own processes that do not come up (here: its session folder cannot be made; also a
+    ``ulimit -v`` its raylet does not fit in) were an internal error, exit 3 with a traceback."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "RAY_TMPDIR": str(corpus_jsonl), "RAY_ADDRESS": "local"}  # a file: no folder under it
+    proc = subprocess.run([sys.executable, "-m", "lengthscan", "audit", str(corpus_jsonl), "--tokenizer", str(bpe_dir),
+                           "--input", "text", "--full", "--engine", "ray", "--out", str(tmp_path / "o"), "--quiet"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("lengthscan: error: --engine ray: could not start a local Ray (NotADirectoryError")
+    assert "or run with --engine local" in proc.stderr
+    assert not (tmp_path / "o").exists()
+
+
 def test_core_package_never_imports_ray():
     import subprocess
     import sys
@@ -131,9 +150,13 @@ def test_a_chat_template_that_loops_or_explodes_reads_as_on_the_local_engine(clu
               "--no-cache"]
     for engine in ("local", "ray"):
         assert main([*common, "--chat-template", str(loops), "--engine", engine]) == 2, engine
-        err = capsys.readouterr().err
+        time.sleep(3)  # Ray's driver prints the errors the cluster publishes from a thread of its own
+        out, err = capsys.readouterr()
         assert err == ("lengthscan: error: the chat template ran past 0.3 s on 3 rows (a template that loops?): "
                        "fix the template\n"), (engine, err)
+        # nothing on stdout (--quiet; a --json run's is the JSON alone): not the "(raylet) Task Measurer.measure
+        # failed. There are infinite retries remaining" Ray printed there for each call left on a killed actor
+        assert out == "", (engine, out)
         assert main([*common, "--chat-template", str(explodes), "--engine", engine,
                      "--out", str(tmp_path / engine)]) == 0, capsys.readouterr().err
     from lengthscan.engines.errors import is_remote

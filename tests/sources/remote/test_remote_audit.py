@@ -15,6 +15,7 @@ from lengthscan.cli.main import main
 from lengthscan.sources.opener import open_source
 from lengthscan.sources.scan import iter_batches
 from lengthscan.sources.source import SourceError
+from tests.support.range_server import RangeServer
 
 KW = dict(input="text", target="summary", cache=False)
 
@@ -227,3 +228,34 @@ def test_clean_of_a_remote_source_writes_what_the_local_clean_writes(tmp_path, s
     assert load_from_disk(str(tmp_path / "remote" / "dataset")).to_dict() == \
         load_from_disk(str(tmp_path / "local" / "dataset")).to_dict()
     assert remote.audit.to_dict()["source"]["bytes_read"] == server.bytes_served
+
+
+@pytest.mark.slow  # megabytes of rows tokenized, and zstd bombs decompressed
+def test_remote_json_lines_longer_than_a_reader_block_are_read_up_to_the_row_limit(tmp_path, bpe_dir, docs,
+                                                                                    monkeypatch, capsys):
+    """Rows of megabytes (a long document) were refused remotely with pyarrow's "straddling object
+    straddles two block boundaries" (its 1 MiB block), although the row limit is 64 MiB: they are
+    read with blocks that fit the longest line; a row over the limit is named by URL and line."""
+    import zstandard
+
+    folder = tmp_path / "served"
+    folder.mkdir()
+    long_text = "word " * 600_000  # a row of 3 MB, within no 1 MiB block
+    rows = [{"text": docs[0], "summary": "a"}, {"text": long_text, "summary": "b"}, {"text": docs[1], "summary": "c"}]
+    (folder / "long.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    c = zstandard.ZstdCompressor().compressobj()
+    (folder / "bomb.jsonl.zst").write_bytes(c.compress(b'{"text": "' + b"a" * (80 << 20) + b'"}\n') + c.flush())
+    with RangeServer(folder) as srv:
+        remote = audit(srv.file_url("long.jsonl"), tokenizer=str(bpe_dir), out=tmp_path / "remote", full=True, **KW)
+        local = audit(str(folder / "long.jsonl"), tokenizer=str(bpe_dir), out=tmp_path / "local", full=True, **KW)
+        assert remote is not None and local is not None
+        assert len(_lengths(tmp_path / "remote")) == 3
+        assert _lengths(tmp_path / "remote") == _lengths(tmp_path / "local")
+        assert _lengths(tmp_path / "remote")[1]["input_tokens"] > 100_000
+        url = srv.file_url("bomb.jsonl.zst")
+        assert main(["audit", url, "--tokenizer", str(bpe_dir), "--input", "text", "--full", "--no-cache",
+                     "--out", str(tmp_path / "bomb"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"lengthscan: error: {url}: line 1 is longer than 64 MiB (67,108,864 bytes), the longest row "
+                   "lengthscan reads (read no further); shorten or split that row, or raise the limit with "
+                   "LENGTHSCAN_MAX_ROW_BYTES=BYTES if it is real\n")

@@ -92,6 +92,33 @@ def test_a_stalling_server_exits_2_naming_the_url_within_the_timeout(even, tmp_p
     assert len(asked) == 3
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["audit", "clean"])
+def test_a_server_that_trickles_exits_2_naming_the_url_within_its_deadline(tmp_path, bpe_dir, command):
+    """A server that sends a few bytes every tenth of a second is never silent for a read timeout:
+    without a deadline for the whole answer, the run would wait for days."""
+    folder = tmp_path / "served"
+    folder.mkdir()
+    (folder / "slow.jsonl").write_text("".join(json.dumps({"text": f"row {i} " * 20}) + "\n" for i in range(5000)))
+    with RangeServer(folder) as srv:
+        srv.misbehave("slow.jsonl", drip=0.1)
+        url = srv.file_url("slow.jsonl")
+        env = {**os.environ, "LENGTHSCAN_HTTP_TIMEOUT": "0.5", "PYTHONPATH": os.getcwd()}
+        rule = ["--full"] if command == "audit" else ["--limit", "input_tokens<=60"]
+        started = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "lengthscan", command, url, "--tokenizer", str(bpe_dir),
+                               "--input", "text", *rule, "--no-cache", "--out", str(tmp_path / "out"), "--quiet"],
+                              env=env, capture_output=True, text=True, timeout=120)
+        took = time.monotonic() - started
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert f"lengthscan: error: {url}: bytes 0-" in proc.stderr and "failed 3 times" in proc.stderr
+    assert "the answer came slower than 1 MiB per 0.5 s" in proc.stderr
+    # 3 attempts of at most 0.5 + 0.5 * (1 + size / 1 MiB) s, 0.75 s of backoff, the interpreter's start
+    assert took < 60
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("head_status", [403, 405])
 def test_a_file_the_server_refuses_to_head_is_listed_by_a_one_byte_get(even, tmp_path, bpe_dir, head_status):
     """S3 answers 403 to a HEAD of a URL signed for GET; some servers have no HEAD (405)."""

@@ -305,9 +305,9 @@ def _digest(arrays: dict) -> bytes:
 def _load(path: Path) -> Derived | None:
     """The cached table, or None: missing, unreadable, or (with a warning, the file removed) not
     the table that was written, which would count wrong without a word."""
-    from lengthscan.sources.cache_dir import MISMATCH, NO_CHECKSUM, distrust
+    from lengthscan.sources.cache_dir import MISMATCH, NO_CHECKSUM, distrust, regular_cache_file
 
-    if not path.exists():
+    if not regular_cache_file(path):  # missing; or a FIFO, a device, a folder (removed, with a warning)
         return None
     try:
         with np.load(path) as z:
