@@ -11,6 +11,10 @@ CPU kernels differ from CUDA's in three places; :func:`cuda_like` aligns them (d
 * autocast: CUDA runs layer_norm, group_norm, softmax, log_softmax, sum, exp, pow ... in fp32
   (outputs fp32); CPU autocast runs them in the input's precision. CUDA's fp32 policies are
   registered for the AutocastCPU dispatch key while measuring.
+* ``torch.is_autocast_enabled()`` without a device asks about CUDA: under CPU autocast peft's
+  bitsandbytes LoRA layers take the path they take without autocast (casting the input to the
+  adapter's dtype, and its output back). While measuring it answers for the CPU's autocast, as it
+  answers for CUDA's on a GPU.
 
 The fused AdamW kernel (the Trainer's default ``adamw_torch_fused``) and the foreach one run on CPU
 with the same allocations as on CUDA, so the optimizer needs no alignment.
@@ -47,12 +51,19 @@ def cuda_like():
             args = (*args[:4], 0.0, *args[5:])
         return original_sdpa(*args, **kwargs)
 
+    original_enabled = torch.is_autocast_enabled
+
+    def is_autocast_enabled(device_type=None):
+        return original_enabled("cpu" if device_type is None else device_type)
+
     lib = _register_fp32_autocast(torch)
     F.dropout, F.scaled_dot_product_attention = dropout, sdpa
+    torch.is_autocast_enabled = is_autocast_enabled
     try:
         yield
     finally:
         F.dropout, F.scaled_dot_product_attention = original_dropout, original_sdpa
+        torch.is_autocast_enabled = original_enabled
         lib._destroy()  # torch.library.Library's own private: no public way to unregister the kernels
 
 

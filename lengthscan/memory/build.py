@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import tempfile
 
 from lengthscan.memory.families import HEAD_CLASSES, model_input_samples, resolve_head
 from lengthscan.memory.options import MemoryOptions, Shape
@@ -22,14 +23,57 @@ def build_model(config, options: MemoryOptions = MemoryOptions(), *, seed: int =
     attention = {"flash": "sdpa"}.get(options.attention, options.attention)  # no flash kernel on CPU
     if config.model_type == "wavlm":  # its own attention (F.multi_head_attention_forward) whatever the setting
         attention = "eager"
-    model = getattr(transformers, HEAD_CLASSES[head]).from_config(config, attn_implementation=attention)
+    cls = getattr(transformers, HEAD_CLASSES[head])
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[options.torch_dtype]
+    if options.quantization is not None:  # bitsandbytes quantizes while from_pretrained loads the weights
+        with tempfile.TemporaryDirectory() as folder:
+            cls.from_config(config).save_pretrained(folder)
+            model = cls.from_pretrained(folder, quantization_config=bnb_config(options.quantization), dtype=dtype,
+                                        device_map="cpu", attn_implementation=attention)
+    else:
+        model = cls.from_config(config, attn_implementation=attention, dtype=dtype)
     if options.freeze_feature_encoder and hasattr(model, "freeze_feature_encoder"):
         model.freeze_feature_encoder()
-    if options.gradient_checkpointing:
+    prepared = options.quantization is not None and options.prepare_kbit
+    if prepared:
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=options.gradient_checkpointing)
+    if options.adapter is not None:
+        from peft import get_peft_model
+
+        model = get_peft_model(model, lora_config(options.adapter))
+    if options.gradient_checkpointing and not prepared:  # as the Trainer does once the model is built
         model.gradient_checkpointing_enable()
     if hasattr(model.config, "use_cache"):
         model.config.use_cache = False
     return model.train()
+
+
+def bnb_config(q):
+    """transformers' ``BitsAndBytesConfig`` for :class:`lengthscan.memory.quant.Quantization`."""
+    from transformers import BitsAndBytesConfig
+
+    names = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
+    if q.four_bit:
+        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=q.method,
+                                  bnb_4bit_use_double_quant=q.double_quant,
+                                  bnb_4bit_compute_dtype=names.get(q.compute_dtype or "f32"),
+                                  llm_int8_skip_modules=list(q.skip) if q.skip is not None else None)
+    return BitsAndBytesConfig(load_in_8bit=True, llm_int8_threshold=q.threshold,
+                              llm_int8_skip_modules=list(q.skip) if q.skip is not None else None)
+
+
+def lora_config(lora):
+    """peft's ``LoraConfig`` for :class:`lengthscan.memory.adapters.Lora`."""
+    from peft import LoraConfig
+
+    targets = lora.targets[0] if lora.regex or lora.all_linear else list(lora.targets)
+    exclude = (lora.exclude[0] if lora.exclude_regex else list(lora.exclude)) if lora.exclude else None
+    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
+                      exclude_modules=exclude, modules_to_save=list(lora.modules_to_save) or None, bias=lora.bias,
+                      use_dora=lora.use_dora, layers_to_transform=list(lora.layers_to_transform) or None,
+                      layers_pattern=list(lora.layers_pattern) or None, task_type=lora.task_type)
 
 
 def make_batch(config, shape: Shape, options: MemoryOptions = MemoryOptions(), *, seed: int = 0) -> dict:

@@ -44,16 +44,20 @@ class Measurement:
 
 
 def _optimizer(model, options: MemoryOptions):
+    """The optimizer the Trainer builds for ``TrainingArguments(optim=options.optimizer)``."""
+    import tempfile
+
     import torch
+    from transformers import Trainer, TrainingArguments
 
     params = [p for p in model.parameters() if p.requires_grad]
-    if options.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=1e-5)
-    if options.optimizer == "adamw_foreach":
-        return torch.optim.AdamW(params, lr=1e-5, foreach=True)
-    if options.optimizer == "adamw_loop":
+    if options.optimizer == "adamw_torch_loop":  # not a Trainer name: AdamW(foreach=False)
         return torch.optim.AdamW(params, lr=1e-5, foreach=False)
-    return torch.optim.AdamW(params, lr=1e-5, fused=True)
+    with tempfile.TemporaryDirectory() as folder:
+        args = TrainingArguments(output_dir=folder, optim=options.optimizer, learning_rate=1e-5, use_cpu=True,
+                                 report_to=[])
+        cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args, model)
+    return cls(params, **kwargs)
 
 
 def _live_bytes(torch, model) -> int:

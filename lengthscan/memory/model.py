@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lengthscan.memory import audio, decoder, encoder, seq2seq
+from lengthscan.memory import adapted, audio, decoder, encoder, optimizers, seq2seq
+from lengthscan.memory.adapters import AdapterError
 from lengthscan.memory.families import family_of, resolve_head
 from lengthscan.memory.options import MemoryOptions, Shape
 from lengthscan.memory.sizes import check_sizes
-from lengthscan.memory.tape import BYTES, Tape
+from lengthscan.memory.tape import Tape
 from lengthscan.memory.timeline import Phase, replay
+from lengthscan.memory.weights import TORCH_DTYPES, WeightPlan
 
 
 @dataclass(frozen=True)
@@ -21,6 +23,16 @@ class Trace:
     trainable: int
     trained: int  # trainable parameters the forward pass uses: only these get gradients and state
     tensors_trained: int
+    adapted: tuple = ()  # the linear layers given an adapter
+
+    @property
+    def trained_params(self) -> list:
+        """The distinct parameters that get gradients and optimizer state."""
+        return [p for p in _distinct(self.tape) if p.trainable and p.used]
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(p.nbytes for p in _distinct(self.tape))
 
 
 def trace(config, shape: Shape, options: MemoryOptions = MemoryOptions()) -> Trace:
@@ -28,7 +40,11 @@ def trace(config, shape: Shape, options: MemoryOptions = MemoryOptions()) -> Tra
     check_sizes(config)
     head = resolve_head(config, options.head)
     family = family_of(config)
-    t = Tape(options.precision)
+    plan = WeightPlan(TORCH_DTYPES[options.torch_dtype], options.adapter, options.quantization, options.prepare_kbit)
+    t = Tape(options.precision, plan.torch_dtype, plan)
+    if plan.active:
+        t.linear_hook = adapted.linear
+        t.input_grads = options.gradient_checkpointing  # transformers' checkpointing enables input gradients
     b, s, tg = shape.batch_size, shape.input_len, shape.target_len
     mt = config.model_type
     if family == "encoder-decoder":
@@ -46,10 +62,24 @@ def trace(config, shape: Shape, options: MemoryOptions = MemoryOptions()) -> Tra
             raise ValueError(f"Whisper takes exactly {frames} mel frames (2 x max_source_positions): its feature "
                              "extractor pads or cuts every clip to that; leave input_len None")
         audio.trace_whisper(t, config, b, frames, _need(tg, "target_len"), options, shape.padding)
-    params = list({id(p): p for p in t.params.values()}.values())
+    if options.adapter is not None and not t.adapted:
+        _no_target(options.adapter, t.linears)
+    params = _distinct(t)
     trained = [p for p in params if p.trainable and p.used]
     return Trace(t, sum(p.numel for p in params), sum(p.numel for p in params if p.trainable),
-                 sum(p.numel for p in trained), len(trained))
+                 sum(p.numel for p in trained), len(trained), tuple(t.adapted))
+
+
+def _distinct(t: Tape) -> list:
+    return list({id(p): p for p in t.params.values()}.values())
+
+
+def _no_target(lora, linears: list) -> None:
+    """peft's "Target modules ... not found in the base model", with the names that would match."""
+    suffixes = sorted({name.rsplit(".", 1)[-1] for name in linears})
+    targets = lora.targets[0] if lora.regex else ", ".join(lora.targets)
+    raise AdapterError(f"target_modules ({targets}) match no linear layer of this model; its linear layers end "
+                       f"with: {', '.join(suffixes)}")
 
 
 def _need(value, name):
@@ -61,27 +91,20 @@ def _need(value, name):
 def state_terms(tr: Trace, options: MemoryOptions) -> dict:
     """Bytes live before the step: weights, optimizer state, batch, buffers (and gradients when accumulating)."""
     t = tr.tape
-    w = BYTES[t.weights]
-    terms = {"weights": tr.params * w, "optimizer_state": 0, "batch": 0, "buffers": 0}
-    if options.optimizer != "sgd":  # AdamW: exp_avg and exp_avg_sq like the weights, a step scalar a tensor
-        terms["optimizer_state"] = 2 * tr.trained * w + 4 * tr.tensors_trained
+    trained = tr.trained_params
+    terms = {"weights": tr.weight_bytes, "optimizer_state": optimizers.state_bytes(options.optimizer, trained),
+             "batch": 0, "buffers": 0}
     for s in t.storages:
         if s.held and s.kind in ("batch", "buffers"):
             terms[s.kind] += s.nbytes
     if options.gradient_accumulation_steps > 1:
-        terms["gradients"] = tr.trained * w
+        terms["gradients"] = sum(p.nbytes for p in trained)
     return terms
 
 
 def optimizer_temporaries(tr: Trace, options: MemoryOptions) -> int:
-    """Bytes the optimizer step allocates beyond its state."""
-    w = BYTES[tr.tape.weights]
-    if options.optimizer == "adamw_foreach":  # _foreach_sqrt(exp_avg_sqs): one buffer like every weight
-        return tr.trained * w
-    if options.optimizer == "adamw_loop":  # (exp_avg_sq.sqrt() / bias_correction2_sqrt) for one weight
-        largest = max((p.numel for p in tr.tape.params.values() if p.trainable and p.used), default=0)
-        return 2 * largest * w
-    return 0  # fused AdamW updates in place; plain SGD adds the gradient in place
+    """Bytes the optimizer step allocates beyond its state (see optimizers.py)."""
+    return optimizers.temporaries(options.optimizer, tr.trained_params)
 
 
 def phases(config, shape: Shape, options: MemoryOptions = MemoryOptions()) -> tuple[Trace, dict, list[Phase]]:

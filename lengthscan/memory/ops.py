@@ -121,8 +121,17 @@ def dropout(t: Tape, x: Tensor, p: float) -> Tensor:
 
 def linear(t: Tape, x: Tensor, n_in: int, n_out: int, name: str, bias: bool = True, tie: str | None = None,
            trainable: bool = True, bias_tie: str | None = None) -> Tensor:
-    """``nn.Linear(n_in, n_out)`` on ``x`` (weight ``name.weight``, shared with ``tie`` if given)."""
-    w = t.param(f"{name}.weight", n_in * n_out, trainable, tie=tie)
+    """``nn.Linear(n_in, n_out)`` on ``x`` (weight ``name.weight``, shared with ``tie`` if given); a
+    quantized or adapted layer when the tape's plan makes it one (``lengthscan/memory/adapted.py``)."""
+    if t.linear_hook is not None:
+        return t.linear_hook(t, x, n_in, n_out, name, bias, tie, trainable, bias_tie)
+    return dense(t, x, n_in, n_out, name, bias, tie, trainable, bias_tie)
+
+
+def dense(t: Tape, x: Tensor, n_in: int, n_out: int, name: str, bias: bool = True, tie: str | None = None,
+          trainable: bool = True, bias_tie: str | None = None) -> Tensor:
+    """A plain ``nn.Linear``: autocast casts input and weight (the weight's cast cached), keeps both."""
+    w = t.param(f"{name}.weight", n_in * n_out, trainable, tie=tie, shape=(n_out, n_in))
     b = t.param(f"{name}.bias", n_out, trainable, tie=bias_tie) if bias or bias_tie else None
     dtype = t.compute(x, w)
     xc, wc = t.cast(x, dtype), t.cast(w, dtype)
@@ -222,10 +231,15 @@ def rms_norm(t: Tape, x: Tensor, dim: int, name: str, plus_one: bool = False) ->
 def embedding(t: Tape, ids: Tensor, n_ids: int, vocab: int, dim: int, name: str, tie: str | None = None,
               trainable: bool = True) -> Tensor:
     """``nn.Embedding(vocab, dim)`` looked up at ``n_ids`` positions (keeps the indices)."""
-    w = t.param(f"{name}.weight", vocab * dim, trainable, tie=tie)
-    out = t.new(n_ids * dim, w.dtype, w.requires_grad)
+    w = t.param(f"{name}.weight", vocab * dim, trainable, tie=tie, shape=(vocab, dim))
+    token_embeddings = name.rsplit(".", 1)[-1] in INPUT_EMBEDDINGS  # enable_input_require_grads' hook
+    out = t.new(n_ids * dim, w.dtype, w.requires_grad or (t.input_grads and token_embeddings))
     t.node([t.use(w)], [out], [ids])
     return out
+
+
+#: the token embeddings' module names (``get_input_embeddings()``)
+INPUT_EMBEDDINGS = ("embed_tokens", "wte", "embed_in", "word_embeddings", "shared")
 
 
 def softmax(t: Tape, x: Tensor, log: bool = False) -> Tensor:

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from lengthscan.memory.adapters import Lora
+from lengthscan.memory.optimizers import ALIASES, OPTIMIZERS, canonical
+from lengthscan.memory.quant import Quantization
+
 PRECISIONS = ("fp32", "bf16", "fp16")
-OPTIMIZERS = ("adamw", "adamw_foreach", "adamw_loop", "sgd")
+TORCH_DTYPES = ("fp32", "bf16", "fp16")
 ATTENTIONS = ("eager", "sdpa", "flash")
 HEADS = ("auto", "seq2seq", "causal_lm", "masked_lm", "classification", "ctc", "whisper")
 
@@ -14,10 +18,13 @@ HEADS = ("auto", "seq2seq", "causal_lm", "masked_lm", "classification", "ctc", "
 class MemoryOptions:
     """How the model is trained: what the Trainer's arguments decide about memory.
 
-    ``precision``: ``fp32``, or ``bf16``/``fp16`` mixed precision (autocast over fp32 master
-    weights, as ``TrainingArguments(bf16=True)``). ``optimizer``: ``adamw`` (the Trainer's default
-    ``adamw_torch_fused``), ``adamw_foreach`` (``adamw_torch``: the same state, whole-model
-    temporaries in the step), ``adamw_loop`` (``foreach=False``), ``sgd`` (no state).
+    ``precision``: ``fp32``, or ``bf16``/``fp16`` autocast (``TrainingArguments(bf16=True)``).
+    ``torch_dtype``: the dtype the weights are loaded in (``from_pretrained(dtype=...)``): the
+    Trainer keeps it, so ``bf16`` weights have bf16 gradients and optimizer state and no fp32
+    master copy. ``optimizer``: ``TrainingArguments.optim`` (see ``optimizers.py``; ``adamw``,
+    ``adamw_foreach`` and ``adamw_loop`` are accepted as aliases). ``adapter``: a LoRA/DoRA
+    adapter (peft): only it trains. ``quantization``: a bitsandbytes-quantized base (4-bit or
+    LLM.int8), prepared with ``prepare_model_for_kbit_training`` when ``prepare_kbit``.
     ``attention``: ``eager`` saves the quadratic attention matrices, ``sdpa`` and ``flash`` keep a
     linear amount. ``head``: the model class trained (``auto``: from ``config.architectures``, else
     the family's usual one: see :func:`lengthscan.memory.families.resolve_head`).
@@ -31,14 +38,23 @@ class MemoryOptions:
     freeze_feature_encoder: bool = False
     head: str = "auto"
     gradient_accumulation_steps: int = 1
+    torch_dtype: str = "fp32"
+    adapter: Lora | None = None
+    quantization: Quantization | None = None
+    prepare_kbit: bool = True
 
     def __post_init__(self):
+        if self.optimizer in ALIASES:
+            object.__setattr__(self, "optimizer", canonical(self.optimizer))
         for name, allowed in (("precision", PRECISIONS), ("optimizer", OPTIMIZERS), ("attention", ATTENTIONS),
-                              ("head", HEADS)):
+                              ("head", HEADS), ("torch_dtype", TORCH_DTYPES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
         if self.gradient_accumulation_steps < 1:
             raise ValueError("gradient_accumulation_steps must be at least 1")
+        if self.quantization is not None and self.adapter is None:
+            raise ValueError("a quantized model trains only through adapters (the Trainer refuses to fine-tune it "
+                             "whole): add --adapter-config (or --lora-r), or leave --quantization-config out")
 
     def to_dict(self) -> dict:
         return asdict(self)

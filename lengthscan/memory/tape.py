@@ -14,7 +14,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-BYTES = {"f32": 4, "bf16": 2, "f16": 2, "i64": 8, "bool": 1}
+BYTES = {"f32": 4, "bf16": 2, "f16": 2, "i64": 8, "bool": 1, "u8": 1}
 
 
 class Storage:
@@ -51,6 +51,10 @@ class Param:
     tensor: Tensor | None = None
     cast: dict = field(default_factory=dict)  # autocast's per-forward cache: dtype -> Tensor
     used: bool = False
+    dtype: str = "f32"
+    nbytes: int = 0  # bytes stored (a quantized weight: its packed data and quantization state)
+    quantized: bool = False
+    shape: tuple | None = None  # (rows, columns) of a matrix; None for a vector (Adafactor factors matrices)
 
 
 @dataclass
@@ -70,9 +74,14 @@ class Node:
 class Tape:
     """The forward pass of one training step, op by op."""
 
-    def __init__(self, precision: str = "fp32", weights: str = "f32"):
+    def __init__(self, precision: str = "fp32", weights: str = "f32", plan=None):
         self.low = {"bf16": "bf16", "fp16": "f16"}.get(precision)
         self.weights = weights
+        self.plan = plan  # lengthscan.memory.weights.WeightPlan: dtypes, quantized layers, what trains
+        self.linear_hook = None  # lengthscan.memory.adapted.linear when a plan quantizes or adapts layers
+        self.linears: list[str] = []  # the linear layers built through the hook, and those given an adapter
+        self.adapted: list[str] = []
+        self.input_grads = False  # enable_input_require_grads: the input embeddings' output needs a gradient
         self.params: dict[str, Param] = {}
         self.nodes: list[Node] = []
         self.storages: list[Storage] = []
@@ -99,14 +108,30 @@ class Tape:
         t = self.new(numel, dtype, False, "batch", held=True)
         return t
 
-    def param(self, name: str, numel: int, trainable: bool = True, tie: str | None = None) -> Tensor:
-        """The parameter ``name`` (``tie``: the name of the parameter it shares storage with)."""
+    def param(self, name: str, numel: int, trainable: bool = True, tie: str | None = None,
+              stored: tuple | None = None, shape: tuple | None = None) -> Tensor:
+        """The parameter ``name`` (``tie``: the name of the parameter it shares storage with).
+
+        Its dtype and whether it trains are the plan's (``weights`` and ``trainable`` without one);
+        ``stored``: ``(dtype, nbytes)`` of a quantized weight, which never trains."""
         key = tie or name
         p = self.params.get(key)
         if p is None:
-            p = self.params[key] = Param(int(numel), trainable)
-            storage = Storage(int(numel) * BYTES[self.weights], "weights", True, None, -1)
-            p.tensor = Tensor(int(numel), self.weights, trainable, storage, p)
+            dtype = self.weights
+            if stored is not None:
+                dtype, nbytes, trainable = stored[0], stored[1], False
+            else:
+                if self.plan is not None:
+                    dtype, trainable = self.plan.dtype(key), self.plan.trainable(key, trainable)
+                nbytes = int(numel) * BYTES[dtype]
+            p = self.params[key] = Param(int(numel), trainable, dtype=dtype, nbytes=nbytes,
+                                         quantized=stored is not None, shape=shape)
+            storage = Storage(nbytes, "weights", True, None, -1)
+            p.tensor = Tensor(int(numel), dtype, trainable, storage, p)
+            if self.plan is not None and self.plan.duplicated(key):  # peft's frozen original_module
+                original = self.params[f"{key}#original"] = Param(int(numel), False, dtype=dtype, nbytes=nbytes,
+                                                                   shape=shape)
+                original.tensor = Tensor(int(numel), dtype, False, Storage(nbytes, "weights", True, None, -1), original)
         elif tie and name != key:
             self.params.setdefault(name, p)
         return p.tensor
