@@ -22,6 +22,8 @@ def build_model(config, options: MemoryOptions = MemoryOptions(), *, seed: int =
     attention = {"flash": "sdpa"}.get(options.attention, options.attention)  # no flash kernel on CPU
     if config.model_type == "wavlm":  # its own attention (F.multi_head_attention_forward) whatever the setting
         attention = "eager"
+    if config.model_type == "gemma2" and attention == "sdpa":  # no SDPA path (soft-capping): what transformers
+        attention = "eager"  # picks by default, and what the memory model prices
     model = getattr(transformers, HEAD_CLASSES[head]).from_config(config, attn_implementation=attention)
     if options.freeze_feature_encoder and hasattr(model, "freeze_feature_encoder"):
         model.freeze_feature_encoder()
