@@ -33,6 +33,17 @@ def mask(t: Tape, batch: int, q_len: int, k_len: int, attention: str) -> Tensor:
     return t.new(batch * q_len * k_len, "bool" if attention != "eager" else "f32", False, "activations_masks")
 
 
+def causal_masks(t: Tape, batch: int, seq: int, attention: str, padding: bool, windows: dict) -> dict:
+    """The causal masks a decoder builds, by layer type (``windows``: each type's window, None for full attention).
+
+    Eager: an additive float mask for each, always. SDPA/flash: none for a full-attention type unless the
+    batch is padded (``is_causal``); a bool one for a sliding type once the sequence reaches its window.
+    """
+    return {kind: mask(t, batch, seq, seq, attention)
+            if attention == "eager" or padding or (window is not None and seq >= window) else None
+            for kind, window in windows.items()}
+
+
 @op_kind("activations_attention")
 def attention(t: Tape, x: Tensor, kv: Tensor | None, a: Attn, name: str, batch: int, q_len: int, k_len: int, *,
               attention: str, mask4d: Tensor | None, causal: bool, rotary: tuple | None = None,

@@ -13,8 +13,8 @@ config asks, never the scores.
 from __future__ import annotations
 
 from lengthscan.memory import ops
-from lengthscan.memory.blocks import Attn, attention, gated_mlp, lm_loss
-from lengthscan.memory.tape import Tape, Tensor
+from lengthscan.memory.blocks import Attn, attention, causal_masks, gated_mlp, lm_loss
+from lengthscan.memory.tape import Tape
 
 GEMMA_TYPES = ("gemma2", "gemma3_text")
 
@@ -24,27 +24,12 @@ def attention_kind(c, requested: str) -> str:
     return "eager" if c.model_type == "gemma2" and requested == "sdpa" else requested
 
 
-def _masks(t: Tape, c, batch: int, seq: int, attention: str, padding: bool) -> dict:
-    """The mask of each layer type, as ``Gemma{2,3}TextModel.forward`` builds both.
-
-    Eager: an additive float mask (batch x seq x seq) for each type, always. SDPA/flash: none for the
-    full layers unless the batch is padded (``is_causal``); a bool mask for the sliding ones once the
-    sequence reaches the window (or with padding), broadcast over the batch unless padding differs.
-    """
-    window = getattr(c, "sliding_window", None)
-    out = {}
-    for kind in ("full_attention", "sliding_attention"):
-        sliding = kind == "sliding_attention" and window is not None
-        if attention == "eager":
-            out[kind] = t.new(batch * seq * seq, "f32", False, "activations_masks")
-        elif padding:
-            out[kind] = t.new(batch * seq * seq, "bool", False, "activations_masks")
-        elif sliding and seq >= window:  # one (seq x seq) mask expanded over the batch: SDPA's float copy is full
-            one = t.new(seq * seq, "bool", False, "activations_masks")
-            out[kind] = Tensor(batch * seq * seq, "bool", False, one.storage)
-        else:
-            out[kind] = None
-    return out
+def notes(c, options) -> list[str]:
+    """What an estimate of a Gemma 2 config should say about its attention."""
+    if getattr(c, "model_type", None) != "gemma2" or options.attention != "sdpa":
+        return []
+    return ["gemma2 has no SDPA path in transformers (soft-capped scores): priced with the eager attention it runs, "
+            "whose softmax is quadratic in the length; attention='flash' prices flash-attention kernels"]
 
 
 def trace(t: Tape, c, batch: int, seq: int, opts, padding: bool) -> None:
@@ -62,7 +47,9 @@ def trace(t: Tape, c, batch: int, seq: int, opts, padding: bool) -> None:
     for _ in tables:
         t.new(head_dim // 2, "f32", False, "buffers", held=True)  # inv_freq
         t.new(head_dim // 2, "f32", False, "buffers", held=True)  # and its original copy
-    masks = _masks(t, c, batch, seq, attn_impl, padding)
+    # Gemma{2,3}TextModel.forward builds the masks of both types, whichever its layers use
+    masks = causal_masks(t, batch, seq, attn_impl, padding,
+                         {"full_attention": None, "sliding_attention": getattr(c, "sliding_window", None)})
     rotary = {kind: (t.new(seq * head_dim, "f32", False), t.new(seq * head_dim, "f32", False)) for kind in tables}
     a = Attn(d, heads, head_dim, kv_heads, getattr(c, "attention_bias", False), None,
              getattr(c, "attention_dropout", 0.0), names=("q_proj", "k_proj", "v_proj", "o_proj"))
