@@ -135,8 +135,17 @@ def moe_block(t: Tape, c, x: Tensor, tokens: int, name: str) -> tuple:
     out = _experts(t, c, x, weights, index, tokens, f"{name}.experts")
     if qwen2:  # sigmoid(shared_expert_gate(x)) * shared, added to the experts' output
         gate = ops.activation(t, ops.linear(t, x, d, 1, f"{name}.shared_expert_gate", False), "sigmoid")
-        out = ops.binary(t, out, ops.binary(t, gate, shared, saves=True))
+        out = ops.binary(t, out, _scaled(t, shared, gate))
+    for local in (logits, weights, index):  # ``_, weights, index = self.gate(x)``: alive until the block returns
+        t.use(local)
     return out, logits
+
+
+def _scaled(t: Tape, x: Tensor, w: Tensor) -> Tensor:
+    """``x * w`` with ``w`` broadcast along the hidden size: its gradient is computed at ``x``'s size, then summed."""
+    out = ops.binary(t, x, w, saves=True)
+    t.nodes[-1].workspace = out.nbytes if w.requires_grad else 0
+    return out
 
 
 def _router(t: Tape, c, x: Tensor, tokens: int, name: str) -> tuple:
@@ -180,23 +189,24 @@ def _experts(t: Tape, c, x: Tensor, weights: Tensor, index: Tensor, tokens: int,
     t.node([x], [picked], [token_of])
     sample = t.new(rows, weights.dtype, True)  # sample_weights[perm]
     t.node([weights], [sample], [perm])
-    t.new(rows, "f32", False)  # histc's float copy of the sorted ids (CUDA: an int32 one)
-    t.new(experts, "f32", False)  # tokens_per_expert
-    t.new(experts, "f32", False)  # offsets (int32 on CUDA; a cumsum)
-    t.use(sorted_ids)
+    scratch = [t.new(rows, "f32", False),  # histc's float copy of the sorted ids (CUDA: an int32 one)
+               t.new(experts, "f32", False), t.new(experts, "f32", False)]  # tokens_per_expert, offsets
     up = _grouped_mm(t, picked, rows, d, 2 * inter, experts, f"{name}.gate_up_proj")
     gate, lin = ops.split(t, up, (inter, inter))  # chunk(2): views
     act = ops.binary(t, ops.activation(t, gate, c.hidden_act), lin, saves=True)
     down = _grouped_mm(t, act, rows, inter, d, experts, f"{name}.down_proj")
-    weighted = ops.binary(t, down, ops.view(t, sample), saves=True)  # * sample_weights_g.unsqueeze(-1)
+    weighted = _scaled(t, down, ops.view(t, sample))  # * sample_weights_g.unsqueeze(-1)
     inverse = t.new(rows, "i64", False)  # inv_perm[perm] = arange(...)
     t.new(rows, "i64", False)  # the arange, freed at once
     t.use(perm)
-    ordered = t.new(rows * d, weighted.dtype, True)  # weighted_out[inv_perm]
-    t.node([weighted], [ordered], [inverse])
+    ordered = t.new(rows * d, weighted.dtype, True)  # weighted_out[inv_perm]; its backward's index_put_ copies
+    t.node([weighted], [ordered], [inverse], workspace=ordered.nbytes)  # the (expanded) gradient contiguous
     out = t.new(tokens * d, ordered.dtype, True)  # .view(tokens, top_k, hidden).sum(dim=1)
     t.node([ordered], [out], [])
-    return t.cast(out, x.dtype)
+    out = t.cast(out, x.dtype)
+    for local in (picked, sample, sorted_ids, perm, inverse, *scratch):  # locals, alive until the function returns
+        t.use(local)
+    return out
 
 
 def _aux_loss(t: Tape, loss: Tensor, router_logits: list, tokens: int, experts: int, top_k: int) -> Tensor:
