@@ -116,6 +116,25 @@ def configs() -> list[tuple[str, str, object, list[Shape]]]:
             decoder_attention_heads=4, encoder_ffn_dim=1024, decoder_ffn_dim=1024, num_mel_bins=80,
             max_source_positions=1500, max_target_positions=448, **whisper),
          [Shape(2, None, 96), Shape(4, None, 32)]),
+        ("decoder-only", "gemma2 3x256 softcap window", tr.Gemma2Config(
+            vocab_size=8000, hidden_size=256, intermediate_size=768, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=64, sliding_window=128, max_position_embeddings=1024), [Shape(2, 256)]),
+        ("decoder-only", "gemma3 3x256 window", tr.Gemma3TextConfig(
+            vocab_size=8000, hidden_size=256, intermediate_size=768, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=64, sliding_window=128, max_position_embeddings=1024,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"]), [Shape(2, 256)]),
+        ("decoder-only", "mixtral 2x256 16e top4", tr.MixtralConfig(
+            vocab_size=2000, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, num_local_experts=16, num_experts_per_tok=4, max_position_embeddings=2048),
+         [Shape(4, 512)]),
+        ("decoder-only", "qwen2_moe 2x256 8e shared", tr.Qwen2MoeConfig(
+            vocab_size=8000, hidden_size=256, intermediate_size=768, moe_intermediate_size=192,
+            shared_expert_intermediate_size=512, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            num_experts=8, num_experts_per_tok=2, max_position_embeddings=1024), [Shape(2, 256)]),
+        ("decoder-only", "qwen3_moe 2x256 16e top4", tr.Qwen3MoeConfig(
+            vocab_size=2000, hidden_size=256, intermediate_size=768, moe_intermediate_size=256, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=64, num_experts=16, num_experts_per_tok=4,
+            max_position_embeddings=2048), [Shape(4, 512)]),
     ]
 
 

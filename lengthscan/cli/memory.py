@@ -123,6 +123,8 @@ def _memory(args) -> int:
         for name, value in sorted(est.terms.items(), key=lambda kv: -kv[1]):
             if value:
                 print(f"  {name:26} {value / gib:10,.3f} GiB")
+        for note in est.notes:
+            print(f"  note: {note}")
         if budget is not None:
             print(f"  {'fits' if fits else 'does NOT fit'} in {args.budget} with a {args.margin:.0%} margin")
     return EXIT_GATE if fits is False else EXIT_OK

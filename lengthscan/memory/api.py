@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lengthscan.memory import decoder_gemma, decoder_moe
 from lengthscan.memory.families import family_of, resolve_head, supported_model_types
 from lengthscan.memory.model import phases
 from lengthscan.memory.options import MemoryOptions, Shape
@@ -25,7 +26,8 @@ class MemoryEstimate:
     (autocast's low-precision weight casts), ``activations_<kind>`` (attention, mlp, norms,
     embeddings, masks, feature_encoder, other), ``logits_loss``, ``activation_gradients`` and
     ``workspace`` (kernel scratch); they sum to ``peak_bytes``. ``phase_peaks`` holds the highest
-    point of each phase.
+    point of each phase. ``notes`` say what the figure assumes beyond the options (the attention a
+    model runs whatever was asked, the routing MoE experts are priced for).
     """
 
     peak_bytes: int
@@ -39,6 +41,7 @@ class MemoryEstimate:
     head: str = ""
     shape: dict = field(default_factory=dict)
     options: dict = field(default_factory=dict)
+    notes: tuple = ()
 
     def to_dict(self) -> dict:
         """JSON-ready: the peak, its phase, terms and phase peaks, counts, the shape and options."""
@@ -54,6 +57,7 @@ class MemoryEstimate:
             "head": self.head,
             "shape": dict(self.shape),
             "options": dict(self.options),
+            "notes": list(self.notes),
         }
 
 
@@ -123,6 +127,7 @@ def estimate(config, shape: Shape, options: MemoryOptions = MemoryOptions()) -> 
         head=resolve_head(config, options.head),
         shape=shape.to_dict(),
         options=options.to_dict(),
+        notes=tuple(decoder_gemma.notes(config, options) + decoder_moe.notes(config)),
     )
 
 

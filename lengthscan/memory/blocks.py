@@ -33,12 +33,27 @@ def mask(t: Tape, batch: int, q_len: int, k_len: int, attention: str) -> Tensor:
     return t.new(batch * q_len * k_len, "bool" if attention != "eager" else "f32", False, "activations_masks")
 
 
+def causal_masks(t: Tape, batch: int, seq: int, attention: str, padding: bool, windows: dict) -> dict:
+    """The causal masks a decoder builds, by layer type (``windows``: each type's window, None for full attention).
+
+    Eager: an additive float mask for each, always. SDPA/flash: none for a full-attention type unless the
+    batch is padded (``is_causal``); a bool one for a sliding type once the sequence reaches its window.
+    """
+    return {kind: mask(t, batch, seq, seq, attention)
+            if attention == "eager" or padding or (window is not None and seq >= window) else None
+            for kind, window in windows.items()}
+
+
 @op_kind("activations_attention")
 def attention(t: Tape, x: Tensor, kv: Tensor | None, a: Attn, name: str, batch: int, q_len: int, k_len: int, *,
               attention: str, mask4d: Tensor | None, causal: bool, rotary: tuple | None = None,
               fused_qkv: bool = False, eager_softmax_fp32: bool = False, qk_norm: tuple | None = None,
-              rotary_part: float | None = None) -> Tensor:
+              rotary_part: float | None = None, softcap: bool = False) -> Tensor:
     """q/k/v projections, attention, the output projection; returns the projection's output.
+
+    ``qk_norm``: ``(head_dim, eps)`` RMSNorm over each query and key head (Qwen3), ``(head_dim, eps, True)``
+    Gemma's ``(1 + weight)`` one (Gemma 3). ``softcap``: eager scores soft-capped, ``tanh(s / cap) * cap``
+    (Gemma 2; flash kernels cap inside the kernel, at no memory).
 
     ``rotary_part``: Phi-3 and GPT-NeoX rotate the first part of each head (``q[..., :rotary_dim]``)
     and concatenate the rest back, a copy of q and k even when the whole head rotates.
@@ -57,9 +72,10 @@ def attention(t: Tape, x: Tensor, kv: Tensor | None, a: Attn, name: str, batch: 
             q = ops.scale(t, q)
         k = ops.linear(t, kv, a.kv_dim or a.d_in, kv_out, f"{name}.{kn}", k_bias)
         v = ops.linear(t, kv, a.kv_dim or a.d_in, kv_out, f"{name}.{vn}", a.bias)
-    if qk_norm is not None:  # Qwen3: RMSNorm over each head
-        q = ops.rms_norm(t, q, qk_norm[0], f"{name}.q_norm")
-        k = ops.rms_norm(t, k, qk_norm[0], f"{name}.k_norm")
+    if qk_norm is not None:  # Qwen3, Gemma 3: RMSNorm over each head
+        plus_one = len(qk_norm) > 2 and bool(qk_norm[2])
+        q = ops.rms_norm(t, q, qk_norm[0], f"{name}.q_norm", plus_one=plus_one)
+        k = ops.rms_norm(t, k, qk_norm[0], f"{name}.k_norm", plus_one=plus_one)
     if rotary is not None:
         if rotary_part is None:
             q, k = _rotate(t, q, rotary), _rotate(t, k, rotary)
@@ -76,7 +92,7 @@ def attention(t: Tape, x: Tensor, kv: Tensor | None, a: Attn, name: str, batch: 
         elif n_rep > 1:
             k, v = ops.view(t, k, k_n * n_rep), ops.view(t, v, k_n * n_rep)
         out = _eager(t, q, k, v, batch * a.heads * q_len * k_len, mask4d, a.dropout, causal, eager_softmax_fp32,
-                     batch * q_len * a.heads * a.head_dim)
+                     batch * q_len * a.heads * a.head_dim, softcap)
     else:
         if repeat and mask4d is not None:  # transformers enables SDPA's GQA only without a mask
             k, v = ops.copy(t, k, k_n * n_rep), ops.copy(t, v, k_n * n_rep)
@@ -118,12 +134,14 @@ def _sdpa(t: Tape, q: Tensor, k: Tensor, v: Tensor, out_numel: int, rows: int, m
 
 
 def _eager(t: Tape, q, k, v, scores_numel: int, mask4d, p: float, causal: bool, softmax_fp32: bool,
-           out_numel: int) -> Tensor:
+           out_numel: int, softcap: bool = False) -> Tensor:
     dtype = t.compute(q, k)
     qc, kc = t.cast(q, dtype), t.cast(k, dtype)
     scores = t.new(scores_numel, dtype, _rg(qc, kc))
     t.node([qc, kc], [scores], [qc, kc])
     scores = ops.scale(t, scores)
+    if softcap:
+        scores = soft_cap(t, scores)
     if mask4d is not None:
         scores = ops.binary(t, scores, mask4d)
     probs = ops.softmax(t, scores)
@@ -137,8 +155,14 @@ def _eager(t: Tape, q, k, v, scores_numel: int, mask4d, p: float, causal: bool, 
     return ops.copy(t, out)  # transpose(1, 2).contiguous()
 
 
+<<<<<<< HEAD
 def _rg(*xs) -> bool:
     return any(x is not None and x.requires_grad for x in xs)
+=======
+def soft_cap(t: Tape, x: Tensor) -> Tensor:
+    """``tanh(x / cap) * cap`` (Gemma 2's scores, Gemma's final logits): three new tensors, tanh keeps its output."""
+    return ops.scale(t, ops.unary(t, ops.scale(t, x), "output"))
+>>>>>>> m-families
 
 
 @op_kind("activations_mlp")
@@ -172,13 +196,16 @@ def fused_gated_mlp(t: Tape, x: Tensor, d: int, ffn: int, name: str, act: str, *
 @op_kind("logits_loss")
 def lm_loss(t: Tape, h: Tensor, d: int, vocab: int, rows: int, labels: Tensor, *, name: str = "lm_head",
             tie: str | None = None, bias_buffer: bool = False, upcast: bool = True, bias: bool = False,
-            vocab_bias: str | None = None) -> tuple:
+            vocab_bias: str | None = None, softcap: bool = False) -> tuple:
     """Logits over the vocabulary and the cross-entropy loss; returns (loss, logits).
 
     ``bias_buffer``: BART-like ``final_logits_bias`` (an fp32 buffer: the sum is fp32 under
     autocast). ``upcast``: transformers' ``ForCausalLMLoss`` calls ``logits.float()`` first.
+    ``softcap``: Gemma's ``final_logit_softcapping``, three more vocabulary-wide tensors (one kept).
     """
     logits = ops.linear(t, h, d, vocab, name, bias, tie=tie, bias_tie=vocab_bias)
+    if softcap:
+        logits = soft_cap(t, logits)
     if bias_buffer:
         bias_t = t.new(vocab, "f32", False, "buffers", held=True)
         logits = ops.binary(t, logits, bias_t)

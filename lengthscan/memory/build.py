@@ -23,6 +23,8 @@ def build_model(config, options: MemoryOptions = MemoryOptions(), *, seed: int =
     attention = {"flash": "sdpa"}.get(options.attention, options.attention)  # no flash kernel on CPU
     if config.model_type == "wavlm":  # its own attention (F.multi_head_attention_forward) whatever the setting
         attention = "eager"
+    if config.model_type == "gemma2" and attention == "sdpa":  # no SDPA path (soft-capping): what transformers
+        attention = "eager"  # picks by default, and what the memory model prices
     cls = getattr(transformers, HEAD_CLASSES[head])
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[options.torch_dtype]
     if options.quantization is not None:  # bitsandbytes quantizes while from_pretrained loads the weights

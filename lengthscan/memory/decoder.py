@@ -3,7 +3,7 @@ heads), GPT-2, OPT and GPT-NeoX."""
 
 from __future__ import annotations
 
-from lengthscan.memory import ops
+from lengthscan.memory import decoder_gemma, decoder_moe, ops
 from lengthscan.memory.blocks import Attn, attention, fused_gated_mlp, gated_mlp, lm_loss, mask, mlp
 from lengthscan.memory.tape import Tape
 
@@ -15,6 +15,10 @@ NEOX_TYPES = ("gpt_neox",)
 
 def trace(t: Tape, c, batch: int, seq: int, opts, padding: bool) -> None:
     """``AutoModelForCausalLM`` with labels = inputs (transformers' ``ForCausalLMLoss``)."""
+    if c.model_type in decoder_gemma.GEMMA_TYPES:
+        return decoder_gemma.trace(t, c, batch, seq, opts, padding)
+    if c.model_type in decoder_moe.MOE_TYPES:
+        return decoder_moe.trace(t, c, batch, seq, opts, padding)
     if c.model_type in GPT2_TYPES:
         return _gpt2(t, c, batch, seq, opts, padding)
     if c.model_type in OPT_TYPES:

@@ -13,7 +13,8 @@ HEAD_CLASSES = {
 
 ENCODER_DECODER = ("bart", "mbart", "pegasus", "marian", "blenderbot", "blenderbot-small", "plbart",
                    "t5", "mt5")
-DECODER_ONLY = ("llama", "mistral", "qwen2", "qwen3", "gemma", "phi3", "gpt2", "opt", "gpt_neox")
+DECODER_ONLY = ("llama", "mistral", "qwen2", "qwen3", "gemma", "phi3", "gpt2", "opt", "gpt_neox", "gemma2",
+                "gemma3_text", "mixtral", "qwen2_moe", "qwen3_moe")
 ENCODER_ONLY = ("bert", "roberta", "xlm-roberta", "camembert", "distilbert", "electra")
 SPEECH_ENCODERS = ("wav2vec2", "hubert", "wavlm", "data2vec-audio")
 SPEECH_SEQ2SEQ = ("whisper",)
@@ -41,6 +42,10 @@ def family_of(config) -> str:
         return "decoder-only"
     if model_type in ENCODER_DECODER or getattr(config, "is_encoder_decoder", False):
         return "encoder-decoder"
+    if model_type == "gemma3":
+        raise ValueError("model type 'gemma3' is the multimodal Gemma3ForConditionalGeneration (a vision tower beside "
+                         "the language model), which is not modelled; its language model is: estimate its text_config "
+                         "(model_type 'gemma3_text', what Gemma3ForCausalLM trains): estimate(config.text_config, ...)")
     raise ValueError(f"model type {model_type!r} is not modelled; supported: {', '.join(supported_model_types())}")
 
 

@@ -12,13 +12,16 @@ from __future__ import annotations
 #: (fields, bound, what the bound counts, the largest real models' values)
 BOUNDS = (
     (("num_hidden_layers", "n_layer", "n_layers", "num_layers", "num_decoder_layers", "encoder_layers",
-      "decoder_layers"), 1024, "layers in a stack", "the deepest real models have about 130"),
+      "decoder_layers", "decoder_sparse_step"), 1024, "layers in a stack", "the deepest real models have about 130"),
     (("hidden_size", "n_embd", "d_model", "intermediate_size", "n_inner", "d_ff", "encoder_ffn_dim",
       "decoder_ffn_dim", "ffn_dim", "hidden_dim", "dim", "embedding_size", "word_embed_proj_dim", "d_kv",
-      "head_dim", "conv_dim"), 1 << 20, "units in a layer", "the widest real models have about 75,000"),
+      "head_dim", "conv_dim", "moe_intermediate_size", "shared_expert_intermediate_size"), 1 << 20, "units in a layer",
+     "the widest real models have about 75,000"),
     (("num_attention_heads", "num_key_value_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
       "decoder_attention_heads", "num_conv_pos_embedding_groups"), 1 << 16, "heads or groups",
      "real models have at most a few hundred"),
+    (("num_local_experts", "num_experts", "num_experts_per_tok"), 1 << 16, "experts",
+     "the largest real mixtures have a few hundred experts a layer"),
     (("vocab_size", "decoder_vocab_size", "type_vocab_size"), 1 << 24, "token ids",
      "the largest real vocabularies have about 260,000"),
     (("num_labels",), 1 << 20, "labels", "real classifiers have at most tens of thousands"),
@@ -33,8 +36,9 @@ BOUNDS = (
 #: field -> (bound, what it counts, the real models' values)
 LIMITS = {name: (bound, what, real) for names, bound, what, real in BOUNDS for name in names}
 
-#: The fields that must be at least 1 where present (a vocabulary of token types may be 0 ...).
-AT_LEAST_ONE = frozenset(LIMITS) - {"type_vocab_size", "num_labels"}
+#: The fields that must be at least 1 where present (a vocabulary of token types may be 0, Qwen2-MoE's dense
+#: configs have 0 experts and no shared expert ...).
+AT_LEAST_ONE = frozenset(LIMITS) - {"type_vocab_size", "num_labels", "num_experts", "shared_expert_intermediate_size"}
 
 #: Entries of a per-layer list (``conv_dim``, ``conv_kernel``, ``conv_stride``) or a label map.
 MAX_ENTRIES = 1024

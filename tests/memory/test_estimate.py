@@ -108,6 +108,20 @@ PARAM_CASES = [
                                  encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
                                  decoder_ffn_dim=128, max_source_positions=100, max_target_positions=64, **WHISPER),
      MemoryOptions()),
+    ("gemma2", tr.Gemma2Config(**_text(num_key_value_heads=2, head_dim=32, sliding_window=16)), MemoryOptions()),
+    ("gemma2-untied-bias", tr.Gemma2Config(**_text(tie_word_embeddings=False, attention_bias=True)), MemoryOptions()),
+    ("gemma3-text", tr.Gemma3TextConfig(**_text(num_hidden_layers=3, num_key_value_heads=1, head_dim=32,
+                                                layer_types=["sliding_attention", "full_attention",
+                                                             "sliding_attention"])), MemoryOptions()),
+    ("mixtral", tr.MixtralConfig(**_text(num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)),
+     MemoryOptions()),
+    ("qwen2-moe-sparse-step", tr.Qwen2MoeConfig(**_text(num_hidden_layers=3, moe_intermediate_size=48,
+                                                        shared_expert_intermediate_size=80, num_experts=4,
+                                                        num_experts_per_tok=2, decoder_sparse_step=2)),
+     MemoryOptions()),
+    ("qwen3-moe-mlp-only", tr.Qwen3MoeConfig(**_text(num_hidden_layers=3, num_key_value_heads=2, head_dim=32,
+                                                     moe_intermediate_size=48, num_experts=6, num_experts_per_tok=3,
+                                                     mlp_only_layers=[0], attention_bias=True)), MemoryOptions()),
 ]
 
 #: One tiny configuration per family, measured on CPU (name, config, shape).
