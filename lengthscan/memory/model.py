@@ -23,12 +23,13 @@ class Trace:
     tensors_trained: int
 
 
-def trace(config, shape: Shape, options: MemoryOptions = MemoryOptions()) -> Trace:
-    """Run the family's forward pass for ``shape`` on a tape (the config's sizes checked first)."""
+def trace(config, shape: Shape, options: MemoryOptions = MemoryOptions(), *, grad: bool = True) -> Trace:
+    """Run the family's forward pass for ``shape`` on a tape (the config's sizes checked first);
+    ``grad=False``: under ``torch.no_grad`` (evaluation), nothing kept for backward."""
     check_sizes(config)
     head = resolve_head(config, options.head)
     family = family_of(config)
-    t = Tape(options.precision)
+    t = Tape(options.precision, grad=grad)
     b, s, tg = shape.batch_size, shape.input_len, shape.target_len
     mt = config.model_type
     if family == "encoder-decoder":

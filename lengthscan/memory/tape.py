@@ -70,8 +70,10 @@ class Node:
 class Tape:
     """The forward pass of one training step, op by op."""
 
-    def __init__(self, precision: str = "fp32", weights: str = "f32"):
+    def __init__(self, precision: str = "fp32", weights: str = "f32", grad: bool = True):
         self.low = {"bf16": "bf16", "fp16": "f16"}.get(precision)
+        self.grad = grad  # False: a forward under torch.no_grad (evaluation): nothing needs a gradient, no node
+        self.outputs: list[Tensor] = []
         self.weights = weights
         self.params: dict[str, Param] = {}
         self.nodes: list[Node] = []
@@ -92,7 +94,7 @@ class Tape:
         storage = Storage(int(numel) * BYTES[dtype], kind or self.kind, held, self.layer, len(self.events))
         self.storages.append(storage)
         self.events.append(("alloc", storage))
-        return Tensor(int(numel), dtype, requires_grad, storage)
+        return Tensor(int(numel), dtype, requires_grad and self.grad, storage)
 
     def input(self, numel: int, dtype: str = "i64") -> Tensor:
         """A tensor of the batch (live before the step)."""
@@ -106,7 +108,7 @@ class Tape:
         if p is None:
             p = self.params[key] = Param(int(numel), trainable)
             storage = Storage(int(numel) * BYTES[self.weights], "weights", True, None, -1)
-            p.tensor = Tensor(int(numel), self.weights, trainable, storage, p)
+            p.tensor = Tensor(int(numel), self.weights, trainable and self.grad, storage, p)
         elif tie and name != key:
             self.params.setdefault(name, p)
         return p.tensor
@@ -210,6 +212,7 @@ class Tape:
     def finish(self, loss: Tensor, keep: list[Tensor] = ()) -> None:
         """The loss closes the forward pass; ``keep`` are the outputs alive until it returns."""
         self.loss = loss
+        self.outputs = [t for t in keep if t is not None and t.storage is not None and not t.storage.held]
         end = len(self.events)
         for t in keep:
             if t is not None and t.storage is not None:
