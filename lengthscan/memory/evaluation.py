@@ -259,3 +259,55 @@ def _pad(chunk, multiple):
     longest = max(int(x) for x in chunk)
     padded = -(-longest // multiple) * multiple if multiple else longest
     return padded, any(int(x) < padded for x in chunk)
+
+
+#: what the report's ``alternatives`` try, each against the options given
+ALTERNATIVES = (("eval_accumulation_steps=1", {"accumulation_steps": 1}), ("argmax_logits", {"argmax_logits": True}),
+                ("prediction_loss_only", {"prediction_loss_only": True}))
+
+
+def shape_mode_batches(batch_size: int, rows: int, input_len: int | None, target_len: int | None) -> list[Shape]:
+    """``rows`` rows of one padded shape in batches of ``batch_size`` (the last one short)."""
+    full, rest = divmod(rows, batch_size)
+    shapes = [Shape(batch_size, input_len, target_len)] * full
+    return shapes + ([Shape(rest, input_len, target_len)] if rest else [])
+
+
+def report(config, shapes, options: MemoryOptions, evo: EvalOptions, usable_bytes: int | None = None) -> dict:
+    """``report.json["memory"]["evaluation"]``: the loop's peak, its terms, where it breaks the budget, and what
+    each alternative (accumulation every batch, argmax logits, loss only) changes."""
+    shapes = list(shapes)
+    est = evaluate_loop(config, shapes, options, evo, usable_bytes)
+    out = {**est.to_dict(), "options": evo.to_dict(), "batches": len(shapes)}
+    broken = est.breaking_step
+    out["breaking_rows"] = None if broken is None else sum(s.batch_size for s in shapes[:broken + 1])
+    peaks = list(est.step_peaks)
+    out["per_step_peak_bytes"] = peaks if len(peaks) <= 10_000 else {"steps": len(peaks), "max": max(peaks)}
+    out["fits"] = None if usable_bytes is None else est.peak_bytes <= usable_bytes
+    alternatives = {}
+    for name, change in ALTERNATIVES:
+        if evo.prediction_loss_only or all(getattr(evo, k) == v for k, v in change.items()):
+            continue  # loss only keeps nothing the others would change
+        alt = evaluate_loop(config, shapes, options, replace(evo, **change), usable_bytes)
+        alternatives[name] = {"peak_bytes": alt.peak_bytes, "saves_bytes": est.peak_bytes - alt.peak_bytes,
+                              "breaking_step": alt.breaking_step,
+                              "fits": None if usable_bytes is None else alt.peak_bytes <= usable_bytes}
+    out["alternatives"] = alternatives
+    return out
+
+
+def summary_lines(ev: dict) -> list[str]:
+    """A few terminal lines for :func:`report`'s dict (batch numbers from 0, as data mode's)."""
+    from lengthscan.report.fmt import size
+
+    lines = [f"evaluation ({ev['steps']:,} batches, {ev['rows']:,} rows): peak {size(ev['peak_bytes'])} at batch "
+             f"#{ev['peak_step']} ({ev['moment']}); {size(ev['held_bytes_end'])} of predictions on the device "
+             "at the end"]
+    if ev["breaking_step"] is not None:
+        lines.append(f"  breaks the budget at batch #{ev['breaking_step']} (after {ev['breaking_rows']:,} rows)")
+    elif ev["fits"] is not None:
+        lines.append("  fits the budget")
+    alts = [f"{name}: {size(a['peak_bytes'])}" for name, a in ev["alternatives"].items()]
+    if alts:
+        lines.append("  instead, " + "; ".join(alts))
+    return lines
