@@ -46,6 +46,7 @@ exit codes: 0 ok (fits), 1 the worst batch does not fit --budget, 2 bad usage or
                                                     "not fit with --margin")
     m.add_argument("--json", action="store_true", help="print the prediction as JSON to stdout")
     _add_memory_data_flags(m)
+    _add_eval_flags(m)
 
 
 def _options(args):
@@ -58,7 +59,57 @@ def _options(args):
 
 
 def run_memory(args, command: str) -> int:
+    if (problem := _eval_usage(args)) is not None:
+        say(f"lengthscan: error: {problem}")
+        return EXIT_USAGE
     return _memory_data(args, command) if args.source is not None else _memory(args)
+
+
+# -- the evaluation loop (docs/memory.md, "Evaluation") ------------------------------------------
+
+def _add_eval_flags(m: argparse.ArgumentParser) -> None:
+    g = m.add_argument_group("evaluation (Trainer.evaluate while the training state is resident; shape mode)")
+    g.add_argument("--eval-batch-size", type=int, metavar="B", help="per_device_eval_batch_size: price the loop")
+    g.add_argument("--eval-rows", type=int, metavar="N", help="rows in the evaluation set (default: one batch)")
+    g.add_argument("--eval-input-len", type=int, metavar="S", help="padded eval input length (default --input-len)")
+    g.add_argument("--eval-target-len", type=int, metavar="T", help="padded eval target length (default --target-len)")
+    g.add_argument("--eval-accumulation-steps", type=int, metavar="N", help="move predictions to the host every N")
+    g.add_argument("--prediction-loss-only", action="store_true", help="keep only the loss (no compute_metrics)")
+    g.add_argument("--eval-argmax", action="store_true", help="preprocess_logits_for_metrics = argmax")
+
+
+def _eval_usage(args) -> str | None:
+    """What is wrong with the evaluation flags (None: nothing)."""
+    given = [flag for flag, value in (("--eval-accumulation-steps", args.eval_accumulation_steps),
+                                      ("--eval-rows", args.eval_rows), ("--eval-input-len", args.eval_input_len),
+                                      ("--eval-target-len", args.eval_target_len),
+                                      ("--prediction-loss-only", args.prediction_loss_only or None),
+                                      ("--eval-argmax", args.eval_argmax or None)) if value is not None]
+    if args.eval_batch_size is None:
+        return f"{given[0]} needs --eval-batch-size B (the evaluation it changes)" if given else None
+    if args.source is not None:
+        return "the evaluation loop is priced in shape mode only for now: drop SRC and give --input-len"
+    for flag, value in (("--eval-batch-size", args.eval_batch_size), ("--eval-rows", args.eval_rows),
+                        ("--eval-accumulation-steps", args.eval_accumulation_steps)):
+        if value is not None and value < 1:
+            return f"{flag} must be at least 1"
+    if args.prediction_loss_only and args.eval_argmax:
+        return "--eval-argmax changes the logits --prediction-loss-only drops: give one of them"
+    return None
+
+
+def _evaluation(args, config, options, budget) -> dict:
+    from lengthscan.memory import usable_bytes
+    from lengthscan.memory.evaluation import EvalOptions, report, shape_mode_batches
+    from lengthscan.memory.families import family_of
+
+    evo = EvalOptions(args.eval_batch_size, args.eval_accumulation_steps, args.prediction_loss_only, args.eval_argmax)
+    target = args.eval_target_len or args.target_len
+    if family_of(config) in ("decoder-only", "encoder-only"):  # no separate target (see shape_warnings)
+        target = None
+    shapes = shape_mode_batches(evo.batch_size, args.eval_rows or evo.batch_size,
+                                args.eval_input_len or args.input_len, target)
+    return report(config, shapes, options, evo, usable_bytes(budget, args.margin) if budget else None)
 
 
 def parse_size(text: str) -> int:
@@ -112,6 +163,14 @@ def _memory(args) -> int:
     if budget is not None:
         fits = est.peak_bytes <= usable_bytes(budget, args.margin)
         data["memory"]["budget_bytes"], data["memory"]["fits"] = budget, fits
+    if args.eval_batch_size is not None:
+        try:
+            data["memory"]["evaluation"] = _evaluation(args, config, options, budget)
+        except ValueError as exc:
+            say(f"lengthscan: error: {_as_flags(exc)}")
+            return EXIT_USAGE
+        if data["memory"]["evaluation"]["fits"] is False:
+            fits = data["memory"]["fits"] = False
     if args.json:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
@@ -126,7 +185,12 @@ def _memory(args) -> int:
         for note in est.notes:
             print(f"  note: {note}")
         if budget is not None:
-            print(f"  {'fits' if fits else 'does NOT fit'} in {args.budget} with a {args.margin:.0%} margin")
+            train_fits = est.peak_bytes <= usable_bytes(budget, args.margin)
+            print(f"  {'fits' if train_fits else 'does NOT fit'} in {args.budget} with a {args.margin:.0%} margin")
+        if "evaluation" in data["memory"]:
+            from lengthscan.memory.evaluation import summary_lines
+
+            print("\n".join(summary_lines(data["memory"]["evaluation"])))
     return EXIT_GATE if fits is False else EXIT_OK
 
 

@@ -155,14 +155,13 @@ def _eager(t: Tape, q, k, v, scores_numel: int, mask4d, p: float, causal: bool, 
     return ops.copy(t, out)  # transpose(1, 2).contiguous()
 
 
-<<<<<<< HEAD
 def _rg(*xs) -> bool:
     return any(x is not None and x.requires_grad for x in xs)
-=======
+
+
 def soft_cap(t: Tape, x: Tensor) -> Tensor:
     """``tanh(x / cap) * cap`` (Gemma 2's scores, Gemma's final logits): three new tensors, tanh keeps its output."""
     return ops.scale(t, ops.unary(t, ops.scale(t, x), "output"))
->>>>>>> m-families
 
 
 @op_kind("activations_mlp")

@@ -60,7 +60,7 @@ def _optimizer(model, options: MemoryOptions):
     return cls(params, **kwargs)
 
 
-def _live_bytes(torch, model) -> int:
+def live_bytes(torch, model) -> int:
     """Bytes of every distinct tensor storage reachable from Python, and of the model's gradients.
 
     (Gradients made by autograd have no Python object until ``.grad`` is read, so the garbage
@@ -118,15 +118,15 @@ def measure_step(model, batch: dict, options: MemoryOptions = MemoryOptions(), *
             step()
             if options.gradient_accumulation_steps > 1:  # measure the cycle's last micro-batch: gradients exist
                 step(update=False)
-            live_before = _live_bytes(torch, model)
+            live_before = live_bytes(torch, model)
             with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
                 step()
     finally:
         torch.set_num_threads(threads)
-    return _peak(prof, live_before)
+    return profiled_peak(prof, live_before)
 
 
-def _peak(prof, live_before: int) -> Measurement:
+def profiled_peak(prof, live_before: int) -> Measurement:
     import torch
 
     kind = torch._C._profiler._EventType  # torch's own private: the profiler tree's event kinds

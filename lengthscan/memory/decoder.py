@@ -48,7 +48,7 @@ def _llama(t: Tape, c, batch: int, seq: int, opts, padding: bool) -> None:
     head_dim = getattr(c, "head_dim", None) or d // heads
     ids, amask = t.input(batch * seq), t.input(batch * seq)
     tie = "model.embed_tokens.weight" if getattr(c, "tie_word_embeddings", False) else None
-    h = ops.embedding(t, ids, batch * seq, c.vocab_size, d, "model.embed_tokens")
+    h = embeds = ops.embedding(t, ids, batch * seq, c.vocab_size, d, "model.embed_tokens")
     gemma, phi3 = mt == "gemma", mt == "phi3"
     if gemma:  # embeddings * embed_scale (a 0-dim buffer): a new tensor
         h = ops.binary(t, h, t.new(1, "f32", False, "buffers", held=True), saves=True)
@@ -83,11 +83,13 @@ def _llama(t: Tape, c, batch: int, seq: int, opts, padding: bool) -> None:
             x = gated_mlp(t, x, d, c.intermediate_size, f"{name}.mlp", c.hidden_act, bias=mlp_bias)
         h = ops.binary(t, h, ops.dropout(t, x, resid_p))
         t.end_layer(h)
+    t.use(embeds)  # the model's forward holds inputs_embeds through its layers
     h = ops.rms_norm(t, h, d, "model.norm", plus_one=gemma)
     labels = t.input(batch * seq)
     shifted = t.new(batch * (seq + 1), "i64", False)  # pad(labels, (0, 1)), then [..., 1:].contiguous()
     loss, logits = lm_loss(t, h, d, c.vocab_size, batch * seq, shifted, tie=tie)
     t.use(labels)
+    t.use(h)  # outputs.last_hidden_state lives until the model's forward returns
     t.finish(loss, keep=[logits, amask])
 
 
@@ -95,7 +97,7 @@ def _gpt2(t: Tape, c, batch: int, seq: int, opts, padding: bool) -> None:
     d = c.n_embd
     inner = c.n_inner or 4 * d
     ids, amask = t.input(batch * seq), t.input(batch * seq)
-    x = ops.embedding(t, ids, batch * seq, c.vocab_size, d, "transformer.wte")
+    x = x_embeds = ops.embedding(t, ids, batch * seq, c.vocab_size, d, "transformer.wte")
     pos_ids = t.new(seq, "i64", False)
     p = ops.embedding(t, pos_ids, seq, c.n_positions, d, "transformer.wpe")
     h = ops.dropout(t, ops.binary(t, x, p), c.embd_pdrop)
@@ -112,12 +114,15 @@ def _gpt2(t: Tape, c, batch: int, seq: int, opts, padding: bool) -> None:
         x = mlp(t, x, d, inner, f"{name}.mlp", c.activation_function, names=("c_fc", "c_proj"))
         h = ops.binary(t, h, ops.dropout(t, x, c.resid_pdrop))
         t.end_layer(h)
+    t.use(x_embeds)  # GPT2Model.forward holds inputs_embeds and position_embeds through its layers
+    t.use(p)
     h = ops.layer_norm(t, h, d, "transformer.ln_f")
     labels = t.input(batch * seq)
     shifted = t.new(batch * (seq + 1), "i64", False)
     tie = "transformer.wte.weight" if getattr(c, "tie_word_embeddings", True) else None
     loss, logits = lm_loss(t, h, d, c.vocab_size, batch * seq, shifted, tie=tie)
     t.use(labels)
+    t.use(h)  # outputs.last_hidden_state lives until the model's forward returns
     t.finish(loss, keep=[logits, amask])
 
 
@@ -161,6 +166,7 @@ def _opt(t: Tape, c, batch: int, seq: int, opts, padding: bool) -> None:
     tie = "model.decoder.embed_tokens.weight" if getattr(c, "tie_word_embeddings", True) else None
     loss, logits = lm_loss(t, h, emb, c.vocab_size, batch * seq, shifted, tie=tie)
     t.use(labels)
+    t.use(h)  # outputs.last_hidden_state lives until the model's forward returns
     t.finish(loss, keep=[logits, amask])
 
 
@@ -212,4 +218,5 @@ def _neox(t: Tape, c, batch: int, seq: int, opts, padding: bool) -> None:
     tie = "gpt_neox.embed_in.weight" if getattr(c, "tie_word_embeddings", False) else None
     loss, logits = lm_loss(t, h, d, c.vocab_size, batch * seq, shifted, tie=tie)
     t.use(labels)
+    t.use(h)  # outputs.last_hidden_state lives until the model's forward returns
     t.finish(loss, keep=[logits, amask])

@@ -153,14 +153,14 @@ def _router(t: Tape, c, x: Tensor, tokens: int, name: str) -> tuple:
     experts, k = num_experts(c), c.num_experts_per_tok
     logits = ops.linear(t, x, c.hidden_size, experts, name, bias=False)
     probs = ops.softmax(t, t.cast(logits, "f32"))  # Mixtral: softmax(logits.float()); Qwen: dtype=float
-    values = t.new(tokens * k, "f32", True)
+    values = t.new(tokens * k, "f32", probs.requires_grad)
     index = t.new(tokens * k, "i64", False)
     t.node([probs], [values], [index])  # topk keeps its indices
     if c.model_type == "mixtral" or getattr(c, "norm_topk_prob", False):  # values /= values.sum(-1, keepdim)
-        total = t.new(tokens, "f32", True)
+        total = t.new(tokens, "f32", values.requires_grad)
         t.node([values], [total], [])
         original = t.new(values.numel, "f32", False)  # in place: autograd keeps the original values
-        normed = Tensor(values.numel, "f32", True, values.storage)
+        normed = Tensor(values.numel, "f32", values.requires_grad, values.storage)
         t.node([values, total], [normed], [original, total])
         values = normed
     if c.model_type != "mixtral":  # router_top_value.to(router_logits.dtype)
@@ -172,7 +172,7 @@ def _grouped_mm(t: Tape, x: Tensor, rows: int, n_in: int, n_out: int, experts: i
     """``grouped_mm(x.to(w.dtype), w.transpose(-2, -1), offs)``: no autocast, the weights' dtype."""
     w = t.param(name, experts * n_in * n_out)
     x = t.cast(x, w.dtype)
-    out = t.new(rows * n_out, w.dtype, True)
+    out = t.new(rows * n_out, w.dtype, x.requires_grad or w.requires_grad)
     t.node([x, w], [out], [x, w])
     return out
 
@@ -187,7 +187,7 @@ def _experts(t: Tape, c, x: Tensor, weights: Tensor, index: Tensor, tokens: int,
     token_of = t.new(rows, "i64", False)  # perm // top_k
     picked = t.new(rows * d, x.dtype, x.requires_grad)  # hidden_states[perm // top_k]
     t.node([x], [picked], [token_of])
-    sample = t.new(rows, weights.dtype, True)  # sample_weights[perm]
+    sample = t.new(rows, weights.dtype, weights.requires_grad)  # sample_weights[perm]
     t.node([weights], [sample], [perm])
     scratch = [t.new(rows, "f32", False),  # histc's float copy of the sorted ids (CUDA: an int32 one)
                t.new(experts, "f32", False), t.new(experts, "f32", False)]  # tokens_per_expert, offsets
@@ -199,9 +199,9 @@ def _experts(t: Tape, c, x: Tensor, weights: Tensor, index: Tensor, tokens: int,
     inverse = t.new(rows, "i64", False)  # inv_perm[perm] = arange(...)
     t.new(rows, "i64", False)  # the arange, freed at once
     t.use(perm)
-    ordered = t.new(rows * d, weighted.dtype, True)  # weighted_out[inv_perm]; its backward's index_put_ copies
+    ordered = t.new(rows * d, weighted.dtype, weighted.requires_grad)  # weighted_out[inv_perm]; its backward's index_put_ copies
     t.node([weighted], [ordered], [inverse], workspace=ordered.nbytes)  # the (expanded) gradient contiguous
-    out = t.new(tokens * d, ordered.dtype, True)  # .view(tokens, top_k, hidden).sum(dim=1)
+    out = t.new(tokens * d, ordered.dtype, ordered.requires_grad)  # .view(tokens, top_k, hidden).sum(dim=1)
     t.node([ordered], [out], [])
     out = t.cast(out, x.dtype)
     for local in (picked, sample, sorted_ids, perm, inverse, *scratch):  # locals, alive until the function returns
@@ -219,9 +219,9 @@ def _aux_loss(t: Tape, loss: Tensor, router_logits: list, tokens: int, experts: 
             t.new(tokens * top_k, "i64", False)  # topk indices
             t.new(tokens * top_k, "f32", False)  # flat_mask.repeat_interleave(top_k)
             weighted = ops.binary(t, probs, flat, saves=True)  # routing_weights.float() * flat_mask
-            part = t.new(experts, "f32", True)  # .sum(dim=0)
+            part = t.new(experts, "f32", weighted.requires_grad)  # .sum(dim=0)
             t.node([weighted], [part], [])
             total = part if total is None else ops.binary(t, total, part)
-        aux = t.new(1, "f32", True)
+        aux = t.new(1, "f32", total.requires_grad)
         t.node([total], [aux], [total])
         return ops.binary(t, loss, ops.scale(t, aux))

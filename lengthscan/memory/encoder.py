@@ -34,6 +34,8 @@ def trace(t: Tape, c, batch: int, seq: int, opts, padding: bool, head: str) -> N
     h = ops.dropout(t, h, c.hidden_dropout_prob)
     if e != d:
         h = ops.linear(t, h, e, d, f"{prefix}.embeddings_project")
+    embedding_output = h if e == d else None  # BertModel.forward holds it until the encoder returns (ELECTRA
+    # rebinds its projection)
     m = mask(t, batch, seq, seq, opts.attention) if padding else None
     a = Attn(d, c.num_attention_heads, d // c.num_attention_heads, dropout=c.attention_probs_dropout_prob,
              names=("self.query", "self.key", "self.value", "output.dense"))
@@ -43,10 +45,14 @@ def trace(t: Tape, c, batch: int, seq: int, opts, padding: bool, head: str) -> N
         x = attention(t, h, None, a, f"{name}.attention", batch, seq, seq, attention=opts.attention, mask4d=m,
                       causal=False)
         h = _add_norm(t, x, h, d, c.hidden_dropout_prob, f"{name}.attention.output.LayerNorm")
-        x = ops.activation(t, ops.linear(t, h, d, c.intermediate_size, f"{name}.intermediate.dense"), c.hidden_act)
-        x = ops.linear(t, x, c.intermediate_size, d, f"{name}.output.dense")
+        inter = ops.activation(t, ops.linear(t, h, d, c.intermediate_size, f"{name}.intermediate.dense"),
+                               c.hidden_act)
+        x = ops.linear(t, inter, c.intermediate_size, d, f"{name}.output.dense")
         h = _add_norm(t, x, h, d, c.hidden_dropout_prob, f"{name}.output.LayerNorm")
+        t.use(inter)  # feed_forward_chunk holds intermediate_output until self.output(...) returns
         t.end_layer(h)
+    if embedding_output is not None:
+        t.use(embedding_output)
     if head == "masked_lm" and electra:
         _electra_mlm(t, c, h, d, e, n, amask)
     elif head == "masked_lm":

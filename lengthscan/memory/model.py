@@ -35,16 +35,17 @@ class Trace:
         return sum(p.nbytes for p in _distinct(self.tape))
 
 
-def trace(config, shape: Shape, options: MemoryOptions = MemoryOptions()) -> Trace:
-    """Run the family's forward pass for ``shape`` on a tape (the config's sizes checked first)."""
+def trace(config, shape: Shape, options: MemoryOptions = MemoryOptions(), *, grad: bool = True) -> Trace:
+    """Run the family's forward pass for ``shape`` on a tape (the config's sizes checked first);
+    ``grad=False``: under ``torch.no_grad`` (evaluation), nothing kept for backward."""
     check_sizes(config)
     head = resolve_head(config, options.head)
     family = family_of(config)
     plan = WeightPlan(TORCH_DTYPES[options.torch_dtype], options.adapter, options.quantization, options.prepare_kbit)
-    t = Tape(options.precision, plan.torch_dtype, plan)
+    t = Tape(options.precision, plan.torch_dtype, plan, grad=grad)
     if plan.active:
         t.linear_hook = adapted.linear
-        t.input_grads = options.gradient_checkpointing  # transformers' checkpointing enables input gradients
+        t.input_grads = grad and options.gradient_checkpointing  # transformers' checkpointing enables input gradients
     b, s, tg = shape.batch_size, shape.input_len, shape.target_len
     mt = config.model_type
     if family == "encoder-decoder":

@@ -50,6 +50,7 @@ def trace_bart(t: Tape, c, batch: int, src: int, tgt: int, opts, padding: bool) 
     if tie and mt == "marian" and not getattr(c, "share_encoder_decoder_embeddings", True):
         tie = "model.decoder.embed_tokens.weight"
     loss, logits = lm_loss(t, h, d, out_vocab, batch * tgt, labels, tie=tie, bias_buffer=True, upcast=False)
+    t.use(h)  # outputs[0], the decoder's last hidden state, lives until the forward returns
     t.finish(loss, keep=[logits, enc, amask])
 
 

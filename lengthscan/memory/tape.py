@@ -74,8 +74,10 @@ class Node:
 class Tape:
     """The forward pass of one training step, op by op."""
 
-    def __init__(self, precision: str = "fp32", weights: str = "f32", plan=None):
+    def __init__(self, precision: str = "fp32", weights: str = "f32", plan=None, grad: bool = True):
         self.low = {"bf16": "bf16", "fp16": "f16"}.get(precision)
+        self.grad = grad  # False: a forward under torch.no_grad (evaluation): nothing needs a gradient, no node
+        self.outputs: list[Tensor] = []
         self.weights = weights
         self.plan = plan  # lengthscan.memory.weights.WeightPlan: dtypes, quantized layers, what trains
         self.linear_hook = None  # lengthscan.memory.adapted.linear when a plan quantizes or adapts layers
@@ -101,7 +103,7 @@ class Tape:
         storage = Storage(int(numel) * BYTES[dtype], kind or self.kind, held, self.layer, len(self.events))
         self.storages.append(storage)
         self.events.append(("alloc", storage))
-        return Tensor(int(numel), dtype, requires_grad, storage)
+        return Tensor(int(numel), dtype, requires_grad and self.grad, storage)
 
     def input(self, numel: int, dtype: str = "i64") -> Tensor:
         """A tensor of the batch (live before the step)."""
@@ -127,7 +129,7 @@ class Tape:
             p = self.params[key] = Param(int(numel), trainable, dtype=dtype, nbytes=nbytes,
                                          quantized=stored is not None, shape=shape)
             storage = Storage(nbytes, "weights", True, None, -1)
-            p.tensor = Tensor(int(numel), dtype, trainable, storage, p)
+            p.tensor = Tensor(int(numel), dtype, trainable and self.grad, storage, p)
             if self.plan is not None and self.plan.duplicated(key):  # peft's frozen original_module
                 original = self.params[f"{key}#original"] = Param(int(numel), False, dtype=dtype, nbytes=nbytes,
                                                                    shape=shape)
@@ -235,6 +237,7 @@ class Tape:
     def finish(self, loss: Tensor, keep: list[Tensor] = ()) -> None:
         """The loss closes the forward pass; ``keep`` are the outputs alive until it returns."""
         self.loss = loss
+        self.outputs = [t for t in keep if t is not None and t.storage is not None and not t.storage.held]
         end = len(self.events)
         for t in keep:
             if t is not None and t.storage is not None:
