@@ -199,7 +199,8 @@ def _experts(t: Tape, c, x: Tensor, weights: Tensor, index: Tensor, tokens: int,
     inverse = t.new(rows, "i64", False)  # inv_perm[perm] = arange(...)
     t.new(rows, "i64", False)  # the arange, freed at once
     t.use(perm)
-    ordered = t.new(rows * d, weighted.dtype, weighted.requires_grad)  # weighted_out[inv_perm]; its backward's index_put_ copies
+    # weighted_out[inv_perm]; its backward's index_put_ copies
+    ordered = t.new(rows * d, weighted.dtype, weighted.requires_grad)
     t.node([weighted], [ordered], [inverse], workspace=ordered.nbytes)  # the (expanded) gradient contiguous
     out = t.new(tokens * d, ordered.dtype, ordered.requires_grad)  # .view(tokens, top_k, hidden).sum(dim=1)
     t.node([ordered], [out], [])
