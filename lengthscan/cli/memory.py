@@ -34,8 +34,9 @@ exit codes: 0 ok (fits), 1 the worst batch does not fit --budget, 2 bad usage or
     m.add_argument("--target-len", type=int, metavar="T", help="padded label length of an encoder-decoder")
     m.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
                    help="fp32, or bf16/fp16 mixed precision (default fp32)")
-    m.add_argument("--optimizer", choices=("adamw", "adamw_foreach", "adamw_loop", "sgd"), default="adamw",
-                   help="the Trainer's optimizer (default adamw: adamw_torch_fused)")
+    m.add_argument("--optimizer", choices=_optimizer_choices(), default="adamw_torch_fused", metavar="OPTIM",
+                   help="TrainingArguments.optim: adamw_torch_fused (default), adamw_torch, adamw_bnb_8bit "
+                        "(adamw_8bit), paged_adamw_8bit, paged_adamw_32bit, adafactor, sgd")
     m.add_argument("--attention", choices=("eager", "sdpa", "flash"), default="sdpa",
                    help="attention implementation (default sdpa)")
     m.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in backward")
@@ -45,17 +46,61 @@ exit codes: 0 ok (fits), 1 the worst batch does not fit --budget, 2 bad usage or
                                                     "the worst batch's; with --packing, the packed one's) does "
                                                     "not fit with --margin")
     m.add_argument("--json", action="store_true", help="print the prediction as JSON to stdout")
+    _add_run_flags(m)
     _add_memory_data_flags(m)
     _add_eval_flags(m)
 
 
+def _optimizer_choices() -> tuple:
+    from lengthscan.memory.optimizers import ALIASES, OPTIMIZERS
+
+    return (*OPTIMIZERS, *ALIASES)
+
+
+def _add_run_flags(m: argparse.ArgumentParser) -> None:
+    """The run launched: weights' dtype, adapters (peft), a quantized base (bitsandbytes)."""
+    g = m.add_argument_group("the run launched (weights, adapters, quantization)")
+    g.add_argument("--torch-dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
+                   help="the dtype the model is loaded in (from_pretrained(dtype=...)), kept by the Trainer: bf16 "
+                        "weights have bf16 gradients and optimizer state, no fp32 master copy (default fp32)")
+    g.add_argument("--adapter-config", metavar="PATH",
+                   help="a peft adapter_config.json (or the folder LoraConfig.save_pretrained wrote): LoRA or DoRA; "
+                        "only the adapters (and modules_to_save) train")
+    g.add_argument("--lora-r", type=int, metavar="R", help="shortcut for a LoRA adapter of rank R (no file)")
+    g.add_argument("--lora-targets", metavar="NAMES", help="with --lora-r: comma-separated module names, or "
+                                                           "all-linear (default)")
+    g.add_argument("--lora-alpha", type=float, metavar="A", help="with --lora-r: lora_alpha (default 2R)")
+    g.add_argument("--lora-dropout", type=float, default=0.0, metavar="P", help="with --lora-r: lora_dropout")
+    g.add_argument("--dora", action="store_true", help="with --lora-r: use_dora")
+    g.add_argument("--quantization-config", metavar="FILE",
+                   help="a BitsAndBytesConfig as JSON (to_dict()), or a model config.json holding "
+                        "quantization_config: a 4-bit (QLoRA) or LLM.int8 base; needs an adapter")
+    g.add_argument("--no-prepare-kbit", dest="prepare_kbit", action="store_false",
+                   help="the quantized model is not passed through peft's prepare_model_for_kbit_training (which "
+                        "casts its other weights to fp32)")
+
+
 def _options(args):
     from lengthscan.memory import MemoryOptions
+    from lengthscan.memory.adapters import lora_from_flags, read_adapter_config
+    from lengthscan.memory.quant import read_quantization_config
 
+    adapter = None
+    if args.adapter_config and args.lora_r is not None:
+        raise ValueError("give --adapter-config or --lora-r, not both (the file is the contract)")
+    if args.adapter_config:
+        adapter = read_adapter_config(args.adapter_config)
+    elif args.lora_r is not None:
+        adapter = lora_from_flags(args.lora_r, args.lora_targets, args.lora_alpha, args.lora_dropout, args.dora)
+    elif args.lora_targets or args.lora_alpha is not None or args.dora or args.lora_dropout:
+        raise ValueError("--lora-targets, --lora-alpha, --lora-dropout and --dora need --lora-r (or give "
+                         "--adapter-config)")
+    quantization = read_quantization_config(args.quantization_config) if args.quantization_config else None
     return MemoryOptions(precision=args.precision, optimizer=args.optimizer, attention=args.attention,
                          gradient_checkpointing=args.gradient_checkpointing,
                          freeze_feature_encoder=args.freeze_feature_encoder,
-                         gradient_accumulation_steps=args.grad_accum)
+                         gradient_accumulation_steps=args.grad_accum, torch_dtype=args.torch_dtype,
+                         adapter=adapter, quantization=quantization, prepare_kbit=args.prepare_kbit)
 
 
 def run_memory(args, command: str) -> int:

@@ -52,7 +52,9 @@ def linear(t: Tape, x: Tensor, n_in: int, n_out: int, name: str, bias: bool = Tr
     if lora.bias == "lora_only" and (bias or bias_tie):
         b = t.params[bias_tie or f"{name}.bias"]
         b.trainable = b.tensor.requires_grad = True
-    return _lora(t, x, out, n_in, n_out, name, lora, quantized)
+    out = _lora(t, x, out, n_in, n_out, name, lora, quantized)
+    t.use(x)  # the caller holds the layer's input until the layer returns
+    return out
 
 
 def _quantized(t: Tape, x: Tensor, n_in: int, n_out: int, name: str, bias: bool, trainable: bool) -> Tensor:
@@ -80,7 +82,8 @@ def _quantized(t: Tape, x: Tensor, n_in: int, n_out: int, name: str, bias: bool,
         fw += x.numel * BYTES[mm] + numel * BYTES[mm]
     out = t.new(rows * n_out, mm, _rg(x, b))
     back = numel * BYTES[dtype] + (rows * n_out * BYTES[dtype] if mm != dtype else 0)
-    t.node([x, w, b], [out], [x if x.requires_grad else None], forward_workspace=fw, workspace=back)
+    # ``ctx.A = A``: kept on the context, which checkpointing's saved-tensor hooks never see
+    t.node([x, w, b], [out], [x if x.requires_grad else None], forward_workspace=fw, workspace=back, outside=True)
     return out
 
 
@@ -98,6 +101,7 @@ def _lora(t: Tape, x: Tensor, result: Tensor, n_in: int, n_out: int, name: str, 
     a = ops.dense(t, d, n_in, lora.r, f"{name}.lora_A.default", bias=False)
     b = ops.dense(t, a, lora.r, n_out, f"{name}.lora_B.default", bias=False)
     s = ops.scale(t, b)
+    t.use(xa)  # peft's forward holds its cast input (``x = self._cast_input_dtype(x, ...)``) until it returns
     if bnb and converts:
         s = t.cast(s, res_dtype)
     out = ops.binary(t, result, s)

@@ -152,6 +152,12 @@ def lora_from_dict(data: dict, source: str = "") -> Lora:
                               ("alpha_pattern", "per-module alphas (alpha_pattern)")):
         if data.get(unsupported):
             raise AdapterError(f"{where}{what} is not priced yet: remove {unsupported} to price the uniform rank")
+    for unsupported, what in (("use_qalora", "QA-LoRA"), ("layer_replication", "layer replication"),
+                              ("trainable_token_indices", "trainable token indices"), ("use_bdlora", "BD-LoRA"),
+                              ("alora_invocation_tokens", "activated LoRA"), ("arrow_config", "Arrow routing"),
+                              ("lora_bias", "a bias on lora_B (lora_bias)")):
+        if data.get(unsupported):
+            raise AdapterError(f"{where}{what} is not priced: lengthscan prices plain LoRA and DoRA")
     targets, regex = _targets(data.get("target_modules"), where)
     exclude, exclude_regex = _names(data.get("exclude_modules"))
     layers = data.get("layers_to_transform")
@@ -165,10 +171,10 @@ def lora_from_dict(data: dict, source: str = "") -> Lora:
                     modules_to_save=tuple(data.get("modules_to_save") or ()), bias=str(data.get("bias", "none")),
                     use_dora=bool(data.get("use_dora", False)), layers_to_transform=layers, layers_pattern=pattern,
                     task_type=data.get("task_type"), source=source)
-    except (TypeError, ValueError) as exc:
-        if isinstance(exc, AdapterError):
-            raise AdapterError(f"{where}{exc}") from None
+    except AdapterError as exc:
         raise AdapterError(f"{where}{exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise AdapterError(f"{where}a value does not read: {exc}") from None
 
 
 def _targets(value, where: str) -> tuple[tuple, bool]:

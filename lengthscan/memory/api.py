@@ -42,6 +42,7 @@ class MemoryEstimate:
     shape: dict = field(default_factory=dict)
     options: dict = field(default_factory=dict)
     notes: tuple = ()
+    run: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """JSON-ready: the peak, its phase, terms and phase peaks, counts, the shape and options."""
@@ -58,6 +59,7 @@ class MemoryEstimate:
             "shape": dict(self.shape),
             "options": dict(self.options),
             "notes": list(self.notes),
+            "run": dict(self.run),
         }
 
 
@@ -127,8 +129,40 @@ def estimate(config, shape: Shape, options: MemoryOptions = MemoryOptions()) -> 
         head=resolve_head(config, options.head),
         shape=shape.to_dict(),
         options=options.to_dict(),
-        notes=tuple(decoder_gemma.notes(config, options) + decoder_moe.notes(config)),
+        notes=tuple(decoder_gemma.notes(config, options) + decoder_moe.notes(config) + run_notes(trace, options)),
+        run=run_summary(trace, options),
     )
+
+
+def run_summary(trace, options: MemoryOptions) -> dict:
+    """What the run launched trains and holds: adapters, quantization, dtypes, the optimizer's state."""
+    from lengthscan.memory import optimizers
+
+    state = optimizers.state_bytes(options.optimizer, trace.trained_params)
+    return {"torch_dtype": options.torch_dtype, "optimizer": options.optimizer,
+            "adapter": options.adapter.describe() if options.adapter else None,
+            "adapted_modules": len(trace.adapted),
+            "quantization": options.quantization.describe() if options.quantization else None,
+            "prepare_kbit": bool(options.quantization and options.prepare_kbit),
+            "weight_bytes": trace.weight_bytes, "optimizer_state_bytes": state,
+            "optimizer_state_paged_bytes": state if optimizers.paged(options.optimizer) else 0}
+
+
+def run_notes(trace, options: MemoryOptions) -> list[str]:
+    from lengthscan.memory import optimizers
+
+    out = []
+    if options.adapter is not None:
+        out.append(f"{options.adapter.describe()}: {len(trace.adapted)} layers adapted; trains "
+                   f"{trace.trainable:,} of {trace.params:,} parameters")
+    if options.quantization is not None:
+        prepared = ", prepared with prepare_model_for_kbit_training (its other weights in fp32)" \
+            if options.prepare_kbit else ""
+        out.append(f"base quantized: {options.quantization.describe()}{prepared}")
+    if optimizers.paged(options.optimizer):
+        out.append(f"{options.optimizer}: its state is counted on the device; CUDA may page it out to host "
+                   "memory under pressure (optimizer_state is the evictable part)")
+    return out
 
 
 def estimate_many(config, shapes, options: MemoryOptions = MemoryOptions()) -> list[MemoryEstimate]:

@@ -45,8 +45,8 @@ def build_model(config, options: MemoryOptions = MemoryOptions(), *, seed: int =
         from peft import get_peft_model
 
         model = get_peft_model(model, lora_config(options.adapter))
-    if options.gradient_checkpointing and not prepared:  # as the Trainer does once the model is built
-        model.gradient_checkpointing_enable()
+    if options.gradient_checkpointing:  # as the Trainer does once the model is built: non-reentrant (prepare_model_
+        model.gradient_checkpointing_enable()  # for_kbit_training's own call leaves torch's default, reentrant)
     if hasattr(model.config, "use_cache"):
         model.config.use_cache = False
     return model.train()

@@ -13,7 +13,7 @@ State is per trained parameter tensor, as each implementation allocates it on th
   unified memory: device-resident until the driver evicts it under pressure; the estimate counts
   it resident and reports it as ``optimizer_state_paged`` too.
 * ``adafactor`` (``Adafactor(scale_parameter=False, relative_step=False)``, no first moment):
-  factored second moments (a row and a column vector) for matrices, a full one for vectors; the
+  factored fp32 second moments (a row and a column vector) for matrices, a full one for vectors; the
   step's ``update`` tensors in fp32 for the largest parameter.
 * ``sgd``: no momentum (the Trainer passes only ``lr``): no state.
 """
@@ -57,7 +57,7 @@ def state_bytes(name: str, params) -> int:
             total += 8 * n
         elif name == "adafactor":
             rows, cols = p.shape if p.shape else (n, None)
-            total += (rows + cols) * w if cols else n * w
+            total += 4 * ((rows + cols) if cols else n) + 4  # fp32 (a low-precision gradient is upcast), RMS
     return total
 
 

@@ -60,10 +60,11 @@ class Quantization:
         if not self.four_bit:
             return numel + 4 * rows  # int8 weights, an fp32 scale a row (SCB)
         blocks = -(-numel // BLOCK_4BIT)
-        packed = (numel + 1) // 2
+        packed = (numel + 1) // 2 + 16 * 4  # and the layer's own copy of the 16-value code (NF4/FP4)
         if not self.double_quant:
             return packed + 4 * blocks
-        return packed + blocks + 4 * -(-blocks // BLOCK_NESTED) + 4  # 8-bit absmax, fp32 absmax of absmax, offset
+        # 8-bit absmax, fp32 absmax of absmax, offset, the 256-value code of the nested state
+        return packed + blocks + 4 * -(-blocks // BLOCK_NESTED) + 4 + 256 * 4
 
     def absmax_temporary(self, numel: int) -> int:
         """Bytes the dequantization allocates besides the weight: the fp32 absmax of a nested state."""

@@ -69,6 +69,7 @@ class Node:
     workspace: int = 0  # bytes allocated and freed inside its backward
     transposed: bool = False  # a matmul with the weight transposed: its weight gradient is a transposed view
     forward_workspace: int = 0
+    outside: bool = False  # keeps its tensors on ctx, past checkpointing's saved-tensor hooks (bitsandbytes' int8)
 
 
 class Tape:
@@ -149,7 +150,8 @@ class Tape:
             t.param.used = True
         return t
 
-    def node(self, inputs, outputs, saved, alias=False, workspace=0, forward_workspace=0, transposed=False) -> None:
+    def node(self, inputs, outputs, saved, alias=False, workspace=0, forward_workspace=0, transposed=False,
+             outside=False) -> None:
         """Record one op: ``inputs`` are used (live until it is done); if any needs a gradient, an
         autograd node producing theirs that keeps ``saved`` for backward (None entries skipped) and
         ``workspace`` bytes of scratch in backward; ``forward_workspace`` bytes of scratch now."""
@@ -165,7 +167,7 @@ class Tape:
             self.events.append(("op", None))  # the inputs' last use: freed once the op is done
             return
         saved = [s for s in saved if s is not None]
-        node = Node(inputs, outputs, saved, self.layer, alias, workspace, transposed)
+        node = Node(inputs, outputs, saved, self.layer, alias, workspace, transposed, outside=outside)
         index = len(self.nodes)
         self.nodes.append(node)
         for s in saved:

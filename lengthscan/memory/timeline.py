@@ -52,7 +52,9 @@ class _Live:
 def replay(tape: Tape, base: dict, optimizer_temp: int) -> list[Phase]:
     """The peak of each phase (forward_end, backward, optimizer_step) of the traced step."""
     nodes, ckpt = tape.nodes, tape.checkpointed
-    fwd_saved = {id(s) for s in tape.storages if any(nodes[i].layer not in ckpt for i in s.saved_by)}
+    fwd_saved = {id(s) for s in tape.storages
+                 if any(nodes[i].layer not in ckpt or nodes[i].outside for i in s.saved_by)}
+    held = {id(s) for s in tape.storages if any(nodes[i].outside for i in s.saved_by)}
     for inputs in tape.layer_inputs.values():
         fwd_saved.update(id(x.storage) for x in inputs if x.storage is not None)
     live = _Live(base)
@@ -102,9 +104,9 @@ def replay(tape: Tape, base: dict, optimizer_temp: int) -> list[Phase]:
             if current in ckpt:
                 _release(tape.layer_inputs[current], live, alive, refs)
             current = node.layer
-        if node.layer in ckpt and node.layer not in recomputed:
+        if node.layer in ckpt and node.layer not in recomputed and node.saved:  # the first unpack recomputes
             recomputed.add(node.layer)
-            _recompute(tape, node.layer, live, alive, refs)
+            _recompute(tape, node.layer, live, alive, refs, held)
         if not any(id(o) in grads for o in node.outputs):
             _release(node.saved, live, alive, refs)  # unreachable from the loss: freed with the graph
             continue
@@ -164,16 +166,23 @@ def _release(tensors, live: _Live, alive: set, refs: dict) -> None:
             live.add(s.kind, -s.nbytes)
 
 
-def _recompute(tape: Tape, layer: int, live: _Live, alive: set, refs: dict) -> None:
-    """Run layer ``layer``'s forward again: what its backward needs stays, the rest is transient."""
+def _recompute(tape: Tape, layer: int, live: _Live, alive: set, refs: dict, held: set = frozenset()) -> None:
+    """Run layer ``layer``'s forward again: what its backward needs stays, the rest is transient.
+
+    A tensor the first forward pass left on a node's context (``held``: checkpointing never saw
+    it) is allocated again, and lives until the recomputation's own graph is dropped."""
     mine = [s for s in tape.storages if s.layer == layer]
     ends = defaultdict(list)
     for s in mine:
         ends[s.last_use].append(s)
     last = max((s.created for s in mine), default=0)
     scratch = set(tape.layer_ws.get(layer, ()))
+    again = 0
     for index, (what, item) in enumerate(tape.events):
-        if what == "alloc" and item.layer == layer and id(item) not in alive:
+        if what == "alloc" and item.layer == layer and id(item) in held:
+            again += item.nbytes
+            live.add(item.kind, item.nbytes)
+        elif what == "alloc" and item.layer == layer and id(item) not in alive:
             alive.add(id(item))
             live.add(item.kind, item.nbytes)
         elif what == "ws" and index in scratch:
@@ -188,3 +197,5 @@ def _recompute(tape: Tape, layer: int, live: _Live, alive: set, refs: dict) -> N
         if id(s) in alive and refs[id(s)] == 0:
             alive.discard(id(s))
             live.add(s.kind, -s.nbytes)
+    if again:
+        live.add("activations_other", -again)
