@@ -208,6 +208,10 @@ def _memory(args) -> int:
     if budget is not None:
         fits = est.peak_bytes <= usable_bytes(budget, args.margin)
         data["memory"]["budget_bytes"], data["memory"]["fits"] = budget, fits
+        if not fits:  # what else makes it fit, each priced on the same batch
+            from lengthscan.memory.alternatives import alternatives
+
+            data["memory"]["alternatives"] = alternatives(config, shape, options, usable_bytes(budget, args.margin))
     if args.eval_batch_size is not None:
         try:
             data["memory"]["evaluation"] = _evaluation(args, config, options, budget)
@@ -232,6 +236,10 @@ def _memory(args) -> int:
         if budget is not None:
             train_fits = est.peak_bytes <= usable_bytes(budget, args.margin)
             print(f"  {'fits' if train_fits else 'does NOT fit'} in {args.budget} with a {args.margin:.0%} margin")
+            if "alternatives" in data["memory"]:
+                from lengthscan.memory.alternatives import advice_line
+
+                print(f"  {advice_line(data['memory']['alternatives'], size)}")
         if "evaluation" in data["memory"]:
             from lengthscan.memory.evaluation import summary_lines
 

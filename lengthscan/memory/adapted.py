@@ -38,7 +38,10 @@ def linear(t: Tape, x: Tensor, n_in: int, n_out: int, name: str, bias: bool = Tr
     plan = t.plan
     t.linears.append(name)
     q = plan.quantization
-    quantized = q is not None and tie is None and not q.skipped(name, OUTPUT_LAYERS + CLASS_HEADS)
+    # transformers skips the output embeddings and the module of the model's last parameter, named without its
+    # ".weight": a head ending in a bias ("classifier.bias") is not recognised, and is quantized
+    defaults = OUTPUT_LAYERS + (() if bias or bias_tie else CLASS_HEADS)
+    quantized = q is not None and tie is None and not q.skipped(name, defaults)
     if quantized:
         out = _quantized(t, x, n_in, n_out, name, bias, trainable)
     else:

@@ -18,7 +18,7 @@ from lengthscan.memory.api import load_config
 from lengthscan.memory.budget import usable_bytes
 from lengthscan.memory.epoch import Epoch, LayoutError, check_sampler, layout_for, price_epoch
 from lengthscan.memory.families import family_of
-from lengthscan.memory.options import MemoryOptions
+from lengthscan.memory.options import MemoryOptions, Shape
 
 #: Per-batch peaks listed one by one in ``report.json`` up to this many batches; beyond it, the
 #: highest peak of every ``every`` consecutive batches.
@@ -197,6 +197,7 @@ def _memory_dict(epoch: Epoch, rows: np.ndarray, measured: dict, *, model: str, 
     return {
         "mode": "data", "model": model, "model_type": worst.model_type, "family": worst.family, "head": worst.head,
         "params": worst.params, "trainable_params": worst.trainable_params, "options": options.to_dict(),
+        "run": dict(worst.run),
         "split": split, "rows": total, "simulated_rows": lay.rows, "left_out": total - lay.rows,
         "sampler": sampler, "seed": seed, "batch_size": epoch.batches.batch_size,
         "grad_accum": options.gradient_accumulation_steps, "pad_to_multiple_of": pad_to_multiple_of,
@@ -247,8 +248,14 @@ def _verdict(config, epoch: Epoch, lengths: dict, budget_bytes: int, margin: flo
     rate = (result.audio or {}).get("sampling_rate")
     limits = recommend_limits(config, lay, epoch.batches.batch_size, budget_bytes, options=options, margin=margin,
                               caps=caps, sampling_rate=rate, parts=parts)
-    return {"usable_bytes": usable, "fits": epoch.worst_estimate.peak_bytes <= usable,
-            "any_shuffle_fits": epoch.any_shuffle_estimate.peak_bytes <= usable, "limits": limits}
+    fits = epoch.worst_estimate.peak_bytes <= usable
+    out = {"usable_bytes": usable, "fits": fits, "any_shuffle_fits": epoch.any_shuffle_estimate.peak_bytes <= usable,
+           "limits": limits}
+    if not fits:  # what else makes the worst batch fit, each priced on it
+        from lengthscan.memory.alternatives import alternatives
+
+        out["alternatives"] = alternatives(config, Shape(**epoch.worst_estimate.shape), options, usable)
+    return out
 
 
 def clean_command(source, rules: list[str], **flags) -> str | None:
@@ -341,6 +348,10 @@ def summary_lines(memory: dict) -> list[str]:
         top = lim["largest_batch_size"]
         lines.append(f"largest batch size at the longest rows: {top['value'] if top['value'] else 'none'}"
                      + (" (search limit)" if top["capped_by"] else ""))
+        if memory.get("alternatives"):
+            from lengthscan.memory.alternatives import advice_line
+
+            lines.append(advice_line(memory["alternatives"], size))
     return lines
 
 

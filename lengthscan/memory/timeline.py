@@ -178,8 +178,16 @@ def _recompute(tape: Tape, layer: int, live: _Live, alive: set, refs: dict, held
     last = max((s.created for s in mine), default=0)
     scratch = set(tape.layer_ws.get(layer, ()))
     again = 0
+    # torch stops recomputing once every tensor saved through checkpointing's hooks is back: what comes after
+    # (a tensor kept on a context past that point, the layer's output) is never allocated again
+    saving = [i for i, (what, item) in enumerate(tape.events) if what == "node" and tape.nodes[item].layer == layer
+              and not tape.nodes[item].outside and any(x.storage is not None and not x.storage.held
+                                                       for x in tape.nodes[item].saved)]
+    early = max(saving, default=last)
     for index, (what, item) in enumerate(tape.events):
         if what == "alloc" and item.layer == layer and id(item) in held:
+            if index > early:
+                continue
             again += item.nbytes
             live.add(item.kind, item.nbytes)
         elif what == "alloc" and item.layer == layer and id(item) not in alive:
@@ -191,7 +199,7 @@ def _recompute(tape: Tape, layer: int, live: _Live, alive: set, refs: dict, held
             if id(s) in alive and refs[id(s)] == 0:
                 alive.discard(id(s))
                 live.add(s.kind, -s.nbytes)
-        if index > last:
+        if index > min(last, early):  # torch's early stop (on by default)
             break
     for s in mine:  # the recomputed layer output and other leftovers nobody keeps
         if id(s) in alive and refs[id(s)] == 0:

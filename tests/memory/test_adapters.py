@@ -182,3 +182,27 @@ def test_cli_exit_codes(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)["memory"]
     assert data["run"]["adapted_modules"] == 14 and data["run"]["torch_dtype"] == "bf16"
     assert data["trainable_params"] < data["params"] / 10
+
+
+def test_over_budget_names_the_cheapest_change_that_fits(tmp_path, capsys):
+    from lengthscan.memory.alternatives import alternatives
+
+    config = _llama()
+    shape = Shape(8, 1024, padding=True)
+    options = MemoryOptions(precision="bf16")
+    peak = estimate(config, shape, options).peak_bytes
+    found = alternatives(config, shape, options, int(peak * 0.9))
+    priced = {r["change"]: r["peak_bytes"] for r in found["options"]}
+    assert priced["gradient checkpointing"] == estimate(
+        config, shape, MemoryOptions(precision="bf16", gradient_checkpointing=True)).peak_bytes
+    assert priced["gradient checkpointing"] < peak and priced["bf16 weights"] < peak
+    assert found["cheapest"] == next(r["change"] for r in found["options"] if r["fits"])
+    config.save_pretrained(tmp_path / "llama")
+    budget = str(int(peak * 0.95))  # fits nothing as is (10% margin)
+    argv = ["memory", "--model", str(tmp_path / "llama"), "--batch-size", "8", "--input-len", "1024",
+            "--precision", "bf16", "--budget", budget]
+    assert main(argv) == 1
+    assert "cheapest change that fits: " in capsys.readouterr().out
+    assert main([*argv, "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)["memory"]
+    assert data["alternatives"]["cheapest"] and data["alternatives"]["usable_bytes"] == int(int(budget) * 0.9)
