@@ -79,7 +79,7 @@ def measure_evaluate(model, rows: list[dict], evo, options: MemoryOptions = Memo
             output_dir=out, per_device_train_batch_size=evo.batch_size, per_device_eval_batch_size=evo.batch_size,
             eval_accumulation_steps=evo.accumulation_steps, prediction_loss_only=evo.prediction_loss_only,
             max_steps=1, report_to=[], use_cpu=True, remove_unused_columns=False, save_strategy="no",
-            disable_tqdm=True, dataloader_num_workers=0, optim=OPTIM[options.optimizer],
+            disable_tqdm=True, dataloader_num_workers=0, optim=OPTIM.get(options.optimizer, options.optimizer),
             bf16=options.precision == "bf16", fp16=options.precision == "fp16", logging_strategy="no")
         trainer = transformers.Trainer(
             model=model, args=args, train_dataset=rows[:evo.batch_size], eval_dataset=rows, data_collator=collate,
