@@ -17,7 +17,7 @@ import contextlib
 import tempfile
 
 from lengthscan.memory.align import cuda_like
-from lengthscan.memory.cpu_peak import Measurement, live_bytes, profiled_peak
+from lengthscan.memory.cpu_peak import Measurement, foreign_tensors, live_bytes, profiled_peak
 from lengthscan.memory.families import resolve_head
 from lengthscan.memory.options import MemoryOptions
 
@@ -74,6 +74,7 @@ def measure_evaluate(model, rows: list[dict], evo, options: MemoryOptions = Memo
     from transformers import trainer_pt_utils
 
     transformers.logging.set_verbosity_error()
+    foreign = foreign_tensors(torch, model)
     with tempfile.TemporaryDirectory() as out:
         args = transformers.TrainingArguments(
             output_dir=out, per_device_train_batch_size=evo.batch_size, per_device_eval_batch_size=evo.batch_size,
@@ -97,7 +98,7 @@ def measure_evaluate(model, rows: list[dict], evo, options: MemoryOptions = Memo
             with cuda_like() if align else contextlib.nullcontext():
                 trainer.train()
                 model.zero_grad(set_to_none=True)
-                live_before = live_bytes(torch, model)
+                live_before = live_bytes(torch, model, foreign)
                 with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
                     trainer.evaluate()
         finally:
