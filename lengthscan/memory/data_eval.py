@@ -117,7 +117,8 @@ def summary_lines(ev: dict) -> list[str]:
     from lengthscan.memory.evaluation import summary_lines as loop_lines
 
     where = f"split {ev['split']}" + (f" of {ev['source']}" if ev["source"] else "")
-    left = f"; {ev['left_out']:,} rows without a length left out" if ev["left_out"] else ""
+    n = ev["left_out"]
+    left = f"; {n:,} row{'' if n == 1 else 's'} without a length left out" if n else ""
     lines = loop_lines(ev)
     lines[0] = lines[0].replace("evaluation (", f"evaluation on {where} (", 1) + left
     shape = ev["peak_batch"]["shape"]
