@@ -146,6 +146,9 @@ def _eval_usage(args) -> str | None:
         return "--eval-split/--eval-source need SRC (data mode)"
     if args.eval_split is not None and args.eval_source is not None:
         return "give --eval-split (a split of SRC) or --eval-source (another source), not both"
+    if args.source is not None and args.packing is not None:
+        return ("--packing with --eval-batch-size: TRL packs the evaluation set too (eval_packing), which is not "
+                "priced yet; price the evaluation without --packing")
     for flag, value in (("--eval-batch-size", args.eval_batch_size), ("--eval-rows", args.eval_rows),
                         ("--eval-accumulation-steps", args.eval_accumulation_steps)):
         if value is not None and value < 1:

@@ -204,7 +204,9 @@ def test_data_mode_eval_usage_errors(eval_data, bpe_dir, bart_dir, capsys):
              (["--eval-batch-size", "4", "--eval-split", "validation", "--eval-source", str(val_jsonl)], "not both"),
              (["--eval-split", "validation"], "--eval-split needs --eval-batch-size"),
              (["--eval-batch-size", "4"], "give --eval-split NAME (SRC has train, validation)"),
-             (["--eval-batch-size", "4", "--eval-split", "validation", "--eval-rows", "8"], "shape mode's")]
+             (["--eval-batch-size", "4", "--eval-split", "validation", "--eval-rows", "8"], "shape mode's"),
+             (["--eval-batch-size", "4", "--eval-split", "validation", "--packing", "bfd", "--max-length", "64"],
+              "eval_packing")]
     for flags, message in cases:
         assert main([*base, *flags]) == 2, flags
         err = capsys.readouterr().err
