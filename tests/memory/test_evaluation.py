@@ -214,3 +214,19 @@ def test_data_mode_eval_usage_errors(eval_data, bpe_dir, bart_dir, capsys):
     assert main(["memory", "--model", str(bart_dir), "--batch-size", "2", "--input-len", "8", "--target-len", "8",
                  "--eval-batch-size", "2", "--eval-split", "validation"]) == 2
     assert "need SRC" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_generation_is_measured_with_seq2seq_trainer():
+    """The harness for ``predict_with_generate`` (measured only, not priced yet): beams hold more than greedy."""
+    from transformers import BartConfig
+
+    from lengthscan.memory.build import build_model
+    from lengthscan.memory.cpu_eval_peak import eval_rows, measure_evaluate
+
+    config = BartConfig(vocab_size=500, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=256)
+    rows = eval_rows(config, LENS[:4], [16, 20, 24, 28])
+    greedy = measure_evaluate(build_model(config), rows, EvalOptions(2), generation={"max_length": 24, "num_beams": 1})
+    beams = measure_evaluate(build_model(config), rows, EvalOptions(2), generation={"max_length": 24, "num_beams": 4})
+    assert 0 < greedy.peak_bytes < beams.peak_bytes
