@@ -24,7 +24,7 @@ def add_memory_parser(sub) -> None:
       --budget 24GiB --out memory-report
   lengthscan memory chats.jsonl --model ./qwen --messages messages --batch-size 4 --budget 80GB
 
-exit codes: 0 ok (fits), 1 the worst batch does not fit --budget, 2 bad usage or input,
+exit codes: 0 ok (fits), 1 the worst batch (or the evaluation) does not fit --budget, 2 bad usage or input,
   3 an internal error (its traceback written to a file)""")
     m.add_argument("--model", type=named, required=True, metavar="CFG",
                    help="model directory, hub name or config .json")
@@ -113,11 +113,17 @@ def run_memory(args, command: str) -> int:
 # -- the evaluation loop (docs/memory.md, "Evaluation") ------------------------------------------
 
 def _add_eval_flags(m: argparse.ArgumentParser) -> None:
-    g = m.add_argument_group("evaluation (Trainer.evaluate while the training state is resident; shape mode)")
+    g = m.add_argument_group("evaluation (Trainer.evaluate while the training state is resident)")
     g.add_argument("--eval-batch-size", type=int, metavar="B", help="per_device_eval_batch_size: price the loop")
-    g.add_argument("--eval-rows", type=int, metavar="N", help="rows in the evaluation set (default: one batch)")
-    g.add_argument("--eval-input-len", type=int, metavar="S", help="padded eval input length (default --input-len)")
-    g.add_argument("--eval-target-len", type=int, metavar="T", help="padded eval target length (default --target-len)")
+    g.add_argument("--eval-split", metavar="NAME", help="data mode: evaluate on this split of SRC (e.g. validation)")
+    g.add_argument("--eval-source", type=named, metavar="PATH",
+                   help="data mode: evaluate on another source, measured with the same fields and tokenizer")
+    g.add_argument("--eval-rows", type=int, metavar="N", help="shape mode: rows in the evaluation set (default: one "
+                                                                "batch)")
+    g.add_argument("--eval-input-len", type=int, metavar="S",
+                   help="shape mode: padded eval input length (default --input-len)")
+    g.add_argument("--eval-target-len", type=int, metavar="T",
+                   help="shape mode: padded eval target length (default --target-len)")
     g.add_argument("--eval-accumulation-steps", type=int, metavar="N", help="move predictions to the host every N")
     g.add_argument("--prediction-loss-only", action="store_true", help="keep only the loss (no compute_metrics)")
     g.add_argument("--eval-argmax", action="store_true", help="preprocess_logits_for_metrics = argmax")
@@ -125,15 +131,24 @@ def _add_eval_flags(m: argparse.ArgumentParser) -> None:
 
 def _eval_usage(args) -> str | None:
     """What is wrong with the evaluation flags (None: nothing)."""
-    given = [flag for flag, value in (("--eval-accumulation-steps", args.eval_accumulation_steps),
+    given = [flag for flag, value in (("--eval-split", args.eval_split), ("--eval-source", args.eval_source),
+                                      ("--eval-accumulation-steps", args.eval_accumulation_steps),
                                       ("--eval-rows", args.eval_rows), ("--eval-input-len", args.eval_input_len),
                                       ("--eval-target-len", args.eval_target_len),
                                       ("--prediction-loss-only", args.prediction_loss_only or None),
                                       ("--eval-argmax", args.eval_argmax or None)) if value is not None]
     if args.eval_batch_size is None:
         return f"{given[0]} needs --eval-batch-size B (the evaluation it changes)" if given else None
-    if args.source is not None:
-        return "the evaluation loop is priced in shape mode only for now: drop SRC and give --input-len"
+    shape_only = [f for f in ("--eval-rows", "--eval-input-len", "--eval-target-len") if f in given]
+    if args.source is not None and shape_only:
+        return f"{', '.join(shape_only)}: shape mode's; data mode measures the rows of --eval-split or --eval-source"
+    if args.source is None and (args.eval_split is not None or args.eval_source is not None):
+        return "--eval-split/--eval-source need SRC (data mode)"
+    if args.eval_split is not None and args.eval_source is not None:
+        return "give --eval-split (a split of SRC) or --eval-source (another source), not both"
+    if args.source is not None and args.packing is not None:
+        return ("--packing with --eval-batch-size: TRL packs the evaluation set too (eval_packing), which is not "
+                "priced yet; price the evaluation without --packing")
     for flag, value in (("--eval-batch-size", args.eval_batch_size), ("--eval-rows", args.eval_rows),
                         ("--eval-accumulation-steps", args.eval_accumulation_steps)):
         if value is not None and value < 1:
@@ -143,12 +158,18 @@ def _eval_usage(args) -> str | None:
     return None
 
 
+def _eval_options(args):
+    from lengthscan.memory.evaluation import EvalOptions
+
+    return EvalOptions(args.eval_batch_size, args.eval_accumulation_steps, args.prediction_loss_only, args.eval_argmax)
+
+
 def _evaluation(args, config, options, budget) -> dict:
     from lengthscan.memory import usable_bytes
-    from lengthscan.memory.evaluation import EvalOptions, report, shape_mode_batches
+    from lengthscan.memory.evaluation import report, shape_mode_batches
     from lengthscan.memory.families import family_of
 
-    evo = EvalOptions(args.eval_batch_size, args.eval_accumulation_steps, args.prediction_loss_only, args.eval_argmax)
+    evo = _eval_options(args)
     target = args.eval_target_len or args.target_len
     if family_of(config) in ("decoder-only", "encoder-only"):  # no separate target (see shape_warnings)
         target = None
@@ -285,6 +306,11 @@ def _memory_data(args, command: str) -> int:
     try:
         options = _options(args)
         budget = parse_size(args.budget) if args.budget else None
+        evaluation = None
+        if args.eval_batch_size is not None:
+            from lengthscan.memory.data_eval import EvalData
+
+            evaluation = EvalData(_eval_options(args), args.eval_split, args.eval_source)
         with ProgressBars(disabled=args.json) as progress:
             result = predict_dataset(
                 args.source, model=args.model, batch_size=args.batch_size, input=args.input, target=args.target,
@@ -296,7 +322,7 @@ def _memory_data(args, command: str) -> int:
                 command=command, chat={"messages": args.messages, "prompt": args.prompt, "completion": args.completion,
                                        "tools": args.tools, "chat_template": args.chat_template,
                                        "train_on": args.train_on if args.messages or args.prompt else None},
-                packing=_packing(args))
+                packing=_packing(args), evaluation=evaluation)
     except ValueError as exc:
         say(f"lengthscan: error: {_as_flags(exc)}")
         return EXIT_USAGE
@@ -304,6 +330,10 @@ def _memory_data(args, command: str) -> int:
         sys.stdout.write(json.dumps({"memory": result.memory}, indent=2) + "\n")
     else:
         print("\n".join(summary_lines(result.memory)))
+        if "evaluation" in result.memory:
+            from lengthscan.memory.data_eval import summary_lines as eval_lines
+
+            print("\n".join(eval_lines(result.memory["evaluation"])))
     return EXIT_GATE if result.fits is False else EXIT_OK
 
 

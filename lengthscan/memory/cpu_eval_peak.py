@@ -17,7 +17,7 @@ import contextlib
 import tempfile
 
 from lengthscan.memory.align import cuda_like
-from lengthscan.memory.cpu_peak import Measurement, live_bytes, profiled_peak
+from lengthscan.memory.cpu_peak import Measurement, foreign_tensors, live_bytes, profiled_peak
 from lengthscan.memory.families import resolve_head
 from lengthscan.memory.options import MemoryOptions
 
@@ -65,8 +65,11 @@ def _argmax(logits, labels):
 
 
 def measure_evaluate(model, rows: list[dict], evo, options: MemoryOptions = MemoryOptions(), *,
-                     align: bool = True) -> Measurement:
-    """The CPU peak of ``Trainer.evaluate`` over ``rows`` (dataset order) after one training step."""
+                     align: bool = True, generation: dict | None = None) -> Measurement:
+    """The CPU peak of ``Trainer.evaluate`` over ``rows`` (dataset order) after one training step.
+
+    ``generation`` (``max_length``, ``num_beams``): ``Seq2SeqTrainer`` with ``predict_with_generate=True``
+    and ``generation_max_length``/``generation_num_beams`` (measured only: not priced yet)."""
     import numpy as np
     import torch
     import transformers
@@ -74,14 +77,21 @@ def measure_evaluate(model, rows: list[dict], evo, options: MemoryOptions = Memo
     from transformers import trainer_pt_utils
 
     transformers.logging.set_verbosity_error()
+    foreign = foreign_tensors(torch, model)
     with tempfile.TemporaryDirectory() as out:
-        args = transformers.TrainingArguments(
-            output_dir=out, per_device_train_batch_size=evo.batch_size, per_device_eval_batch_size=evo.batch_size,
+        seq2seq = {} if generation is None else {
+            "predict_with_generate": True, "generation_max_length": generation.get("max_length"),
+            "generation_num_beams": generation.get("num_beams")}
+        arguments, trainer_class = ((transformers.TrainingArguments, transformers.Trainer) if generation is None else
+                                    (transformers.Seq2SeqTrainingArguments, transformers.Seq2SeqTrainer))
+        args = arguments(
+            **seq2seq, output_dir=out, per_device_train_batch_size=evo.batch_size,
+            per_device_eval_batch_size=evo.batch_size,
             eval_accumulation_steps=evo.accumulation_steps, prediction_loss_only=evo.prediction_loss_only,
             max_steps=1, report_to=[], use_cpu=True, remove_unused_columns=False, save_strategy="no",
-            disable_tqdm=True, dataloader_num_workers=0, optim=OPTIM[options.optimizer],
+            disable_tqdm=True, dataloader_num_workers=0, optim=OPTIM.get(options.optimizer, options.optimizer),
             bf16=options.precision == "bf16", fp16=options.precision == "fp16", logging_strategy="no")
-        trainer = transformers.Trainer(
+        trainer = trainer_class(
             model=model, args=args, train_dataset=rows[:evo.batch_size], eval_dataset=rows, data_collator=collate,
             compute_metrics=lambda p: {}, preprocess_logits_for_metrics=_argmax if evo.argmax_logits else None)
         original = trainer_pt_utils.nested_numpify
@@ -97,7 +107,7 @@ def measure_evaluate(model, rows: list[dict], evo, options: MemoryOptions = Memo
             with cuda_like() if align else contextlib.nullcontext():
                 trainer.train()
                 model.zero_grad(set_to_none=True)
-                live_before = live_bytes(torch, model)
+                live_before = live_bytes(torch, model, foreign)
                 with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
                     trainer.evaluate()
         finally:

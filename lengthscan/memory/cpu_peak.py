@@ -60,16 +60,16 @@ def _optimizer(model, options: MemoryOptions):
     return cls(params, **kwargs)
 
 
-def live_bytes(torch, model) -> int:
+def live_bytes(torch, model, exclude=()) -> int:
     """Bytes of every distinct tensor storage reachable from Python, and of the model's gradients.
 
     (Gradients made by autograd have no Python object until ``.grad`` is read, so the garbage
-    collector does not list them.)
+    collector does not list them.) ``exclude``: tensors whose storages are not counted (:func:`foreign_tensors`).
     """
     gc.collect()
     tensors = [obj for obj in gc.get_objects() if issubclass(type(obj), torch.Tensor)]
     tensors += [p.grad for p in model.parameters() if p.grad is not None]
-    seen, total = set(), 0
+    seen, total = {t.untyped_storage().data_ptr() for t in exclude}, 0
     for obj in tensors:
         if obj.device.type != "cpu" or obj.is_meta:
             continue
@@ -81,6 +81,16 @@ def live_bytes(torch, model) -> int:
             seen.add(storage.data_ptr())
             total += storage.nbytes()
     return total
+
+
+def foreign_tensors(torch, model) -> list:
+    """Tensors alive now that are not ``model``'s (an earlier measurement's model and optimizer state, still
+    referenced somewhere in the process): not this run's device memory. Hold the list while measuring, so
+    that their storages are not freed and reused."""
+    gc.collect()
+    own = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
+    return [obj for obj in gc.get_objects() if issubclass(type(obj), torch.Tensor) and obj.device.type == "cpu"
+            and not obj.is_meta and not obj.is_sparse and obj.untyped_storage().data_ptr() not in own]
 
 
 def measure_step(model, batch: dict, options: MemoryOptions = MemoryOptions(), *, align: bool = True) -> Measurement:

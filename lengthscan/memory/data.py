@@ -16,6 +16,7 @@ import numpy as np
 from lengthscan.measure.text.counter import DEFAULT_MAX_CHARS
 from lengthscan.memory.api import load_config
 from lengthscan.memory.budget import usable_bytes
+from lengthscan.memory.data_eval import price_evaluation, read_lengths
 from lengthscan.memory.epoch import Epoch, LayoutError, check_sampler, layout_for, price_epoch
 from lengthscan.memory.families import family_of
 from lengthscan.memory.options import MemoryOptions, Shape
@@ -37,7 +38,8 @@ class MemoryPrediction:
 
     @property
     def fits(self) -> bool | None:
-        return self.memory["fits"]
+        """The training's verdict (``memory["fits"]``), False when the evaluation does not fit either."""
+        return False if (self.memory.get("evaluation") or {}).get("fits") is False else self.memory["fits"]
 
     def to_dict(self) -> dict:
         """``report.json``: the audit's dict with the ``memory`` section."""
@@ -52,7 +54,8 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
                     seed: int = TRAINER_SEED, pad_to_multiple_of: int | None = None, budget_bytes: int | None = None,
                     margin: float = 0.1, out=None, overwrite: bool = False, export_worst_batch=None,
                     cache: bool = True, max_chars: int = DEFAULT_MAX_CHARS, num_proc: int = 1, progress=None,
-                    command: str | None = None, chat: dict | None = None, packing=None) -> MemoryPrediction:
+                    command: str | None = None, chat: dict | None = None, packing=None,
+                    evaluation=None) -> MemoryPrediction:
     """Predict the peak memory of every batch of one training epoch of ``model`` on ``source``.
 
     Every row of the train split (else the first; ``split`` to choose) is measured by the audit
@@ -66,7 +69,8 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
     ``packing`` (``pack.run.PackingOptions``: strategy and ``max_length``) also prices the packed
     batches the strategy makes (``memory["packing"]``, see ``memory.packed``); the verdict is then theirs.
     measures conversations: a decoder-only model's input is the rendered sequence
-    (``sequence_tokens``), and the limits found are stated on it.
+    (``sequence_tokens``), and the limits found are stated on it. ``evaluation`` (``data_eval.EvalData``)
+    prices ``Trainer.evaluate`` on another split or source (``memory["evaluation"]``; see ``memory.data_eval``).
     """
     from lengthscan.engines.audit import audit
     from lengthscan.sources.opener import open_source
@@ -109,6 +113,7 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
         raise OutputError(f"{export}: exists; choose another --export-worst-batch ({hint})")
     if final is not None:
         check_writable(final, overwrite=overwrite)
+    eval_at = evaluation.resolve(source) if evaluation is not None else None
     if split is None:
         names = [s.name for s in src.splits]
         split = "train" if "train" in names else names[0]
@@ -121,11 +126,11 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
         packed = {} if packing is None else dict(
             packing=packing.packing, max_length=packing.max_length, packing_num_proc=packing.packing_num_proc,
             shuffle_seed=packing.shuffle_seed, batch_size=batch_size, grad_accum=options.gradient_accumulation_steps)
-        result = audit(source, tokenizer=tokenizer, input=input, target=target, audio=audio, model=model,
-                       sampling_rate=sampling_rate, split=split, full=True, seed=seed, out=work, overwrite=True,
-                       cache=cache, max_chars=max_chars, num_proc=num_proc, progress=progress, command=command,
-                       **chat, **packed)
-        rows, lengths, total = _read_lengths(work / "lengths.parquet", split)
+        measured_as = dict(tokenizer=tokenizer, input=input, target=target, audio=audio, model=model, seed=seed,
+                           sampling_rate=sampling_rate, full=True, overwrite=True, cache=cache, max_chars=max_chars,
+                           num_proc=num_proc, progress=progress, command=command, **chat)
+        result = audit(source, split=split, out=work, **measured_as, **packed)
+        rows, lengths, total = read_lengths(work / "lengths.parquet", split)
         layout = layout_for(config, pad_to_multiple_of=pad_to_multiple_of, **lengths)
         rows = rows[layout.known]
         epoch = price_epoch(config, layout, batch_size, options=options, sampler=sampler, seed=seed)
@@ -147,6 +152,10 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
             from lengthscan.memory.advice import as_sequence
 
             as_sequence(memory)
+        if eval_at is not None:
+            memory["evaluation"] = price_evaluation(
+                config, evaluation, eval_at, measured_as, options=options, pad_to_multiple_of=pad_to_multiple_of,
+                usable=memory.get("usable_bytes"), train_source=source)
         if packing is not None:
             memory["packing"] = _packed(config, lengths, packing, batch_size, options, seed, memory)
         if export is not None:
@@ -164,25 +173,6 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
     finally:
         if work.exists():
             discard(work)
-
-
-def _read_lengths(path: Path, split: str) -> tuple[np.ndarray, dict, int]:
-    """Source row ids and every length column of the split, in row order (-1 or NaN: none)."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(path)
-    if "split" in table.column_names:
-        table = table.filter(pc.equal(table["split"], split))
-    table = table.sort_by("row")
-    names = [n for n in ("input_tokens", "target_tokens", "input_samples", "input_seconds") if n in table.column_names]
-    if "input_samples" in names:
-        names.remove("input_seconds")  # seconds only where samples are unknown (no sampling rate)
-    arrays = {n: np.asarray(table[n].to_numpy(zero_copy_only=False), np.float64) for n in names}
-    if "sequence_tokens" in table.column_names:  # a conversation: the model's input is the rendered sequence
-        arrays["input_tokens"] = np.asarray(table["sequence_tokens"].to_numpy(zero_copy_only=False), np.float64)
-    return np.asarray(table["row"]), {n: np.nan_to_num(a, nan=-1.0) if n != "input_seconds" else a
-                                      for n, a in arrays.items()}, table.num_rows
 
 
 def _memory_dict(epoch: Epoch, rows: np.ndarray, measured: dict, *, model: str, options: MemoryOptions,

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from lengthscan.cli.main import main
-from lengthscan.memory import MemoryOptions
+from lengthscan.memory import MemoryOptions, load_config
 from lengthscan.memory.evaluation import EvalOptions, eval_shapes, evaluate_loop, report, shape_mode_batches
 
 LENS = [40 + (i * 37) % 100 for i in range(12)]
@@ -94,3 +94,139 @@ def test_cli(tmp_path, capsys):
     assert "breaks the budget at batch #3" in capsys.readouterr().out
     assert main([*args, "--eval-batch-size", "4", "--eval-rows", "40", "--eval-accumulation-steps", "1",
                  "--budget", budget]) == 0
+
+
+# -- data mode: the evaluation of another split or source, measured as the training split is ------------------
+
+@pytest.fixture(scope="module")
+def eval_data(tmp_path_factory, corpus_rows, bpe_dir):
+    """Real docstring/summary pairs the tiny BART takes (under its 256 positions): a saved DatasetDict with train
+    and validation splits, and the validation rows again as a JSON Lines file (another source), plus a row
+    without a summary (no length: left out)."""
+    from datasets import Dataset, DatasetDict
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(bpe_dir))
+    rows = [r for r in corpus_rows if r["text"] and r["summary"]
+            and len(tok(r["text"])["input_ids"]) < 200 and len(tok(r["summary"])["input_ids"]) < 200][:150]
+    base = tmp_path_factory.mktemp("evaldata")
+    DatasetDict({"train": Dataset.from_list(rows[:120]),
+                 "validation": Dataset.from_list(rows[120:])}).save_to_disk(str(base / "dd"))
+    other = [*rows[120:], {"text": "a text without summary", "summary": None}]
+    (base / "val.jsonl").write_text("".join(json.dumps(r) + "\n" for r in other), encoding="utf-8")
+    return base / "dd", base / "val.jsonl", rows[120:], tok
+
+
+def test_data_mode_eval_split_batches_and_peak_are_the_trainers(eval_data, bpe_dir, bart_dir, tmp_path):
+    """The eval batches are the Trainer's eval dataloader's (sequential, DataCollatorForSeq2Seq with the same
+    pad_to_multiple_of), and the predicted peak is Trainer.evaluate's measured on CPU over those rows."""
+    pytest.importorskip("accelerate", reason="accelerate not installed: transformers' Trainer requires it")
+    from datasets import Dataset
+    from transformers import DataCollatorForSeq2Seq, Trainer, TrainingArguments
+
+    from lengthscan.memory.build import build_model
+    from lengthscan.memory.cpu_eval_peak import measure_evaluate
+    from lengthscan.memory.data import predict_dataset
+    from lengthscan.memory.data_eval import EvalData
+    from lengthscan.memory.evaluation import EvalOptions
+
+    dd, _, val, tok = eval_data
+    features = [dict(tok(r["text"], text_target=r["summary"])) for r in val]
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=4, report_to=[], use_cpu=True,
+                             remove_unused_columns=False)
+    common = dict(model=str(bart_dir), tokenizer=str(bpe_dir), input="text", target="summary", batch_size=8)
+    got = predict_dataset(str(dd), pad_to_multiple_of=8, evaluation=EvalData(EvalOptions(4), split="validation"),
+                          **common).memory["evaluation"]
+    loader = Trainer(model=build_model(load_config(str(bart_dir))), args=args, eval_dataset=Dataset.from_list(features),
+                     data_collator=DataCollatorForSeq2Seq(tok, pad_to_multiple_of=8)).get_eval_dataloader()
+    want = [(b["input_ids"].shape[0], b["input_ids"].shape[1], b["labels"].shape[1]) for b in loader]
+    assert got["steps"] == len(want) and got["rows"] == len(val) and got["split"] == "validation"
+    peak = want[got["peak_step"]]
+    assert (got["peak_batch"]["shape"]["batch_size"], got["peak_batch"]["shape"]["input_len"],
+            got["peak_batch"]["shape"]["target_len"]) == peak
+    assert got["peak_batch"]["rows"] == list(range(4 * got["peak_step"], 4 * got["peak_step"] + peak[0]))
+    assert got["source"] is None and got["left_out"] == 0 and got["sides"] == {"input_len": "input_tokens",
+                                                                                 "target_len": "target_tokens"}
+
+    for evo in (EvalOptions(4), EvalOptions(4, accumulation_steps=3), EvalOptions(4, argmax_logits=True),
+                EvalOptions(4, prediction_loss_only=True)):
+        ev = predict_dataset(str(dd), evaluation=EvalData(evo, split="validation"), **common).memory["evaluation"]
+        rows = [{"input_ids": f["input_ids"], "labels": f["labels"]} for f in features]
+        measured = measure_evaluate(build_model(load_config(str(bart_dir))), rows, evo).peak_bytes
+        assert abs(ev["peak_bytes"] / measured - 1) < 0.005, (evo, ev["peak_bytes"], measured)
+
+
+def test_data_mode_eval_source_cli_budget_report_and_html(eval_data, bpe_dir, bart_dir, tmp_path, capsys):
+    dd, val_jsonl, val, _ = eval_data
+    base = ["memory", str(dd), "--model", str(bart_dir), "--tokenizer", str(bpe_dir), "--input", "text",
+            "--target", "summary", "--batch-size", "4"]
+    assert main([*base, "--json", "--eval-batch-size", "4", "--eval-source", str(val_jsonl)]) == 0
+    m = json.loads(capsys.readouterr().out)["memory"]
+    ev = m["evaluation"]
+    assert ev["source"] == str(val_jsonl) and ev["split"] == "train" and ev["mode"] == "data"
+    assert ev["rows"] == len(val) and ev["source_rows"] == len(val) + 1 and ev["left_out"] == 1
+    assert ev["steps"] == -(-len(val) // 4) and len(ev["per_step_peak_bytes"]) == ev["steps"]
+    assert ev["peak_bytes"] == sum(ev["terms"].values()) and ev["fits"] is None and ev["breaking_step"] is None
+    assert set(ev["alternatives"]) == {"eval_accumulation_steps=1", "argmax_logits", "prediction_loss_only"}
+    # the same rows as a split of SRC: the same batches, the same peaks
+    assert main([*base, "--json", "--eval-batch-size", "4", "--eval-split", "validation"]) == 0
+    same = json.loads(capsys.readouterr().out)["memory"]["evaluation"]
+    assert same["per_step_peak_bytes"] == ev["per_step_peak_bytes"] and same["source"] is None
+
+    # a budget the training fits and the evaluation breaks (its predictions grow): exit 1 for the evaluation
+    assert ev["peak_bytes"] > m["peak_bytes"]
+    usable = (m["peak_bytes"] + ev["peak_bytes"]) // 2
+    budget = str(int(usable / 0.9) + 1)
+    out = tmp_path / "rep"
+    flags = ["--eval-batch-size", "4", "--eval-split", "validation", "--budget", budget]
+    assert main([*base, *flags, "--out", str(out)]) == 1
+    text = capsys.readouterr().out
+    first = next(k for k, p in enumerate(ev["per_step_peak_bytes"]) if p > int(budget) * 0.9)
+    assert "the worst batch fits" in text and f"breaks the budget at batch #{first}" in text
+    data = json.loads((out / "report.json").read_text())["memory"]
+    assert data["fits"] is True and data["evaluation"]["fits"] is False
+    assert data["evaluation"]["breaking_step"] == first
+    assert data["evaluation"]["breaking_batch"]["rows"] == list(range(4 * first, min(4 * first + 4, len(val))))
+    html = (out / "report.html").read_text(encoding="utf-8")
+    section = html[html.index('id="memory-evaluation"'):]
+    assert "Trainer.evaluate" in section[:2000] and f"batch #{first}" in section[:2000]
+    assert "eval_accumulation_steps=1" in section[:4000]
+    alt = data["evaluation"]["alternatives"]["eval_accumulation_steps=1"]
+    assert main([*base, *flags, "--eval-accumulation-steps", "1"]) == (0 if alt["fits"] else 1)
+    capsys.readouterr()
+
+
+def test_data_mode_eval_usage_errors(eval_data, bpe_dir, bart_dir, capsys):
+    dd, val_jsonl, _, _ = eval_data
+    base = ["memory", str(dd), "--model", str(bart_dir), "--tokenizer", str(bpe_dir), "--input", "text",
+            "--target", "summary", "--batch-size", "4"]
+    cases = [(["--eval-batch-size", "4", "--eval-split", "dev"], "it has train, validation"),
+             (["--eval-batch-size", "4", "--eval-split", "validation", "--eval-source", str(val_jsonl)], "not both"),
+             (["--eval-split", "validation"], "--eval-split needs --eval-batch-size"),
+             (["--eval-batch-size", "4"], "give --eval-split NAME (SRC has train, validation)"),
+             (["--eval-batch-size", "4", "--eval-split", "validation", "--eval-rows", "8"], "shape mode's"),
+             (["--eval-batch-size", "4", "--eval-split", "validation", "--packing", "bfd", "--max-length", "64"],
+              "eval_packing")]
+    for flags, message in cases:
+        assert main([*base, *flags]) == 2, flags
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+    assert main(["memory", "--model", str(bart_dir), "--batch-size", "2", "--input-len", "8", "--target-len", "8",
+                 "--eval-batch-size", "2", "--eval-split", "validation"]) == 2
+    assert "need SRC" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_generation_is_measured_with_seq2seq_trainer():
+    """The harness for ``predict_with_generate`` (measured only, not priced yet): beams hold more than greedy."""
+    from transformers import BartConfig
+
+    from lengthscan.memory.build import build_model
+    from lengthscan.memory.cpu_eval_peak import eval_rows, measure_evaluate
+
+    config = BartConfig(vocab_size=500, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=256)
+    rows = eval_rows(config, LENS[:4], [16, 20, 24, 28])
+    greedy = measure_evaluate(build_model(config), rows, EvalOptions(2), generation={"max_length": 24, "num_beams": 1})
+    beams = measure_evaluate(build_model(config), rows, EvalOptions(2), generation={"max_length": 24, "num_beams": 4})
+    assert 0 < greedy.peak_bytes < beams.peak_bytes
