@@ -69,6 +69,7 @@ def test_parameter_counts_equal_peft(lora):
     assert est.params == _total(model)
 
 
+@pytest.mark.slow  # builds and steps a quantized model per case
 @pytest.mark.parametrize("quant", [NF4, Quantization("fp4", False, "bf16"), INT8], ids=["nf4-dq", "fp4", "int8"])
 def test_quantized_weights_are_the_bytes_bitsandbytes_stores(quant):
     config = _llama()
@@ -82,7 +83,7 @@ def test_quantized_weights_are_the_bytes_bitsandbytes_stores(quant):
     assert abs(before - measured.live_before) <= 0.002 * measured.live_before  # weights, state, batch: exact
 
 
-CASES = [  # (id, options, gradient checkpointing)
+CASES = [  # (id, options, gradient checkpointing): measured steps, slow but one
     ("lora-bf16-qv", dict(adapter=Lora(r=8, alpha=16, targets=QV)), False),
     ("lora-bf16-all-dropout", dict(adapter=Lora(r=16, alpha=32, dropout=0.1, targets=ALL)), False),
     ("lora-bf16-all-ckpt", dict(adapter=Lora(r=16, alpha=32, targets=ALL)), True),
@@ -93,7 +94,8 @@ CASES = [  # (id, options, gradient checkpointing)
 ]
 
 
-@pytest.mark.parametrize("options, checkpointing", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("options, checkpointing", [
+    pytest.param(*c[1:], id=c[0], marks=() if c[0] == "qlora-nf4-qv-ckpt" else pytest.mark.slow) for c in CASES])
 def test_peak_is_within_5_percent_of_the_measured_step(options, checkpointing):
     config = _llama()
     shape = Shape(2, 512, padding=True)
@@ -103,7 +105,8 @@ def test_peak_is_within_5_percent_of_the_measured_step(options, checkpointing):
     assert abs(est.peak_bytes - measured.peak_bytes) <= 0.05 * measured.peak_bytes, (est.peak_bytes, measured)
 
 
-@pytest.mark.parametrize("optimizer", ["adamw_torch_fused", "adamw_bnb_8bit", "paged_adamw_32bit", "adafactor", "sgd"])
+@pytest.mark.parametrize("optimizer", ["adamw_bnb_8bit", *(pytest.param(o, marks=pytest.mark.slow) for o in (
+    "adamw_torch_fused", "paged_adamw_32bit", "adafactor", "sgd"))])
 def test_optimizer_state_equals_what_the_optimizer_allocates(optimizer):
     from lengthscan.memory.cpu_peak import _optimizer, make_batch
 

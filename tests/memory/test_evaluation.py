@@ -117,6 +117,7 @@ def eval_data(tmp_path_factory, corpus_rows, bpe_dir):
     return base / "dd", base / "val.jsonl", rows[120:], tok
 
 
+@pytest.mark.slow  # a real Trainer.evaluate over an eval split, measured
 def test_data_mode_eval_split_batches_and_peak_are_the_trainers(eval_data, bpe_dir, bart_dir, tmp_path):
     """The eval batches are the Trainer's eval dataloader's (sequential, DataCollatorForSeq2Seq with the same
     pad_to_multiple_of), and the predicted peak is Trainer.evaluate's measured on CPU over those rows."""

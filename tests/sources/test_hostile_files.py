@@ -96,7 +96,8 @@ _CSV = ("text,n\n" + "".join(f'"row {i}, quoted",{i:05d}\n' for i in range(300))
 _TSV = ("text\tn\n" + "".join(f"row {i}\t{i}\n" for i in range(300))).encode()
 
 
-@pytest.mark.parametrize("suffix", [".zst", ".zstd", ".xz"])
+@pytest.mark.parametrize("suffix", [".zst", pytest.param(".zstd", marks=pytest.mark.slow),
+                                    pytest.param(".xz", marks=pytest.mark.slow)])  # one codec in the fast loop
 @pytest.mark.parametrize("name,data", [("d.jsonl", _lines(300)), ("d.json", json.dumps(
     [{"text": f"row {i} in an array"} for i in range(300)]).encode()), ("mixed.jsonl", _MIXED), ("d.csv", _CSV),
     ("d.tsv", _TSV)], ids=["jsonl", "json-array", "jsonl-datasets", "csv", "tsv"])

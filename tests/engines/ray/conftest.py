@@ -14,7 +14,7 @@ import pytest
 RAY_REASON = 'the Ray engine tests need Ray: pip install "lengthscan[ray]"'
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module")  # per module: the S3 tests' credentials must reach the workers at start
 def cluster():
     ray = pytest.importorskip("ray", reason=RAY_REASON)
     from ray.cluster_utils import Cluster
