@@ -19,9 +19,8 @@ def _audit(*args) -> int:
     return main(["audit", *map(str, args), "--quiet"])
 
 
-@pytest.mark.parametrize("tok", ["bpe_dir", "t5_spm_dir", "marian_dir", pytest.param("claude_bpe_dir",
-                                                                                    marks=pytest.mark.slow),
-                                 "mistral_spm_dir"])
+@pytest.mark.parametrize("tok", ["bpe_dir", "t5_spm_dir", *(pytest.param(t, marks=pytest.mark.slow) for t in (
+    "marian_dir", "claude_bpe_dir", "mistral_spm_dir"))])
 def test_full_audit_lengths_equal_direct_calls(request, tmp_path, corpus_jsonl, corpus_rows, tok):
     tok_dir = request.getfixturevalue(tok)
     out = tmp_path / "out"

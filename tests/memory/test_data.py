@@ -70,7 +70,8 @@ def _trainer_epoch(features, *, strategy, seed, batch_size, grad_accum, multiple
     return seen
 
 
-@pytest.mark.parametrize("strategy,grad_accum,multiple", [("random", 1, None), ("group_by_length", 2, 8)])
+@pytest.mark.parametrize("strategy,grad_accum,multiple", [pytest.param("random", 1, None, marks=pytest.mark.slow),
+                                                          ("group_by_length", 2, 8)])
 def test_worst_batch_is_the_trainers(tmp_path, pairs_jsonl, bpe_dir, bart_dir, corpus_rows, strategy, grad_accum,
                                      multiple):
     from transformers import AutoTokenizer

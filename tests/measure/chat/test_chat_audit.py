@@ -34,7 +34,9 @@ def rows(docs):
     return conversations(docs, 160, seed=3)
 
 
-@pytest.mark.parametrize("name", TEMPLATES)
+# the fast loop keeps one training template (generation blocks) and one plain; the full run all of them
+@pytest.mark.parametrize("name", [n if n in ("llama3_training", "qwen2_5") else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in TEMPLATES])
 def test_counts_equal_apply_chat_template(tmp_path, chat_tok_dir, chat_tok, rows, name):
     template = _template(name, tmp_path)
     src = write_jsonl(tmp_path / "chat.jsonl", rows)
