@@ -23,6 +23,8 @@ from lengthscan.cli.main import main
 from tests.support.audio_files import write_audio
 from tests.support.cli import one_line
 
+pytestmark = pytest.mark.slow  # hostile inputs (FIFOs, bombs, codecs): the full run
+
 ZSTD = lambda data: pa.compress(data, "zstd", asbytes=True)  # noqa: E731 - pyarrow's codec, as lengthscan reads it
 CODECS = {"": lambda data: data, ".gz": gzip.compress, ".bz2": bz2.compress, ".xz": lzma.compress, ".zst": ZSTD,
           ".zstd": ZSTD}

@@ -20,6 +20,8 @@ from lengthscan.sources.opener import open_source
 from lengthscan.sources.source import SourceError
 from tests.support.range_server import RangeServer
 
+pytestmark = pytest.mark.slow  # servers that trickle, lie or leak: deadlines of seconds; the full run
+
 GROUP_ROWS = 1024
 
 
