@@ -191,7 +191,12 @@ def _t5_attend(t: Tape, c, q, k, v, pb, m, batch, q_len, k_len, opts, causal):
     if opts.attention != "eager":
         if pb.requires_grad or m is not None or causal:  # the bias becomes a float mask per call
             if m is not None or causal:
-                pb = ops.binary(t, pb, m if m is not None else t.new(q_len * k_len, "bool", False))
+                mm = m if m is not None else t.new(q_len * k_len, "bool", False)
+                # (1, heads, q, k) + (batch, 1, q, k): the sum broadcasts to (batch, heads, q, k)
+                n = heads * q_len * k_len * (batch if mm.numel >= batch * q_len * k_len else 1)
+                out = t.new(n, t.promote(pb, mm), pb.requires_grad)
+                t.node([pb, mm], [out], [])
+                pb = out
             else:
                 pb = ops.copy(t, pb)  # .contiguous() of the permuted bias
         if not pb.requires_grad:
@@ -224,6 +229,8 @@ def _t5_attend(t: Tape, c, q, k, v, pb, m, batch, q_len, k_len, opts, causal):
 def _flash(t: Tape, q, k, v, bias, rows: int):
     dtype = t.compute(q, k, v)
     q, k, v = t.cast(q, dtype), t.cast(k, dtype), t.cast(v, dtype)
+    if bias is not None and t.low and bias.dtype not in ("bool", dtype):  # autocast casts the float mask too
+        bias = t.cast(bias, dtype)
     out = t.new(q.numel, dtype, _rg(q, k, v))
     lse = t.new(rows, "f32", False)
     t.node([q, k, v], [out], [q, k, v, out, lse, bias])
