@@ -13,10 +13,10 @@ peft wraps it whole (a frozen original and a trained copy).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
-from pathlib import Path
+
+from lengthscan.memory.json_config import read_json_object
 
 #: peft's shorthand for every linear layer
 ALL_LINEAR = "all-linear"
@@ -120,22 +120,10 @@ def read_adapter_config(path: str) -> Lora:
 
     Another peft type (IA3, prefix tuning ...), a file that is not one, or a LoRA variant the
     tracer does not model raise :class:`AdapterError` naming the file and the fix."""
-    p = Path(path).expanduser()
-    if p.is_dir():
-        p = p / "adapter_config.json"
-    if not p.exists():
-        raise AdapterError(f"--adapter-config {path}: no such file (give the adapter_config.json peft writes, or "
-                           "the folder LoraConfig.save_pretrained wrote)")
-    if not p.is_file():
-        raise AdapterError(f"--adapter-config {path}: not a regular file")
-    if p.stat().st_size > MAX_ADAPTER_CONFIG_BYTES:
-        raise AdapterError(f"--adapter-config {path}: {p.stat().st_size:,} bytes is not a peft adapter config")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise AdapterError(f"--adapter-config {path}: not JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise AdapterError(f"--adapter-config {path}: not a JSON object")
+    data = read_json_object(path, flag="--adapter-config", folder_file="adapter_config.json",
+                            missing="give the adapter_config.json peft writes, or the folder "
+                                    "LoraConfig.save_pretrained wrote",
+                            max_bytes=MAX_ADAPTER_CONFIG_BYTES, error=AdapterError)
     return lora_from_dict(data, str(path))
 
 

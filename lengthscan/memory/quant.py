@@ -15,9 +15,9 @@ tied weights, ``llm_int8_skip_modules``) by ``bnb.nn.Linear4bit`` or ``bnb.nn.Li
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
+
+from lengthscan.memory.json_config import read_json_object
 
 #: bitsandbytes' block of 4-bit weights sharing one absmax, and of absmax sharing one (double quantization)
 BLOCK_4BIT, BLOCK_NESTED = 64, 256
@@ -90,20 +90,9 @@ class Quantization:
 
 def read_quantization_config(path: str) -> Quantization:
     """A ``BitsAndBytesConfig`` dict, or a model ``config.json`` holding ``quantization_config``."""
-    p = Path(path).expanduser()
-    if p.is_dir():
-        p = p / "config.json"
-    if not p.exists():
-        raise QuantizationError(f"--quantization-config {path}: no such file (give BitsAndBytesConfig.to_dict() "
-                                "as JSON, or a model config.json holding quantization_config)")
-    if not p.is_file():
-        raise QuantizationError(f"--quantization-config {path}: not a regular file")
-    if p.stat().st_size > MAX_CONFIG_BYTES:
-        raise QuantizationError(f"--quantization-config {path}: {p.stat().st_size:,} bytes is not a config")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise QuantizationError(f"--quantization-config {path}: not JSON ({exc})") from None
+    data = read_json_object(path, flag="--quantization-config", folder_file="config.json",
+                            missing="give BitsAndBytesConfig.to_dict() as JSON, or a model config.json holding "
+                                    "quantization_config", max_bytes=MAX_CONFIG_BYTES, error=QuantizationError)
     if isinstance(data, dict) and isinstance(data.get("quantization_config"), dict):
         data = data["quantization_config"]
     elif isinstance(data, dict) and data.get("model_type"):
