@@ -73,7 +73,7 @@ def _quantized(t: Tape, x: Tensor, n_in: int, n_out: int, name: str, bias: bool,
         xm = xc if mm == compute else t.cast(xc, mm)
         dq = numel * BYTES[compute] + q.absmax_temporary(numel)
         fw = dq + (numel * BYTES[mm] if mm != compute else 0)
-        out = t.new(rows * n_out, mm, _rg(x, b))
+        out = t.new(rows * n_out, mm, ops.needs_grad(x, b))
         t.use(x)
         t.node([xm, w, b], [out], [], forward_workspace=fw, workspace=numel * BYTES[mm] + q.absmax_temporary(numel))
         return t.cast(out, x.dtype)
@@ -83,7 +83,7 @@ def _quantized(t: Tape, x: Tensor, n_in: int, n_out: int, name: str, bias: bool,
     fw = numel * BYTES[dtype] + 4 * n_out  # CB.to(A.dtype) * SCB / 127
     if mm != dtype:  # autocast casts the input and the dequantized weight for the product
         fw += x.numel * BYTES[mm] + numel * BYTES[mm]
-    out = t.new(rows * n_out, mm, _rg(x, b))
+    out = t.new(rows * n_out, mm, ops.needs_grad(x, b))
     back = numel * BYTES[dtype] + (rows * n_out * BYTES[dtype] if mm != dtype else 0)
     # ``ctx.A = A``: kept on the context, which checkpointing's saved-tensor hooks never see
     t.node([x, w, b], [out], [x if x.requires_grad else None], forward_workspace=fw, workspace=back, outside=True)
@@ -142,7 +142,3 @@ def _dora(t: Tape, d: Tensor, result: Tensor, n_in: int, n_out: int, name: str, 
     first = ops.binary(t, ops.scale(t, scale), result, saves=True)  # (mag_norm_scale - 1) * base_result
     second = ops.scale(t, ops.binary(t, scale, lr, saves=True))  # mag_norm_scale * lora_result * scaling
     return ops.binary(t, result, ops.binary(t, first, second))
-
-
-def _rg(*xs) -> bool:
-    return any(x is not None and x.requires_grad for x in xs)

@@ -127,7 +127,7 @@ def _sdpa(t: Tape, q: Tensor, k: Tensor, v: Tensor, out_numel: int, rows: int, m
     if mask4d is not None:  # SDPA turns a bool mask into an additive one of the query's dtype, per call
         t.use(mask4d)
         bias = t.new(mask4d.numel, dtype, False)
-    out = t.new(out_numel, dtype, _rg(q, k, v))
+    out = t.new(out_numel, dtype, ops.needs_grad(q, k, v))
     lse = t.new(rows, "f32", False)
     t.node([q, k, v], [out], [q, k, v, out, lse, bias])
     return out
@@ -137,7 +137,7 @@ def _eager(t: Tape, q, k, v, scores_numel: int, mask4d, p: float, causal: bool, 
            out_numel: int, softcap: bool = False) -> Tensor:
     dtype = t.compute(q, k)
     qc, kc = t.cast(q, dtype), t.cast(k, dtype)
-    scores = t.new(scores_numel, dtype, _rg(qc, kc))
+    scores = t.new(scores_numel, dtype, ops.needs_grad(qc, kc))
     t.node([qc, kc], [scores], [qc, kc])
     scores = ops.scale(t, scores)
     if softcap:
@@ -150,13 +150,9 @@ def _eager(t: Tape, q, k, v, scores_numel: int, mask4d, p: float, causal: bool, 
     probs = ops.dropout(t, probs, p)
     dtype = t.compute(probs, v)
     pc, vc = t.cast(probs, dtype), t.cast(v, dtype)
-    out = t.new(out_numel, dtype, _rg(pc, vc))
+    out = t.new(out_numel, dtype, ops.needs_grad(pc, vc))
     t.node([pc, vc], [out], [pc, vc])
     return ops.copy(t, out)  # transpose(1, 2).contiguous()
-
-
-def _rg(*xs) -> bool:
-    return any(x is not None and x.requires_grad for x in xs)
 
 
 def soft_cap(t: Tape, x: Tensor) -> Tensor:

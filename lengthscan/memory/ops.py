@@ -22,7 +22,8 @@ def op_kind(kind: str):
     return wrap
 
 
-def _rg(*xs) -> bool:
+def needs_grad(*xs) -> bool:
+    """Whether any of ``xs`` (None allowed) needs a gradient: an op's output then does too."""
     return any(x is not None and x.requires_grad for x in xs)
 
 
@@ -44,7 +45,7 @@ def binary(t: Tape, a: Tensor, b: Tensor, saves: bool = False) -> Tensor:
     operand to fp32 (CUDA casts inside the kernel): a transient the size of that copy.
     """
     dtype = t.promote(a, b)
-    out = t.new(max(a.numel, b.numel), dtype, _rg(a, b))
+    out = t.new(max(a.numel, b.numel), dtype, needs_grad(a, b))
     saved = [b if a.requires_grad else None, a if b.requires_grad else None] if saves else []
     upcast = sum(x.numel * 4 for x in (a, b) if dtype == "f32" and x.dtype in ("bf16", "f16"))
     t.node([a, b], [out], saved, forward_workspace=upcast)
@@ -136,7 +137,7 @@ def dense(t: Tape, x: Tensor, n_in: int, n_out: int, name: str, bias: bool = Tru
     dtype = t.compute(x, w)
     xc, wc = t.cast(x, dtype), t.cast(w, dtype)
     bc = t.cast(b, dtype) if b is not None else None
-    out = t.new(x.numel // n_in * n_out, dtype, _rg(x, w, b))
+    out = t.new(x.numel // n_in * n_out, dtype, needs_grad(x, w, b))
     t.use(x)  # autocast cast a copy; the caller still holds the original until the op returns
     t.node([xc, wc, bc], [out], [xc if w.requires_grad else None, wc if x.requires_grad else None],
             transposed=True)
@@ -158,7 +159,7 @@ def conv1d(t: Tape, x: Tensor, c_in: int, c_out: int, kernel: int, batch: int, o
     dtype = t.compute(x, w)
     xc, wc = t.cast(x, dtype), t.cast(w, dtype)
     bc = t.cast(b, dtype) if b is not None else None
-    out = t.new(batch * out_len * c_out, dtype, _rg(x, w, b))
+    out = t.new(batch * out_len * c_out, dtype, needs_grad(x, w, b))
     t.use(x)
     xb, yb, wb = xc.nbytes, out.nbytes, wc.nbytes
     if groups > 1:
@@ -188,7 +189,7 @@ def layer_norm(t: Tape, x: Tensor, dim: int, name: str, bias: bool = True, train
     b = t.param(f"{name}.bias", dim, trainable) if bias and not weightless else None
     xf = t.fp32(x)
     dtype = "f32" if t.low else t.promote(x)
-    out = t.new(x.numel, dtype, _rg(x, w, b))
+    out = t.new(x.numel, dtype, needs_grad(x, w, b))
     rows = x.numel // dim
     mean, rstd = t.new(rows, "f32", False), t.new(rows, "f32", False)
     t.use(x)
@@ -203,7 +204,7 @@ def group_norm(t: Tape, x: Tensor, channels: int, groups_numel: int, name: str, 
     w = t.param(f"{name}.weight", channels, trainable)
     b = t.param(f"{name}.bias", channels, trainable)
     xf = t.fp32(x)
-    out = t.new(x.numel, "f32" if t.low else x.dtype, _rg(x, w, b))
+    out = t.new(x.numel, "f32" if t.low else x.dtype, needs_grad(x, w, b))
     mean, rstd = t.new(groups_numel, "f32", False), t.new(groups_numel, "f32", False)
     t.use(x)
     t.node([xf, w, b], [out], [xf, w, b, mean, rstd])

@@ -204,16 +204,16 @@ def _t5_attend(t: Tape, c, q, k, v, pb, m, batch, q_len, k_len, opts, causal):
         # the math path: reduced-precision inputs are upcast to fp32 on CPU
         q, k, v = t.cast(q, "f32"), t.cast(k, "f32"), t.cast(v, "f32")
         qs, ks = ops.scale(t, q), ops.scale(t, k)  # q and k times sqrt(scale)
-        scores = t.new(scores_n, "f32", _rg(qs, ks))
+        scores = t.new(scores_n, "f32", ops.needs_grad(qs, ks))
         t.node([qs, ks], [scores], [qs, ks])
         probs = ops.softmax(t, ops.binary(t, scores, pb))
-        out = t.new(q.numel, "f32", _rg(probs, v))
+        out = t.new(q.numel, "f32", ops.needs_grad(probs, v))
         t.node([probs, v], [out], [probs, v])
         return ops.copy(t, t.cast(out, t.low or "f32"))
     else:
         dtype = t.compute(q, k)
         qc, kc = t.cast(q, dtype), t.cast(k, dtype)
-        scores = t.new(scores_n, dtype, _rg(qc, kc))
+        scores = t.new(scores_n, dtype, ops.needs_grad(qc, kc))
         t.node([qc, kc], [scores], [qc, kc])
         scores = ops.binary(t, ops.scale(t, scores), pb)
         if m is not None:
@@ -221,7 +221,7 @@ def _t5_attend(t: Tape, c, q, k, v, pb, m, batch, q_len, k_len, opts, causal):
         probs = ops.dropout(t, ops.softmax(t, scores), c.dropout_rate)
     dtype = t.compute(probs, v)
     pc, vc = t.cast(probs, dtype), t.cast(v, dtype)
-    out = t.new(q.numel, dtype, _rg(pc, vc))
+    out = t.new(q.numel, dtype, ops.needs_grad(pc, vc))
     t.node([pc, vc], [out], [pc, vc])
     return ops.copy(t, out)
 
@@ -231,11 +231,7 @@ def _flash(t: Tape, q, k, v, bias, rows: int):
     q, k, v = t.cast(q, dtype), t.cast(k, dtype), t.cast(v, dtype)
     if bias is not None and t.low and bias.dtype not in ("bool", dtype):  # autocast casts the float mask too
         bias = t.cast(bias, dtype)
-    out = t.new(q.numel, dtype, _rg(q, k, v))
+    out = t.new(q.numel, dtype, ops.needs_grad(q, k, v))
     lse = t.new(rows, "f32", False)
     t.node([q, k, v], [out], [q, k, v, out, lse, bias])
     return out
-
-
-def _rg(*xs) -> bool:
-    return any(x is not None and x.requires_grad for x in xs)
