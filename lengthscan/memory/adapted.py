@@ -14,9 +14,17 @@ adapts layers (``WeightPlan.active``). What each keeps, as the installed librari
   (a new tensor and its mask even when nothing needs a gradient); ``lora_B(lora_A(x)) *
   scaling`` added; the sum cast back to the base output's dtype. peft's bitsandbytes layers clone
   the 4-bit output first and, under autocast, skip the casts.
-* DoRA: ``lora_A`` applied to an identity matrix (``in x in``, kept), the full ``lora_B @
-  lora_A`` and the base weight for the weight norm, and a second ``lora_B(lora_A(x))``; the base
-  output and the LoRA output are kept for the magnitude's gradient.
+* DoRA (peft ``DoraLinearLayer.forward``): ``lora_B(lora_A(eye))`` on an ``in x in`` identity,
+  cast to the input's dtype, and the base weight cast likewise, for the weight norm (two
+  weight-sized transients); only the norm's detached value is used, so that graph (the identity's
+  autocast copy, ``lora_A``'s output) is unreachable from the loss and dies with forward's locals.
+  ``magnitude / weight_norm`` keeps the norm; a second ``lora_B(lora_A(x))``; with dropout,
+  ``F.linear(dropout(x), weight)`` keeps autocast's (uncached: a frozen tensor) copy of the weight,
+  without it the base output (minus its bias) is reused. ``(scale - 1) * base`` and ``scale * lora``
+  are fp32 (the magnitude is) and keep the base and LoRA outputs; ``result + dora`` is fp32, cast
+  back to the base output's dtype (not by peft's bitsandbytes layers under autocast). Measured
+  (bf16 weights and autocast, Llama and Qwen2, ``all-linear`` and ``q_proj,v_proj``, dropout 0 and
+  0.05, with and without checkpointing; QLoRA): within 1.5% (docs/memory.md).
 """
 
 from __future__ import annotations
@@ -55,7 +63,8 @@ def linear(t: Tape, x: Tensor, n_in: int, n_out: int, name: str, bias: bool = Tr
     if lora.bias == "lora_only" and (bias or bias_tie):
         b = t.params[bias_tie or f"{name}.bias"]
         b.trainable = b.tensor.requires_grad = True
-    out = _lora(t, x, out, n_in, n_out, name, lora, quantized)
+    b = t.params.get(bias_tie or f"{name}.bias") if bias or bias_tie else None
+    out = _lora(t, x, out, n_in, n_out, name, lora, quantized, b.tensor if b is not None else None)
     t.use(x)  # the caller holds the layer's input until the layer returns
     return out
 
@@ -90,7 +99,8 @@ def _quantized(t: Tape, x: Tensor, n_in: int, n_out: int, name: str, bias: bool,
     return out
 
 
-def _lora(t: Tape, x: Tensor, result: Tensor, n_in: int, n_out: int, name: str, lora, quantized: bool) -> Tensor:
+def _lora(t: Tape, x: Tensor, result: Tensor, n_in: int, n_out: int, name: str, lora, quantized: bool,
+          bias: Tensor | None = None) -> Tensor:
     adapter = t.plan.dtype(f"{name}.lora_A.default.weight")
     bnb = quantized
     if bnb and t.plan.quantization.four_bit:
@@ -100,7 +110,9 @@ def _lora(t: Tape, x: Tensor, result: Tensor, n_in: int, n_out: int, name: str, 
     xa = t.cast(x, adapter) if converts else x
     d = _dropout(t, xa, lora.dropout)
     if lora.use_dora:
-        return _dora(t, d, result, n_in, n_out, name, lora)
+        out = _dora(t, d, result, n_in, n_out, name, lora, quantized, bias)
+        t.use(xa)
+        return t.cast(out, res_dtype) if converts else out  # the variant's sum is fp32 (an fp32 magnitude)
     a = ops.dense(t, d, n_in, lora.r, f"{name}.lora_A.default", bias=False)
     b = ops.dense(t, a, lora.r, n_out, f"{name}.lora_B.default", bias=False)
     s = ops.scale(t, b)
@@ -125,20 +137,63 @@ def _dropout(t: Tape, x: Tensor, p: float) -> Tensor:
     return out
 
 
-def _dora(t: Tape, d: Tensor, result: Tensor, n_in: int, n_out: int, name: str, lora) -> Tensor:
-    """peft's DoraLinearLayer.forward (see the module's docstring)."""
+def _dora(t: Tape, d: Tensor, result: Tensor, n_in: int, n_out: int, name: str, lora, quantized: bool,
+          bias: Tensor | None) -> Tensor:
+    """peft's DoraLinearVariant.forward and DoraLinearLayer.forward (see the module's docstring): ``result
+    + dora`` on the (dropped-out) adapter input ``d``."""
     mag = t.param(f"{name}.lora_magnitude_vector.default.weight", n_out)
+    io, r, x_dtype = n_in * n_out, lora.r, d.dtype
+    # get_lora_weight: lora_B(lora_A(eye)).T, cast to x's dtype. Only its detached value is used: its graph
+    # (the eye's cast, lora_A's output, both saved) is unreachable from the loss and dies when forward returns
     eye = t.new(n_in * n_in, t.plan.dtype(f"{name}.lora_A.default.weight"), False)
-    ea = ops.dense(t, eye, n_in, lora.r, f"{name}.lora_A.default", bias=False)
-    lw = ops.dense(t, ea, lora.r, n_out, f"{name}.lora_B.default", bias=False)  # (in x out), then .T: a view
-    lw = t.cast(lw, d.dtype)
-    w_numel = n_in * n_out  # the weight norm, detached: weight + scaling * lora_weight, then its row norms
-    t.use(lw)
-    t.node([], [], [], forward_workspace=3 * w_numel * BYTES[d.dtype])
-    norm = t.new(n_out, d.dtype, False)
-    scale = ops.binary(t, mag, norm, saves=True)  # magnitude / weight_norm
-    a = ops.dense(t, d, n_in, lora.r, f"{name}.lora_A.default", bias=False)
-    lr = ops.dense(t, a, lora.r, n_out, f"{name}.lora_B.default", bias=False)
-    first = ops.binary(t, ops.scale(t, scale), result, saves=True)  # (mag_norm_scale - 1) * base_result
-    second = ops.scale(t, ops.binary(t, scale, lr, saves=True))  # mag_norm_scale * lora_result * scaling
-    return ops.binary(t, result, ops.binary(t, first, second))
+    wa = t.param(f"{name}.lora_A.default.weight", n_in * r, shape=(r, n_in))
+    wb = t.param(f"{name}.lora_B.default.weight", r * n_out, shape=(n_out, r))
+    mm = t.compute(eye, wa)
+    eye_c = t.cast(eye, mm)
+    ea = _product(t, eye_c, t.cast(wa, mm), n_in * r)
+    lw = _product(t, ea, t.cast(wb, mm), io)
+    t.use(eye)  # get_lora_weight's local
+    lw = t.cast(lw, x_dtype)
+    # weight = dequantize_module_weight(base_layer).to(x.dtype): a copy unless already x's dtype, held to the end
+    base = t.params.get(f"{name}.weight")
+    weight = _to(t, base.tensor, x_dtype) if base is not None and not quantized else t.new(io, x_dtype, False)
+    # get_weight_norm (detached): weight + scaling * lora_weight (two transients), its row norms
+    norm = t.new(n_out, x_dtype, False)
+    t.node([weight, lw], [norm], [], forward_workspace=2 * io * BYTES[x_dtype])
+    mns = ops.binary(t, mag, norm, saves=True)  # magnitude / weight_norm: keeps weight_norm
+    lr = ops.dense(t, ops.dense(t, d, n_in, r, f"{name}.lora_A.default", bias=False), r, n_out,
+                   f"{name}.lora_B.default", bias=False)
+    if lora.dropout:  # base_result = F.linear(dropout(x), weight): autocast's cast of weight is not cached
+        wc = _to(t, weight, t.compute(d, weight))  # a frozen tensor: autocast caches no cast of it
+        dc = t.cast(d, wc.dtype)
+        base_result = t.new(result.numel, wc.dtype, d.requires_grad)
+        t.node([dc, wc], [base_result], [wc if d.requires_grad else None])
+    elif bias is not None:  # base_result = result - bias
+        base_result = ops.binary(t, result, bias)
+    else:
+        base_result = result
+    first = ops.binary(t, ops.scale(t, mns), base_result, saves=True)  # (mag_norm_scale - 1) * base_result
+    second = ops.scale(t, ops.binary(t, mns, lr, saves=True))  # mag_norm_scale * lora_result * scaling
+    dora = ops.binary(t, first, second)
+    for x in (eye_c, ea, lw, weight):  # forward's locals (and the dead graph) die when it returns
+        t.use(x)
+    out = ops.binary(t, result, dora)
+    t.use(d)  # the variant's local
+    return out
+
+
+def _to(t: Tape, x: Tensor, dtype: str) -> Tensor:
+    """``x.to(dtype)`` outside autocast's weight cache: a new tensor unless already ``dtype``."""
+    if x.dtype == dtype:
+        return t.use(x)
+    out = t.new(x.numel, dtype, x.requires_grad)
+    t.node([x], [out], [])
+    return out
+
+
+def _product(t: Tape, x: Tensor, w: Tensor, numel: int) -> Tensor:
+    """``x @ w.T`` in a graph nothing backpropagates through: the output only, nothing kept."""
+    out = t.new(numel, x.dtype, False)
+    t.use(w)
+    t.node([x], [out], [])
+    return out

@@ -91,6 +91,8 @@ CASES = [  # (id, options, gradient checkpointing): measured steps, slow but one
     ("qlora-nf4-qv-ckpt", dict(adapter=Lora(r=8, alpha=16, targets=QV), quantization=NF4), True),
     ("int8-lora-all", dict(adapter=Lora(r=8, alpha=16, dropout=0.05, targets=ALL), quantization=INT8), False),
     ("full-bf16-weights", {}, False),
+    ("dora-bf16-all", dict(adapter=Lora(r=16, alpha=32, targets=ALL, use_dora=True)), False),
+    ("dora-bf16-all-dropout-ckpt", dict(adapter=Lora(r=16, alpha=32, dropout=0.05, targets=ALL, use_dora=True)), True),
 ]
 
 
