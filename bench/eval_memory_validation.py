@@ -5,6 +5,10 @@ None), then measures ``evaluate()`` over an evaluation set of varying lengths in
 (``lengthscan/memory/cpu_eval_peak.py``). Prints the table and writes ``bench/eval_memory_results.md``.
 
     python bench/eval_memory_validation.py [--quick]
+
+Then ``Seq2SeqTrainer.evaluate`` with ``predict_with_generate`` (BART and T5, greedy and beams, fp32,
+bf16 autocast and bf16 weights), every row generating to ``generation_max_length`` (the EOS logit
+pushed down: the worst case the model prices).
 """
 
 from __future__ import annotations
@@ -67,6 +71,51 @@ def run(quick: bool = False) -> list[dict]:
     return out
 
 
+def generation_cases():
+    from transformers import BartConfig, T5Config
+
+    bart = BartConfig(vocab_size=8000, d_model=128, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                      decoder_attention_heads=4, encoder_ffn_dim=256, decoder_ffn_dim=256)
+    t5 = T5Config(decoder_start_token_id=0, vocab_size=8000, d_model=128, d_kv=32, d_ff=256, num_layers=2, num_heads=4)
+    long = ([300, 280, 260, 240, 220, 200, 180, 160], [30, 40, 20, 50, 30, 40, 20, 10])
+    short = ([64, 60, 50, 40, 64, 30, 20, 10], [4, 5, 6, 7, 8, 4, 5, 6])
+    out = []
+    for name, config in (("bart 2+2x128", bart), ("t5 2+2x128", t5)):
+        for lens, (max_length, beams) in ((long, (60, 4)), (short, (200, 8)), (short, (256, 1)), (short, (100, 4))):
+            for precision, dtype in (("fp32", "fp32"), ("bf16", "fp32"), ("bf16", "bf16")):
+                out.append((name, config, lens, max_length, beams, precision, dtype))
+    return out
+
+
+def run_generation(quick: bool = False) -> list[dict]:
+    from lengthscan.memory import MemoryOptions
+    from lengthscan.memory.build import build_model
+    from lengthscan.memory.cpu_eval_peak import eval_rows, measure_evaluate
+    from lengthscan.memory.evaluation import EvalOptions, eval_shapes, evaluate_loop
+
+    out = []
+    for name, config, (lens, targets), max_length, beams, precision, dtype in generation_cases():
+        if quick and (precision, dtype) != ("fp32", "fp32"):
+            continue
+        options = MemoryOptions(precision=precision, torch_dtype=dtype)
+        evo = EvalOptions(4, predict_with_generate=True, generation_max_length=max_length, num_beams=beams)
+        shapes = eval_shapes(lens, 4, targets=targets)
+        start = time.time()
+        pred = evaluate_loop(config, shapes, options, evo)
+        meas = measure_evaluate(build_model(config, options), eval_rows(config, lens, targets, head="seq2seq"),
+                                EvalOptions(4), options, generation={"max_length": max_length, "num_beams": beams})
+        row = {"case": name, "precision": precision + ("" if dtype == "fp32" else f", {dtype} weights"),
+               "variant": f"generate {max_length} x {beams} beam{'s' if beams > 1 else ''} (inputs {max(lens)})",
+               "batches": len(shapes), "predicted": pred.peak_bytes, "measured": meas.peak_bytes,
+               "error": pred.peak_bytes / meas.peak_bytes - 1, "moment": pred.moment, "step": pred.peak_step,
+               "seconds": time.time() - start}
+        out.append(row)
+        print(f"{name:16} {row['precision']:18} {row['variant']:34} pred {row['predicted'] / MIB:8.1f} MiB  meas "
+              f"{row['measured'] / MIB:8.1f} MiB  {100 * row['error']:+5.1f}%  {row['moment']} #{row['step']}",
+              flush=True)
+    return out
+
+
 def table(rows: list[dict]) -> str:
     import torch
     import transformers
@@ -87,7 +136,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fp32 only")
     args = parser.parse_args()
     rows = run(args.quick)
-    text = table(rows)
+    generation = run_generation(args.quick)
+    text = table(rows) + "\n## predict_with_generate (Seq2SeqTrainer)\n\n" + table(generation).split("\n", 2)[2]
+    rows += generation
     Path(__file__).with_name("eval_memory_results.md").write_text("# Evaluation loop: predicted vs measured\n\n" + text)
     print(text)
     worst = max(abs(r["error"]) for r in rows)

@@ -129,7 +129,7 @@ def _sdpa(t: Tape, q: Tensor, k: Tensor, v: Tensor, out_numel: int, rows: int, m
         bias = t.new(mask4d.numel, dtype, False)
     out = t.new(out_numel, dtype, ops.needs_grad(q, k, v))
     lse = t.new(rows, "f32", False)
-    t.node([q, k, v], [out], [q, k, v, out, lse, bias])
+    t.node([q, k, v, bias, lse], [out], [q, k, v, out, lse, bias])  # the mask and lse live until the kernel ends
     return out
 
 

@@ -69,7 +69,8 @@ def measure_evaluate(model, rows: list[dict], evo, options: MemoryOptions = Memo
     """The CPU peak of ``Trainer.evaluate`` over ``rows`` (dataset order) after one training step.
 
     ``generation`` (``max_length``, ``num_beams``): ``Seq2SeqTrainer`` with ``predict_with_generate=True``
-    and ``generation_max_length``/``generation_num_beams`` (measured only: not priced yet)."""
+    and ``generation_max_length``/``generation_num_beams``; every row generates to ``max_length`` (the
+    worst case the model prices): the EOS token's logit is pushed down (:func:`never_ends`)."""
     import numpy as np
     import torch
     import transformers
@@ -77,6 +78,8 @@ def measure_evaluate(model, rows: list[dict], evo, options: MemoryOptions = Memo
     from transformers import trainer_pt_utils
 
     transformers.logging.set_verbosity_error()
+    if generation is not None:
+        never_ends(model)
     foreign = foreign_tensors(torch, model)
     with tempfile.TemporaryDirectory() as out:
         seq2seq = {} if generation is None else {
@@ -114,6 +117,21 @@ def measure_evaluate(model, rows: list[dict], evo, options: MemoryOptions = Memo
             trainer_pt_utils.nested_numpify = original
             torch.set_num_threads(threads)
     return profiled_peak(prof, live_before)
+
+
+def never_ends(model) -> None:
+    """Make a random model never emit EOS before ``max_length``: ``final_logits_bias`` (BART-like) set
+    to -1e4 at EOS, or the output embedding's EOS row zeroed (a logit of 0, below the best of a random
+    vocabulary's); the forced EOS at the last step still happens."""
+    import torch
+
+    eos = model.config.eos_token_id
+    with torch.no_grad():
+        bias = getattr(model, "final_logits_bias", None)
+        if bias is not None:
+            bias[..., eos] = -1e4
+        else:
+            model.get_output_embeddings().weight[eos] = 0
 
 
 def _map(x, fn):

@@ -98,7 +98,8 @@ def price_evaluation(config, evaluation: EvalData, at: tuple, audit_args: dict, 
     if not layout.rows:
         raise LayoutError(f"the evaluation split {split} has no row with a length to evaluate on")
     shapes = sequential_shapes(layout, evaluation.options.batch_size)
-    out = report(config, shapes, options, evaluation.options, usable)
+    out = report(config, shapes, options, evaluation.options, usable,
+                 rebatch=lambda size: sequential_shapes(layout, size))
     starts = np.arange(0, layout.rows, evaluation.options.batch_size)
 
     def batch(k):

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
+from lengthscan.memory import generation
 from lengthscan.memory.families import family_of, resolve_head
+from lengthscan.memory.generation import Generation
 from lengthscan.memory.model import state_terms, trace
 from lengthscan.memory.options import MemoryOptions, Shape
 from lengthscan.memory.tape import BYTES
@@ -46,7 +48,7 @@ class EvalOptions:
     loss (also what the Trainer does without ``compute_metrics``). ``argmax_logits``:
     ``preprocess_logits_for_metrics=lambda logits, labels: logits.argmax(-1)`` (the first output's).
     ``predict_with_generate``, ``generation_max_length``, ``num_beams``: ``Seq2SeqTrainer``'s
-    generation (not priced yet: refused).
+    generation (``generation.py``; None: the model's ``max_length``, 20 by default).
     """
 
     batch_size: int
@@ -64,9 +66,12 @@ class EvalOptions:
             raise ValueError("eval accumulation_steps must be at least 1")
         if self.num_beams < 1:
             raise ValueError("num_beams must be at least 1")
-        if self.predict_with_generate:
-            raise ValueError("predict_with_generate is not priced yet (generation with a KV cache): evaluate "
-                             "with the loss and logits instead")
+        if self.generation_max_length is not None and self.generation_max_length < 1:
+            raise ValueError("generation_max_length must be at least 1")
+        if not self.predict_with_generate and (self.generation_max_length is not None or self.num_beams != 1):
+            raise ValueError("generation_max_length and num_beams apply with predict_with_generate only")
+        if self.predict_with_generate and self.argmax_logits:
+            raise ValueError("predict_with_generate keeps generated tokens, not logits: argmax_logits does not apply")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -104,6 +109,7 @@ class EvalStep:
     losses: Part
     convert_bytes: int  # fp32 copies of low-precision outputs
     argmax_bytes: int
+    generate: Generation | None = None  # predict_with_generate: model.generate's peak before the loss forward
 
 
 def eval_step(config, shape: Shape, options: MemoryOptions, evo: EvalOptions) -> EvalStep:
@@ -124,8 +130,27 @@ def eval_step(config, shape: Shape, options: MemoryOptions, evo: EvalOptions) ->
         preds = (Part(b, converted[0].length, 1, 8),)
         argmax_bytes = preds[0].nbytes
     labels = None if evo.prediction_loss_only else _labels(config, shape, eval_opts)
+    generate = None
+    if evo.predict_with_generate and not evo.prediction_loss_only:
+        generate, preds, labels = _generate(config, shape, options, evo, tr.tape)
     return EvalStep(fwd.peak, dict(fwd.terms), base["batch"], outputs, preds, labels, Part(evo.batch_size, None, 1, 4),
-                    convert_bytes, argmax_bytes)
+                    convert_bytes, argmax_bytes, generate)
+
+
+def _generate(config, shape: Shape, options: MemoryOptions, evo: EvalOptions, tape) -> tuple:
+    """``generate``'s peak (above the resident state and the batch) and the int64 predictions and labels
+    ``prediction_step`` returns, both padded to the model's ``max_length`` when shorter."""
+    enc_opts = generation.encoder_options(options)
+    tr = trace(config, Shape(shape.batch_size, shape.input_len, 1, shape.padding), enc_opts, grad=False)
+    base = state_terms(tr, enc_opts)
+    enc = replay(tr.tape, base, 0)[0]
+    encoder_pass = enc.peak - sum(base.values())
+    pad = generation.model_max_length(config)
+    length = evo.generation_max_length or pad
+    copies = generation.decoder_weight_copies(tape, tape.low)
+    gen = generation.generation_peak(config, shape, options, length, evo.num_beams, encoder_pass, copies)
+    b = shape.batch_size
+    return gen, (Part(b, max(length, pad), 1, 8),), Part(b, max(shape.target_len or 1, pad), 1, 8)
 
 
 def _layout(config, shape: Shape, options: MemoryOptions, index: int, numel: int, itemsize: int) -> Part:
@@ -193,6 +218,10 @@ def evaluate_loop(config, shapes, options: MemoryOptions, evo: EvalOptions,
         resident = {key: v for key, v in step.forward_terms.items() if key in RESIDENT}
         kept = sum(total(v) for v in held.values())
         moments = [("forward", {**step.forward_terms, "eval_predictions_held": kept + loose})]
+        if step.generate is not None:
+            moments.append((f"generate: {step.generate.moment}", {
+                **resident, "batch": step.batch_bytes, "eval_predictions_held": kept + loose,
+                **step.generate.terms}))
         out_bytes = total(step.outputs)
         after = {**resident, "batch": step.batch_bytes, "eval_predictions_held": kept + loose}
         if step.convert_bytes:
@@ -273,22 +302,35 @@ def shape_mode_batches(batch_size: int, rows: int, input_len: int | None, target
     return shapes + ([Shape(rest, input_len, target_len)] if rest else [])
 
 
-def report(config, shapes, options: MemoryOptions, evo: EvalOptions, usable_bytes: int | None = None) -> dict:
+def report(config, shapes, options: MemoryOptions, evo: EvalOptions, usable_bytes: int | None = None,
+           rebatch=None) -> dict:
     """``report.json["memory"]["evaluation"]``: the loop's peak, its terms, where it breaks the budget, and what
-    each alternative (accumulation every batch, argmax logits, loss only) changes."""
+    each alternative (accumulation every batch, argmax logits, loss only, half the batch size) changes.
+
+    ``rebatch(batch_size)``: the same rows in batches of ``batch_size`` (None: no smaller-batch alternative)."""
     shapes = list(shapes)
     est = evaluate_loop(config, shapes, options, evo, usable_bytes)
     out = {**est.to_dict(), "options": evo.to_dict(), "batches": len(shapes)}
+    if evo.predict_with_generate:
+        out["generation"] = generation_words(evo.to_dict())
     broken = est.breaking_step
     out["breaking_rows"] = None if broken is None else sum(s.batch_size for s in shapes[:broken + 1])
     peaks = list(est.step_peaks)
     out["per_step_peak_bytes"] = peaks if len(peaks) <= 10_000 else {"steps": len(peaks), "max": max(peaks)}
     out["fits"] = None if usable_bytes is None else est.peak_bytes <= usable_bytes
-    alternatives = {}
+    tries = []
     for name, change in ALTERNATIVES:
         if evo.prediction_loss_only or all(getattr(evo, k) == v for k, v in change.items()):
             continue  # loss only keeps nothing the others would change
-        alt = evaluate_loop(config, shapes, options, replace(evo, **change), usable_bytes)
+        if evo.predict_with_generate and name == "argmax_logits":
+            continue  # generation keeps tokens, not logits
+        tries.append((name, shapes, replace(evo, **change)))
+    if rebatch is not None and evo.batch_size > 1:
+        half = evo.batch_size // 2
+        tries.append((f"eval_batch_size={half}", list(rebatch(half)), replace(evo, batch_size=half)))
+    alternatives = {}
+    for name, alt_shapes, alt_evo in tries:
+        alt = evaluate_loop(config, alt_shapes, options, alt_evo, usable_bytes)
         alternatives[name] = {"peak_bytes": alt.peak_bytes, "saves_bytes": est.peak_bytes - alt.peak_bytes,
                               "breaking_step": alt.breaking_step,
                               "fits": None if usable_bytes is None else alt.peak_bytes <= usable_bytes}
@@ -303,6 +345,9 @@ def summary_lines(ev: dict) -> list[str]:
     lines = [f"evaluation ({ev['steps']:,} batches, {ev['rows']:,} rows): peak {size(ev['peak_bytes'])} at batch "
              f"#{ev['peak_step']} ({ev['moment']}); {size(ev['held_bytes_end'])} of predictions on the device "
              "at the end"]
+    gen = generation_words(ev["options"])
+    if gen:
+        lines.append(f"  {gen}")
     if ev["breaking_step"] is not None:
         lines.append(f"  breaks the budget at batch #{ev['breaking_step']} (after {ev['breaking_rows']:,} rows)")
     elif ev["fits"] is not None:
@@ -311,3 +356,13 @@ def summary_lines(ev: dict) -> list[str]:
     if alts:
         lines.append("  instead, " + "; ".join(alts))
     return lines
+
+
+def generation_words(evo: dict) -> str:
+    """What ``predict_with_generate`` is priced as, in words ("" without it)."""
+    if not evo.get("predict_with_generate"):
+        return ""
+    length = evo.get("generation_max_length")
+    beams = evo.get("num_beams", 1)
+    return (f"predict_with_generate: every row generates to {length or 'the model max_length'} tokens with "
+            f"{beams} beam{'s' if beams != 1 else ''} (the worst case: no row ends early)")

@@ -27,22 +27,26 @@ def trace_bart(t: Tape, c, batch: int, src: int, tgt: int, opts, padding: bool) 
     t.param(shared, vocab * d)  # untied, the stacks and lm_head get their own and shared goes unused
     ckpt = opts.gradient_checkpointing
     enc_mask = mask(t, batch, src, src, opts.attention) if padding else None
-    h = _embed(t, c, ids, batch, src, "model.encoder")
+    h, embeds = _embed(t, c, ids, batch, src, "model.encoder")
     for i in range(c.encoder_layers):
         t.begin_layer(i, ckpt, [h, enc_mask])
         h = _layer(t, c, h, None, batch, src, src, f"model.encoder.layers.{i}", opts, enc_mask, False)
         t.end_layer(h)
+    for e in embeds:  # the stack's locals
+        t.use(e)
     if mt in _FINAL_LN:
         h = ops.layer_norm(t, h, d, "model.encoder.layer_norm")
     enc = h
     self_mask = mask(t, batch, tgt, tgt, opts.attention) if opts.attention == "eager" else None
     cross_mask = mask(t, batch, tgt, src, opts.attention) if padding else None
-    h = _embed(t, c, dec_ids, batch, tgt, "model.decoder")
+    h, embeds = _embed(t, c, dec_ids, batch, tgt, "model.decoder")
     for i in range(c.decoder_layers):
         layer = c.encoder_layers + i
         t.begin_layer(layer, ckpt, [h, enc, self_mask, cross_mask])
         h = _layer(t, c, h, enc, batch, tgt, src, f"model.decoder.layers.{i}", opts, self_mask, True, cross_mask)
         t.end_layer(h)
+    for e in embeds:  # the stack's locals
+        t.use(e)
     if mt in _FINAL_LN:
         h = ops.layer_norm(t, h, d, "model.decoder.layer_norm")
     t.use(enc)
@@ -55,6 +59,8 @@ def trace_bart(t: Tape, c, batch: int, src: int, tgt: int, opts, padding: bool) 
 
 
 def _embed(t: Tape, c, ids, batch: int, n: int, name: str):
+    """The stack's input: its hidden states, and the tensors the stack's locals hold until it returns
+    (``inputs_embeds`` and the position embeddings, (batch, n, d) when the positions are expanded)."""
     mt, d = c.model_type, c.d_model
     tie = "model.shared.weight" if getattr(c, "tie_word_embeddings", True) else None
     if mt == "marian" and not getattr(c, "share_encoder_decoder_embeddings", True) and name.endswith("decoder"):
@@ -75,7 +81,7 @@ def _embed(t: Tape, c, ids, batch: int, n: int, name: str):
         h = ops.binary(t, x, pos)
         if mt in _LN_EMBEDDING:
             h = ops.layer_norm(t, h, d, f"{name}.layernorm_embedding")
-    return ops.dropout(t, h, c.dropout)
+    return ops.dropout(t, h, c.dropout), (x, pos)
 
 
 def _layer(t: Tape, c, h, enc, batch, q_len, src, name, opts, self_mask, decoder, cross_mask=None):
@@ -120,19 +126,20 @@ def trace_t5(t: Tape, c, batch: int, src: int, tgt: int, opts, padding: bool) ->
     t.param("shared.weight", c.vocab_size * d)
     ckpt = opts.gradient_checkpointing
     enc_mask = mask(t, batch, src, src, opts.attention) if padding else None
-    h = ops.dropout(t, ops.embedding(t, ids, batch * src, c.vocab_size, d, "encoder.embed_tokens",
-                                     tie="shared.weight"), c.dropout_rate)
+    embeds = ops.embedding(t, ids, batch * src, c.vocab_size, d, "encoder.embed_tokens", tie="shared.weight")
+    h = ops.dropout(t, embeds, c.dropout_rate)
     bias = _t5_bias(t, c, src, src, "encoder.block.0.layer.0.SelfAttention")
     for i in range(c.num_layers):
         t.begin_layer(i, ckpt, [h, enc_mask, bias])
         h = _t5_block(t, c, h, None, batch, src, src, f"encoder.block.{i}", opts, enc_mask, bias, None, None)
         t.end_layer(h)
+    t.use(embeds)  # T5Stack's inputs_embeds lives until the stack returns
     enc = ops.dropout(t, ops.rms_norm(t, h, d, "encoder.final_layer_norm"), c.dropout_rate)
     n_dec = c.num_decoder_layers if c.num_decoder_layers is not None else c.num_layers
     self_mask = mask(t, batch, tgt, tgt, opts.attention) if opts.attention == "eager" else None
     cross_mask = mask(t, batch, tgt, src, opts.attention) if padding else None
-    h = ops.dropout(t, ops.embedding(t, dec_ids, batch * tgt, c.vocab_size, d, "decoder.embed_tokens",
-                                     tie="shared.weight"), c.dropout_rate)
+    embeds = ops.embedding(t, dec_ids, batch * tgt, c.vocab_size, d, "decoder.embed_tokens", tie="shared.weight")
+    h = ops.dropout(t, embeds, c.dropout_rate)
     bias = _t5_bias(t, c, tgt, tgt, "decoder.block.0.layer.0.SelfAttention")
     cross_bias = t.new(c.num_heads * tgt * src, "f32", ckpt)  # zeros: cross-attention has no relative bias
     for i in range(n_dec):
@@ -141,6 +148,7 @@ def trace_t5(t: Tape, c, batch: int, src: int, tgt: int, opts, padding: bool) ->
         h = _t5_block(t, c, h, enc, batch, tgt, src, f"decoder.block.{i}", opts, self_mask, bias, cross_mask,
                       cross_bias)
         t.end_layer(h)
+    t.use(embeds)
     h = ops.dropout(t, ops.rms_norm(t, h, d, "decoder.final_layer_norm"), c.dropout_rate)
     if getattr(c, "scale_decoder_outputs", True):
         h = ops.scale(t, h)
@@ -196,7 +204,7 @@ def _t5_attend(t: Tape, c, q, k, v, pb, m, batch, q_len, k_len, opts, causal):
                 n = heads * q_len * k_len * (batch if mm.numel >= batch * q_len * k_len else 1)
                 out = t.new(n, t.promote(pb, mm), pb.requires_grad)
                 t.node([pb, mm], [out], [])
-                pb = out
+                pb = ops.copy(t, out)  # .contiguous(): the sum follows the permuted bias' strides
             else:
                 pb = ops.copy(t, pb)  # .contiguous() of the permuted bias
         if not pb.requires_grad:

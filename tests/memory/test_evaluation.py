@@ -217,17 +217,72 @@ def test_data_mode_eval_usage_errors(eval_data, bpe_dir, bart_dir, capsys):
     assert "need SRC" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_generation_is_measured_with_seq2seq_trainer():
-    """The harness for ``predict_with_generate`` (measured only, not priced yet): beams hold more than greedy."""
+def _bart_gen(vocab=8000):
     from transformers import BartConfig
 
+    return BartConfig(vocab_size=vocab, d_model=128, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                      decoder_attention_heads=4, encoder_ffn_dim=256, decoder_ffn_dim=256)
+
+
+def _t5_gen(vocab=8000):
+    from transformers import T5Config
+
+    return T5Config(decoder_start_token_id=0, vocab_size=vocab, d_model=128, d_kv=32, d_ff=256, num_layers=2,
+                    num_heads=4)
+
+
+GEN_INPUTS, GEN_TARGETS = [64, 60, 50, 40, 64, 30, 20, 10], [4, 5, 6, 7, 8, 4, 5, 6]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("make, max_length, beams, precision, dtype", [
+    (_bart_gen, 200, 8, "fp32", "fp32"),  # the beams' cache reorder sets the peak
+    (_bart_gen, 100, 4, "bf16", "fp32"),  # autocast's weight copies and the head's fp32 sum
+    (_t5_gen, 200, 8, "bf16", "bf16"),  # accelerate's fp32 copies of the logits and the encoder output
+    (_t5_gen, 256, 1, "fp32", "fp32"),  # greedy: the logits of two steps and a forced EOS
+], ids=["bart-beams8-fp32", "bart-beams4-autocast", "t5-beams8-bf16", "t5-greedy"])
+def test_generation_within_five_percent_of_seq2seq_trainer_evaluate(make, max_length, beams, precision, dtype):
+    """``predict_with_generate`` priced against ``Seq2SeqTrainer.evaluate`` measured on CPU, every row generating to
+    ``generation_max_length`` (the EOS logit pushed down, the worst case the model prices)."""
     from lengthscan.memory.build import build_model
     from lengthscan.memory.cpu_eval_peak import eval_rows, measure_evaluate
 
-    config = BartConfig(vocab_size=500, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-                        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=256)
-    rows = eval_rows(config, LENS[:4], [16, 20, 24, 28])
-    greedy = measure_evaluate(build_model(config), rows, EvalOptions(2), generation={"max_length": 24, "num_beams": 1})
-    beams = measure_evaluate(build_model(config), rows, EvalOptions(2), generation={"max_length": 24, "num_beams": 4})
-    assert 0 < greedy.peak_bytes < beams.peak_bytes
+    config, options = make(), MemoryOptions(precision=precision, torch_dtype=dtype)
+    evo = EvalOptions(4, predict_with_generate=True, generation_max_length=max_length, num_beams=beams)
+    est = evaluate_loop(config, eval_shapes(GEN_INPUTS, 4, targets=GEN_TARGETS), options, evo)
+    measured = measure_evaluate(build_model(config, options), eval_rows(config, GEN_INPUTS, GEN_TARGETS,
+                                                                        head="seq2seq"),
+                                EvalOptions(4), options, generation={"max_length": max_length, "num_beams": beams})
+    assert est.moment.startswith("generate") or max_length < 200
+    assert abs(est.peak_bytes / measured.peak_bytes - 1) < 0.05, (est.peak_bytes, measured.peak_bytes, est.moment)
+
+
+def test_generation_prices_the_cache_and_refuses_what_it_cannot(capsys, tmp_path):
+    config = _bart_gen()
+    shapes = shape_mode_batches(4, 8, 64, 8)
+    short = evaluate_loop(config, shapes, MemoryOptions(), EvalOptions(4, predict_with_generate=True,
+                                                                       generation_max_length=50, num_beams=4))
+    long = evaluate_loop(config, shapes, MemoryOptions(), EvalOptions(4, predict_with_generate=True,
+                                                                      generation_max_length=400, num_beams=4))
+    assert long.peak_bytes > short.peak_bytes and long.moment.startswith("generate")
+    # the self-attention cache: 2 x layers x (batch x beams) x (max_length - 1) x d_model, fp32
+    assert long.terms["self_attention_cache"] == 2 * 2 * 16 * 399 * 128 * 4
+    ev = report(config, shapes, MemoryOptions(), EvalOptions(4, predict_with_generate=True, num_beams=4),
+                rebatch=lambda b: shape_mode_batches(b, 8, 64, 8))
+    assert "argmax_logits" not in ev["alternatives"] and ev["alternatives"]["eval_batch_size=2"]["saves_bytes"] > 0
+    assert "no row ends early" in ev["generation"]
+    _llama().save_pretrained(tmp_path / "llama")
+    assert main(["memory", "--model", str(tmp_path / "llama"), "--batch-size", "2", "--input-len", "8",
+                 "--eval-batch-size", "2", "--predict-with-generate"]) == 2
+    assert "encoder-decoder" in capsys.readouterr().err
+    config.save_pretrained(tmp_path / "bart")
+    base = ["memory", "--model", str(tmp_path / "bart"), "--batch-size", "2", "--input-len", "8", "--target-len", "8",
+            "--eval-batch-size", "2"]
+    assert main([*base, "--generation-num-beams", "4"]) == 2
+    assert "--predict-with-generate" in capsys.readouterr().err
+    assert main([*base, "--predict-with-generate", "--eval-argmax"]) == 2
+    assert "--eval-argmax" in capsys.readouterr().err
+    assert main([*base, "--predict-with-generate", "--generation-num-beams", "4", "--json"]) == 0
+    ev = json.loads(capsys.readouterr().out)["memory"]["evaluation"]
+    assert ev["options"]["num_beams"] == 4 and ev["options"]["predict_with_generate"] and "eval_batch_size=1" in \
+        ev["alternatives"]
