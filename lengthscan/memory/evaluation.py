@@ -335,6 +335,10 @@ def report(config, shapes, options: MemoryOptions, evo: EvalOptions, usable_byte
                               "breaking_step": alt.breaking_step,
                               "fits": None if usable_bytes is None else alt.peak_bytes <= usable_bytes}
     out["alternatives"] = alternatives
+    # the first that fits, in the order of what each costs the run: a host copy, the metrics' inputs, the metrics,
+    # then more evaluation steps
+    out["cheapest"] = next((name for name, a in alternatives.items() if a["fits"]), None) if out["fits"] is False \
+        else None
     return out
 
 
@@ -355,6 +359,9 @@ def summary_lines(ev: dict) -> list[str]:
     alts = [f"{name}: {size(a['peak_bytes'])}" for name, a in ev["alternatives"].items()]
     if alts:
         lines.append("  instead, " + "; ".join(alts))
+    if ev.get("cheapest"):
+        lines.append(f"  cheapest change that fits: {ev['cheapest']} (peak "
+                     f"{size(ev['alternatives'][ev['cheapest']]['peak_bytes'])})")
     return lines
 
 

@@ -270,7 +270,14 @@ def test_generation_prices_the_cache_and_refuses_what_it_cannot(capsys, tmp_path
     ev = report(config, shapes, MemoryOptions(), EvalOptions(4, predict_with_generate=True, num_beams=4),
                 rebatch=lambda b: shape_mode_batches(b, 8, 64, 8))
     assert "argmax_logits" not in ev["alternatives"] and ev["alternatives"]["eval_batch_size=2"]["saves_bytes"] > 0
-    assert "no row ends early" in ev["generation"]
+    assert "no row ends early" in ev["generation"] and ev["cheapest"] is None  # no budget, no advice
+    usable = ev["alternatives"]["eval_batch_size=2"]["peak_bytes"]
+    tight = report(config, shapes, MemoryOptions(), EvalOptions(4, predict_with_generate=True, num_beams=4), usable,
+                   rebatch=lambda b: shape_mode_batches(b, 8, 64, 8))
+    names = list(tight["alternatives"])
+    assert tight["fits"] is False and tight["cheapest"] in names
+    assert tight["alternatives"][tight["cheapest"]]["peak_bytes"] <= usable
+    assert all(tight["alternatives"][n]["peak_bytes"] > usable for n in names[:names.index(tight["cheapest"])])
     _llama().save_pretrained(tmp_path / "llama")
     assert main(["memory", "--model", str(tmp_path / "llama"), "--batch-size", "2", "--input-len", "8",
                  "--eval-batch-size", "2", "--predict-with-generate"]) == 2
