@@ -22,7 +22,7 @@ MIB = 1024 ** 2
 
 
 def configs():
-    from transformers import BartConfig, BertConfig, LlamaConfig
+    from transformers import BartConfig, BertConfig, LlamaConfig, T5Config
 
     llama = LlamaConfig(vocab_size=4000, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                         num_attention_heads=4, num_key_value_heads=2)
@@ -30,9 +30,12 @@ def configs():
                       decoder_attention_heads=4, encoder_ffn_dim=512, decoder_ffn_dim=512)
     bert = BertConfig(vocab_size=4000, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
                       intermediate_size=512, num_labels=3, architectures=["BertForSequenceClassification"])
+    t5 = T5Config(decoder_start_token_id=0, vocab_size=4000, d_model=256, d_kv=64, d_ff=512, num_layers=2,
+                  num_heads=4)
     lens = [64 + (i * 37) % 192 for i in range(24)]
     targets = [16 + (i * 13) % 48 for i in range(24)]
     return [("llama 2x256 gqa", llama, lens, None), ("bart 2+2x256", bart, lens, targets),
+            ("t5 2+2x256", t5, lens, targets),
             ("bert 2x256 cls", bert, lens, None)]
 
 
@@ -121,7 +124,7 @@ def table(rows: list[dict]) -> str:
     import transformers
 
     lines = [f"torch {torch.__version__}, transformers {transformers.__version__}, {platform.machine()}; "
-             "24 rows (64-255 tokens; BART targets 16-63) in batches of 4, dataset order. "
+             "24 rows (64-255 tokens; BART and T5 targets 16-63) in batches of 4, dataset order. "
              "Error = predicted / measured - 1.", "",
              "| case | precision | variant | predicted MiB | measured MiB | error % | peak at |",
              "|---|---|---|---:|---:|---:|---|"]

@@ -138,6 +138,9 @@ def trace_t5(t: Tape, c, batch: int, src: int, tgt: int, opts, padding: bool) ->
     n_dec = c.num_decoder_layers if c.num_decoder_layers is not None else c.num_layers
     self_mask = mask(t, batch, tgt, tgt, opts.attention) if opts.attention == "eager" else None
     cross_mask = mask(t, batch, tgt, src, opts.attention) if padding else None
+    # the decoder stack's config keeps use_cache=True (a copy made before the Trainer turns it off): outside
+    # checkpointed training it fills a KV cache (a copy of every key and value) that lives until the forward returns
+    cache = None if t.grad and ckpt else []
     embeds = ops.embedding(t, dec_ids, batch * tgt, c.vocab_size, d, "decoder.embed_tokens", tie="shared.weight")
     h = ops.dropout(t, embeds, c.dropout_rate)
     bias = _t5_bias(t, c, tgt, tgt, "decoder.block.0.layer.0.SelfAttention")
@@ -146,7 +149,7 @@ def trace_t5(t: Tape, c, batch: int, src: int, tgt: int, opts, padding: bool) ->
         layer = c.num_layers + i
         t.begin_layer(layer, ckpt, [h, enc, self_mask, cross_mask, bias, cross_bias])
         h = _t5_block(t, c, h, enc, batch, tgt, src, f"decoder.block.{i}", opts, self_mask, bias, cross_mask,
-                      cross_bias)
+                      cross_bias, cache)
         t.end_layer(h)
     t.use(embeds)
     h = ops.dropout(t, ops.rms_norm(t, h, d, "decoder.final_layer_norm"), c.dropout_rate)
@@ -154,7 +157,7 @@ def trace_t5(t: Tape, c, batch: int, src: int, tgt: int, opts, padding: bool) ->
         h = ops.scale(t, h)
     t.use(enc)
     loss, logits = lm_loss(t, h, d, c.vocab_size, batch * tgt, labels, tie="shared.weight", upcast=False)
-    t.finish(loss, keep=[logits, enc, amask])
+    t.finish(loss, keep=[logits, enc, amask], hold=cache or [])
 
 
 def _t5_bias(t: Tape, c, q_len: int, k_len: int, name: str) -> Tensor:
@@ -164,7 +167,8 @@ def _t5_bias(t: Tape, c, q_len: int, k_len: int, name: str) -> Tensor:
                          f"{name}.relative_attention_bias")
 
 
-def _t5_block(t: Tape, c, h, enc, batch, q_len, src, name, opts, self_mask, bias, cross_mask, cross_bias):
+def _t5_block(t: Tape, c, h, enc, batch, q_len, src, name, opts, self_mask, bias, cross_mask, cross_bias,
+              cache: list | None = None):
     d, inner = c.d_model, c.num_heads * c.d_kv
     parts = [("0.SelfAttention", None, self_mask, bias, enc is not None)]
     if enc is not None:
@@ -178,6 +182,8 @@ def _t5_block(t: Tape, c, h, enc, batch, q_len, src, name, opts, self_mask, bias
         q = ops.linear(t, x, d, inner, f"{attn}.q", False)
         k = ops.linear(t, kv_in, d, inner, f"{attn}.k", False)
         v = ops.linear(t, kv_in, d, inner, f"{attn}.v", False)
+        if cache is not None:  # DynamicLayer.update: torch.cat onto an empty tensor, a copy of each
+            cache += [_cache_copy(t, k), _cache_copy(t, v)]
         out = _t5_attend(t, c, q, k, v, pb, m, batch, q_len, k_len, opts, causal)
         x = ops.linear(t, out, inner, d, f"{attn}.o", False)
         h = ops.binary(t, h, ops.dropout(t, x, c.dropout_rate))
@@ -190,6 +196,12 @@ def _t5_block(t: Tape, c, h, enc, batch, q_len, src, name, opts, self_mask, bias
         x = mlp(t, x, d, c.d_ff, f"{ff}.DenseReluDense", c.dense_act_fn, bias=False, act_dropout=c.dropout_rate,
                 names=("wi", "wo"))
     return ops.binary(t, h, ops.dropout(t, x, c.dropout_rate))
+
+
+def _cache_copy(t: Tape, x: Tensor) -> Tensor:
+    out = t.new(x.numel, x.dtype, False)
+    t.node([x], [out], [])
+    return out
 
 
 def _t5_attend(t: Tape, c, q, k, v, pb, m, batch, q_len, k_len, opts, causal):

@@ -236,12 +236,13 @@ class Tape:
         self.layer = None
         self.use(output)
 
-    def finish(self, loss: Tensor, keep: list[Tensor] = ()) -> None:
-        """The loss closes the forward pass; ``keep`` are the outputs alive until it returns."""
+    def finish(self, loss: Tensor, keep: list[Tensor] = (), hold: list[Tensor] = ()) -> None:
+        """The loss closes the forward pass; ``keep`` are the outputs alive until it returns, ``hold`` other
+        tensors alive until then that no caller keeps (a KV cache the Trainer ignores)."""
         self.loss = loss
         self.outputs = [t for t in keep if t is not None and t.storage is not None and not t.storage.held]
         end = len(self.events)
-        for t in keep:
+        for t in (*keep, *hold):
             if t is not None and t.storage is not None:
                 t.storage.last_use = max(t.storage.last_use, end)
         for s in self.storages:  # autocast caches weight casts until the forward pass returns
