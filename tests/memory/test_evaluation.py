@@ -71,9 +71,12 @@ def test_padding_to_the_longest_so_far():
 
 
 def test_report_fields():
-    ev = report(_llama(), shape_mode_batches(2, 10, 64, None), MemoryOptions(), EvalOptions(2), usable_bytes=10**12)
+    ev = report(_llama(), shape_mode_batches(2, 10, 64, None), MemoryOptions(), EvalOptions(2), usable_bytes=10**12,
+                rebatch=lambda b: shape_mode_batches(b, 10, 64, None))
     assert ev["peak_bytes"] == sum(ev["terms"].values()) and ev["fits"] is True and ev["breaking_step"] is None
-    assert set(ev["alternatives"]) == {"eval_accumulation_steps=1", "argmax_logits", "prediction_loss_only"}
+    assert set(ev["alternatives"]) == {"eval_accumulation_steps=1", "argmax_logits", "prediction_loss_only",
+                                       "eval_batch_size=1"}
+    assert ev["cheapest"] is None  # it fits: no advice
     assert all(a["saves_bytes"] > 0 for a in ev["alternatives"].values())
 
 
@@ -168,7 +171,10 @@ def test_data_mode_eval_source_cli_budget_report_and_html(eval_data, bpe_dir, ba
     assert ev["rows"] == len(val) and ev["source_rows"] == len(val) + 1 and ev["left_out"] == 1
     assert ev["steps"] == -(-len(val) // 4) and len(ev["per_step_peak_bytes"]) == ev["steps"]
     assert ev["peak_bytes"] == sum(ev["terms"].values()) and ev["fits"] is None and ev["breaking_step"] is None
-    assert set(ev["alternatives"]) == {"eval_accumulation_steps=1", "argmax_logits", "prediction_loss_only"}
+    assert set(ev["alternatives"]) == {"eval_accumulation_steps=1", "argmax_logits", "prediction_loss_only",
+                                       "eval_batch_size=2"}
+    # half the batch: the same rows in batches of 2, in order (its peak is the smaller one)
+    assert ev["alternatives"]["eval_batch_size=2"]["saves_bytes"] > 0
     # the same rows as a split of SRC: the same batches, the same peaks
     assert main([*base, "--json", "--eval-batch-size", "4", "--eval-split", "validation"]) == 0
     same = json.loads(capsys.readouterr().out)["memory"]["evaluation"]
@@ -194,6 +200,13 @@ def test_data_mode_eval_source_cli_budget_report_and_html(eval_data, bpe_dir, ba
     assert "eval_accumulation_steps=1" in section[:4000]
     alt = data["evaluation"]["alternatives"]["eval_accumulation_steps=1"]
     assert main([*base, *flags, "--eval-accumulation-steps", "1"]) == (0 if alt["fits"] else 1)
+    capsys.readouterr()
+    cheapest = data["evaluation"]["cheapest"]  # the first alternative that fits, named where the user reads it
+    assert cheapest == next(n for n, a in data["evaluation"]["alternatives"].items() if a["fits"])
+    assert f"cheapest change that fits: {cheapest}" in text and f"<code>{cheapest}</code>" in section[:4000]
+    half = data["evaluation"]["alternatives"]["eval_batch_size=2"]
+    assert main([*base, "--eval-batch-size", "2", "--eval-split", "validation", "--budget", budget]) == \
+        (0 if half["fits"] else 1)
     capsys.readouterr()
 
 
