@@ -50,13 +50,15 @@ def _llama(t: Tape, c, batch: int, seq: int, opts, padding: bool) -> None:
     tie = "model.embed_tokens.weight" if getattr(c, "tie_word_embeddings", False) else None
     h = embeds = ops.embedding(t, ids, batch * seq, c.vocab_size, d, "model.embed_tokens")
     gemma, phi3 = mt == "gemma", mt == "phi3"
-    if gemma:  # embeddings * embed_scale (a 0-dim buffer): a new tensor
-        h = ops.binary(t, h, t.new(1, "f32", False, "buffers", held=True), saves=True)
+    if gemma:  # embeddings * embed_scale.to(weight dtype) (a 0-dim buffer): a new tensor of the embeddings' dtype
+        t.new(1, "f32", False, "buffers", held=True)
+        h = ops.scale(t, h)
     part = _rotary_fraction(c, 1.0) if phi3 else 1.0  # Phi-3 rotates the first part of each head
     rot = int(head_dim * part)
     t.new(rot // 2, "f32", False, "buffers", held=True)  # rotary inv_freq
     t.new(rot // 2, "f32", False, "buffers", held=True)  # and its original copy
-    cos, sin = t.new(seq * rot, "f32", False), t.new(seq * rot, "f32", False)
+    # the rotary embedding returns cos and sin .to(the hidden states' dtype): the embeddings'
+    cos, sin = t.new(seq * rot, h.dtype, False), t.new(seq * rot, h.dtype, False)
     m = _causal_mask(t, c, batch, seq, opts, padding)
     qkv_bias = mt == "qwen2" or getattr(c, "attention_bias", False)
     out_bias = mt != "qwen2" and getattr(c, "attention_bias", False)
@@ -186,7 +188,7 @@ def _neox(t: Tape, c, batch: int, seq: int, opts, padding: bool) -> None:
     h = ops.dropout(t, h, getattr(c, "hidden_dropout", 0.0))
     t.new(rot // 2, "f32", False, "buffers", held=True)  # rotary inv_freq
     t.new(rot // 2, "f32", False, "buffers", held=True)  # and its original copy
-    cos, sin = t.new(seq * rot, "f32", False), t.new(seq * rot, "f32", False)
+    cos, sin = t.new(seq * rot, h.dtype, False), t.new(seq * rot, h.dtype, False)  # .to(the hidden states' dtype)
     m = _causal_mask(t, c, batch, seq, opts, padding)
     bias = getattr(c, "attention_bias", True)
     a = Attn(d, heads, head_dim, bias=bias, dropout=getattr(c, "attention_dropout", 0.0),

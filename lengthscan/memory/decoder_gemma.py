@@ -42,7 +42,8 @@ def trace(t: Tape, c, batch: int, seq: int, opts, padding: bool) -> None:
     attn_impl = attention_kind(c, opts.attention)
     ids, amask = t.input(batch * seq), t.input(batch * seq)
     h = ops.embedding(t, ids, batch * seq, c.vocab_size, d, "model.embed_tokens")
-    h = ops.binary(t, h, t.new(1, "f32", False, "buffers", held=True), saves=True)  # * embed_scale
+    t.new(1, "f32", False, "buffers", held=True)  # embed_scale, multiplied .to(the weights' dtype): h keeps its dtype
+    h = ops.scale(t, h)
     tables = sorted(set(kinds)) if g3 else ["one"]  # Gemma 3: a RoPE table per layer type present
     for _ in tables:
         t.new(head_dim // 2, "f32", False, "buffers", held=True)  # inv_freq
@@ -50,7 +51,7 @@ def trace(t: Tape, c, batch: int, seq: int, opts, padding: bool) -> None:
     # Gemma{2,3}TextModel.forward builds the masks of both types, whichever its layers use
     masks = causal_masks(t, batch, seq, attn_impl, padding,
                          {"full_attention": None, "sliding_attention": getattr(c, "sliding_window", None)})
-    rotary = {kind: (t.new(seq * head_dim, "f32", False), t.new(seq * head_dim, "f32", False)) for kind in tables}
+    rotary = {kind: (t.new(seq * head_dim, h.dtype, False), t.new(seq * head_dim, h.dtype, False)) for kind in tables}
     a = Attn(d, heads, head_dim, kv_heads, getattr(c, "attention_bias", False), None,
              getattr(c, "attention_dropout", 0.0), names=("q_proj", "k_proj", "v_proj", "o_proj"))
     softcap = not g3 and getattr(c, "attn_logit_softcapping", None) is not None and attn_impl == "eager"

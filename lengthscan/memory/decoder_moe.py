@@ -81,7 +81,7 @@ def trace(t: Tape, c, batch: int, seq: int, opts, padding: bool) -> None:
     t.new(head_dim // 2, "f32", False, "buffers", held=True)  # rotary inv_freq
     t.new(head_dim // 2, "f32", False, "buffers", held=True)  # and its original copy
     masks = _masks(t, c, batch, seq, opts, padding)
-    cos, sin = t.new(seq * head_dim, "f32", False), t.new(seq * head_dim, "f32", False)
+    cos, sin = t.new(seq * head_dim, h.dtype, False), t.new(seq * head_dim, h.dtype, False)  # .to(hidden dtype)
     if mt == "qwen2_moe":
         bias, out_bias = getattr(c, "qkv_bias", True), False
     else:

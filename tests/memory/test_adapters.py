@@ -93,6 +93,10 @@ CASES = [  # (id, options, gradient checkpointing): measured steps, slow but one
     ("full-bf16-weights", {}, False),
     ("dora-bf16-all", dict(adapter=Lora(r=16, alpha=32, targets=ALL, use_dora=True)), False),
     ("dora-bf16-all-dropout-ckpt", dict(adapter=Lora(r=16, alpha=32, dropout=0.05, targets=ALL, use_dora=True)), True),
+    # bf16 weights trained without autocast (bf16=False): the hidden states stay bf16, RoPE's cos/sin follow them
+    ("lora-bf16-weights-no-autocast", dict(precision="fp32", adapter=Lora(r=16, alpha=32, dropout=0.05, targets=ALL)),
+     False),
+    ("full-bf16-weights-no-autocast", dict(precision="fp32"), False),
 ]
 
 
@@ -101,7 +105,8 @@ CASES = [  # (id, options, gradient checkpointing): measured steps, slow but one
 def test_peak_is_within_5_percent_of_the_measured_step(options, checkpointing):
     config = _llama()
     shape = Shape(2, 512, padding=True)
-    opts = MemoryOptions(precision="bf16", torch_dtype="bf16", gradient_checkpointing=checkpointing, **options)
+    opts = MemoryOptions(**({"precision": "bf16", "torch_dtype": "bf16", "gradient_checkpointing": checkpointing}
+                            | options))
     _, measured = _measure(config, shape, opts)
     est = estimate(config, shape, opts)
     assert abs(est.peak_bytes - measured.peak_bytes) <= 0.05 * measured.peak_bytes, (est.peak_bytes, measured)
