@@ -17,3 +17,25 @@ def test_exports_are_not_shadowed_by_submodules():
         value = getattr(lengthscan, name)
         assert not isinstance(value, type(lengthscan)), f"lengthscan.{name} is a module"
         assert callable(value) or isinstance(value, str), name
+
+
+def test_ray_forms_take_exactly_the_local_forms_keywords(corpus_jsonl, bpe_dir):
+    """``audit_ray``/``clean_ray`` read their keywords from ``audit``/``clean``: the same names and defaults,
+    plus the cluster's; an unknown or missing keyword fails as the local call does (before any cluster starts)."""
+    import inspect
+
+    import pytest
+
+    from lengthscan.engines.ray.api import RAY_KEYWORDS, audit_ray, clean_ray
+
+    for local, ray in ((lengthscan.audit, audit_ray), (lengthscan.clean, clean_ray)):
+        want = inspect.signature(local).parameters
+        got = inspect.signature(ray).parameters
+        assert list(got) == ["source", *RAY_KEYWORDS, *list(want)[1:]]
+        assert all(got[name].default == want[name].default for name in want)
+    for name in ("packing", "sample_unit", "config", "revision", "max_length", "shuffle_seed", "devices"):
+        assert name in inspect.signature(audit_ray).parameters
+    with pytest.raises(TypeError, match="audit_ray.*'bogus'"):
+        audit_ray(str(corpus_jsonl), tokenizer=str(bpe_dir), input="text", bogus=1)
+    with pytest.raises(TypeError, match="clean_ray.*'out'"):
+        clean_ray(str(corpus_jsonl), tokenizer=str(bpe_dir), input="text")

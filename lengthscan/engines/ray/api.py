@@ -1,35 +1,28 @@
 """``audit_ray`` and ``clean_ray``: ``lengthscan.audit`` and ``lengthscan.clean`` with the Ray Data
-engine (``engines.ray.engine.RayEngine``) as the measuring loop's engine; same arguments (plus
-the cluster's), same results and outputs, row for row."""
+engine (``engines.ray.engine.RayEngine``) as the measuring loop's engine; same results and outputs,
+row for row.
+
+Their keywords are ``audit``'s and ``clean``'s, read from those functions' signatures (plus the
+cluster's, ``ray_address`` and ``num_blocks``), so that the two forms cannot drift: a keyword the
+local function takes, the Ray one takes, with the same default.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
+import inspect
 
-from lengthscan.engines.audit import AuditOptions, run_audit
-from lengthscan.engines.clean import CleanOptions, run_clean
+from lengthscan.engines.audit import AuditOptions, audit, run_audit
+from lengthscan.engines.clean import CleanOptions, clean, run_clean
 from lengthscan.engines.ray.session import EngineError
-from lengthscan.measure.text.counter import DEFAULT_MAX_CHARS
-from lengthscan.sources.sampling import DEFAULT_SEED
-from lengthscan.sources.scan import BATCH_ROWS
 
-__all__ = ["EngineError", "audit_ray", "clean_ray"]
+__all__ = ["EngineError", "audit_ray", "clean_ray", "RAY_KEYWORDS"]
+
+#: the keywords the Ray forms add to the local ones: the cluster to join and the number of read blocks
+RAY_KEYWORDS = ("ray_address", "num_blocks")
 
 
-def audit_ray(source, *, ray_address: str | None = None, num_blocks: int | None = None, tokenizer=None,
-              input: str | None = None, target: str | None = None, audio: str | None = None,
-              model: str | None = None, sampling_rate: int | None = None, split: str | None = None,
-              sample=None, full: bool = False, seed: int = DEFAULT_SEED, limits=(), action: str = "drop",
-              keep_empty_targets: bool = False, crop_audio: bool = False, target_is_label: bool = False,
-              fail_over=None,
-              out: str | Path | None = None, overwrite: bool = False, cache: bool = True,
-              max_chars: int = DEFAULT_MAX_CHARS, count_engine: str = "auto", verify_counts: int = 0,
-              batch_rows: int = BATCH_ROWS, redact: bool = False, num_proc: int = 1, progress=None,
-              command: str | None = None, messages: str | None = None,
-              prompt: str | None = None, completion: str | None = None, tools: str | None = None,
-              chat_template: str | None = None, train_on: str = "assistant", id_column: str | None = None,
-              images: str | None = None, processor: str | None = None, max_pixels: int | None = None):
-    """``lengthscan.audit`` on a Ray cluster: same arguments, same ``AuditResult`` and outputs.
+def audit_ray(source, *, ray_address: str | None = None, num_blocks: int | None = None, **kwargs):
+    """``lengthscan.audit`` on a Ray cluster: every keyword of ``audit``, the same ``AuditResult`` and outputs.
 
     ``ray_address`` is passed to ``ray.init`` (None: the running Ray session, else a new local
     one; ``"auto"`` joins a running cluster). ``num_blocks`` overrides the number of read blocks.
@@ -39,25 +32,12 @@ def audit_ray(source, *, ray_address: str | None = None, num_blocks: int | None 
     """
     from lengthscan.engines.ray.engine import RayEngine
 
-    kwargs = {k: v for k, v in locals().items() if k not in ("source", "ray_address", "num_blocks", "RayEngine")}
-    return run_audit(source, AuditOptions.of(**kwargs), RayEngine(ray_address, num_blocks))
+    return run_audit(source, AuditOptions.of(**_local_keywords(audit, source, kwargs)),
+                     RayEngine(ray_address, num_blocks))
 
 
-def clean_ray(source, *, out, ray_address: str | None = None, num_blocks: int | None = None,
-              format: str = "arrow", tokenizer=None, input: str | None = None, target: str | None = None,
-              audio: str | None = None, model: str | None = None, sampling_rate: int | None = None,
-              split: str | None = None, limits=(), action: str = "drop", keep_empty_targets: bool = False,
-              crop_audio: bool = False, target_is_label: bool = False, fail_over=None,
-              length_column: str | None = "length",
-              length_from: str | None = None, embed_audio: bool = False, tokenize: bool = False,
-              overwrite: bool = False, cache: bool = True, max_chars: int = DEFAULT_MAX_CHARS,
-              count_engine: str = "auto", verify_counts: int = 0, batch_rows: int = BATCH_ROWS, redact: bool = False,
-              num_proc: int = 1, decide_only: bool = True,
-              progress=None, command: str | None = None, messages: str | None = None, prompt: str | None = None,
-              completion: str | None = None, tools: str | None = None, chat_template: str | None = None,
-              train_on: str = "assistant", id_column: str | None = None,
-              images: str | None = None, processor: str | None = None, max_pixels: int | None = None):
-    """``lengthscan.clean`` on a Ray cluster: same arguments, same ``CleanResult`` and outputs.
+def clean_ray(source, *, ray_address: str | None = None, num_blocks: int | None = None, **kwargs):
+    """``lengthscan.clean`` on a Ray cluster: every keyword of ``clean``, the same ``CleanResult`` and outputs.
 
     ``ray_address`` and ``num_blocks`` as in ``audit_ray``; ``format`` "parquet" writes Parquet
     shards. The length cache is not used (``cache`` is accepted and ignored) and ``num_proc`` is
@@ -66,5 +46,28 @@ def clean_ray(source, *, out, ray_address: str | None = None, num_blocks: int | 
     """
     from lengthscan.engines.ray.engine import RayEngine
 
-    kwargs = {k: v for k, v in locals().items() if k not in ("source", "ray_address", "num_blocks", "RayEngine")}
-    return run_clean(source, CleanOptions.of(**kwargs), RayEngine(ray_address, num_blocks))
+    return run_clean(source, CleanOptions.of(**_local_keywords(clean, source, kwargs)),
+                     RayEngine(ray_address, num_blocks))
+
+
+def _local_keywords(local, source, kwargs: dict) -> dict:
+    """``kwargs`` bound to ``local``'s signature with its defaults filled in, as a call of ``local`` would
+    have them (an unknown or missing keyword is the TypeError the local call raises)."""
+    try:
+        bound = inspect.signature(local).bind(source, **kwargs)
+    except TypeError as exc:
+        raise TypeError(f"{local.__name__}_ray(): {exc}") from None
+    bound.apply_defaults()
+    return {k: v for k, v in bound.arguments.items() if k != "source"}
+
+
+def _with_ray_keywords(ray_form, local) -> None:
+    """Give ``ray_form`` the signature ``local`` has, with the Ray keywords after ``source``."""
+    params = list(inspect.signature(local).parameters.values())
+    ray = [p for p in inspect.signature(ray_form).parameters.values() if p.name in RAY_KEYWORDS]
+    ray_form.__signature__ = inspect.Signature([params[0], *ray, *params[1:]],
+                                               return_annotation=inspect.signature(local).return_annotation)
+
+
+_with_ray_keywords(audit_ray, audit)
+_with_ray_keywords(clean_ray, clean)

@@ -169,3 +169,13 @@ def test_a_chat_template_that_loops_or_explodes_reads_as_on_the_local_engine(clu
     assert local == ray
     assert [r["chat_flag"] for r in ray] == ["too_long" if i % 3 == 0 else None for i in range(24)]
     assert "the rendering is longer than --max-chars 10,000,000 characters" in ray[0]["chat_error"]
+
+
+def test_packing_and_block_sampling_through_audit_ray(cluster, tmp_path, parquet_glob, bpe_dir):
+    """Keywords ``audit_ray`` lacked before it took ``audit``'s: block sampling and packing give the local answers."""
+    local, distributed = _compare(tmp_path / "blocks", parquet_glob, tokenizer=str(bpe_dir), input="text",
+                                  sample=300, seed=7, sample_unit="block")
+    assert distributed.splits[0].sample.unit == local.splits[0].sample.unit == "block"
+    local, distributed = _compare(tmp_path / "packed", parquet_glob, tokenizer=str(bpe_dir), input="text", full=True,
+                                  packing="bfd", max_length=128)
+    assert distributed.to_dict()["packing"] == local.to_dict()["packing"] and local.to_dict()["packing"]
