@@ -75,6 +75,7 @@ def trace(t: Tape, c, batch: int, seq: int, opts, padding: bool) -> None:
                          "grouped_mm (the per-expert 'eager' loop and 'batched_mm' allocate differently)")
     if any(_sparse(c, i) for i in range(c.num_hidden_layers)) and not 1 <= top_k <= experts:
         raise ValueError(f"num_experts_per_tok {top_k} must be between 1 and the number of experts ({experts})")
+    _check_expert_adapters(t, c)
     tokens = batch * seq
     ids, amask = t.input(tokens), t.input(tokens)
     h = ops.embedding(t, ids, tokens, c.vocab_size, d, "model.embed_tokens")
@@ -166,6 +167,24 @@ def _router(t: Tape, c, x: Tensor, tokens: int, name: str) -> tuple:
     if c.model_type != "mixtral":  # router_top_value.to(router_logits.dtype)
         values = t.cast(values, logits.dtype)
     return logits, values, index
+
+
+def _check_expert_adapters(t: Tape, c) -> None:
+    """peft (0.21) puts ``ParamWrapper`` adapters on a MoE layer's 3-D expert parameters and its router when the
+    targets reach them (``all-linear`` does): not modelled, refused rather than priced without them."""
+    lora = t.plan.lora if t.plan is not None else None
+    if lora is None:
+        return
+    for i in range(c.num_hidden_layers):
+        if not _sparse(c, i):
+            continue
+        mlp = f"model.layers.{i}.mlp"
+        reached = [m for m in (f"{mlp}.experts", f"{mlp}.gate", f"{mlp}.experts.gate_up_proj",
+                               f"{mlp}.experts.down_proj") if lora.targets_module(m)]
+        if reached:
+            raise ValueError(f"the adapter's target_modules reach the MoE experts or router ({reached[0]}): peft wraps "
+                             "their 3-D parameters (ParamWrapper), which is not modelled; target the attention and "
+                             "dense layers instead (e.g. --lora-targets q_proj,k_proj,v_proj,o_proj)")
 
 
 def _grouped_mm(t: Tape, x: Tensor, rows: int, n_in: int, n_out: int, experts: int, name: str) -> Tensor:

@@ -144,7 +144,9 @@ def trace_t5(t: Tape, c, batch: int, src: int, tgt: int, opts, padding: bool) ->
     embeds = ops.embedding(t, dec_ids, batch * tgt, c.vocab_size, d, "decoder.embed_tokens", tie="shared.weight")
     h = ops.dropout(t, embeds, c.dropout_rate)
     bias = _t5_bias(t, c, tgt, tgt, "decoder.block.0.layer.0.SelfAttention")
-    cross_bias = t.new(c.num_heads * tgt * src, "f32", ckpt)  # zeros: cross-attention has no relative bias
+    # zeros: cross-attention has no relative bias; without autocast, of the hidden states' dtype (the query's);
+    # under autocast measured as fp32 (the (batch, heads, q, k) mask made of it is fp32 on CPU)
+    cross_bias = t.new(c.num_heads * tgt * src, "f32" if t.low else h.dtype, ckpt)
     for i in range(n_dec):
         layer = c.num_layers + i
         t.begin_layer(layer, ckpt, [h, enc, self_mask, cross_mask, bias, cross_bias])
@@ -221,7 +223,8 @@ def _t5_attend(t: Tape, c, q, k, v, pb, m, batch, q_len, k_len, opts, causal):
                 pb = ops.copy(t, pb)  # .contiguous() of the permuted bias
         if not pb.requires_grad:
             return _flash(t, q, k, v, pb, batch * heads * q_len)
-        # the math path: reduced-precision inputs are upcast to fp32 on CPU
+        # the math path: reduced-precision inputs are upcast to fp32 on CPU, the output cast back to theirs
+        back = q.dtype
         q, k, v = t.cast(q, "f32"), t.cast(k, "f32"), t.cast(v, "f32")
         qs, ks = ops.scale(t, q), ops.scale(t, k)  # q and k times sqrt(scale)
         scores = t.new(scores_n, "f32", ops.needs_grad(qs, ks))
@@ -229,7 +232,7 @@ def _t5_attend(t: Tape, c, q, k, v, pb, m, batch, q_len, k_len, opts, causal):
         probs = ops.softmax(t, ops.binary(t, scores, pb))
         out = t.new(q.numel, "f32", ops.needs_grad(probs, v))
         t.node([probs, v], [out], [probs, v])
-        return ops.copy(t, t.cast(out, t.low or "f32"))
+        return ops.copy(t, t.cast(out, back))
     else:
         dtype = t.compute(q, k)
         qc, kc = t.cast(q, dtype), t.cast(k, dtype)

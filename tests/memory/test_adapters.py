@@ -216,3 +216,38 @@ def test_over_budget_names_the_cheapest_change_that_fits(tmp_path, capsys):
     assert main([*argv, "--json"]) == 1
     data = json.loads(capsys.readouterr().out)["memory"]
     assert data["alternatives"]["cheapest"] and data["alternatives"]["usable_bytes"] == int(int(budget) * 0.9)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("adapter", [None, Lora(r=16, alpha=32, dropout=0.05, targets=ALL, task_type="SEQ_2_SEQ_LM")],
+                         ids=["full", "lora-all-linear"])
+def test_t5_on_bf16_weights_without_autocast(adapter):
+    """T5's SDPA math path returns its input's dtype and its cross-attention bias is the query's: bf16 weights
+    trained with bf16=False stay bf16 (the model had them in fp32 from the first attention on: 40% over)."""
+    config = tr.T5Config(decoder_start_token_id=0, vocab_size=3000, d_model=256, d_kv=64, d_ff=512, num_layers=2,
+                         num_heads=4)
+    shape = Shape(2, 384, 96)
+    opts = MemoryOptions(precision="fp32", torch_dtype="bf16", adapter=adapter)
+    _, measured = _measure(config, shape, opts)
+    est = estimate(config, shape, opts)
+    assert abs(est.peak_bytes - measured.peak_bytes) <= 0.05 * measured.peak_bytes, (est.peak_bytes, measured)
+
+
+def test_adapters_reaching_moe_experts_are_refused_and_attention_adapters_counted_as_peft(tmp_path, capsys):
+    """peft 0.21's all-linear wraps a Mixtral layer's 3-D experts and router (ParamWrapper): not modelled, so exit 2
+    naming the fix; LoRA on the attention trains what peft trains."""
+    from peft import LoraConfig, get_peft_model
+
+    from lengthscan.cli.main import main
+
+    config = tr.MixtralConfig(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=1,
+                              num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)
+    qv = Lora(r=4, alpha=8, targets=QV)
+    peft_model = get_peft_model(tr.MixtralForCausalLM(config), LoraConfig(r=4, lora_alpha=8, target_modules=list(QV)))
+    est = estimate(config, Shape(2, 64), MemoryOptions(precision="bf16", torch_dtype="bf16", adapter=qv))
+    assert est.trainable_params == _trainable(peft_model)
+    config.save_pretrained(tmp_path / "mixtral")
+    assert main(["memory", "--model", str(tmp_path / "mixtral"), "--batch-size", "2", "--input-len", "64",
+                 "--lora-r", "8", "--lora-targets", "all-linear"]) == 2
+    err = capsys.readouterr().err
+    assert "MoE experts" in err and "--lora-targets q_proj" in err and len(err.strip().splitlines()) == 1
