@@ -146,7 +146,15 @@ def trace_t5(t: Tape, c, batch: int, src: int, tgt: int, opts, padding: bool) ->
     bias = _t5_bias(t, c, tgt, tgt, "decoder.block.0.layer.0.SelfAttention")
     # zeros: cross-attention has no relative bias; without autocast, of the hidden states' dtype (the query's);
     # under autocast measured as fp32 (the (batch, heads, q, k) mask made of it is fp32 on CPU)
-    cross_bias = t.new(c.num_heads * tgt * src, "f32" if t.low else h.dtype, ckpt)
+    cross_bias = t.new(c.num_heads * tgt * src, t.low or h.dtype, ckpt)
+    if not padding and not ckpt:
+        # unpadded, the encoder's attention mask still reaches cross-attention, as an additive fp32 (batch, 1, 1,
+        # src): the first layer's bias plus it, made contiguous, is the (batch, heads, tgt, src) bias every layer
+        # reuses (measured on CPU; the checkpointed and padded paths were measured as modelled below)
+        extended = t.new(batch * src, "f32", False)
+        summed = t.new(batch * c.num_heads * tgt * src, t.promote(cross_bias, extended), False)
+        t.node([cross_bias, extended], [summed], [])
+        cross_bias = ops.copy(t, summed)
     for i in range(n_dec):
         layer = c.num_layers + i
         t.begin_layer(layer, ckpt, [h, enc, self_mask, cross_mask, bias, cross_bias])
