@@ -39,3 +39,41 @@ def test_ray_forms_take_exactly_the_local_forms_keywords(corpus_jsonl, bpe_dir):
         audit_ray(str(corpus_jsonl), tokenizer=str(bpe_dir), input="text", bogus=1)
     with pytest.raises(TypeError, match="clean_ray.*'out'"):
         clean_ray(str(corpus_jsonl), tokenizer=str(bpe_dir), input="text")
+
+
+#: record fields whose flag is not ``--field-name``: the CLI's spelling of them
+FIELD_FLAGS = {"cache": "--no-cache", "limits": "--limit", "id_column": "--id", "decide_only": "--no-decide-only"}
+#: record fields with no flag, and why: the library's own (a callback, the command line itself, a tuning knob)
+NO_FLAG = {"progress": "a callback", "command": "the CLI fills it with its own argv",
+           "batch_rows": "rows per measured batch: memory tuning for the library"}
+
+
+def test_every_option_field_has_one_keyword_and_one_flag():
+    """The option records, the keyword forms (``audit``/``clean``) and the CLI (``audit``/``clean`` commands) name
+    the same options: every record field is exactly one keyword and, but for the library's own, one flag."""
+    import argparse
+    import inspect
+    from dataclasses import fields
+
+    from lengthscan.cli.main import build_parser
+    from lengthscan.engines.options import RECORDS
+    from lengthscan.pack.options import PackingOptions
+
+    names = [f.name for r in (*RECORDS, PackingOptions) for f in fields(r)]
+    assert len(names) == len(set(names)), "a field name in two records"
+    keywords = (set(inspect.signature(lengthscan.audit).parameters)
+                | set(inspect.signature(lengthscan.clean).parameters)) - {"source"}
+    assert keywords == set(names)
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    flags = {}
+    for command in ("audit", "clean"):
+        for action in sub.choices[command]._actions:
+            for option in action.option_strings:
+                flags.setdefault(option, set()).add(action.dest)
+    for name in names:
+        if name in NO_FLAG:
+            assert f"--{name.replace('_', '-')}" not in flags
+            continue
+        flag = FIELD_FLAGS.get(name, f"--{name.replace('_', '-')}")
+        assert flag in flags, f"{name}: no {flag} flag"
+        assert len(flags[flag]) == 1, f"{flag} means two things"
