@@ -92,7 +92,7 @@ def audit(source, *, tokenizer=None, input: str | None = None, target: str | Non
     seed); ``batch_size``, ``grad_accum`` and ``devices`` turn packs into steps (README "Packing").
     """
     options = AuditOptions.of(**{k: v for k, v in locals().items() if k != "source"})
-    return run_audit(source, options, LocalEngine(num_proc))
+    return run_audit(source, options, LocalEngine(options.run.num_proc))
 
 
 def run_audit(source, options: AuditOptions, engine) -> AuditResult:

@@ -102,7 +102,7 @@ def clean(source, *, out, tokenizer=None, input: str | None = None, target: str 
     ``format`` "parquet" writes ``dataset/`` and ``rejects/`` as Parquet shards (see ``write.parquet``).
     """
     options = CleanOptions.of(**{k: v for k, v in locals().items() if k != "source"})
-    return run_clean(source, options, LocalEngine(num_proc))
+    return run_clean(source, options, LocalEngine(options.run.num_proc))
 
 
 @dataclass(frozen=True)
