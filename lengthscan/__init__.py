@@ -9,7 +9,7 @@ _EXPORTS = {
     "audit": ("lengthscan.engines.audit", "audit"),
     "open_source": ("lengthscan.sources.opener", "open_source"),
     "load_source": ("lengthscan.sources.opener", "load_source"),
-    "AuditResult": ("lengthscan.stats.result", "AuditResult"),
+    "AuditResult": ("lengthscan.engines.records", "AuditResult"),
     "FieldSpec": ("lengthscan.measure.records", "FieldSpec"),
     "TokenCounter": ("lengthscan.measure.text.counter", "TokenCounter"),
     "token_lengths": ("lengthscan.training.mapping", "token_lengths"),

@@ -21,6 +21,7 @@ from lengthscan.engines.options import (
     SampleOptions,
     split_options,
 )
+from lengthscan.engines.records import AuditResult
 from lengthscan.engines.results import DecisionReport, audit_result
 from lengthscan.engines.setup import prepare_run, resolve_for, with_identity
 from lengthscan.measure.batch import ColumnError, check_columns
@@ -29,7 +30,6 @@ from lengthscan.pack.options import PackingOptions
 from lengthscan.policy.decisions import special_lengths
 from lengthscan.sources.sampling import DEFAULT_SEED, FULL_UP_TO, choose_unit, plan_sample
 from lengthscan.sources.scan import BATCH_ROWS
-from lengthscan.stats.result import AuditResult
 
 __all__ = ["audit", "run_audit", "AuditOptions", "ColumnError"]
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from lengthscan import __version__
 from lengthscan.engines.loop import Measurement
+from lengthscan.engines.records import AuditResult, BatchReport, DecisionReport
 from lengthscan.engines.setup import Setup
 from lengthscan.sources.urls import redact_urls
-from lengthscan.stats.result import AuditResult
 
 
 def audit_result(src, setup: Setup, measurement: Measurement, *, tokenizer, seed: int, command,
@@ -55,39 +55,6 @@ def source_account(src, measurement: Measurement, seed: int) -> dict:
         "blocks_drawn": sum(d.count for d in blocks) if blocks else None,
         "blocks_total": sum(d.blocks_total for d in blocks) if blocks else None,
     }}
-
-
-@dataclass(frozen=True)
-class DecisionReport:
-    """``report.json["decisions"]``: the resolved rules, rows per decision and reason for every
-    split, the gate's verdict, and what a clean adds (its length column, decide-only mode)."""
-
-    rules: tuple                       # policy.rules.ResolvedRule
-    basis: str                         # the split the distribution rules were resolved on
-    action: str
-    tallies: tuple                     # policy.decisions.DecisionTally, one per split
-    fail_over: object
-    gate: str | None                   # the gate's failure message, None when it passed
-    clean: dict = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, resolved, basis: str, action: str, tallies, fail_over, gate_spec, **clean) -> "DecisionReport":
-        from lengthscan.policy.decisions import gate
-
-        return cls(tuple(resolved), basis, action, tuple(tallies), fail_over, gate(gate_spec, tallies), clean)
-
-    def __getitem__(self, key: str):
-        """``report.json["decisions"][key]``: the report's own reading (``result.decisions["splits"]``),
-        as code written against the dict this record replaced reads it."""
-        return self.to_dict()[key]
-
-    def get(self, key: str, default=None):
-        return self.to_dict().get(key, default)
-
-    def to_dict(self) -> dict:
-        return {"rules": [r.to_dict() for r in self.rules], "basis": self.basis, "action": self.action,
-                "splits": [t.to_dict() for t in self.tallies], "fail_over": self.fail_over, "gate": self.gate,
-                **self.clean}
 
 
 def clean_extra(length_column, length_from, embed_audio: bool, decide_caps: dict, proofs: dict) -> dict:
@@ -137,19 +104,6 @@ def publish_clean(result: CleanResult, staging: Path, final: Path, *, started: f
     write_report(staging, result.to_dict(), redact=redact)
     publish(staging, final)
     return result
-
-
-@dataclass(frozen=True)
-class BatchReport:
-    """Padding and batches of one split as the installed Trainer builds them: ``report.json["batches"]``."""
-
-    split: str
-    of: str                            # "source" or "cleaned dataset"
-    split_rows: int
-    simulation: dict                   # training.batches.simulate's documented result
-
-    def to_dict(self) -> dict:
-        return {**self.simulation, "split": self.split, "of": self.of, "split_rows": self.split_rows}
 
 
 def simulate_batches(src, tallies, setup: Setup, seed: int, *, of: str) -> BatchReport | None:

@@ -10,6 +10,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,6 +21,9 @@ from lengthscan.memory.data_eval import price_evaluation, read_lengths
 from lengthscan.memory.epoch import Epoch, LayoutError, check_sampler, layout_for, price_epoch
 from lengthscan.memory.families import family_of
 from lengthscan.memory.options import MemoryOptions, Shape
+
+if TYPE_CHECKING:
+    from lengthscan.engines.records import AuditResult
 
 #: Per-batch peaks listed one by one in ``report.json`` up to this many batches; beyond it, the
 #: highest peak of every ``every`` consecutive batches.
@@ -32,7 +36,7 @@ TRAINER_SEED = 42
 class MemoryPrediction:
     """What :func:`predict_dataset` returns: the audit, the priced epoch and ``report.json["memory"]``."""
 
-    audit: object  # records.AuditResult
+    audit: AuditResult
     epoch: Epoch
     memory: dict
 

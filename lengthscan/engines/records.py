@@ -1,12 +1,19 @@
-"""``AuditResult``: what ``lengthscan.audit`` returns and ``report.json`` stores.
+"""The records an audit returns and ``report.json`` stores: ``AuditResult``, with the decisions
+(``DecisionReport``) and the simulated batches (``BatchReport``) it carries. They live with the
+engines that build them, so that each field has its own type (the stages below know none of them).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lengthscan.measure.records import FieldSpec, TokenizerInfo
+from lengthscan.policy.decisions import DecisionTally
+from lengthscan.policy.model_limits import ModelLimits
+from lengthscan.policy.rules import ResolvedRule
 from lengthscan.stats.records import SplitAudit
+
+__all__ = ["AuditResult", "DecisionReport", "BatchReport", "SCHEMA_VERSION"]
 
 #: Version of the layout of ``report.json``; bump on any incompatible change.
 SCHEMA_VERSION = 1
@@ -28,10 +35,10 @@ class AuditResult:
     out_dir: str | None = None
     cache_hits: int = 0
     seconds: float = 0.0
-    model: object = None               # policy.model_limits.ModelLimits (to_dict() in report.json)
+    model: ModelLimits | None = None   # the model's limits (to_dict() in report.json)
     audio: dict | None = None
-    decisions: object = None           # engines.results.DecisionReport (with --limit)
-    batches: object = None             # engines.results.BatchReport of the source
+    decisions: DecisionReport | None = None  # with --limit
+    batches: BatchReport | None = None       # the source's batches as the Trainer builds them
     chat: dict | None = None           # how conversations were measured (template, format, rule)
     longest_rows: tuple = ()           # an audit's longest rows per measurement, with previews (write.longest)
     packing: dict | None = None        # --packing: the packs' figures (pack.run.simulate_packing)
@@ -79,3 +86,49 @@ class AuditResult:
             **({"longest_rows": list(self.longest_rows)} if self.longest_rows else {}),
             **({"packing": self.packing} if self.packing is not None else {}),
         }
+
+
+@dataclass(frozen=True)
+class DecisionReport:
+    """``report.json["decisions"]``: the resolved rules, rows per decision and reason for every
+    split, the gate's verdict, and what a clean adds (its length column, decide-only mode)."""
+
+    rules: tuple[ResolvedRule, ...]
+    basis: str                         # the split the distribution rules were resolved on
+    action: str
+    tallies: tuple[DecisionTally, ...]  # one per split
+    fail_over: str | int | float | None  # the gate: '1%' or a row count
+    gate: str | None                   # the gate's failure message, None when it passed
+    clean: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, resolved, basis: str, action: str, tallies, fail_over, gate_spec, **clean) -> "DecisionReport":
+        from lengthscan.policy.decisions import gate
+
+        return cls(tuple(resolved), basis, action, tuple(tallies), fail_over, gate(gate_spec, tallies), clean)
+
+    def __getitem__(self, key: str):
+        """``report.json["decisions"][key]``: the report's own reading (``result.decisions["splits"]``),
+        as code written against the dict this record replaced reads it."""
+        return self.to_dict()[key]
+
+    def get(self, key: str, default=None):
+        return self.to_dict().get(key, default)
+
+    def to_dict(self) -> dict:
+        return {"rules": [r.to_dict() for r in self.rules], "basis": self.basis, "action": self.action,
+                "splits": [t.to_dict() for t in self.tallies], "fail_over": self.fail_over, "gate": self.gate,
+                **self.clean}
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """Padding and batches of one split as the installed Trainer builds them: ``report.json["batches"]``."""
+
+    split: str
+    of: str                            # "source" or "cleaned dataset"
+    split_rows: int
+    simulation: dict                   # training.batches.simulate's documented result
+
+    def to_dict(self) -> dict:
+        return {**self.simulation, "split": self.split, "of": self.of, "split_rows": self.split_rows}
