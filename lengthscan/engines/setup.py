@@ -5,11 +5,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lengthscan.engines.options import MeasureOptions, RuleOptions
 from lengthscan.measure.batch import AudioSettings, ColumnError, role_fields
 from lengthscan.measure.text.counter import DEFAULT_MAX_CHARS, TokenCounter
 from lengthscan.stats.records import Ceiling
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from lengthscan.measure.chat.counter import ChatCounter
+    from lengthscan.policy.model_limits import ModelLimits
 
 
 @dataclass(frozen=True)
@@ -19,11 +26,11 @@ class Setup:
     fields: tuple
     counter: TokenCounter | None
     settings: AudioSettings
-    model_limits: object | None  # limits.ModelLimits
+    model_limits: ModelLimits | None
     ceilings: list[Ceiling]      # the upper bounds the audit counts rows over (the model's limits)
     decide_caps: dict = field(default_factory=dict)  # role -> upper token limit (decide-only mode)
-    chat: object | None = None   # measure.chat.counter.ChatCounter, for a conversation field
-    identity: object | None = None  # pa.Field of --id COL, carried into lengths.parquet (see ``with_identity``)
+    chat: ChatCounter | None = None  # for a conversation field
+    identity: pa.Field | None = None  # --id COL's field, carried into lengths.parquet (see ``with_identity``)
 
     @property
     def specs(self) -> tuple:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +18,9 @@ import pyarrow as pa
 from lengthscan.measure.records import FLAG_CODES, FLAG_TOO_LONG, MEASURED_FLAGS, FieldSpec, Measured
 from lengthscan.sources.scan import Batch
 from lengthscan.sources.source import SplitSource, did_you_mean, name_list
+
+if TYPE_CHECKING:
+    from lengthscan.measure.audio.durations import FrameRule
 
 
 class ColumnError(ValueError):
@@ -28,7 +32,7 @@ class AudioSettings:
     """How audio becomes samples and frames: the model's sampling rate and frame rule, if known."""
 
     sampling_rate: int | None = None
-    frame_rule: object | None = None  # measure.audio.durations.FrameRule
+    frame_rule: FrameRule | None = None
 
     def units(self) -> tuple[str, ...]:
         units = ["seconds"]

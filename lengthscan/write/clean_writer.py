@@ -9,6 +9,7 @@ passes a percentile or z-score rule needs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -16,6 +17,10 @@ import pyarrow as pa
 from lengthscan.sources.sampling import SamplePlan, plan_sample
 from lengthscan.stats.records import SplitAudit
 from lengthscan.write.clean_rows import CleanSpec, CleanTally, clean_batch, output_features, output_fingerprint
+
+if TYPE_CHECKING:
+    from lengthscan.write.arrow_dataset import DatasetWriter
+    from lengthscan.write.parquet import ParquetDatasetWriter
 
 
 @dataclass
@@ -25,8 +30,8 @@ class SplitWriter:
 
     name: str
     plan: SamplePlan
-    dataset: object               # write.arrow_dataset.DatasetWriter or write.parquet.ParquetDatasetWriter
-    rejects: object
+    dataset: DatasetWriter | ParquetDatasetWriter
+    rejects: DatasetWriter | ParquetDatasetWriter
     tally: CleanTally
     done: int = 0
 

@@ -58,9 +58,9 @@ class Bounds:
     specials: int = 0          # the empty string's length: special tokens added to every text
     prefix_ok: bool = False    # prefix counts are lower bounds (additive at space cuts)
     reasons: tuple[str, ...] = ()  # why a shortcut is off
-    raw_added: object = None   # compiled regex of added tokens matched on the raw text, or None
+    raw_added: re.Pattern | None = None  # added tokens matched on the raw text
     pieces: str | None = None  # the pieces rule proven (pieces.py), or None
-    any_added: object = None   # compiled regex of every added token's content, or None
+    any_added: re.Pattern | None = None  # every added token's content
     added_len: int = 0         # the longest added token, in characters
 
     def upper(self, texts: list[str], normalize) -> np.ndarray:
