@@ -3,13 +3,13 @@ the token counter and the limits, resolved once from the user's options."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lengthscan.engines.options import MeasureOptions, RuleOptions
 from lengthscan.measure.batch import AudioSettings, ColumnError, role_fields
-from lengthscan.measure.text.counter import DEFAULT_MAX_CHARS, TokenCounter
+from lengthscan.measure.text.counter import TokenCounter
 from lengthscan.stats.records import Ceiling
 
 if TYPE_CHECKING:
@@ -42,19 +42,17 @@ class Setup:
         return {"sampling_rate": self.settings.sampling_rate, "frame_rule": _rule_dict(self.settings.frame_rule)}
 
 
-def prepare(*, tokenizer=None, input=None, target=None, audio=None, model=None, sampling_rate=None,
-            max_chars: int = DEFAULT_MAX_CHARS, messages=None, prompt=None, completion=None, tools=None,
-            chat_template=None, train_on: str = "assistant", count_engine: str = "auto",
-            verify_counts: int = 0, images=None, processor=None, max_pixels=None) -> Setup:
+def prepare(m: MeasureOptions) -> Setup:
     """Load the model's context, choose the fields and their measurements, the counter and limits."""
-    fmt = _chat_format(messages, prompt, completion, tools, chat_template, images, processor or max_pixels)
-    processor = _processor_source(fmt, processor, model)
-    ctx = _model_context(model, tokenizer)
-    settings = _audio_settings(ctx, sampling_rate) if audio else AudioSettings()
-    fields = role_fields(input=input, target=target, audio=audio, audio_settings=settings, chat=fmt)
-    counter = _counter(fields, tokenizer, model, ctx, dict(max_chars=max_chars, count_engine=count_engine,
-                                                          verify_counts=verify_counts))
-    chat = _chat_counter(counter, fmt, chat_template, train_on, processor, max_pixels)
+    fmt = _chat_format(m.messages, m.prompt, m.completion, m.tools, m.chat_template, m.images,
+                       m.processor or m.max_pixels)
+    processor = _processor_source(fmt, m.processor, m.model)
+    ctx = _model_context(m.model, m.tokenizer)
+    settings = _audio_settings(ctx, m.sampling_rate) if m.audio else AudioSettings()
+    fields = role_fields(input=m.input, target=m.target, audio=m.audio, audio_settings=settings, chat=fmt)
+    counter = _counter(fields, m.tokenizer, m.model, ctx, dict(max_chars=m.max_chars, count_engine=m.count_engine,
+                                                              verify_counts=m.verify_counts))
+    chat = _chat_counter(counter, fmt, m.chat_template, m.train_on, processor, m.max_pixels)
     model_limits = _model_limits(ctx)
     if fmt is not None and model_limits is not None:  # a conversation is the decoder's whole input
         model_limits = model_limits.for_conversations()
@@ -221,7 +219,7 @@ def prepare_run(measure: MeasureOptions, rules: RuleOptions) -> Prepared:
 
     parsed = parse_rules(rules.limits)
     gate_spec = parse_fail_over(rules.fail_over)
-    setup = prepare(**{f.name: getattr(measure, f.name) for f in fields(measure)})
+    setup = prepare(measure)
     check_rule_metrics(parsed, setup.fields)
     if rules.action == "drop-turns" or any(r.action == "drop-turns" for r in parsed):
         from lengthscan.policy.rules import RuleError
