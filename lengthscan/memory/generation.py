@@ -39,10 +39,10 @@ from dataclasses import dataclass, replace
 from lengthscan.memory.families import family_of
 from lengthscan.memory.options import MemoryOptions, Shape
 from lengthscan.memory.tape import BYTES
+from lengthscan.memory.weights import TORCH_DTYPES
 
 #: ``GenerationConfig().max_length``: the padding length of predictions and labels without one in the model
 DEFAULT_MAX_LENGTH = 20
-DTYPES = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def generation_peak(config, shape: Shape, options: MemoryOptions, max_length: in
     dec = decoder_of(config)
     b, s, k = shape.batch_size, shape.input_len, num_beams
     bk = b * k
-    weights = BYTES[DTYPES[options.torch_dtype]]
+    weights = BYTES[TORCH_DTYPES[options.torch_dtype]]
     if options.quantization is not None and options.prepare_kbit:
         weights = 4  # prepare_model_for_kbit_training casts every unquantized parameter (embeddings too) to fp32
     low = options.precision != "fp32"
