@@ -85,7 +85,7 @@ def scaling(source: Path, tok: str, *, cpus_per_node: int, blocks: int, repeats:
     import ray
     from ray.cluster_utils import Cluster
 
-    from lengthscan.engines.ray.api import audit_ray
+    from lengthscan import audit_ray
     from lengthscan.engines.ray.pool import pool_size
 
     rows = pq.ParquetFile(source).metadata.num_rows

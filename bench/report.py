@@ -184,7 +184,7 @@ def warm_up(bench) -> None:
     """Import the libraries once and read the data once, so no side pays for a cold disk alone."""
     bench.load_start = load_average()
     t0 = time.perf_counter()
-    imports = "import lengthscan.cli, lengthscan.engines.audit, transformers, datasets, tokenizers, librosa, soundfile"
+    imports = "import lengthscan.cli, lengthscan.engines.api, transformers, datasets, tokenizers, librosa, soundfile"
     subprocess.run([PY, "-c", imports],
                    check=False, capture_output=True, env={**os.environ, "TRANSFORMERS_VERBOSITY": "error"})
     for path in bench.text.glob("corpus*"):

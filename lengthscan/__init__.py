@@ -6,7 +6,8 @@ The public API is imported lazily so that ``lengthscan --help`` stays instant.
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "audit": ("lengthscan.engines.audit", "audit"),
+    "audit": ("lengthscan.engines.api", "audit"),
+    "Spec": ("lengthscan.engines.spec", "Spec"),
     "open_source": ("lengthscan.sources.opener", "open_source"),
     "load_source": ("lengthscan.sources.opener", "load_source"),
     "AuditResult": ("lengthscan.engines.records", "AuditResult"),
@@ -15,7 +16,9 @@ _EXPORTS = {
     "token_lengths": ("lengthscan.training.mapping", "token_lengths"),
     "image_tokens": ("lengthscan.training.images", "image_tokens"),
     "add_lengths": ("lengthscan.training.mapping", "add_lengths"),
-    "clean": ("lengthscan.engines.clean", "clean"),
+    "clean": ("lengthscan.engines.api", "clean"),
+    "audit_ray": ("lengthscan.engines.api", "audit_ray"),
+    "clean_ray": ("lengthscan.engines.api", "clean_ray"),
     "CleanResult": ("lengthscan.engines.results", "CleanResult"),
     "within_limits": ("lengthscan.training.mapping", "within_limits"),
     "truncate_to_limits": ("lengthscan.training.mapping", "truncate_to_limits"),

@@ -131,7 +131,7 @@ def demo_assets() -> tuple[Path, Path]:
 
 def run_demo(*, out="lengthscan-demo", progress=None, command: str | None = None):
     """Audit the docstring corpus in full with its tokenizer; write the report to ``out``."""
-    from lengthscan.engines.audit import audit
+    from lengthscan.engines.api import audit
 
     corpus, tok_dir = demo_assets()
     return audit(str(corpus), tokenizer=str(tok_dir), input="docstring", target="summary", full=True,

@@ -27,15 +27,7 @@ from lengthscan.cli.common import (
     to_devnull,
     usage_error,
 )
-from lengthscan.cli.flags import (
-    PACKING_FLAGS,
-    REPORT_FLAGS,
-    RULE_FLAGS,
-    SOURCE_FLAGS,
-    add_flags,
-    add_source_argument,
-    named,
-)
+from lengthscan.cli.flags import add_flags, add_source_argument, add_spec_flags, named
 from lengthscan.cli.memory import add_memory_parser, run_memory
 from lengthscan.sources.urls import redact_urls
 
@@ -63,37 +55,20 @@ def build_parser() -> argparse.ArgumentParser:
                                    "row up to 200,000 rows, a seeded 100,000-row sample above (--full or --sample "
                                    "to choose).", epilog=_epilog("audit"), formatter_class=_Help)
     add_source_argument(p)
-    add_flags(p, *SOURCE_FLAGS, *RULE_FLAGS)
-    p.add_argument("--out", type=named, default="lengthscan-report", metavar="DIR",
-                   help="output directory (default ./lengthscan-report)")
-    add_flags(p, "overwrite", *REPORT_FLAGS, *PACKING_FLAGS)
+    add_spec_flags(p, "audit")
+    add_flags(p, "json", "quiet")
 
     c = sub.add_parser("clean", help="decide every row by limits; write a dataset, its rejects and a report",
                        description="Measure every row, decide keep/truncate/drop by --limit rules, and write "
                                    "dataset/ (save_to_disk), rejects/, lengths.parquet, report.json and "
                                    "report.html to --out, atomically.", epilog=_epilog("clean"), formatter_class=_Help)
     add_source_argument(c)
+    add_spec_flags(c, "clean")
     # clean decides on every row: the sampling flags are refused with a reason, and not offered in --help
-    hidden = {"help": argparse.SUPPRESS}
-    add_flags(c, *SOURCE_FLAGS, *RULE_FLAGS, sample=hidden, sample_unit=hidden, full=hidden,
-              seed={**hidden, "default": None})
-    c.add_argument("--out", type=named, required=True, metavar="DIR",
-                   help="output directory (must not exist unless --overwrite)")
-    add_flags(c, "overwrite", overwrite={"help": "replace an existing --out"})
-    c.add_argument("--length-column", default="length", metavar="NAME",
-                   help="name of the length column added for group_by_length (default length)")
-    c.add_argument("--length-from", metavar="METRIC",
-                   help="measurement that fills it, after truncation (default input_tokens; sequence_tokens "
-                        "for conversations, input_samples for audio; 'none' adds no column)")
-    c.add_argument("--no-decide-only", action="store_true",
-                   help="count every row in full even when only numeric input_tokens upper limits are given")
-    c.add_argument("--tokenize", action="store_true",
-                   help="also write input_ids, attention_mask and labels (the tokenizer's own call on the final texts)")
-    c.add_argument("--embed-audio", action="store_true",
-                   help="embed audio files' bytes in Audio columns of the output (default: keep paths)")
-    c.add_argument("--format", choices=("arrow", "parquet"), default="arrow",
-                   help="dataset/ and rejects/ as Arrow (save_to_disk, default) or Parquet shards")
-    add_flags(c, *REPORT_FLAGS)
+    hidden = {"help": argparse.SUPPRESS, "default": None}
+    add_flags(c, "sample", "sample_unit", "full", "seed", command="clean", sample=hidden, sample_unit=hidden,
+              full=hidden, seed=hidden)
+    add_flags(c, "json", "quiet")
 
     add_memory_parser(sub)
 
@@ -241,21 +216,11 @@ def _internal_error(exc: Exception) -> int:
 
 
 def _audit(args, command: str) -> int:
-    from lengthscan.cli.flags import engine_for, measure_options, packing_options, rule_options, run_options
-    from lengthscan.engines.audit import AuditOptions, run_audit
-    from lengthscan.engines.options import OutputOptions, SampleOptions
+    from lengthscan.cli.flags import spec_of
+    from lengthscan.engines.api import audit
 
-    engine = engine_for(args)
     with ProgressBars(disabled=args.quiet) as progress:
-        options = AuditOptions(measure_options(args),
-                               SampleOptions(split=args.split, sample=args.sample, full=args.full, seed=args.seed,
-                                             sample_unit=args.sample_unit, config=args.config,
-                                             revision=args.revision),
-                               rule_options(args),
-                               OutputOptions(out=args.out, overwrite=args.overwrite, redact=args.redact,
-                                             id_column=args.id),
-                               run_options(args, progress=progress, command=command), packing_options(args))
-        result = run_audit(args.source, options, engine)
+        result = audit(args.source, spec_of(args, "audit", progress=progress, command=command))
     print_result(result, json_out=args.json, quiet=args.quiet)
     failed = result.decisions.gate if result.decisions is not None else None
     if failed:
@@ -265,24 +230,14 @@ def _audit(args, command: str) -> int:
 
 
 def _clean(args, command: str) -> int:
-    from lengthscan.cli.flags import engine_for, measure_options, rule_options, run_options
-    from lengthscan.engines.clean import CleanOptions, run_clean
-    from lengthscan.engines.options import DatasetOptions, OutputOptions
+    from lengthscan.cli.flags import spec_of
+    from lengthscan.engines.api import clean
 
     if args.sample is not None or args.full or args.sample_unit is not None or args.seed is not None:
         say("lengthscan: error: clean always decides on every row: drop --sample/--sample-unit/--full/--seed")
         return EXIT_USAGE
-    engine = engine_for(args)
     with ProgressBars(disabled=args.quiet) as progress:
-        dataset = DatasetOptions(length_column=args.length_column, length_from=args.length_from,
-                                 embed_audio=args.embed_audio, tokenize=args.tokenize, format=args.format,
-                                 decide_only=not args.no_decide_only)
-        options = CleanOptions(measure_options(args), args.split, rule_options(args),
-                               OutputOptions(out=args.out, overwrite=args.overwrite, redact=args.redact,
-                                             id_column=args.id), dataset,
-                               run_options(args, progress=progress, command=command), config=args.config,
-                               revision=args.revision)
-        result = run_clean(args.source, options, engine)
+        result = clean(args.source, spec_of(args, "clean", progress=progress, command=command))
     print_result(result, json_out=args.json, quiet=args.quiet)
     if result.gate_failed:
         say(f"lengthscan: {result.gate_failed}; nothing was published")

@@ -300,7 +300,7 @@ def _add_memory_data_flags(m: argparse.ArgumentParser) -> None:
     """``lengthscan memory SRC``'s flags: the audit's fields, the epoch, the report and the export."""
     add_source_argument(m, nargs="?", help="data mode: the training data (as audit takes it); without it, shape mode")
     add_flags(m, "input", "audio", "target", "messages", "prompt", "completion", "tools", "chat_template", "train_on",
-              "tokenizer", "sampling_rate", "split", "max_chars", "no_cache", "num_proc", prefix="data mode: ",
+              "tokenizer", "sampling_rate", "split", "max_chars", "cache", "num_proc", prefix="data mode: ",
               split={"help": "the split trained on (default train, else the first)"})
     m.add_argument("--sampler", choices=("random", "group_by_length", "batch_rebalance"), default="random",
                    help="data mode: the Trainer's train_sampling_strategy (default random)")
@@ -338,7 +338,7 @@ def _memory_data(args, command: str) -> int:
                 audio=args.audio, tokenizer=args.tokenizer, sampling_rate=args.sampling_rate, split=args.split,
                 options=options, sampler=args.sampler, seed=args.seed, pad_to_multiple_of=args.pad_to_multiple_of,
                 budget_bytes=budget, margin=args.margin, out=args.out, overwrite=args.overwrite,
-                export_worst_batch=args.export_worst_batch, cache=not args.no_cache,
+                export_worst_batch=args.export_worst_batch, cache=args.cache,
                 max_chars=args.max_chars or DEFAULT_MAX_CHARS, num_proc=args.num_proc, progress=progress,
                 command=command, chat={"messages": args.messages, "prompt": args.prompt, "completion": args.completion,
                                        "tools": args.tools, "chat_template": args.chat_template,

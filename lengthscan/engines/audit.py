@@ -1,102 +1,29 @@
-"""``lengthscan.audit``: source -> sample -> measure -> stats -> (policy) -> outputs, on any engine.
+"""The audit: source -> sample -> measure -> stats -> (policy) -> outputs, on any engine.
 
-``audit`` keeps the keyword signature users call; it builds the option records once and hands
-them to ``run_audit`` with the engine (``LocalEngine``; ``engines.ray.api.audit_ray`` passes a
-``RayEngine``).
+``run_audit`` takes the run's ``Spec`` and the engine (``LocalEngine`` or ``RayEngine``);
+``engines.api.audit`` is the public call that builds both.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from lengthscan.engines.loop import LocalEngine, measure_source
-from lengthscan.engines.options import (
-    MeasureOptions,
-    OutputOptions,
-    Progress,
-    RuleOptions,
-    RunOptions,
-    SampleOptions,
-    split_options,
-)
+from lengthscan.engines.loop import measure_source
 from lengthscan.engines.records import AuditResult
 from lengthscan.engines.results import DecisionReport, audit_result
 from lengthscan.engines.setup import prepare_run, resolve_for, with_identity
+from lengthscan.engines.spec import Spec
 from lengthscan.measure.batch import ColumnError, check_columns
-from lengthscan.measure.text.counter import DEFAULT_MAX_CHARS
 from lengthscan.pack.options import PackingOptions
 from lengthscan.policy.decisions import special_lengths
-from lengthscan.sources.sampling import DEFAULT_SEED, FULL_UP_TO, choose_unit, plan_sample
-from lengthscan.sources.scan import BATCH_ROWS
+from lengthscan.sources.sampling import FULL_UP_TO, choose_unit, plan_sample
 
-__all__ = ["audit", "run_audit", "AuditOptions", "ColumnError"]
-
-
-@dataclass(frozen=True)
-class AuditOptions:
-    """Everything an audit is asked: what to measure, which rows, the rules, the outputs, the run."""
-
-    measure: MeasureOptions = MeasureOptions()
-    sample: SampleOptions = SampleOptions()
-    rules: RuleOptions = RuleOptions()
-    output: OutputOptions = OutputOptions()
-    run: RunOptions = RunOptions()
-    packing: PackingOptions = PackingOptions()
-
-    @classmethod
-    def of(cls, **kwargs) -> "AuditOptions":
-        """The records from ``audit``'s keyword arguments."""
-        return cls(*split_options(kwargs, MeasureOptions, SampleOptions, RuleOptions, OutputOptions, RunOptions,
-                                  PackingOptions))
+__all__ = ["run_audit", "ColumnError"]
 
 
-def audit(source, *, tokenizer=None, input: str | None = None, target: str | None = None,
-          audio: str | None = None, model: str | None = None, sampling_rate: int | None = None,
-          split: str | None = None, sample=None, full: bool = False, seed: int = DEFAULT_SEED,
-          sample_unit: str | None = None, config: str | None = None, revision: str | None = None,
-          limits=(), action: str = "drop", keep_empty_targets: bool = False, crop_audio: bool = False,
-          target_is_label: bool = False, fail_over=None, out: str | Path | None = None, overwrite: bool = False,
-          cache: bool = True,
-          max_chars: int = DEFAULT_MAX_CHARS, count_engine: str = "auto", verify_counts: int = 0,
-          batch_rows: int = BATCH_ROWS, redact: bool = False,
-          num_proc: int = 1, progress: Progress | None = None, command: str | None = None, messages: str | None = None,
-          prompt: str | None = None, completion: str | None = None, tools: str | None = None,
-          chat_template: str | None = None, train_on: str = "assistant", id_column: str | None = None,
-          images: str | None = None, processor: str | None = None, max_pixels: int | None = None,
-          packing: str | None = None, max_length: int | None = None, packing_num_proc: int | None = None,
-          shuffle_seed: int | None = None, batch_size: int = 8, grad_accum: int = 1, devices: int = 1) -> AuditResult:
-    """Measure the lengths of the ``input``/``audio`` and ``target`` columns of ``source``.
-
-    ``source`` is anything ``open_source`` opens (path, glob, directory, audio folder, hub id,
-    Dataset or DatasetDict). ``tokenizer`` is a local directory, a hub name or a loaded tokenizer
-    (default: ``model``). ``model`` also gives the model's limits, sampling rate and frame rule.
-    ``sample`` is a row count or a fraction; ``full`` measures every row; ``sample_unit`` ("row" or
-    "block": whole Parquet row groups) is what the sample draws (default: block for remote and
-    large Parquet sources). ``config`` and ``revision`` pick a hub dataset's subset and commit. ``limits`` are
-    ``clean``'s rules: the audit then reports what clean would do to each row (with ``action``,
-    ``keep_empty_targets``, ``crop_audio``, ``target_is_label``), and ``fail_over`` ('1%' or a row count) marks the
-    result failed when more rows would be dropped or truncated. With ``out``, writes
-    ``lengths.parquet``, ``report.json`` and ``report.html`` there atomically; ``redact`` keeps
-    every text of the data out of the report (row ids and lengths only); ``id_column`` (a plain
-    column identifying rows) is carried into ``lengths.parquet`` beside ``row``. ``num_proc`` > 1 measures
-    in worker processes (same results, same order). Conversations instead of text columns:
-    ``messages`` (or ``prompt`` and ``completion``), ``tools``, ``chat_template`` (a Jinja file;
-    default: the tokenizer's) and ``train_on`` (assistant, last or all); see README "Chat data".
-    Images in conversations: ``images`` (a column of per-row images), ``processor`` (the model's
-    processor: image tokens as it expands them; default ``model``), ``max_pixels`` (count as if the
-    image processor's max_pixels were this); see README "Images in conversations".
-    ``packing`` (bfd, bfd_split or wrapped) with ``max_length`` simulates TRL's packing of every row
-    (``packing_num_proc``: its ``dataset_num_proc``; ``shuffle_seed``: ``shuffle_dataset`` with that
-    seed); ``batch_size``, ``grad_accum`` and ``devices`` turn packs into steps (README "Packing").
-    """
-    options = AuditOptions.of(**{k: v for k, v in locals().items() if k != "source"})
-    return run_audit(source, options, LocalEngine(options.run.num_proc))
-
-
-def run_audit(source, options: AuditOptions, engine) -> AuditResult:
-    """The audit of ``source`` as ``options`` ask, measured by ``engine``."""
+def run_audit(source, options: Spec, engine) -> AuditResult:
+    """The audit of ``source`` as ``options`` ask, measured by ``engine`` (``options.dataset`` is clean's, unread)."""
     from lengthscan.write.audit_output import AuditOutput
 
     started = time.perf_counter()

@@ -21,15 +21,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from lengthscan.engines.loop import LocalEngine, measure_source
-from lengthscan.engines.options import (
-    DatasetOptions,
-    MeasureOptions,
-    OutputOptions,
-    RuleOptions,
-    RunOptions,
-    split_options,
-)
+from lengthscan.engines.loop import measure_source
+from lengthscan.engines.options import DatasetOptions, RuleOptions, RunOptions
 from lengthscan.engines.results import (
     CleanResult,
     DecisionReport,
@@ -39,70 +32,15 @@ from lengthscan.engines.results import (
     simulate_batches,
 )
 from lengthscan.engines.setup import Prepared, prepare_run, resolve_for, source_paths, with_identity
+from lengthscan.engines.spec import Spec
 from lengthscan.measure.batch import ColumnError, check_columns
-from lengthscan.measure.text.counter import DEFAULT_MAX_CHARS
 from lengthscan.sources.sampling import plan_sample
-from lengthscan.sources.scan import BATCH_ROWS
 from lengthscan.write.token_columns import TOKEN_COLUMNS
 
 #: Files and folders ``clean`` writes into ``--out``.
 CLEAN_FILES = {"dataset", "rejects", "lengths.parquet", "report.json", "report.html"}
 
-__all__ = ["clean", "run_clean", "CleanOptions", "CleanResult", "CLEAN_FILES"]
-
-
-@dataclass(frozen=True)
-class CleanOptions:
-    """Everything a clean is asked: what to measure, the split, the rules, the outputs, the dataset, the run."""
-
-    measure: MeasureOptions = MeasureOptions()
-    split: str | None = None
-    rules: RuleOptions = RuleOptions()
-    output: OutputOptions = OutputOptions()
-    dataset: DatasetOptions = DatasetOptions()
-    run: RunOptions = RunOptions()
-    config: str | None = None      # a hub dataset's configuration and revision
-    revision: str | None = None
-
-    @classmethod
-    def of(cls, *, split: str | None = None, config: str | None = None, revision: str | None = None,
-           **kwargs) -> "CleanOptions":
-        """The records from ``clean``'s keyword arguments."""
-        measure, rules, output, dataset, run = split_options(kwargs, MeasureOptions, RuleOptions, OutputOptions,
-                                                             DatasetOptions, RunOptions)
-        return cls(measure, split, rules, output, dataset, run, config, revision)
-
-
-def clean(source, *, out, tokenizer=None, input: str | None = None, target: str | None = None,
-          audio: str | None = None, model: str | None = None, sampling_rate: int | None = None,
-          split: str | None = None, config: str | None = None, revision: str | None = None, limits=(),
-          action: str = "drop", keep_empty_targets: bool = False,
-          crop_audio: bool = False, target_is_label: bool = False, fail_over=None,
-          length_column: str | None = "length",
-          length_from: str | None = None, embed_audio: bool = False, tokenize: bool = False,
-          overwrite: bool = False, format: str = "arrow",
-          cache: bool = True, max_chars: int = DEFAULT_MAX_CHARS, count_engine: str = "auto", verify_counts: int = 0,
-          batch_rows: int = BATCH_ROWS,
-          redact: bool = False, num_proc: int = 1, decide_only: bool = True, progress=None,
-          command: str | None = None, messages: str | None = None,
-          prompt: str | None = None, completion: str | None = None, tools: str | None = None,
-          chat_template: str | None = None, train_on: str = "assistant", id_column: str | None = None,
-          images: str | None = None, processor: str | None = None, max_pixels: int | None = None) -> CleanResult:
-    """Decide every row of ``source`` by ``limits`` and write the result to ``out``.
-
-    Options as ``audit``; ``action`` is what rows over an upper token limit get (drop or
-    truncate). ``length_column`` (None: none) is filled from ``length_from`` (default
-    ``input_tokens``, or ``input_samples`` for audio) after truncation. With ``fail_over``, a
-    source where more rows would be dropped or truncated publishes nothing (``gate_failed``).
-    ``tokenize`` adds ``input_ids``/``attention_mask`` (and ``labels`` for a target) to the
-    dataset: the tokenizer's own ``__call__`` on the final texts, checked against their lengths.
-    With only numeric upper limits on ``input_tokens`` (no percentile, z-score or ratio rule, no
-    ``tokenize``, no explicit ``length_from``), ``decide_only`` counts inputs only as far as each
-    decision needs (see ``measure.text.bounds``): same decisions, no ``length`` column.
-    ``format`` "parquet" writes ``dataset/`` and ``rejects/`` as Parquet shards (see ``write.parquet``).
-    """
-    options = CleanOptions.of(**{k: v for k, v in locals().items() if k != "source"})
-    return run_clean(source, options, LocalEngine(options.run.num_proc))
+__all__ = ["run_clean", "CleanResult", "CLEAN_FILES"]
 
 
 @dataclass(frozen=True)
@@ -136,7 +74,7 @@ def plan_dataset(prepared: Prepared, src, rules: RuleOptions, dataset: DatasetOp
     return DatasetPlan(length_from, caps)
 
 
-def run_clean(source, options: CleanOptions, engine) -> CleanResult:
+def run_clean(source, options: Spec, engine) -> CleanResult:
     """The clean of ``source`` as ``options`` ask, measured (and written) by ``engine``."""
     from lengthscan.write.clean_rows import CleanSpec
     from lengthscan.write.parquet import check_format
@@ -159,7 +97,8 @@ def run_clean(source, options: CleanOptions, engine) -> CleanResult:
     final = out.resolve()  # Ray's workers may run in another working directory
     engine.check(source)
     with engine.session():
-        src = engine.open(source, options.split, config=options.config, revision=options.revision)
+        sample = options.sample
+        src = engine.open(source, sample.split, config=sample.config, revision=sample.revision)
         check_apart(out, source_paths(source, src))
         check_columns(src, prepared.setup.fields)
         plan = plan_dataset(prepared, src, rules, dataset)

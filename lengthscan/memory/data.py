@@ -76,7 +76,7 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
     (``sequence_tokens``), and the limits found are stated on it. ``evaluation`` (``data_eval.EvalData``)
     prices ``Trainer.evaluate`` on another split or source (``memory["evaluation"]``; see ``memory.data_eval``).
     """
-    from lengthscan.engines.audit import audit
+    from lengthscan.engines.api import audit
     from lengthscan.sources.opener import open_source
     from lengthscan.write.staging import OutputError, check_out_path, check_writable, discard, publish, staging_dir
 

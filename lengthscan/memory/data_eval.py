@@ -84,7 +84,7 @@ def price_evaluation(config, evaluation: EvalData, at: tuple, audit_args: dict, 
                      pad_to_multiple_of: int | None, usable: int | None, train_source) -> dict:
     """``report.json["memory"]["evaluation"]`` in data mode: the audit of ``at`` (source, split) with the
     training run's ``audit_args``, its rows batched in order and the loop priced over them."""
-    from lengthscan.engines.audit import audit
+    from lengthscan.engines.api import audit
 
     source, split = at
     work = Path(tempfile.mkdtemp(prefix="lengthscan-eval-"))

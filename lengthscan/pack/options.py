@@ -5,10 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lengthscan.optionfield import option
+
 #: TRL's strategies (``SFTConfig.packing_strategy``; ``pack.trl`` simulates them)
 TRL_STRATEGIES = ("bfd", "bfd_split", "wrapped")
 #: every strategy ``--packing`` takes: TRL's three, axolotl's multipack, LLaMA-Factory's knapsack
 STRATEGIES = (*TRL_STRATEGIES, "multipack", "knapsack")
+
+
+AUDIT = ("audit",)
+#: on the command line these default to None, so that one given without --packing is refused
+_GIVEN = {"audit": {"default": None}}
 
 
 class PackingError(ValueError):
@@ -20,13 +27,21 @@ class PackingOptions:
     """``--packing STRATEGY --max-length L``; TRL's ``dataset_num_proc`` and ``shuffle_dataset``
     (with ``args.seed``), and the batch, accumulation and devices that turn packs into steps."""
 
-    packing: str | None = None
-    max_length: int | None = None
-    packing_num_proc: int | None = None
-    shuffle_seed: int | None = None
-    batch_size: int = 8
-    grad_accum: int = 1
-    devices: int = 1
+    packing: str | None = option(None, "--packing", "simulate the packing of every row: TRL's bfd, bfd_split or "
+                                 "wrapped, axolotl's multipack, LLaMA-Factory's knapsack: packs.parquet, efficiency, "
+                                 "tokens lost, steps", commands=AUDIT, choices=STRATEGIES)
+    max_length: int | None = option(None, "--max-length", "with --packing: the packed row's tokens "
+                                    "(SFTConfig.max_length)", commands=AUDIT, type=int, metavar="L")
+    packing_num_proc: int | None = option(None, "--packing-num-proc", "with --packing: TRL's dataset_num_proc (it "
+                                          "changes the packs; default none)", commands=AUDIT, type=int, metavar="N")
+    shuffle_seed: int | None = option(None, "--shuffle-seed", "with --packing: TRL's shuffle_dataset with args.seed "
+                                      "SEED (default: not shuffled)", commands=AUDIT, type=int, metavar="SEED")
+    batch_size: int = option(8, "--batch-size", "with --packing: per-device batch size, for steps per epoch "
+                             "(default 8)", commands=AUDIT, type=int, metavar="B", overrides=_GIVEN)
+    grad_accum: int = option(1, "--grad-accum", "with --packing: gradient accumulation steps (default 1)",
+                             commands=AUDIT, type=int, metavar="K", overrides=_GIVEN)
+    devices: int = option(1, "--devices", "with --packing: data-parallel devices (default 1)", commands=AUDIT,
+                          type=int, metavar="N", overrides=_GIVEN)
 
     def check(self) -> None:
         if self.packing is None:

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import lengthscan
-from lengthscan.engines.ray.api import audit_ray
+from lengthscan import audit_ray
 from lengthscan.engines.ray.session import EngineError
 
 # lengthscan.engines.ray imports Ray only when a run starts (test_core_package_never_imports_ray), so the
@@ -91,7 +91,7 @@ def test_missing_ray_gives_the_install_command(monkeypatch, corpus_jsonl, bpe_di
     monkeypatch.setattr(builtins, "__import__", no_ray)
     with pytest.raises(EngineError, match=r'pip install "lengthscan\[ray\]"'):
         audit_ray(str(corpus_jsonl), tokenizer=str(bpe_dir), input="text")
-    from lengthscan.engines.ray.api import clean_ray
+    from lengthscan import clean_ray
 
     with pytest.raises(EngineError, match=r'pip install "lengthscan\[ray\]"'):
         clean_ray(str(corpus_jsonl), out="never-written", tokenizer=str(bpe_dir), input="text")
@@ -119,7 +119,7 @@ def test_core_package_never_imports_ray():
     import subprocess
     import sys
 
-    code = ("import sys, lengthscan, lengthscan.engines.ray.api, lengthscan.engines.ray.engine, "
+    code = ("import sys, lengthscan, lengthscan.engines.api, lengthscan.engines.ray.engine, "
             "lengthscan.engines.ray.sources, lengthscan.engines.ray.write, lengthscan.write.parquet, "
             "lengthscan.cli.main; "
             "print('ray' in sys.modules)")

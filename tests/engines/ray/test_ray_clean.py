@@ -16,7 +16,7 @@ import pytest
 
 import lengthscan
 from lengthscan.cli.main import main
-from lengthscan.engines.ray.api import audit_ray, clean_ray
+from lengthscan import audit_ray, clean_ray
 from lengthscan.measure.text.counter import TokenCounter
 
 # The two-node cluster and the parquet_glob and disk_dict sources are conftest.py's fixtures.
@@ -342,7 +342,7 @@ def test_one_cpu_ray_does_not_wait_forever(tmp_path, corpus_jsonl, bpe_dir):
     import sys
 
     code = ("import ray, sys; ray.init(address='local', num_cpus=1, log_to_driver=False, include_dashboard=False); "
-            "from lengthscan.engines.ray.api import audit_ray; "
+            "from lengthscan import audit_ray; "
             "r = audit_ray(sys.argv[1], tokenizer=sys.argv[2], input='text', full=True, num_blocks=3); "
             "print(r.splits[0].sample.rows_measured)")
     done = subprocess.run([sys.executable, "-c", code, str(corpus_jsonl), str(bpe_dir)], capture_output=True,

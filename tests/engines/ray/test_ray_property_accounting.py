@@ -21,7 +21,7 @@ pytestmark = pytest.mark.ray
 @settings(max_examples=5, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 def test_ray_accounts_for_every_row_as_local_does(cluster, bpe_dir, case):
-    from lengthscan.engines.ray.api import clean_ray
+    from lengthscan import clean_ray
 
     with tempfile.TemporaryDirectory() as folder:
         local = clean_checked(lengthscan.clean, case, bpe_dir, Path(folder) / "local", cache=False)
