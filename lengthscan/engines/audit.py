@@ -14,7 +14,7 @@ from lengthscan.engines.records import AuditResult
 from lengthscan.engines.results import DecisionReport, audit_result
 from lengthscan.engines.setup import prepare_run, resolve_for, with_identity
 from lengthscan.engines.spec import Spec
-from lengthscan.measure.batch import ColumnError, check_columns
+from lengthscan.measure.columns import ColumnError, check_columns
 from lengthscan.pack.options import PackingOptions
 from lengthscan.policy.decisions import special_lengths
 from lengthscan.sources.sampling import FULL_UP_TO, choose_unit, plan_sample

@@ -9,8 +9,8 @@ from __future__ import annotations
 def user_error_types() -> tuple:
     """The classes of lengthscan's own user errors."""
     from lengthscan.engines.options import OptionError
-    from lengthscan.measure.batch import ColumnError
     from lengthscan.measure.chat.template import ChatTemplateError
+    from lengthscan.measure.columns import ColumnError
     from lengthscan.measure.images.processor import ProcessorError
     from lengthscan.measure.text.loading import TokenizerError
     from lengthscan.pack.options import PackingError

@@ -29,17 +29,8 @@ from lengthscan.engines.options import RunOptions
 from lengthscan.engines.setup import Setup
 from lengthscan.engines.validity import KindCheck
 from lengthscan.measure.batch import measure_batch
-from lengthscan.measure.cache import (
-    CacheReader,
-    CacheWriter,
-    TableCacheReader,
-    TableCacheWriter,
-    cached_path,
-    chat_key,
-    field_key,
-)
-from lengthscan.measure.chat import stored as chat_stored
-from lengthscan.measure.records import FLAG_TOO_LONG, Measured
+from lengthscan.measure.cache import cached_path
+from lengthscan.measure.kinds import MeasureContext
 from lengthscan.sources.sampling import SamplePlan, sample_indices
 from lengthscan.sources.scan import Batch, iter_batches
 from lengthscan.sources.source import Source, SplitSource
@@ -97,18 +88,18 @@ def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally:
                   run: RunOptions, sinks=(), columns: list[str] | None = None, with_ids: bool = False) -> set:
     """Measure the plan's rows of one split into ``tally`` and the sinks; returns the roles whose
     lengths came from the cache. ``columns`` (default: those measured) are read."""
-    fields, counter = setup.fields, setup.counter
-    # conversations with images are measured every run: their image files may change under the same rows
-    cached = [f for f in fields if f.kind == "text" or (f.kind == "chat" and not f.vision)]
+    fields = setup.fields
+    cached = [f for f in fields if f.kind.cached(f)]
     use_cache = run.cache and engine.uses_cache and cached
-    keys = {f.role: cache_key(split_src, f, setup) for f in cached} if use_cache else {}
-    kinds = {f.role: f for f in cached}
+    ctx = MeasureContext(setup.counter, chat=setup.chat)
+    keys = {f.role: f.kind.cache_key(split_src.fingerprint, f, ctx) for f in cached} if use_cache else {}
+    by_role = {f.role: f for f in cached}
     readers = {role: r for role, k in keys.items()
                if (p := cached_path(k)) is not None
-               and (r := _cache_open(partial(cache_reader, rows=split_src.num_rows), kinds[role], p)) is not None}
+               and (r := _cache_open(partial(cache_reader, rows=split_src.num_rows), by_role[role], p)) is not None}
     writers = {role: w for role, k in keys.items()
                if plan.full and role not in readers and role not in setup.decide_caps
-               and (w := _cache_open(cache_writer, kinds[role], k)) is not None}
+               and (w := _cache_open(cache_writer, by_role[role], k)) is not None}
     to_measure = tuple(f for f in fields if f.role not in readers)
     if columns is None:
         columns = list(dict.fromkeys(c for f in to_measure for c in f.columns))
@@ -119,15 +110,10 @@ def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally:
         for batch, measured in engine.measure(split_src, plan, setup, to_measure, columns, batch_rows=run.batch_rows,
                                               with_ids=with_ids):
             for f in fields:
-                if f.role in readers and f.kind == "chat":
-                    measured[f.role] = chat_stored.from_table(f, readers[f.role].take(batch.rows))
-                elif f.role in readers:
-                    lengths, flags = readers[f.role].take(batch.rows)
-                    measured[f.role] = Measured({f.primary: lengths}, flags, too_long_errors(flags, counter))
-                elif f.role in writers and f.kind == "chat":
-                    writers[f.role].write_batch(chat_stored.to_batch(f, measured[f.role]))
+                if f.role in readers:
+                    measured[f.role] = f.kind.from_cache(f, readers[f.role], batch.rows, ctx)
                 elif f.role in writers:
-                    writers[f.role].write(measured[f.role].values[f.primary], measured[f.role].flags)
+                    f.kind.to_cache(f, writers[f.role], measured[f.role])
             tally.add(batch.rows, measured)
             for sink in sinks:
                 sink.write(split_src, batch, measured)
@@ -141,16 +127,8 @@ def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally:
             w.abort()
         raise
     for role, w in writers.items():
-        _cache_open(lambda f, writer: writer.commit(), kinds[role], w)  # an unwritable cache: one warning
+        _cache_open(lambda f, writer: writer.commit(), by_role[role], w)  # an unwritable cache: one warning
     return set(readers)
-
-
-def cache_key(split_src: SplitSource, f, setup: Setup) -> str:
-    """The length cache's key of one field of a split."""
-    counter = setup.counter
-    if f.kind == "chat":
-        return chat_key(split_src.fingerprint, f.columns, setup.chat.signature(), counter.hash, counter.max_chars)
-    return field_key(split_src.fingerprint, f.column, f.primary.name, counter.hash, counter.max_chars)
 
 
 def _cache_open(opener, f, where):
@@ -172,20 +150,12 @@ def _cache_open(opener, f, where):
 
 
 def cache_reader(f, path, rows: int):
-    """The cache's reader of one field's lengths, checked against the split's ``rows``."""
-    return TableCacheReader(path, chat_stored.schema(f), rows) if f.kind == "chat" else CacheReader(path, rows)
+    """The cache's reader of one field's measurements, checked against the split's ``rows``."""
+    return f.kind.cache_reader(f, path, rows)
 
 
 def cache_writer(f, key: str):
-    return TableCacheWriter(key, chat_stored.schema(f)) if f.kind == "chat" else CacheWriter(key)
-
-
-def too_long_errors(flags: np.ndarray, counter) -> list | None:
-    """Per-row messages for rows over ``--max-chars`` (None when there is none)."""
-    if not (flags == FLAG_TOO_LONG).any():
-        return None
-    return [f"longer than --max-chars {counter.max_chars:,} characters" if k == FLAG_TOO_LONG else None
-            for k in flags]
+    return f.kind.cache_writer(f, key)
 
 
 class LocalEngine:
@@ -218,7 +188,7 @@ class LocalEngine:
     def measure(self, split_src: SplitSource, plan: SamplePlan, setup: Setup, fields: tuple, columns: list[str], *,
                 batch_rows: int, with_ids: bool = False):
         """(batch, role -> Measured) for the plan's rows, in row order."""
-        raw = tuple(c for f in fields if f.kind == "chat" for c in f.columns)  # conversations as the file has them
+        raw = tuple(c for f in fields for c in f.kind.raw_columns(f))  # e.g. conversations as the file has them
         batches = (iter_batches(split_src, columns, indices=plan.indices, batch_rows=batch_rows, raw=raw) if columns
                    else row_batches(plan, batch_rows))
         layout = split_src.layout()

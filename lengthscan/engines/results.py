@@ -12,6 +12,7 @@ from lengthscan import __version__
 from lengthscan.engines.loop import Measurement
 from lengthscan.engines.records import AuditResult, BatchReport, DecisionReport
 from lengthscan.engines.setup import Setup
+from lengthscan.measure.kinds import AUDIO
 from lengthscan.sources.urls import redact_urls
 
 
@@ -115,6 +116,6 @@ def simulate_batches(src, tallies, setup: Setup, seed: int, *, of: str) -> Batch
     rows, x, y = tallies[i].kept_lengths()
     if x is None or rows.size == 0:
         return None
-    audio = any(f.kind == "audio" and f.role == "input" for f in setup.fields)
+    audio = any(f.kind is AUDIO and f.role == "input" for f in setup.fields)
     simulation = simulate(x, y, rows=rows, seed=seed, unit="seconds" if audio else "tokens")
     return BatchReport(names[i], of, src.splits[i].num_rows, simulation)

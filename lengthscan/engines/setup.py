@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lengthscan.engines.options import MeasureOptions, RuleOptions
-from lengthscan.measure.batch import AudioSettings, ColumnError, role_fields
+from lengthscan.measure.batch import AudioSettings, role_fields
+from lengthscan.measure.columns import ColumnError
+from lengthscan.measure.kinds import AUDIO
 from lengthscan.measure.text.counter import TokenCounter
 from lengthscan.stats.records import Ceiling
 
@@ -37,7 +39,7 @@ class Setup:
         return tuple(s for f in self.fields for s in f.specs)
 
     def audio_dict(self) -> dict | None:
-        if not any(f.kind == "audio" for f in self.fields):
+        if not any(f.kind is AUDIO for f in self.fields):
             return None
         return {"sampling_rate": self.settings.sampling_rate, "frame_rule": _rule_dict(self.settings.frame_rule)}
 
@@ -63,7 +65,7 @@ def with_identity(setup: Setup, src, id_column: str | None) -> Setup:
     """``setup`` with ``--id COL``'s field, checked against ``src`` (its type, and a name apart)."""
     from dataclasses import replace
 
-    from lengthscan.measure.batch import identity_field
+    from lengthscan.measure.columns import identity_field
 
     if id_column is None:
         return setup
@@ -156,7 +158,7 @@ def _audio_settings(ctx, sampling_rate: int | None) -> AudioSettings:
 
 def _counter(fields, tokenizer, model, ctx, settings: dict):
     """The token counter text fields need: the given tokenizer, else the model's own."""
-    if not any(f.kind in ("text", "chat") for f in fields):
+    if not any(f.kind.tokenized for f in fields):
         return None
     if isinstance(tokenizer, TokenCounter):
         return tokenizer

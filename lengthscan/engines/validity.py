@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lengthscan.measure.batch import ColumnError
+from lengthscan.measure.columns import ColumnError
 from lengthscan.measure.records import (
     FLAG_INVALID_CONVERSATION,
     FLAG_MISSING_FILE,
@@ -96,4 +96,4 @@ class KindCheck:
 
 def flag_of(f) -> str:
     """What the field was named by on the command line."""
-    return {"audio": "--audio", "chat": "conversations"}.get(f.kind, f"--{f.role}")
+    return f.kind.named_by(f)

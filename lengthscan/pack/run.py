@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lengthscan.measure.kinds import CHAT, TEXT
 from lengthscan.pack.figures import Steps, by_length, pack_figures, pack_fill
 from lengthscan.pack.options import STRATEGIES, PackingError, PackingOptions
 from lengthscan.pack.trl import Packs, pack_trl
@@ -25,10 +26,10 @@ def packed_metric(fields):
         raise PackingError("--packing packs one sequence per row: measure --input alone (a decoder's text), or "
                            "conversations (--messages, or --prompt with --completion), not an --input/--target pair")
     for f in fields:
-        if f.kind == "chat":
+        if f.kind is CHAT:
             return f.role, next(s for s in f.specs if s.name == "sequence_tokens")
     for f in fields:
-        if f.role == "input" and f.kind == "text":
+        if f.role == "input" and f.kind is TEXT:
             return f.role, f.primary
     raise PackingError("--packing packs token sequences: measure a text (--input) or conversations (--messages)")
 
@@ -38,7 +39,7 @@ class PackSink:
 
     def __init__(self, fields, identity=None):
         self.role, self.spec = packed_metric(fields)
-        chat = next((f for f in fields if f.kind == "chat"), None)
+        chat = next((f for f in fields if f.kind is CHAT), None)
         # a conversation's trained tokens (--train-on): what a cut costs assistant-only SFT
         self.trained_spec = next((s for s in chat.specs if s.name == "completion_tokens"), None) if chat else None
         self.lengths: dict[str, np.ndarray] = {}

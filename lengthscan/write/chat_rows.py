@@ -144,7 +144,7 @@ def _drop_turns(chat, field, table, values, d, cut, caps, final, ids, labels, ke
 
 def _field_values(field, table: pa.Table, raw: dict | None) -> dict:
     """column -> the field's values of every row of ``table``: ``raw`` where given, else the table's."""
-    from lengthscan.measure.batch import column_values
+    from lengthscan.measure.columns import column_values
 
     return {c: raw[c] if raw and c in raw else column_values(_as_batch(table), c) for c in field.columns}
 

@@ -152,7 +152,7 @@ def second_pass(writer: CleanWriter, plans, measured_path) -> CleanOutcome:
     cursor = MeasuredCursor(measured_path)
     for split_src, plan in zip(writer.src.splits, plans):
         writer.open_split(split_src, plan)
-        raw = tuple(c for f in writer.spec.fields if f.kind == "chat" for c in f.columns)
+        raw = tuple(c for f in writer.spec.fields for c in f.kind.raw_columns(f))
         for batch in iter_batches(split_src, split_src.column_names, batch_rows=writer.spec.batch_rows, raw=raw):
             measured = cursor.take(batch.rows.size)
             if not np.array_equal(measured.column("row").to_numpy(), batch.rows):

@@ -1,0 +1,17 @@
+"""The field kinds: one measurer per kind (``base.Kind``), registered here.
+
+A new kind is one module beside these and one entry in ``KINDS``."""
+
+from __future__ import annotations
+
+from lengthscan.measure.kinds.audio import AudioKind
+from lengthscan.measure.kinds.base import Kind, MeasureContext
+from lengthscan.measure.kinds.chat import ChatKind
+from lengthscan.measure.kinds.text import TextKind
+
+TEXT, AUDIO, CHAT = TextKind(), AudioKind(), ChatKind()
+#: every kind, by the name report.json gives it
+KINDS: dict[str, Kind] = {k.name: k for k in (TEXT, AUDIO, CHAT)}
+
+__all__ = ["Kind", "MeasureContext", "KINDS", "TEXT", "AUDIO", "CHAT"]
+

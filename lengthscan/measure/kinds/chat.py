@@ -1,0 +1,49 @@
+"""A conversation: rendered with the chat template, its trained tokens and, where the model has a
+processor, the tokens of its images."""
+
+from __future__ import annotations
+
+from lengthscan.measure.cache import TableCacheReader, TableCacheWriter, chat_key
+from lengthscan.measure.chat import stored
+from lengthscan.measure.columns import column_values
+from lengthscan.measure.kinds.base import Kind, MeasureContext
+from lengthscan.measure.records import Measured
+
+
+class ChatKind(Kind):
+    name = "chat"
+    tokenized = True
+
+    def measure(self, batch, f, split_src, ctx: MeasureContext) -> Measured:
+        columns = {c: batch.raw[c] if batch.raw and c in batch.raw else column_values(batch, c) for c in f.columns}
+        return ctx.chat.measure(columns, {s.name: s for s in f.specs}, with_ids=ctx.with_ids,
+                                base_dir=split_src.base_dir(batch.rows))
+
+    def notes(self, f) -> dict[str, str]:
+        from lengthscan.measure.chat.metrics import chat_notes
+
+        return chat_notes(f.vision)
+
+    def cached(self, f) -> bool:
+        return not f.vision  # image tokens depend on files the cache key does not cover
+
+    def cache_key(self, fingerprint, f, ctx) -> str:
+        return chat_key(fingerprint, f.columns, ctx.chat.signature(), ctx.counter.hash, ctx.counter.max_chars)
+
+    def cache_reader(self, f, path, rows: int):
+        return TableCacheReader(path, stored.schema(f), rows)
+
+    def cache_writer(self, f, key: str):
+        return TableCacheWriter(key, stored.schema(f))
+
+    def from_cache(self, f, reader, rows, ctx) -> Measured:
+        return stored.from_table(f, reader.take(rows))
+
+    def to_cache(self, f, writer, measured: Measured) -> None:
+        writer.write_batch(stored.to_batch(f, measured))
+
+    def raw_columns(self, f) -> tuple[str, ...]:
+        return f.columns  # conversations as the file has them
+
+    def named_by(self, f) -> str:
+        return "conversations"
