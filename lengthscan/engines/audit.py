@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from lengthscan.engines.loop import measure_source
+from lengthscan.engines.protocols import Engine
 from lengthscan.engines.records import AuditResult
 from lengthscan.engines.results import DecisionReport, audit_result
 from lengthscan.engines.setup import prepare_run, resolve_for, with_identity
@@ -22,7 +23,7 @@ from lengthscan.sources.sampling import FULL_UP_TO, choose_unit, plan_sample
 __all__ = ["run_audit", "ColumnError"]
 
 
-def run_audit(source, options: Spec, engine) -> AuditResult:
+def run_audit(source, options: Spec, engine: Engine) -> AuditResult:
     """The audit of ``source`` as ``options`` ask, measured by ``engine`` (``options.dataset`` is clean's, unread)."""
     from lengthscan.write.audit_output import AuditOutput
 

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from lengthscan.engines.loop import measure_source
 from lengthscan.engines.options import DatasetOptions, RuleOptions, RunOptions
+from lengthscan.engines.protocols import Engine
 from lengthscan.engines.results import (
     CleanResult,
     DecisionReport,
@@ -75,7 +76,7 @@ def plan_dataset(prepared: Prepared, src, rules: RuleOptions, dataset: DatasetOp
     return DatasetPlan(length_from, caps)
 
 
-def run_clean(source, options: Spec, engine) -> CleanResult:
+def run_clean(source, options: Spec, engine: Engine) -> CleanResult:
     """The clean of ``source`` as ``options`` ask, measured (and written) by ``engine``."""
     from lengthscan.write.clean_rows import CleanSpec
     from lengthscan.write.parquet import check_format

@@ -7,16 +7,13 @@ processes or on Ray is one parameter, the engine, which turns a split and its sa
 
     for split:   plan -> engine.measure(split, plan) -> cache -> tally.add -> sinks.write -> progress
 
-An engine has ``uses_cache`` and ``single_pass`` (whether its batches carry the source's columns, so
-that clean can write while measuring), ``check(source)``, ``session()``, ``open(source, split)``,
-``measure(...)``, ``tokenizer_info(counter, cached)`` and ``proofs(setup)``; ``LocalEngine`` here,
-``engines.ray.engine.RayEngine`` for Ray Data. A sink has ``open_split(split_src, plan)``,
-``write(split_src, batch, measured)`` and ``close_split(split_src)``.
+The engine and the sinks are the two interfaces of ``engines.protocols`` (``Engine``, ``Sink``):
+``LocalEngine`` here, ``engines.ray.engine.RayEngine`` for Ray Data.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
@@ -26,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from lengthscan.engines.options import RunOptions
+from lengthscan.engines.protocols import Engine, Sink
 from lengthscan.engines.setup import Setup
 from lengthscan.engines.validity import KindCheck
 from lengthscan.measure.batch import measure_batch
@@ -51,8 +49,9 @@ class Measurement:
     cached: frozenset                 # roles whose lengths came from the length cache
 
 
-def measure_source(src: Source, setup: Setup, engine, *, plan_for: Callable[[SplitSource], SamplePlan],
-                   run: RunOptions, ratios: tuple = (), seed: int = 0, sinks=(), all_columns: bool = False,
+def measure_source(src: Source, setup: Setup, engine: Engine, *, plan_for: Callable[[SplitSource], SamplePlan],
+                   run: RunOptions, ratios: tuple = (), seed: int = 0, sinks: Sequence[Sink] = (),
+                   all_columns: bool = False,
                    with_ids: bool = False) -> Measurement:
     """Measure every split of ``src`` by its plan (``plan_for(split)``) with ``engine``; each
     measured batch goes to every sink. ``all_columns`` reads every source column (clean's single
@@ -84,8 +83,9 @@ def simulation_positions(plan: SamplePlan, seed: int):
     return sample_indices(plan.size, SIMULATION_ROWS, seed)
 
 
-def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally: SplitTally, engine, *,
-                  run: RunOptions, sinks=(), columns: list[str] | None = None, with_ids: bool = False) -> set:
+def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally: SplitTally, engine: Engine, *,
+                  run: RunOptions, sinks: Sequence[Sink] = (), columns: list[str] | None = None,
+                  with_ids: bool = False) -> set:
     """Measure the plan's rows of one split into ``tally`` and the sinks; returns the roles whose
     lengths came from the cache. ``columns`` (default: those measured) are read."""
     fields = setup.fields

@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import lengthscan
-from lengthscan.cli.main import main
 from lengthscan import audit_ray, clean_ray
+from lengthscan.cli.main import main
 from lengthscan.measure.text.counter import TokenCounter
 
 # The two-node cluster and the parquet_glob and disk_dict sources are conftest.py's fixtures.
