@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 
-from lengthscan.measure.kinds import CHAT, TEXT
 from lengthscan.pack.figures import Steps, by_length, pack_figures, pack_fill
 from lengthscan.pack.options import STRATEGIES, PackingError, PackingOptions
 from lengthscan.pack.trl import Packs, pack_trl
@@ -26,11 +25,8 @@ def packed_metric(fields):
         raise PackingError("--packing packs one sequence per row: measure --input alone (a decoder's text), or "
                            "conversations (--messages, or --prompt with --completion), not an --input/--target pair")
     for f in fields:
-        if f.kind is CHAT:
-            return f.role, next(s for s in f.specs if s.name == "sequence_tokens")
-    for f in fields:
-        if f.role == "input" and f.kind is TEXT:
-            return f.role, f.primary
+        if (spec := f.kind.packed(f)) is not None:
+            return f.role, spec
     raise PackingError("--packing packs token sequences: measure a text (--input) or conversations (--messages)")
 
 
@@ -39,9 +35,8 @@ class PackSink:
 
     def __init__(self, fields, identity=None):
         self.role, self.spec = packed_metric(fields)
-        chat = next((f for f in fields if f.kind is CHAT), None)
         # a conversation's trained tokens (--train-on): what a cut costs assistant-only SFT
-        self.trained_spec = next((s for s in chat.specs if s.name == "completion_tokens"), None) if chat else None
+        self.trained_spec = next((s for f in fields if (s := f.kind.trained(f)) is not None), None)
         self.lengths: dict[str, np.ndarray] = {}
         self.completion: dict[str, np.ndarray] = {}
         self.identity = identity  # --id COL's field: its values name the rows that lose tokens

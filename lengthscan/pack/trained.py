@@ -18,8 +18,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lengthscan.measure.kinds import CHAT
-
 #: strategies whose lost tokens are a row's end (bfd, multipack's whole rows) or nothing (bfd_split, wrapped)
 TRAINED_STRATEGIES = ("bfd", "bfd_split", "wrapped", "multipack")
 #: why a strategy has no trained-token figure
@@ -91,7 +89,7 @@ def trained_masks(split_src, setup, rows: np.ndarray, lengths: np.ndarray) -> Tr
     rows = np.unique(np.asarray(rows, np.int64))
     if not rows.size:
         return TrainedRuns.empty()
-    field = next(f for f in setup.fields if f.kind is CHAT)
+    field = next(f for f in setup.fields if f.kind.trained(f) is not None)
     layout = split_src.layout()
     masks: dict = {}
     for batch in iter_batches(split_src, list(field.columns), indices=rows, batch_rows=BATCH_ROWS,

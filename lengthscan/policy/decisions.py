@@ -14,7 +14,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lengthscan.measure.kinds import CHAT, TEXT
 from lengthscan.measure.records import FLAG_CODES
 from lengthscan.policy.rules import DECISIONS, DROP, KEEP, TRUNCATE, Decisions, decide, parse_rule
 from lengthscan.stats.histograms import proportion_interval
@@ -67,7 +66,7 @@ def base_and_flags(table: pa.Table, fields) -> tuple[dict[str, np.ndarray], dict
 def row_errors(table: pa.Table, fields) -> dict:
     """role -> the per-row messages of conversation fields (the template's own words), which their
     reasons carry."""
-    return {f.role: table.column(f"{f.role}_error").to_pylist() for f in fields if f.kind is CHAT}
+    return {f.role: table.column(f"{f.role}_error").to_pylist() for f in fields if f.kind.errors_in_reasons}
 
 
 def decision_columns(d: Decisions) -> dict[str, pa.Array]:
@@ -164,7 +163,7 @@ def special_lengths(counter, fields) -> dict[str, int]:
     """Per text role, the length of the empty string: the special tokens every row carries."""
     if counter is None:
         return {}
-    return {f.role: counter.empty_length(f.role) for f in fields if f.kind is TEXT}
+    return {f.role: n for f in fields if (n := f.kind.empty_length(f, counter)) is not None}
 
 
 def parse_fail_over(value) -> tuple[str, float] | None:

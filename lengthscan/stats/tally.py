@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lengthscan.measure.kinds import AUDIO, CHAT
 from lengthscan.measure.records import FLAG_NAMES, FLAG_OK, FLAG_TRUNCATED, FieldSpec, Measured
 from lengthscan.sources.sampling import BlockDesign, SamplePlan
 from lengthscan.stats.chat import ChatTally
@@ -146,7 +145,7 @@ class SplitTally:
 
     def __post_init__(self):
         self.ceiling_tallies = [CeilingTally(limit) for limit in self.ceilings]
-        if self.chat is None and any(f.kind is CHAT for f in self.fields):
+        if self.chat is None and any(f.notes for f in self.fields):  # side columns: a conversation's
             self.chat = ChatTally()
 
     def _pair_fields(self):
@@ -154,11 +153,7 @@ class SplitTally:
         prompt x completion tokens (None: no pair)."""
         if len(self.fields) == 2:
             return self.fields[0].primary, self.fields[1].primary
-        chat = self.fields[0] if len(self.fields) == 1 and self.fields[0].kind is CHAT else None
-        if chat is None:
-            return None
-        by_name = {s.name: s for s in chat.specs}
-        return by_name["prompt_tokens"], by_name["completion_tokens"]
+        return self.fields[0].kind.pair(self.fields[0]) if len(self.fields) == 1 else None
 
     def add(self, rows: np.ndarray, measured: dict[str, Measured]) -> None:
         by_name, bounds = {}, {}
@@ -188,7 +183,7 @@ class SplitTally:
             m = measured[self.fields[0].role]
             self.chat.add(by_name, m.notes, rows)
         for f in self.fields:  # a truncated audio file has a length (the audio it holds): named in the report
-            hit = np.flatnonzero(measured[f.role].flags == FLAG_TRUNCATED) if f.kind is AUDIO else ()
+            hit = np.flatnonzero(measured[f.role].flags == FLAG_TRUNCATED)
             if len(hit):
                 self._add_truncated(f.role, rows[hit], np.asarray(by_name[f.primary.name])[hit])
         for lt in self.ceiling_tallies:

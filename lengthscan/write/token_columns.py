@@ -8,8 +8,6 @@ import itertools
 import numpy as np
 import pyarrow as pa
 
-from lengthscan.measure.kinds import TEXT
-
 #: The columns ``--tokenize`` adds (a source that has one of them is refused).
 TOKEN_COLUMNS = ("input_ids", "attention_mask", "labels")
 
@@ -34,7 +32,7 @@ def add_token_columns(kept: pa.Table, fields, counter, lengths: dict, given: dic
     truncated text (or of every text, without them). ``lengths`` (measurement -> values per kept
     row) are what each must match: a mismatch refuses to write inconsistent data."""
     for f in fields:
-        if f.kind is not TEXT:
+        if not f.kind.truncates:
             continue
         ids = given.get(f.role)
         todo = range(kept.num_rows) if ids is None else np.flatnonzero(changed)
@@ -61,7 +59,7 @@ def token_features(fields) -> dict:
     """The features of the token columns for the text roles of ``fields``."""
     from lengthscan.sources.features import list_of, value
 
-    roles = {f.role for f in fields if f.kind is TEXT}
+    roles = {f.role for f in fields if f.kind.truncates}
     out = {}
     if "input" in roles:
         out["input_ids"] = list_of(value("int32"))

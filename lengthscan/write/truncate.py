@@ -43,8 +43,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lengthscan.measure.kinds import TEXT
-
 #: Candidate prefixes tokenized per text before the search gives up (then halvings, then "").
 MAX_CANDIDATES = 64
 #: Candidates per text in the first round (the guess, one before, one after) and in later rounds.
@@ -246,7 +244,7 @@ def truncate_rows(table, fields, counter, truncate_to: dict, final: dict):
 
     for f in fields:
         caps = truncate_to.get(f.role)
-        if f.kind is not TEXT or caps is None:
+        if not f.kind.truncates or caps is None:
             continue
         idx = np.flatnonzero((caps >= 0) & (final[f.primary.name] > caps))
         if idx.size == 0:

@@ -53,6 +53,8 @@ class Kind:
 
     name: str = ""
     tokenized: bool = False
+    truncates: bool = False            # rows over a token limit can be cut to a verified prefix (and --tokenize'd)
+    errors_in_reasons: bool = False    # its per-row messages (the template's words) go into the rows' reasons
 
     def measure(self, batch: Batch, f: RoleField, split_src, ctx: MeasureContext) -> Measured:
         raise NotImplementedError
@@ -60,6 +62,22 @@ class Kind:
     def notes(self, f: RoleField) -> dict[str, str]:
         """Per-row side columns (name -> Arrow type name) this field writes to lengths.parquet."""
         return {}
+
+    def pair(self, f: RoleField) -> tuple[FieldSpec, FieldSpec] | None:
+        """The (x, y) measurements of the field's own pair statistics (None: none)."""
+        return None
+
+    def packed(self, f: RoleField) -> FieldSpec | None:
+        """The measurement packing packs (one sequence per row; None: the field is not packed)."""
+        return None
+
+    def trained(self, f: RoleField) -> FieldSpec | None:
+        """The measurement of the tokens the loss is computed on, where it differs from the sequence."""
+        return None
+
+    def empty_length(self, f: RoleField, counter) -> int | None:
+        """The length of an empty value: the special tokens every row carries (None: not counted)."""
+        return None
 
     def cached(self, f: RoleField) -> bool:
         """Whether the per-row length cache holds this field's measurements (then the four methods

@@ -13,6 +13,20 @@ from lengthscan.measure.records import Measured
 class ChatKind(Kind):
     name = "chat"
     tokenized = True
+    errors_in_reasons = True
+
+    def pair(self, f):
+        return self._spec(f, "prompt_tokens"), self._spec(f, "completion_tokens")
+
+    def packed(self, f):
+        return self._spec(f, "sequence_tokens")
+
+    def trained(self, f):
+        return next((s for s in f.specs if s.name == "completion_tokens"), None)
+
+    @staticmethod
+    def _spec(f, name: str):
+        return next(s for s in f.specs if s.name == name)
 
     def measure(self, batch, f, split_src, ctx: MeasureContext) -> Measured:
         columns = {c: batch.raw[c] if batch.raw and c in batch.raw else column_values(batch, c) for c in f.columns}

@@ -11,6 +11,13 @@ from lengthscan.measure.records import FLAG_TOO_LONG, Measured
 class TextKind(Kind):
     name = "text"
     tokenized = True
+    truncates = True
+
+    def packed(self, f):
+        return f.primary if f.role == "input" else None  # a decoder's text; a target is no packed sequence
+
+    def empty_length(self, f, counter) -> int:
+        return counter.empty_length(f.role)
 
     def measure(self, batch, f, split_src, ctx: MeasureContext) -> Measured:
         counter = ctx.counter
