@@ -26,12 +26,12 @@ from lengthscan.engines.options import RunOptions
 from lengthscan.engines.protocols import Engine, Sink
 from lengthscan.engines.setup import Setup
 from lengthscan.engines.validity import KindCheck
-from lengthscan.measure.batch import measure_batch
+from lengthscan.measure.batch import RoleField, measure_batch
 from lengthscan.measure.cache import cached_path
 from lengthscan.measure.kinds import MeasureContext
 from lengthscan.sources.sampling import SamplePlan, sample_indices
 from lengthscan.sources.scan import Batch, iter_batches
-from lengthscan.sources.source import Source, SplitSource
+from lengthscan.sources.source import Source, SplitLayout, SplitSource
 from lengthscan.stats.records import SplitAudit
 from lengthscan.stats.tally import SplitTally
 
@@ -260,8 +260,8 @@ class WorkerJob:
     """What a measuring worker process gets once (small: the counter pickles by name)."""
 
     setup: Setup
-    fields: tuple
-    layout: object
+    fields: tuple[RoleField, ...]
+    layout: SplitLayout
     with_ids: bool = False
 
 

@@ -11,11 +11,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lengthscan.measure.text.counter import DEFAULT_MAX_CHARS
 from lengthscan.optionfield import option
 from lengthscan.sources.sampling import DEFAULT_SEED
 from lengthscan.sources.scan import BATCH_ROWS
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from lengthscan.measure.text.counter import TokenCounter
 
 
 class OptionError(ValueError):
@@ -77,7 +83,8 @@ class MeasureOptions:
                                     "were N (try a cap before setting it)", type=int, metavar="N")
     train_on: str = option("assistant", "--train-on", "which tokens of a conversation are trained: every assistant "
                            "message (default), the last one, or all tokens", choices=TRAIN_ON)
-    tokenizer: object = option(None, "--tokenizer", "tokenizer directory, hub name or tokenizer.json file (default: "
+    tokenizer: str | Path | PreTrainedTokenizerBase | TokenCounter | None = option(
+        None, "--tokenizer", "tokenizer directory, hub name or tokenizer.json file (default: "
                                "--model); in Python also a loaded tokenizer or a TokenCounter", metavar="DIR_OR_NAME")
     model: str | None = option(None, "--model", "model directory, hub name or config.json: its limits, sampling "
                                "rate and frame rule", metavar="DIR_OR_NAME")
@@ -112,7 +119,8 @@ class SampleOptions:
     config: str | None = option(None, "--config", "a hub dataset's configuration (subset)", metavar="NAME")
     revision: str | None = option(None, "--revision", "a hub dataset's branch, tag or commit (default main), pinned "
                                   "to its commit for the whole run", metavar="REV")
-    sample: object = option(None, "--sample", "measure a uniform random sample: a row count (600), a fraction "
+    sample: int | float | str | None = option(None, "--sample", "measure a uniform random sample: a row count (600), "
+                                              "a fraction "
                             "(0.01) or a percentage (1%%); default: every row up to 200,000 rows, a 100,000-row "
                             "sample above", commands=AUDIT, metavar="N|FRACTION")
     sample_unit: str | None = option(None, "--sample-unit", "what --sample draws: rows, or whole Parquet row groups "
@@ -145,7 +153,8 @@ class RuleOptions:
     target_is_label: bool = option(False, "--target-is-label", "with --crop-audio: the --target column is a label "
                                    "(a class, a speaker), not a transcript of the clip, so a cropped clip keeps it",
                                    action="store_true")
-    fail_over: object = option(None, "--fail-over", "exit 1 when more than this share (1%%) or number of rows "
+    fail_over: str | int | float | None = option(None, "--fail-over", "exit 1 when more than this share (1%%) or "
+                                                 "number of rows "
                                "would be dropped or truncated", metavar="SHARE|ROWS")
 
     def __post_init__(self):
