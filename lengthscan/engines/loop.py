@@ -28,7 +28,7 @@ import pyarrow as pa
 from lengthscan.engines.options import RunOptions
 from lengthscan.engines.setup import Setup
 from lengthscan.engines.validity import KindCheck
-from lengthscan.measure.batch import measure_batch
+from lengthscan.measure.batch import RoleField, measure_batch
 from lengthscan.measure.cache import (
     CacheReader,
     CacheWriter,
@@ -42,7 +42,7 @@ from lengthscan.measure.chat import stored as chat_stored
 from lengthscan.measure.records import FLAG_TOO_LONG, Measured
 from lengthscan.sources.sampling import SamplePlan, sample_indices
 from lengthscan.sources.scan import Batch, iter_batches
-from lengthscan.sources.source import Source, SplitSource
+from lengthscan.sources.source import Source, SplitLayout, SplitSource
 from lengthscan.stats.records import SplitAudit
 from lengthscan.stats.tally import SplitTally
 
@@ -290,8 +290,8 @@ class WorkerJob:
     """What a measuring worker process gets once (small: the counter pickles by name)."""
 
     setup: Setup
-    fields: tuple
-    layout: object
+    fields: tuple[RoleField, ...]
+    layout: SplitLayout
     with_ids: bool = False
 
 

@@ -17,10 +17,12 @@ import pyarrow as pa
 
 from lengthscan.measure.records import FLAG_CODES, FLAG_TOO_LONG, MEASURED_FLAGS, FieldSpec, Measured
 from lengthscan.sources.scan import Batch
-from lengthscan.sources.source import SplitSource, did_you_mean, name_list
+from lengthscan.sources.source import SplitLayout, SplitSource, did_you_mean, name_list
 
 if TYPE_CHECKING:
     from lengthscan.measure.audio.durations import FrameRule
+    from lengthscan.measure.chat.counter import ChatCounter
+    from lengthscan.measure.text.counter import TokenCounter
 
 
 class ColumnError(ValueError):
@@ -107,9 +109,10 @@ def role_fields(*, input: str | None = None, target: str | None = None, audio: s
     return tuple(fields)
 
 
-def measure_batch(batch: Batch, fields, split_src, *, counter=None,
-                  audio: AudioSettings = AudioSettings(), decide_caps: dict | None = None,
-                  with_ids: bool = False, chat=None) -> dict[str, Measured]:
+def measure_batch(batch: Batch, fields: tuple[RoleField, ...], split_src: SplitSource | SplitLayout, *,
+                  counter: TokenCounter | None = None, audio: AudioSettings = AudioSettings(),
+                  decide_caps: dict[str, int] | None = None, with_ids: bool = False,
+                  chat: ChatCounter | None = None) -> dict[str, Measured]:
     """Measure every field of ``batch``: role -> ``Measured``.
 
     ``split_src`` is a ``SplitSource`` or its picklable ``SplitLayout`` (for error messages and
