@@ -94,6 +94,7 @@ def test_a_pickled_counter_chooses_again_and_counts_the_same(bpe_dir, docs):
     counter.decider("input", docs[:10])
     clone = pickle.loads(pickle.dumps(counter))
     assert clone.roles.methods() == {} and clone.proof("input") is None and not clone.loaded
+    assert clone.roles.handle is clone.handle  # one tokenizer per worker, loaded once
     assert clone.roles.count_engine == "auto" and clone.max_chars == counter.max_chars
     assert np.array_equal(clone.count(docs[:100], "input")[0], before)
     assert clone.counting()["input"]["engine"] == counter.counting()["input"]["engine"]
