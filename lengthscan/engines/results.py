@@ -14,6 +14,7 @@ from lengthscan.engines.records import AuditResult, BatchReport, DecisionReport
 from lengthscan.engines.setup import Setup
 from lengthscan.measure.kinds import AUDIO
 from lengthscan.sources.urls import redact_urls
+from lengthscan.stats.records import SplitAudit
 
 
 def audit_result(src, setup: Setup, measurement: Measurement, *, tokenizer, seed: int, command,
@@ -71,7 +72,7 @@ class CleanResult:
 
     audit: AuditResult                 # the source as measured (every row)
     decisions: DecisionReport          # rules, basis, per-split counts by decision and reason, gate
-    after: tuple                       # SplitAudit of the written dataset (lengths after truncation)
+    after: tuple[SplitAudit, ...]      # the written dataset (lengths after truncation)
     out_dir: str
     published: bool
     batches: BatchReport | None = None  # padding and batches of the written dataset

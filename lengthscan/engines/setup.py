@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lengthscan.engines.options import MeasureOptions, RuleOptions
-from lengthscan.measure.batch import AudioSettings, role_fields
+from lengthscan.measure.batch import AudioSettings, RoleField, role_fields
 from lengthscan.measure.columns import ColumnError
 from lengthscan.measure.kinds import AUDIO
 from lengthscan.measure.text.counter import TokenCounter
@@ -19,18 +19,19 @@ if TYPE_CHECKING:
 
     from lengthscan.measure.chat.counter import ChatCounter
     from lengthscan.policy.model_limits import ModelLimits
+    from lengthscan.policy.rules import Rule
 
 
 @dataclass(frozen=True)
 class Setup:
     """What measuring needs, resolved once from the user's options."""
 
-    fields: tuple
+    fields: tuple[RoleField, ...]
     counter: TokenCounter | None
     settings: AudioSettings
     model_limits: ModelLimits | None
     ceilings: list[Ceiling]      # the upper bounds the audit counts rows over (the model's limits)
-    decide_caps: dict = field(default_factory=dict)  # role -> upper token limit (decide-only mode)
+    decide_caps: dict[str, int] = field(default_factory=dict)  # role -> upper token limit (decide-only mode)
     chat: ChatCounter | None = None  # for a conversation field
     identity: pa.Field | None = None  # --id COL's field, carried into lengths.parquet (see ``with_identity``)
 
@@ -199,8 +200,8 @@ def _rule_dict(rule) -> dict | None:
 class Prepared:
     """The rules parsed, the gate, and the set-up: how audit and clean (on any engine) begin."""
 
-    rules: tuple                  # policy.rules.Rule
-    gate: tuple | None            # parsed --fail-over
+    rules: tuple[Rule, ...]
+    gate: tuple[str, float] | None  # parsed --fail-over: ('percent', 1.0) or ('rows', 250)
     setup: Setup
 
     @property

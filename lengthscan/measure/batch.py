@@ -9,11 +9,18 @@ and the audit goes on.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from lengthscan.measure.columns import ColumnError
 from lengthscan.measure.kinds import AUDIO, CHAT, TEXT, MeasureContext
 from lengthscan.measure.kinds.base import AudioSettings, RoleField
 from lengthscan.measure.records import FieldSpec, Measured
 from lengthscan.sources.scan import Batch
+from lengthscan.sources.source import SplitLayout, SplitSource
+
+if TYPE_CHECKING:
+    from lengthscan.measure.chat.counter import ChatCounter
+    from lengthscan.measure.text.counter import TokenCounter
 
 __all__ = ["AudioSettings", "RoleField", "role_fields", "measure_batch", "ColumnError"]
 
@@ -48,9 +55,10 @@ def role_fields(*, input: str | None = None, target: str | None = None, audio: s
     return tuple(fields)
 
 
-def measure_batch(batch: Batch, fields, split_src, *, counter=None,
-                  audio: AudioSettings = AudioSettings(), decide_caps: dict | None = None,
-                  with_ids: bool = False, chat=None) -> dict[str, Measured]:
+def measure_batch(batch: Batch, fields: tuple[RoleField, ...], split_src: SplitSource | SplitLayout, *,
+                  counter: TokenCounter | None = None, audio: AudioSettings = AudioSettings(),
+                  decide_caps: dict[str, int] | None = None, with_ids: bool = False,
+                  chat: ChatCounter | None = None) -> dict[str, Measured]:
     """Measure every field of ``batch``: role -> ``Measured``.
 
     ``split_src`` is a ``SplitSource`` or its picklable ``SplitLayout`` (for error messages and

@@ -22,7 +22,7 @@ from lengthscan.measure.columns import ColumnError, check_utf8
 from lengthscan.measure.kinds import AUDIO, CHAT, TEXT
 from lengthscan.measure.records import Measured
 from lengthscan.policy.decisions import DecisionTally, base_and_flags, decision_columns, row_errors
-from lengthscan.policy.rules import DROP, TRUNCATE, Decisions, decide
+from lengthscan.policy.rules import DROP, TRUNCATE, Decisions, ResolvedRule, decide
 from lengthscan.stats.tally import SplitTally
 from lengthscan.write.worst_rows import WorstRows
 
@@ -31,8 +31,8 @@ from lengthscan.write.worst_rows import WorstRows
 class CleanSpec:
     """What writing a clean needs, resolved once (small and picklable: the counter pickles by name)."""
 
-    setup: object                 # engines.setup.Setup
-    resolved: tuple               # policy.rules.ResolvedRule
+    setup: object                 # engines.setup.Setup (a layer above: not importable here)
+    resolved: tuple[ResolvedRule, ...]
     special: dict                 # role -> the special tokens of an empty text
     staging: Path                 # the staging directory beside ``out``
     out: Path                     # ``--out``, resolved

@@ -55,8 +55,8 @@ class SplitWriter:
 class CleanOutcome:
     """What writing gave, per split in source order."""
 
-    tallies: tuple                # CleanTally
-    after: tuple                  # SplitAudit of the written rows (lengths after cleaning)
+    tallies: tuple[CleanTally, ...]
+    after: tuple[SplitAudit, ...]  # the written rows (lengths after cleaning)
 
     @property
     def decisions(self) -> list:

@@ -9,13 +9,15 @@ name; a new kind is one module beside these and one entry in ``kinds.KINDS``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lengthscan.measure.records import FieldSpec
 
 if TYPE_CHECKING:
     from lengthscan.measure.audio.durations import FrameRule
+    from lengthscan.measure.chat.counter import ChatCounter
     from lengthscan.measure.records import Measured
+    from lengthscan.measure.text.counter import TokenCounter
     from lengthscan.sources.scan import Batch
 
 
@@ -40,9 +42,9 @@ class MeasureContext:
     """What measuring a batch needs beside the batch: the token counter, the audio settings, the
     conversation counter, decide-only's caps (role -> upper token count) and whether token ids are kept."""
 
-    counter: Any = None
+    counter: TokenCounter | None = None
     audio: AudioSettings | None = None
-    chat: Any = None
+    chat: ChatCounter | None = None
     decide_caps: dict = field(default_factory=dict)
     with_ids: bool = False
 

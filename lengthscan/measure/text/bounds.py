@@ -1,4 +1,5 @@
-r"""Decide-only counting: is a text over L tokens? Count only as far as the answer needs.
+r"""The proofs behind decide-only counting (``decide.py``): is a text over L tokens? Count only as far
+as the answer needs.
 
 Three shortcuts, each used only where it is *proven* for the tokenizer at hand (read from the
 backend's own ``tokenizer.json`` structure, then checked on real texts), else the full count:
@@ -36,16 +37,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lengthscan.measure.records import FLAG_OVER_BOUND, FLAG_OVER_PIECES, FLAG_WITHIN_BOUND
 from lengthscan.measure.text.pieces import CHARS_PER_TOKEN, SCAN_BYTES, rule_for, run_starts
 
 _CHAR_NORMALIZERS = {"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "StripAccents", "BertNormalizer", "Strip",
                      "Prepend", "Nmt"}
 _SPLITTERS = {"Whitespace", "WhitespaceSplit", "BertPreTokenizer", "Punctuation", "Digits"}
 _FIXED_POST = {"TemplateProcessing", "RobertaProcessing", "BertProcessing", "ByteLevel"}
-#: A prefix of this many characters per allowed token is tried before a full count (English BPE
-#: text runs about 4 characters a token: 5 decides nearly every long text at the first prefix).
-PREFIX_CHARS_PER_TOKEN = 5
 
 
 @dataclass(frozen=True)
@@ -216,89 +213,11 @@ def safe_cut(text: str, limit_chars: int) -> int | None:
     return None
 
 
-def prefix_decide(texts: list, rest: list[int], count, limit: int, *, prefix_ok: bool, lengths, flags, at_least,
-                  over_flag: int) -> None:
-    """Decide ``texts[i]`` for ``i`` in ``rest`` against ``limit`` with as little counting as the
-    proof allows: a long text whose prefix (cut at a safe space) already has more than ``limit``
-    tokens is over (``flags[i] = over_flag``, that count in ``at_least``); every other one is
-    counted in full into ``lengths``. ``count(list_of_str, rows)`` returns the token counts (``rows``:
-    which of them are rows counted in full, not prefixes)."""
-    budget = PREFIX_CHARS_PER_TOKEN * (limit + 1)
-    cuts = {i: safe_cut(texts[i], budget) for i in rest if prefix_ok and len(texts[i]) > budget}
-    cuts = {i: c for i, c in cuts.items() if c}
-    # one call for the prefixes and the texts counted in full (short ones), so the tokenizer's
-    # threads share one batch; only texts whose prefix stayed within the limit come back
-    whole = [i for i in rest if i not in cuts]
-    for attempt in range(3):
-        if not cuts and not whole:
-            break
-        rows = np.arange(len(cuts) + len(whole)) >= len(cuts)
-        counted = count([texts[i][:c] for i, c in cuts.items()] + [texts[i] for i in whole], rows)
-        if whole:
-            lengths[np.asarray(whole)] = counted[len(cuts):]
-        again, whole = {}, []
-        for (i, c), k in zip(cuts.items(), counted[:len(cuts)]):
-            if k > limit:
-                flags[i], at_least[i] = over_flag, k
-                continue
-            # this text has more characters per token than most: once, a longer prefix sized
-            # by its own ratio when that is still well short of the whole text; else in full
-            longer = int(1.25 * (limit + 1) * c / max(int(k), 1)) + 1
-            cut = safe_cut(texts[i], longer) if attempt == 0 and 2 * longer < len(texts[i]) else None
-            if cut:
-                again[i] = cut
-            else:
-                whole.append(i)
-        cuts = again
-
-
-def decide_count(counter, texts: list, role: str, limit: int):
-    """Decide-only counting of ``texts`` in ``role`` against an upper ``limit`` with ``counter`` (a
-    ``TokenCounter``): (lengths, flags, at_least, at_most).
-
-    Rows whose proven upper bound is <= ``limit`` get flag ``within_by_bound`` and their bound in
-    ``at_most``; rows whose pre-tokenizer pieces already prove more than ``limit`` tokens get
-    ``over_by_pieces``, those whose prefix has more than ``limit`` tokens ``over_by_prefix``, each
-    with that count in ``at_least``; every other row is counted in full. Without a proof for this
-    tokenizer and role (``counter.bounds``), every row is counted.
-    """
-    n = len(texts)
-    at_least, at_most = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
-    strings = [i for i, t in enumerate(texts) if isinstance(t, str) and t and len(t) <= counter.max_chars]
-    proof = counter.bounds(role, [texts[i] for i in strings[:64]])
-    if proof is None:
-        lengths, flags = counter.count(texts, role)
-        return lengths, flags, at_least, at_most
-    # None, "", non-strings and texts over max_chars: exactly as count() treats them
-    chosen = set(strings)
-    others = [i for i in range(n) if i not in chosen]
-    lengths, flags = np.full(n, -1, np.int64), np.zeros(n, np.int8)
-    if others:
-        lengths[others], flags[others] = counter.count([texts[i] for i in others], role)
-    normalize = _normalize_fn(counter.backend_for(role))
-    upper = proof.upper([texts[i] for i in strings], normalize)
-    rest = []
-    for i, ub in zip(strings, upper):
-        if 0 <= ub <= limit:
-            flags[i], at_most[i] = FLAG_WITHIN_BOUND, ub
-        else:
-            rest.append(i)
-    if proof.pieces and rest:
-        lower = proof.pieces_lower([texts[i] for i in rest], limit, normalize)
-        over = lower > limit
-        chosen = np.asarray(rest)[over]
-        flags[chosen], at_least[chosen] = FLAG_OVER_PIECES, lower[over]
-        rest = np.asarray(rest)[~over].tolist()
-    prefix_decide(texts, rest, lambda t, rows: counter.count_strings(t, role, rows), limit, prefix_ok=proof.prefix_ok,
-                  lengths=lengths, flags=flags, at_least=at_least, over_flag=FLAG_OVER_BOUND)
-    return lengths, flags, at_least, at_most
-
-
 def holds_on(proof: Bounds, backend, texts: list[str], count) -> bool:
     """The proven bounds also hold on ``texts`` (real and probe texts), ``count`` giving their exact
     token counts: a check, not the proof."""
     counts = count(texts)
-    normalize = _normalize_fn(backend)
+    normalize = normalize_fn(backend)
     upper = proof.upper(texts, normalize)
     if any(0 <= u < n for u, n in zip(upper, counts)):
         return False
@@ -314,5 +233,6 @@ def holds_on(proof: Bounds, backend, texts: list[str], count) -> bool:
     return True
 
 
-def _normalize_fn(backend):
+def normalize_fn(backend):
+    """The backend's normalizer as a function of a string (None: it has none)."""
     return backend.normalizer.normalize_str if backend.normalizer is not None else None

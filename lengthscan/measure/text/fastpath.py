@@ -1,5 +1,6 @@
 """Which method counts a role: the backend's ``encode_batch_fast`` where it is proven to give
-``__call__``'s ids, else ``__call__`` (see ``counter.py``), and the proof remembered.
+``__call__``'s ids, else ``__call__`` (see ``counter.py``; ``choice.py`` turns the method into
+the role's counting strategy), and the proof remembered.
 
 The proof is structural (transformers' own ``__call__`` and ``_encode_plus``, no separate target
 mode) and empirical (the same ids on probe texts and the role's first texts). It depends only on
@@ -13,6 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 METHOD_FAST = "backend.encode_batch_fast"
 METHOD_CALL = "__call__"
@@ -40,13 +45,11 @@ PROBES = (
 
 @dataclass
 class RoleMethod:
-    """How one role is counted, and why."""
+    """How one role is tokenized, and why: the fast path's proof (or why there is none)."""
 
     method: str
     reason: str
-    backend: object = None
-    engine: object = None      # a countbpe ``RoleEngine`` where the count-only engine is proven for the role
-    engine_reason: str = ""
+    backend: Tokenizer | None = None  # the proven backend copy (METHOD_FAST)
 
 
 def prove(tok, role: str, texts: list[str], call_ids) -> RoleMethod:

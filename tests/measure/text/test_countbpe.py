@@ -114,7 +114,7 @@ def test_suite_byte_level_tokenizers_count_exactly(request, fixture, role, docs)
     assert list(lengths) == direct_counts(tok_dir, texts, role)
     counting = counter.counting()[role]
     assert counting["engine"].startswith("tiktoken"), counting
-    tally = counter._methods[role].engine  # noqa: SLF001 - the role engine's own tallies
+    tally = counter.roles.exact(role, texts).engine  # the role engine, with its own tallies
     assert tally.counted > tally.by_tokenizer
     if fixture in ("claude_bpe_dir", "qwen2_dir"):
         assert tally.by_tokenizer > 0  # texts the normalizer changes went to the tokenizer
@@ -210,7 +210,7 @@ def test_a_second_run_on_the_same_files_reuses_the_proof_without_loading_transfo
     again = TokenCounter(str(bpe_dir))
     assert list(again.count(texts, "input")[0]) == expected
     assert not again.loaded  # the remembered backend counted: no AutoTokenizer
-    assert "remembered" in again.method_reasons()["input"]
+    assert "remembered" in again.roles.reasons()["input"]
     assert again.counting()["input"]["engine"].startswith("tiktoken")
     info = again.info()
     assert info.cls == first.info().cls and info.model_max_length == first.info().model_max_length

@@ -36,8 +36,8 @@ def test_separate_target_mode_falls_back_to_call(marian_dir, corpus_rows):
     counter.count(texts, "target")
     counter.count(texts, "input")
     assert counter.info().methods["target"] == METHOD_CALL
-    assert "not a fast tokenizer" in counter.method_reasons()["target"] or \
-        "target mode" in counter.method_reasons()["target"]
+    assert "not a fast tokenizer" in counter.roles.reasons()["target"] or \
+        "target mode" in counter.roles.reasons()["target"]
     # the source and target vocabularies really differ for this tokenizer
     assert direct_counts(marian_dir, texts, "target") != direct_counts(marian_dir, texts, "input")
 
@@ -142,5 +142,5 @@ def test_a_tampered_fast_path_snapshot_is_proven_again_never_used(bpe_dir, docs)
     again = TokenCounter(str(bpe_dir))
     with pytest.warns(RuntimeWarning, match=r"cache not used: .*\.tokenizer\.json has a checksum its content"):
         assert list(again.count(texts, "input")[0]) == truth
-    assert "remembered" not in again.method_reasons()["input"]  # proven again on the real tokenizer
+    assert "remembered" not in again.roles.reasons()["input"]  # proven again on the real tokenizer
     assert list(TokenCounter(str(bpe_dir)).count(texts, "input")[0]) == truth  # and remembered soundly

@@ -1,0 +1,146 @@
+"""Which strategy counts each role: the one place it is chosen, once per role and process.
+
+For a role's first texts:
+
+1. the fast path (``fastpath.prove``, or remembered for these tokenizer files by ``Memo``):
+   ``FastCount`` where it is proven, else ``CallCount``;
+2. on the fast path, the count-only BPE engine (``countbpe/``) where it is proven for the backend
+   and agrees on the role's probes: ``EngineCount``; never for rendered conversations (they need
+   offsets), nor with ``--count-engine tokenizers``;
+3. on demand, decide-only bounds (``bounds.py``) over the role's exact strategy: ``DecideOnly``.
+
+Every role shares one backend copy and one count-only engine. Nothing chosen is pickled: a worker
+chooses again (the proofs are remembered on disk, so that is cheap).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+from lengthscan.measure.text.bounds import Bounds, holds_on
+from lengthscan.measure.text.bounds import prove as prove_bounds
+from lengthscan.measure.text.decide import DecideOnly
+from lengthscan.measure.text.fastpath import CHAT_ROLE, METHOD_FAST, PROBES, prove
+from lengthscan.measure.text.strategies import CallCount, CountStrategy, EngineCount, FastCount
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+    from lengthscan.measure.text.countbpe.engine import CountEngine
+    from lengthscan.measure.text.handle import TokenizerHandle
+
+#: ``count_engine`` values: the count-only BPE engine where it is proven exact, or the tokenizer always.
+COUNT_ENGINES = ("auto", "tokenizers")
+
+
+class RoleStrategies:
+    """The strategies of one tokenizer's roles, chosen on first use."""
+
+    def __init__(self, handle: TokenizerHandle, *, count_engine: str = "auto", verify_counts: int = 0):
+        if count_engine not in COUNT_ENGINES:
+            raise ValueError(f"count_engine {count_engine!r}: one of {', '.join(COUNT_ENGINES)}")
+        self.handle = handle
+        self.count_engine = count_engine
+        self.verify_counts = int(verify_counts)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._exact: dict[str, CountStrategy] = {}
+        self._deciders: dict[str, DecideOnly | None] = {}
+        self._snapshot: Tokenizer | None = None  # the private backend copy, shared by roles (all in input mode)
+        self._engine: tuple[CountEngine | None, str] | None = None  # (engine or None, why), built once
+
+    # -- exact counting ---------------------------------------------------------------------
+    def exact(self, role: str, texts: list[str]) -> CountStrategy:
+        """The exact strategy of ``role``; ``texts`` (its first) take part in the proofs made now."""
+        strategy = self._exact.get(role)
+        if strategy is None:
+            strategy = self._exact[role] = self._choose(role, texts)
+        return strategy
+
+    def _choose(self, role: str, texts: list[str]) -> CountStrategy:
+        handle = self.handle
+        memo = handle.memo()
+        method = memo.method(role) if memo is not None and not handle.loaded else None
+        if method is None:
+            method = prove(handle.tokenizer, role, texts, handle.call_ids)
+            if memo is not None:
+                memo.remember(role, method, handle.loaded_info())
+        if method.method != METHOD_FAST:
+            return CallCount(handle.call_ids, role, method.reason)
+        if self._snapshot is None:
+            self._snapshot = method.backend
+        fast = FastCount(self._snapshot, role, method.reason)  # one backend copy for every role
+        return self._count_only(fast, role, [t for t in texts[:64] if len(t) <= 20_000])
+
+    def _count_only(self, fast: FastCount, role: str, probe: list[str]) -> CountStrategy:
+        """``fast`` under the count-only engine where it is proven for the role, else ``fast``
+        with why not."""
+        if role == CHAT_ROLE:
+            fast.engine_reason = "conversations need offsets for their trained tokens: counted by tokenizers"
+            return fast
+        if self.count_engine == "tokenizers":
+            fast.engine_reason = "--count-engine tokenizers"
+            return fast
+        from lengthscan.measure.text.countbpe.counting import engine_for, role_engine
+        from lengthscan.sources.cache_dir import cache_root
+
+        if self._engine is None:  # one engine for every role: they share the backend snapshot
+            self._engine = engine_for(fast.backend, cache_root() / "countbpe")
+        engine, fast.engine_reason = self._engine
+        if engine is None:
+            return fast
+        recount = self.handle.call_ids
+        counted, why = role_engine(engine, fast.backend, role, probe, verify=self.verify_counts,
+                                   recount=lambda texts, r: [len(ids) for ids in recount(texts, r)])
+        if counted is None:
+            fast.engine_reason = why
+            return fast
+        return EngineCount(counted, fast, fast.engine_reason)
+
+    # -- decide-only ------------------------------------------------------------------------
+    def decider(self, role: str, probe: list[str], count: Callable[[list[str]], np.ndarray]) -> DecideOnly | None:
+        """Decide-only counting of ``role`` where bounds are proven for it (None: count every row).
+        ``count`` gives exact counts of texts that are no rows (the proof's probes)."""
+        if role in self._deciders:
+            return self._deciders[role]
+        exact = self.exact(role, probe or ["probe text"])
+        proof = None
+        if exact.method == METHOD_FAST:
+            proof = prove_bounds(exact.backend, int(count([""])[0]))
+            texts = [t for t in list(PROBES) + list(probe) if t]
+            if not holds_on(proof, exact.backend, texts, count):
+                proof = None
+            if proof is not None and proof.unit is None and not proof.prefix_ok and not proof.pieces:
+                proof = None
+        decider = self._deciders[role] = DecideOnly(proof, exact) if proof is not None else None
+        return decider
+
+    def proof(self, role: str) -> Bounds | None:
+        """The decide-only proof already established for ``role`` (None: none, or not yet)."""
+        decider = self._deciders.get(role)
+        return decider.proof if decider is not None else None
+
+    # -- what the report says ---------------------------------------------------------------
+    def methods(self) -> dict[str, str]:
+        """role -> how it is counted (``backend.encode_batch_fast``, ``__call__``), for the roles counted so far."""
+        return {role: s.method for role, s in self._exact.items()}
+
+    def counting(self) -> dict[str, dict]:
+        """role -> which engine counted it and why, with what the count-only engine did."""
+        return {role: s.describe() for role, s in self._exact.items()}
+
+    def reasons(self) -> dict[str, str]:
+        """role -> why its method (the fast path's proof, or why there is none)."""
+        return {role: s.reason for role, s in self._exact.items()}
+
+    # -- pickling: a worker chooses again ---------------------------------------------------
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.update(_exact={}, _deciders={}, _snapshot=None, _engine=None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
