@@ -35,7 +35,6 @@ from lengthscan.engines.results import (
 from lengthscan.engines.setup import Prepared, prepare_run, resolve_for, source_paths, with_identity
 from lengthscan.engines.spec import Spec
 from lengthscan.measure.columns import ColumnError, check_columns
-from lengthscan.measure.kinds import AUDIO
 from lengthscan.sources.sampling import plan_sample
 from lengthscan.write.token_columns import TOKEN_COLUMNS
 
@@ -145,7 +144,7 @@ def _warn_path_columns(setup, src) -> None:
 
     features = src.splits[0].parts[0].features() if src.splits and src.splits[0].parts else {}
     for f in setup.fields:
-        if f.kind is AUDIO and (features.get(f.column) or {}).get("dtype") in ("string", "large_string"):
+        if f.kind.holds_files and (features.get(f.column) or {}).get("dtype") in ("string", "large_string"):
             warnings.warn(f"lengthscan: --embed-audio embeds Audio columns; {f.column!r} holds paths (text), written "
                           "as absolute paths instead (cast it to datasets.Audio to embed the files)", stacklevel=3)
 

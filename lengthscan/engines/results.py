@@ -12,7 +12,6 @@ from lengthscan import __version__
 from lengthscan.engines.loop import Measurement
 from lengthscan.engines.records import AuditResult, BatchReport, DecisionReport
 from lengthscan.engines.setup import Setup
-from lengthscan.measure.kinds import AUDIO
 from lengthscan.sources.urls import redact_urls
 from lengthscan.stats.records import SplitAudit
 
@@ -117,6 +116,6 @@ def simulate_batches(src, tallies, setup: Setup, seed: int, *, of: str) -> Batch
     rows, x, y = tallies[i].kept_lengths()
     if x is None or rows.size == 0:
         return None
-    audio = any(f.kind is AUDIO and f.role == "input" for f in setup.fields)
-    simulation = simulate(x, y, rows=rows, seed=seed, unit="seconds" if audio else "tokens")
+    unit = next((f.primary.unit for f in setup.fields if f.role == "input"), "tokens")  # seconds of audio
+    simulation = simulate(x, y, rows=rows, seed=seed, unit=unit)
     return BatchReport(names[i], of, src.splits[i].num_rows, simulation)

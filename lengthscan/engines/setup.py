@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 from lengthscan.engines.options import MeasureOptions, RuleOptions
 from lengthscan.measure.batch import AudioSettings, RoleField, role_fields
 from lengthscan.measure.columns import ColumnError
-from lengthscan.measure.kinds import AUDIO
 from lengthscan.measure.text.counter import TokenCounter
 from lengthscan.stats.records import Ceiling
 
@@ -40,7 +39,7 @@ class Setup:
         return tuple(s for f in self.fields for s in f.specs)
 
     def audio_dict(self) -> dict | None:
-        if not any(f.kind is AUDIO for f in self.fields):
+        if not any(f.kind.holds_files for f in self.fields):
             return None
         return {"sampling_rate": self.settings.sampling_rate, "frame_rule": _rule_dict(self.settings.frame_rule)}
 

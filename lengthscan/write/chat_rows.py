@@ -27,8 +27,6 @@ import pyarrow as pa
 
 from lengthscan.policy.rules import DROP, TRUNCATE, Decisions
 
-#: ``lengths.parquet`` columns of a cleaned conversation (besides ``sequence_tokens_after``).
-AFTER = ("completion_tokens", "turns", "final_eot_at")
 #: The reason of a conversation whose first exchange alone is over the drop-turns limit.
 FIRST_EXCHANGE = "drop-turns: the first exchange does not fit"
 

@@ -19,7 +19,6 @@ import pyarrow as pa
 
 from lengthscan import __version__
 from lengthscan.measure.columns import ColumnError, check_utf8
-from lengthscan.measure.kinds import AUDIO, CHAT, TEXT
 from lengthscan.measure.records import Measured
 from lengthscan.policy.decisions import DecisionTally, base_and_flags, decision_columns, row_errors
 from lengthscan.policy.rules import DROP, TRUNCATE, Decisions, ResolvedRule, decide
@@ -107,7 +106,7 @@ def _absolute_paths(spec: CleanSpec, table: pa.Table, base_dir: str | None) -> p
         table = absolute_images(table, base_dir, images=fmt.images, conversations=(fmt.messages, fmt.prompt,
                                                                                     fmt.completion))
     for f in spec.fields:
-        if f.kind is not AUDIO or base_dir is None or not pa.types.is_string(table.schema.field(f.column).type):
+        if not f.kind.holds_files or base_dir is None or not pa.types.is_string(table.schema.field(f.column).type):
             continue
         values = table.column(f.column).to_pylist()
         fixed = [p if not p or os.path.isabs(p) or "://" in p else os.path.normpath(os.path.join(base_dir, p))
@@ -126,7 +125,7 @@ def _truncated(spec: CleanSpec, table: pa.Table, d: Decisions, final: dict) -> p
 def _cropped(spec: CleanSpec, table: pa.Table, d: Decisions, final: dict, base_dir) -> pa.Table:
     from lengthscan.write.crop import crop_rows
 
-    audio = next(f for f in spec.fields if f.kind is AUDIO)
+    audio = next(f for f in spec.fields if f.kind.crops)
     return crop_rows(table, audio, spec.setup.settings, d.crop_seconds, final, spec.staging, spec.out,
                      base_dir=base_dir)
 
@@ -174,12 +173,7 @@ def lengths_with_decisions(spec: CleanSpec, measured: pa.Table, d: Decisions, fi
     for name, col in decision_columns(d).items():
         table = table.append_column(name, col)
     for f in spec.fields:
-        names = [f.primary.name] if f.kind is TEXT else []
-        if f.kind is CHAT:
-            from lengthscan.write.chat_rows import AFTER
-
-            names = [f.primary.name, *AFTER]
-        for name in names:
+        for name in f.kind.after(f):
             after = np.where(d.decision == TRUNCATE, final[name], -1)
             table = table.append_column(f"{name}_after", pa.array(after, pa.int64(), mask=after < 0))
     return table

@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pyarrow as pa
 
-from lengthscan.measure.kinds import AUDIO
 from lengthscan.policy.decisions import redacted
 
 #: Longest rows of the source listed in the report, per primary measurement.
@@ -83,7 +82,7 @@ class WorstRows:
 def preview_of(f, value) -> dict:
     """A row's preview in the report: ``{"audio": path}`` of an audio field, ``{"preview": {column:
     text}}`` of a text (its start) or a conversation (its first turns); empty for anything else."""
-    if f.kind is AUDIO:
+    if f.kind.holds_files:
         return {"audio": value.get("path") if isinstance(value, dict) else (
             value if isinstance(value, str) else "<bytes>")}
     if isinstance(value, str):

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 class AudioKind(Kind):
     name = "audio"
+    holds_files = True
+    crops = True
 
     def measure(self, batch, f, split_src, ctx: MeasureContext) -> Measured:
         return measure_audio(batch, f, split_src, ctx.audio)

@@ -57,6 +57,8 @@ class Kind:
     tokenized: bool = False
     truncates: bool = False            # rows over a token limit can be cut to a verified prefix (and --tokenize'd)
     errors_in_reasons: bool = False    # its per-row messages (the template's words) go into the rows' reasons
+    holds_files: bool = False          # media files (paths or bytes): made absolute, embeddable, previewed by path
+    crops: bool = False                # rows over a seconds limit can be cropped (--crop-audio)
 
     def measure(self, batch: Batch, f: RoleField, split_src, ctx: MeasureContext) -> Measured:
         raise NotImplementedError
@@ -76,6 +78,10 @@ class Kind:
     def trained(self, f: RoleField) -> FieldSpec | None:
         """The measurement of the tokens the loss is computed on, where it differs from the sequence."""
         return None
+
+    def after(self, f: RoleField) -> tuple[str, ...]:
+        """The measurements ``lengths.parquet`` gives again after truncation (``{name}_after``)."""
+        return ()
 
     def empty_length(self, f: RoleField, counter) -> int | None:
         """The length of an empty value: the special tokens every row carries (None: not counted)."""

@@ -9,6 +9,9 @@ from lengthscan.measure.columns import column_values
 from lengthscan.measure.kinds.base import Kind, MeasureContext
 from lengthscan.measure.records import Measured
 
+#: a conversation's measurements given again after drop-turns or truncation, beside its sequence
+AFTER_TRUNCATION = ("completion_tokens", "turns", "final_eot_at")
+
 
 class ChatKind(Kind):
     name = "chat"
@@ -20,6 +23,9 @@ class ChatKind(Kind):
 
     def packed(self, f):
         return self._spec(f, "sequence_tokens")
+
+    def after(self, f) -> tuple[str, ...]:
+        return (f.primary.name, *AFTER_TRUNCATION)
 
     def trained(self, f):
         return next((s for s in f.specs if s.name == "completion_tokens"), None)

@@ -16,6 +16,9 @@ class TextKind(Kind):
     def packed(self, f):
         return f.primary if f.role == "input" else None  # a decoder's text; a target is no packed sequence
 
+    def after(self, f) -> tuple[str, ...]:
+        return (f.primary.name,)
+
     def empty_length(self, f, counter) -> int:
         return counter.empty_length(f.role)
 
