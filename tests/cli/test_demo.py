@@ -4,10 +4,12 @@ still writes the report, ``--json`` prints report.json."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from lengthscan.cli.main import main
+from tests.support.cli import run_cli
 
 
 @pytest.mark.slow  # trains the demo's tokenizer in a fresh cache
@@ -20,3 +22,12 @@ def test_demo_quiet_and_json(tmp_path, capsys):
     assert main(["demo", "--json", "--out", str(tmp_path / "j")]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["splits"][0]["fields"]["input_tokens"] == report["splits"][0]["fields"]["input_tokens"]
+
+
+@pytest.mark.slow
+def test_the_demo_builds_elsewhere_when_the_cache_cannot_be_written(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    proc = run_cli("demo", "--out", tmp_path / "demo", env={**os.environ, "LENGTHSCAN_CACHE": str(tmp_path / "afile")})
+    assert proc.returncode == 0, proc.stderr
+    assert "cannot be written" in proc.stderr and "--out" not in proc.stderr
+    assert (tmp_path / "demo" / "report.html").exists()

@@ -1,4 +1,9 @@
-"""What the CLI tests check of every refusal: one line on stderr, no traceback, the words that matter."""
+"""What the CLI tests check of every refusal (one line on stderr, no traceback, the words that matter), and how
+they run the CLI."""
+
+from __future__ import annotations
+
+import os
 
 
 def one_line(capsys, *words) -> str:
@@ -8,3 +13,30 @@ def one_line(capsys, *words) -> str:
     for w in words:
         assert w in err, err
     return err
+
+
+def one_line_text(err: str) -> None:
+    """``err`` (a stderr) asserted to be one line without a traceback."""
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def run_cli(*args, timeout: float = 300, **kwargs):
+    """``python -m lengthscan ARGS`` in a subprocess, its output captured as text: for the checks that are
+    about the process (exit status on a signal, a closed stream, a hang guarded by a timeout)."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "lengthscan", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, **kwargs)
+
+
+def audit(src, tokenizer, out, *extra, column: str = "text") -> int:
+    """``lengthscan audit SRC --tokenizer T --input COLUMN --out OUT --quiet EXTRA`` in process; the exit status."""
+    from lengthscan.cli.main import main
+
+    return main(["audit", str(src), "--tokenizer", str(tokenizer), "--input", column, "--out", str(out), "--quiet",
+                 *extra])
+
+
+#: whether this process may mount file systems (the full and read-only disk cases)
+ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False

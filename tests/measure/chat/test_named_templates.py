@@ -4,12 +4,14 @@ given by path; a name that is none gets the closest shipped names (exit 2)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pyarrow.parquet as pq
 import pytest
 
 from lengthscan.cli.main import main
-from tests.support.chat import has_generation, trl_template
+from tests.support.chat import has_generation, trl_template, write_jsonl
+from tests.support.cli import one_line
 from tests.support.wheels import required_wheel_file
 
 
@@ -133,3 +135,14 @@ def test_an_original_is_counted_as_sftrainer_renders_it(tmp_path, chat_tok_dir, 
             assert "assistant mask of TRL's llama3_training template" in terminal
         else:
             assert "llama3_training" not in terminal
+
+
+def test_a_tokenizer_without_a_template_is_told_of_trls_names(tmp_path, bpe_dir, docs, capsys):
+    src = write_jsonl(tmp_path / "c.jsonl", [{"messages": [{"role": "user", "content": d[:50]},
+                                                           {"role": "assistant", "content": d[:80]}]}
+                                             for d in docs[:5]])
+    assert main(["audit", str(src), "--tokenizer", str(bpe_dir), "--messages", "messages",
+                 "--out", str(tmp_path / "o")]) == 2
+    err = one_line(capsys, "--chat-template FILE|NAME", "qwen3")
+    name = re.search(r"TRL ships: (\w+)", err).group(1)
+    assert trl_template(name).is_file()  # the name it offers is one that --chat-template takes

@@ -1,59 +1,18 @@
-"""The second new-user trial's findings at the command line: help that offers only what a command
-takes, refusals that say only what is true of the data, the fix a message names, and the figures of
-the packing and remote-source lines as the terminal prints them."""
+"""What the terminal summary (and the report beside it) says, checked as the user reads it: the
+packing finding's two efficiencies, a remote source's bytes-read line, an audio folder's summary
+without a tokenizer line, worker processes' counting methods added up, and long id values shortened
+in the report but not in lengths.parquet."""
 
 from __future__ import annotations
 
 import json
 import re
 
+import pyarrow.parquet as pq
 import pytest
 
-from lengthscan.cli.main import build_parser, main
+from lengthscan.cli.main import main
 from tests.support.chat import trl_template, write_jsonl
-from tests.support.cli import one_line
-
-
-def _help(command: str) -> str:
-    sub = next(a for a in build_parser()._actions if a.dest == "command")
-    return sub.choices[command].format_help()
-
-
-def test_clean_offers_no_sampling_flags_and_refuses_them(tmp_path, corpus_jsonl, bpe_dir, capsys):
-    text = _help("clean")
-    for flag in ("--sample ", "--sample-unit", "--full", "--seed"):
-        assert flag not in text
-        assert flag.strip() in _help("audit")
-    for flags in (["--seed", "3"], ["--sample", "10"], ["--full"]):
-        capsys.readouterr()
-        assert main(["clean", str(corpus_jsonl), "--tokenizer", str(bpe_dir), "--input", "text", "--limit",
-                     "input_tokens<=64", "--out", str(tmp_path / "o"), *flags]) == 2
-        one_line(capsys, "clean always decides on every row", flags[0])
-        assert not (tmp_path / "o").exists()
-    assert "sequence_tokens for conversations" in " ".join(text.split())
-
-
-def test_cropping_a_transcribed_clip_is_refused_without_invented_figures(tmp_path, bpe_dir, capsys):
-    from tests.support import audio_files as af
-
-    af.write_audio(tmp_path / "long.wav", 8000 * 12, 8000)
-    (tmp_path / "m.jsonl").write_text(json.dumps({"path": "long.wav", "transcript": "a talk"}) + "\n")
-    assert main(["clean", str(tmp_path / "m.jsonl"), "--audio", "path", "--target", "transcript", "--tokenizer",
-                 str(bpe_dir), "--limit", "input_seconds<=5", "--crop-audio", "--out", str(tmp_path / "o")]) == 2
-    err = one_line(capsys, "--target-is-label", "'input_seconds<=5'")
-    # the data has a 12 s clip and a 5 s limit: no other duration is named
-    assert set(re.findall(r"(\d+) s\b", err)) <= {"5", "12"}, err
-
-
-def test_a_tokenizer_without_a_template_is_told_of_trls_names(tmp_path, bpe_dir, docs, capsys):
-    src = write_jsonl(tmp_path / "c.jsonl", [{"messages": [{"role": "user", "content": d[:50]},
-                                                           {"role": "assistant", "content": d[:80]}]}
-                                             for d in docs[:5]])
-    assert main(["audit", str(src), "--tokenizer", str(bpe_dir), "--messages", "messages",
-                 "--out", str(tmp_path / "o")]) == 2
-    err = one_line(capsys, "--chat-template FILE|NAME", "qwen3")
-    name = re.search(r"TRL ships: (\w+)", err).group(1)
-    assert trl_template(name).is_file()  # the name it offers is one that --chat-template takes
 
 
 def test_the_packing_finding_gives_both_efficiencies(tmp_path, chat_tok_dir, docs, capsys):
@@ -139,3 +98,17 @@ def test_worker_processes_report_how_they_counted(tmp_path, corpus_jsonl, bpe_di
         assert f"({b['texts']:,} texts, {b['by_tokenizer']:,} left to the tokenizer, {b['verified']:,} recounted" \
             in terminals[1]
     assert "input: backend.encode_batch_fast, target: backend.encode_batch_fast" in terminals[1]
+
+
+@pytest.mark.slow
+def test_long_id_values_are_shortened_in_the_report_not_in_lengths(tmp_path, bpe_dir):
+    src = tmp_path / "s.jsonl"
+    src.write_text("".join(json.dumps({"id": f"{i}" + "x" * 1_000_000, "text": "w " * (i + 1)}) + "\n"
+                           for i in range(3)))
+    out = tmp_path / "o"
+    assert main(["audit", str(src), "--tokenizer", str(bpe_dir), "--input", "text", "--id", "id", "--full",
+                 "--out", str(out), "--quiet"]) == 0
+    assert (out / "report.json").stat().st_size < 200_000
+    shown = [r["id"] for r in json.loads((out / "report.json").read_text())["longest_rows"]]
+    assert shown and all(len(s) < 300 and s.endswith("(1,000,001 characters)") for s in shown)
+    assert {len(v) for v in pq.read_table(out / "lengths.parquet").column("id").to_pylist()} == {1_000_001}
