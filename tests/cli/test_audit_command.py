@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from lengthscan.cli.main import main
+from tests.factories import write_jsonl
 from tests.support.reference import direct_counts
 
 
@@ -107,9 +108,7 @@ def test_splits_and_multi_file_identity(tmp_path, corpus_rows, bpe_dir):
     assert t["input_tokens"] == direct_counts(bpe_dir, [r["text"] for r in rows], "input")
 
     for k in range(3):
-        with open(tmp_path / f"shard-{k}.jsonl", "w") as fh:
-            for r in rows[k * 100:(k + 1) * 100]:
-                fh.write(json.dumps(r) + "\n")
+        write_jsonl(tmp_path / f"shard-{k}.jsonl", rows[k * 100:(k + 1) * 100])
     assert _audit(tmp_path / "shard-*.jsonl", "--tokenizer", bpe_dir, "--input", "text", "--out",
                   tmp_path / "g") == 0
     g = pq.read_table(tmp_path / "g" / "lengths.parquet").to_pydict()
@@ -164,7 +163,7 @@ def test_help_is_instant():
 
 def test_too_long_rows_are_listed_not_skipped(tmp_path, bpe_dir):
     rows = [{"text": "short"}, {"text": "long " * 1000}, {"text": "short again"}]
-    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_jsonl(tmp_path / "d.jsonl", rows)
     assert main(["audit", str(tmp_path / "d.jsonl"), "--tokenizer", str(bpe_dir), "--input", "text",
                  "--max-chars", "1000", "--out", str(tmp_path / "o"), "--quiet"]) == 0
     t = pq.read_table(tmp_path / "o" / "lengths.parquet").to_pydict()

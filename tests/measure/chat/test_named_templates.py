@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from lengthscan.cli.main import main
-from tests.support.chat import has_generation, trl_template, write_jsonl
+from tests.factories import write_jsonl
+from tests.support.chat import has_generation, trl_template
 from tests.support.cli import one_line
 from tests.support.wheels import required_wheel_file
 
@@ -18,8 +19,7 @@ from tests.support.wheels import required_wheel_file
 def _rows(path):
     rows = [{"messages": [{"role": "user", "content": f"Question {i}?"},
                           {"role": "assistant", "content": "An answer. " * (i + 1)}]} for i in range(6)]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+    return write_jsonl(path, rows)
 
 
 def test_a_shipped_template_by_name_counts_as_its_file(tmp_path, chat_tok_dir):
@@ -140,7 +140,7 @@ def test_an_original_is_counted_as_sftrainer_renders_it(tmp_path, chat_tok_dir, 
 def test_a_tokenizer_without_a_template_is_told_of_trls_names(tmp_path, bpe_dir, docs, capsys):
     src = write_jsonl(tmp_path / "c.jsonl", [{"messages": [{"role": "user", "content": d[:50]},
                                                            {"role": "assistant", "content": d[:80]}]}
-                                             for d in docs[:5]])
+                                             for d in docs[:5]], ensure_ascii=False)
     assert main(["audit", str(src), "--tokenizer", str(bpe_dir), "--messages", "messages",
                  "--out", str(tmp_path / "o")]) == 2
     err = one_line(capsys, "--chat-template FILE|NAME", "qwen3")

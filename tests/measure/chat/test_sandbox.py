@@ -97,7 +97,7 @@ def test_a_hostile_template_marks_rows_too_long_through_the_cli(tmp_path, chat_t
     rows = [{"messages": [{"role": "user", "content": c}, {"role": "assistant", "content": "ok"}]}
             for c in ("hello", "boom", "fine", "boom boom")]
     src = tmp_path / "c.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_jsonl(src, rows)
     assert main(["audit", str(src), "--tokenizer", str(chat_tok_dir), "--messages", "messages", "--chat-template",
                  str(template), "--full", "--no-cache", "--quiet", "--out", str(tmp_path / "o")]) == 0
     table = pq.read_table(tmp_path / "o" / "lengths.parquet").to_pydict()
