@@ -4,12 +4,11 @@ still writes the report, ``--json`` prints report.json."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from lengthscan.cli.main import main
-from tests.support.cli import run_cli
+from tests.support.cli import in_process
 
 
 @pytest.mark.slow  # trains the demo's tokenizer in a fresh cache
@@ -24,10 +23,13 @@ def test_demo_quiet_and_json(tmp_path, capsys):
     assert printed["splits"][0]["fields"]["input_tokens"] == report["splits"][0]["fields"]["input_tokens"]
 
 
-@pytest.mark.slow
-def test_the_demo_builds_elsewhere_when_the_cache_cannot_be_written(tmp_path):
+@pytest.mark.slow  # trains the demo's tokenizer in a temporary folder
+def test_the_demo_builds_elsewhere_when_the_cache_cannot_be_written(tmp_path, capsys, monkeypatch):
     (tmp_path / "afile").write_text("x")
-    proc = run_cli("demo", "--out", tmp_path / "demo", env={**os.environ, "LENGTHSCAN_CACHE": str(tmp_path / "afile")})
+    monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "afile"))
+    with pytest.warns(UserWarning, match="cannot be written") as warned:
+        proc = in_process(capsys, "demo", "--out", tmp_path / "demo")
     assert proc.returncode == 0, proc.stderr
-    assert "cannot be written" in proc.stderr and "--out" not in proc.stderr
+    said = " ".join(str(w.message) for w in warned)
+    assert said.startswith("lengthscan:") and "--out" not in said
     assert (tmp_path / "demo" / "report.html").exists()

@@ -10,7 +10,7 @@ import pytest
 from lengthscan.cli.main import main
 from lengthscan.cli.memory import parse_size
 from tests.factories import write_jsonl
-from tests.support.cli import one_line, one_line_text, run_cli
+from tests.support.cli import in_process, one_line, one_line_text
 
 
 def test_shape_mode_and_budget_gate(tmp_path, capsys):
@@ -67,25 +67,23 @@ def test_a_dwarfing_batch_puts_the_chart_on_a_log_axis_and_sizes_read_well():
     assert "log scale" not in memory_spec(memory)["usermeta"]["toggle"]["y"]
 
 
-@pytest.mark.slow
-def test_memory_refuses_an_export_inside_its_out(tmp_path, bpe_dir, corpus_jsonl):
+def test_memory_refuses_an_export_inside_its_out(tmp_path, bpe_dir, corpus_jsonl, capsys):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 2,
                                   "vocab_size": 1000, "n_positions": 512}))
-    proc = run_cli("memory", corpus_jsonl, "--model", config, "--tokenizer", bpe_dir, "--input", "text",
-                "--batch-size", 4, "--out", tmp_path / "m", "--export-worst-batch", tmp_path / "m" / "worst")
+    proc = in_process(capsys, "memory", corpus_jsonl, "--model", config, "--tokenizer", bpe_dir, "--input", "text",
+                      "--batch-size", 4, "--out", tmp_path / "m", "--export-worst-batch", tmp_path / "m" / "worst")
     assert proc.returncode == 2 and "overlap" in proc.stderr
     one_line_text(proc.stderr)
     assert not (tmp_path / "m").exists()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("field,value", [("n_embd", -5), ("n_layer", 0), ("n_head", 2.5)])
-def test_memory_refuses_model_sizes_that_are_no_size(tmp_path, field, value):
+def test_memory_refuses_model_sizes_that_are_no_size(tmp_path, field, value, capsys):
     config = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 2, "vocab_size": 1000}
     config[field] = value
     (tmp_path / "config.json").write_text(json.dumps(config))
-    proc = run_cli("memory", "--model", tmp_path / "config.json", "--batch-size", 2, "--input-len", 16)
+    proc = in_process(capsys, "memory", "--model", tmp_path / "config.json", "--batch-size", 2, "--input-len", 16)
     assert proc.returncode == 2 and field in proc.stderr
     one_line_text(proc.stderr)
 

@@ -17,12 +17,11 @@ import pytest
 
 from lengthscan.cli.main import main
 from tests.factories import numbered_jsonl, write_jsonl
-from tests.support.cli import audit, one_line, one_line_text, run_cli
+from tests.support.cli import audit, in_process, one_line, one_line_text
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("where", ["split", "data_file"])
-def test_a_saved_dataset_naming_paths_outside_itself_is_refused(tmp_path, bpe_dir, where):
+def test_a_saved_dataset_naming_paths_outside_itself_is_refused(tmp_path, bpe_dir, where, capsys):
     from datasets import Dataset, DatasetDict
 
     outside = tmp_path / "outside"
@@ -36,7 +35,8 @@ def test_a_saved_dataset_naming_paths_outside_itself_is_refused(tmp_path, bpe_di
         data = json.loads(state.read_text())
         data["_data_files"] = [{"filename": "../../outside/data-00000-of-00001.arrow"}]
         state.write_text(json.dumps(data))
-    proc = run_cli("clean", crafted, "--tokenizer", bpe_dir, "--input", "text", "--out", outside, "--overwrite")
+    proc = in_process(capsys, "clean", crafted, "--tokenizer", bpe_dir, "--input", "text", "--out", outside,
+                      "--overwrite")
     assert proc.returncode == 2
     one_line_text(proc.stderr)
     assert "plain" in proc.stderr
@@ -77,11 +77,11 @@ def test_the_cache_folder_inside_a_source_folder_is_not_data(tmp_path, bpe_dir, 
     assert json.loads((tmp_path / "two" / "report.json").read_text())["splits"][0]["sample"]["rows_total"] == 5
 
 
-@pytest.mark.slow
-def test_control_and_bidi_characters_in_names_are_escaped(tmp_path, bpe_dir):
+def test_control_and_bidi_characters_in_names_are_escaped(tmp_path, bpe_dir, capsys):
     name = "a\x1b[31mred\u202e\nx.jsonl"
     numbered_jsonl(tmp_path / name, 2)
-    proc = run_cli("audit", tmp_path / name, "--tokenizer", bpe_dir, "--input", "nope", "--out", tmp_path / "o")
+    proc = in_process(capsys, "audit", tmp_path / name, "--tokenizer", bpe_dir, "--input", "nope", "--out",
+                      tmp_path / "o")
     assert proc.returncode == 2
     one_line_text(proc.stderr)
     assert "\x1b" not in proc.stderr and "\u202e" not in proc.stderr

@@ -40,3 +40,21 @@ def audit(src, tokenizer, out, *extra, column: str = "text") -> int:
 
 #: whether this process may mount file systems (the full and read-only disk cases)
 ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
+
+
+def in_process(capsys, *args):
+    """``lengthscan ARGS`` run in this process (``lengthscan.cli.main.main``), its streams captured by
+    ``capsys`` (or ``capfd``): a ``CompletedProcess`` as ``run_cli`` gives, without a Python start-up. A
+    ``SystemExit`` (argparse's usage errors) is the status the process would exit with."""
+    import subprocess
+
+    from lengthscan.cli.main import main
+
+    capsys.readouterr()
+    argv = [str(a) for a in args]
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's usage errors: the process would exit with this status
+        code = exc.code
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(["lengthscan", *argv], code, captured.out, captured.err)

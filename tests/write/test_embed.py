@@ -13,11 +13,10 @@ import pytest
 from lengthscan.cli.main import main
 from tests.factories import write_jsonl
 from tests.support.audio_files import write_audio
-from tests.support.cli import run_cli
+from tests.support.cli import in_process
 
 
-@pytest.mark.slow
-def test_embed_audio_with_values_holding_no_file(tmp_path):
+def test_embed_audio_with_values_holding_no_file(tmp_path, capsys):
     """An Audio value with neither bytes nor path, and one whose file is gone, are rejects (with
     their reason) and the clean publishes: kept rows' files embedded, rejects as they were."""
     from datasets import load_from_disk
@@ -31,8 +30,8 @@ def test_embed_audio_with_values_holding_no_file(tmp_path):
     pq.write_table(table.replace_schema_metadata({"huggingface": json.dumps({"info": {"features": features}})}),
                    tmp_path / "au.parquet")
     out = tmp_path / "o"
-    proc = run_cli("clean", tmp_path / "au.parquet", "--audio", "audio", "--sampling-rate", 16000, "--embed-audio",
-                "--out", out, "--quiet")
+    proc = in_process(capsys, "clean", tmp_path / "au.parquet", "--audio", "audio", "--sampling-rate", 16000,
+                      "--embed-audio", "--out", out, "--quiet")
     assert proc.returncode == 0, proc.stderr
     kept = load_from_disk(str(out / "dataset")).data.column("audio").to_pylist()
     assert kept == [{"bytes": wav.read_bytes(), "path": "a.wav"}]

@@ -14,44 +14,42 @@ import pytest
 
 from lengthscan.cli.main import main
 from tests.factories import numbered_jsonl, write_jsonl
-from tests.support.cli import ROOT, one_line, one_line_text, run_cli
+from tests.support.cli import ROOT, in_process, one_line, one_line_text
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("case", ["out", "source", "tokenizer", "model"])
-def test_an_empty_name_is_refused_and_the_working_directory_untouched(tmp_path, bpe_dir, case):
+def test_an_empty_name_is_refused_and_the_working_directory_untouched(tmp_path, bpe_dir, case, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     numbered_jsonl(tmp_path / "keep.jsonl", 3)
     args = {"source": "keep.jsonl", "tokenizer": bpe_dir, "out": "o"}
     args[case] = ""
     extra = ["--model", ""] if case == "model" else []
-    proc = run_cli("clean", args["source"], "--tokenizer", args["tokenizer"], "--input", "text", "--out", args["out"],
-                "--overwrite", *extra, cwd=tmp_path)
+    proc = in_process(capsys, "clean", args["source"], "--tokenizer", args["tokenizer"], "--input", "text", "--out",
+                      args["out"], "--overwrite", *extra)
     assert proc.returncode == 2, proc.stderr
     one_line_text(proc.stderr)
     assert "empty" in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.jsonl"]
 
 
-@pytest.mark.slow
-def test_tokenize_refuses_a_length_column_it_writes_itself(tmp_path, bpe_dir, corpus_jsonl):
-    proc = run_cli("clean", corpus_jsonl, "--tokenizer", bpe_dir, "--input", "text", "--tokenize",
-                "--length-column", "input_ids", "--out", tmp_path / "o")
+def test_tokenize_refuses_a_length_column_it_writes_itself(tmp_path, bpe_dir, corpus_jsonl, capsys):
+    proc = in_process(capsys, "clean", corpus_jsonl, "--tokenizer", bpe_dir, "--input", "text", "--tokenize",
+                      "--length-column", "input_ids", "--out", tmp_path / "o")
     assert proc.returncode == 2 and "--tokenize writes that column" in proc.stderr
     one_line_text(proc.stderr)
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("dangling", [True, False])
-def test_an_out_that_is_a_symbolic_link_is_refused(tmp_path, bpe_dir, corpus_jsonl, dangling):
+def test_an_out_that_is_a_symbolic_link_is_refused(tmp_path, bpe_dir, corpus_jsonl, dangling, capsys):
     target = tmp_path / "target"
     if not dangling:
         target.mkdir()
         (target / "precious.txt").write_text("x")
     (tmp_path / "link").symlink_to(target)
     for command in ("audit", "clean"):
-        proc = run_cli(command, corpus_jsonl, "--tokenizer", bpe_dir, "--input", "text", "--out",
-                    tmp_path / "link", "--overwrite")
+        proc = in_process(capsys, command, corpus_jsonl, "--tokenizer", bpe_dir, "--input", "text", "--out",
+                          tmp_path / "link", "--overwrite")
         assert proc.returncode == 2 and "symbolic link" in proc.stderr
         one_line_text(proc.stderr)
     assert (tmp_path / "link").is_symlink()
@@ -60,15 +58,15 @@ def test_an_out_that_is_a_symbolic_link_is_refused(tmp_path, bpe_dir, corpus_jso
 
 @pytest.mark.slow
 @pytest.mark.skipif(not ROOT, reason="mounting a file system needs root")
-def test_an_out_that_is_a_mount_point_is_refused(tmp_path, bpe_dir, corpus_jsonl):
+def test_an_out_that_is_a_mount_point_is_refused(tmp_path, bpe_dir, corpus_jsonl, capsys):
     disk = tmp_path / "disk"
     disk.mkdir()
     proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True)
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.decode().strip()}")
     try:
-        proc = run_cli("clean", corpus_jsonl, "--tokenizer", bpe_dir, "--input", "text", "--out", disk,
-                    "--overwrite")
+        proc = in_process(capsys, "clean", corpus_jsonl, "--tokenizer", bpe_dir, "--input", "text", "--out", disk,
+                          "--overwrite")
         assert proc.returncode == 2 and "mount point" in proc.stderr
         one_line_text(proc.stderr)
         assert os.listdir(disk) == []
@@ -76,13 +74,12 @@ def test_an_out_that_is_a_mount_point_is_refused(tmp_path, bpe_dir, corpus_jsonl
         subprocess.run(["umount", str(disk)], check=False)
 
 
-@pytest.mark.slow
-def test_recleaning_rejects_names_the_columns_to_remove(tmp_path, bpe_dir, corpus_jsonl):
+def test_recleaning_rejects_names_the_columns_to_remove(tmp_path, bpe_dir, corpus_jsonl, capsys):
     first = tmp_path / "first"
     assert main(["clean", str(corpus_jsonl), "--tokenizer", str(bpe_dir), "--input", "text", "--limit",
                  "input_tokens<=20", "--out", str(first), "--quiet"]) == 0
-    proc = run_cli("clean", first / "rejects", "--tokenizer", bpe_dir, "--input", "text", "--out",
-                tmp_path / "second")
+    proc = in_process(capsys, "clean", first / "rejects", "--tokenizer", bpe_dir, "--input", "text", "--out",
+                      tmp_path / "second")
     assert proc.returncode == 2 and "earlier clean's rejects" in proc.stderr and "remove_columns" in proc.stderr
     one_line_text(proc.stderr)
 
