@@ -13,6 +13,7 @@ import pytest
 
 from lengthscan.cli.main import main
 from tests.factories import write_jsonl
+from tests.support.cli import in_process
 from tests.support.reference import direct_counts
 
 
@@ -68,10 +69,10 @@ def test_sample_is_reproducible_and_spread(tmp_path, corpus_jsonl, corpus_rows, 
     assert "intervals" in report["splits"][0]["fields"]["input_tokens"]
 
 
-def test_json_flag_prints_only_the_report(tmp_path, corpus_jsonl, bpe_dir):
-    proc = subprocess.run([sys.executable, "-m", "lengthscan", "audit", str(corpus_jsonl), "--tokenizer",
-                           str(bpe_dir), "--input", "text", "--out", str(tmp_path / "o"), "--json"],
-                          capture_output=True, text=True, timeout=300)
+def test_json_flag_prints_only_the_report(tmp_path, corpus_jsonl, bpe_dir, capfd):
+    """capfd: what anything in the process writes to file descriptor 1 or 2, as a terminal would see it."""
+    proc = in_process(capfd, "audit", corpus_jsonl, "--tokenizer", bpe_dir, "--input", "text", "--out",
+                      tmp_path / "o", "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data == json.loads((tmp_path / "o" / "report.json").read_text())

@@ -18,6 +18,7 @@ import pytest
 
 from lengthscan.cli.main import main
 from tests.factories import numbered_jsonl, write_jsonl
+from tests.support.cli import in_process
 from tests.support.reference import direct_counts
 
 
@@ -63,7 +64,6 @@ def test_a_special_file_or_folder_in_the_place_of_a_cache_file_is_not_read(tmp_p
     /dev/zero (a read never ends) or a folder (a write cannot replace it): the run measures again,
     with warnings, and the numbers stay the tokenizer's."""
     import subprocess
-    import sys
 
     texts = docs[:100]
     src = tmp_path / "s.jsonl"
@@ -114,16 +114,16 @@ def test_a_rewrite_keeping_size_and_mtime_is_measured_again(tmp_path, bpe_dir):
     assert two == [len(tok(f"a b c d e {i}")["input_ids"]) for i in range(4)] != one
 
 
-@pytest.mark.slow  # five damaged caches, each an audit
-def test_a_damaged_cache_is_ignored_with_a_warning_and_the_numbers_stay_right(tmp_path, bpe_dir, monkeypatch):
+@pytest.mark.slow  # six damaged caches, each two audits
+def test_a_damaged_cache_is_ignored_with_a_warning_and_the_numbers_stay_right(tmp_path, bpe_dir, monkeypatch,
+                                                                               capsys):
     monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "cache"))
     src = write_jsonl(tmp_path / "s.jsonl", [{"text": f"row {i} " + "word " * i} for i in range(50)])
     args = [str(src), "--tokenizer", str(bpe_dir), "--input", "text", "--full", "--json", "--overwrite",
             "--out", str(tmp_path / "o")]
-    run = [sys.executable, "-m", "lengthscan", "audit", *args]
 
     def audit():
-        proc = subprocess.run(run, capture_output=True, text=True, env=os.environ | {}, timeout=120)
+        proc = in_process(capsys, "audit", *args, warnings_on_stderr=True)
         assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
         return json.loads(proc.stdout)["splits"][0]["fields"]["input_tokens"], proc.stderr
 

@@ -42,19 +42,29 @@ def audit(src, tokenizer, out, *extra, column: str = "text") -> int:
 ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
 
 
-def in_process(capsys, *args):
+def in_process(capsys, *args, warnings_on_stderr: bool = False):
     """``lengthscan ARGS`` run in this process (``lengthscan.cli.main.main``), its streams captured by
     ``capsys`` (or ``capfd``): a ``CompletedProcess`` as ``run_cli`` gives, without a Python start-up. A
-    ``SystemExit`` (argparse's usage errors) is the status the process would exit with."""
+    ``SystemExit`` (argparse's usage errors) is the status the process would exit with.
+
+    ``warnings_on_stderr``: the warnings the run gives are recorded here (not by pytest) and added to
+    ``stderr`` as the process would print them (``warnings.formatwarning``, which the CLI sets to print
+    lengthscan's own as one line)."""
     import subprocess
+    import warnings
 
     from lengthscan.cli.main import main
 
     capsys.readouterr()
     argv = [str(a) for a in args]
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse's usage errors: the process would exit with this status
-        code = exc.code
+    with warnings.catch_warnings(record=warnings_on_stderr) as caught:
+        if warnings_on_stderr:
+            warnings.simplefilter("default")
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # argparse's usage errors: the process would exit with this status
+            code = exc.code
     captured = capsys.readouterr()
-    return subprocess.CompletedProcess(["lengthscan", *argv], code, captured.out, captured.err)
+    err = captured.err + "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno)
+                                 for w in caught or ())
+    return subprocess.CompletedProcess(["lengthscan", *argv], code, captured.out, err)
