@@ -9,6 +9,7 @@ import shutil
 import pyarrow.parquet as pq
 
 from lengthscan.cli.main import main
+from tests.factories import silent_wav
 from tests.support.cli import audit, one_line
 
 
@@ -52,11 +53,9 @@ def test_a_tokenizer_json_file_counts_as_its_folder_or_alone(tmp_path, bpe_dir, 
 
 
 def test_a_feature_extractor_rate_that_is_no_rate(tmp_path, bpe_dir, capsys):
-    import numpy as np
-    import soundfile as sf
     from transformers import Wav2Vec2Config, Wav2Vec2FeatureExtractor
 
-    sf.write(tmp_path / "a.wav", np.zeros(1600, dtype="float32"), 16000)
+    silent_wav(tmp_path / "a.wav", 1600)
     (tmp_path / "m.csv").write_text("path,text\na.wav,hello\n")
     for name, rate in (("neg", -8000), ("zero", 0), ("text", "abc")):
         Wav2Vec2Config().save_pretrained(tmp_path / name)

@@ -21,7 +21,7 @@ from lengthscan.policy.rules import (
     resolve_rules,
 )
 from lengthscan.stats.histograms import Histogram
-from tests.factories import write_jsonl
+from tests.factories import silent_wav, write_jsonl
 
 
 @pytest.mark.parametrize("text, metric, op, value, action", [
@@ -200,14 +200,12 @@ def _lacking_rows_fail(tmp_path, args: list, rules: tuple, n_rows: int, good: in
 
 
 def test_a_row_without_an_audio_measurement_never_passes_a_limit_on_it(tmp_path, bpe_dir):
-    import numpy as np
-    import soundfile as sf
     from transformers import Wav2Vec2Config, Wav2Vec2FeatureExtractor
 
     model = tmp_path / "w2v"
     Wav2Vec2Config().save_pretrained(model)
     Wav2Vec2FeatureExtractor(sampling_rate=16000).save_pretrained(model)
-    sf.write(tmp_path / "a.wav", np.zeros(16000, dtype="float32"), 16000)
+    silent_wav(tmp_path / "a.wav", 16000)
     (tmp_path / "bad.wav").write_bytes(b"RIFF not audio at all")
     (tmp_path / "m.csv").write_text("path,text\na.wav,hello there\nmissing.wav,gone\nbad.wav,broken\n")
     metrics = ("input_seconds", "input_samples", "input_frames", "target_tokens/input_seconds")

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from lengthscan.cli.main import main
-from tests.factories import write_jsonl
+from tests.factories import silent_wav, write_jsonl
 from tests.support.audio_files import write_audio
 from tests.support.cli import in_process
 
@@ -42,13 +42,12 @@ def test_embed_audio_with_values_holding_no_file(tmp_path, capsys):
 
 
 def test_a_manifests_audio_paths_stay_usable_after_clean(tmp_path, bpe_dir):
-    import numpy as np
     import soundfile as sf
 
     data = tmp_path / "data"
     data.mkdir()
-    sf.write(data / "a.wav", np.zeros(32000, dtype="float32"), 16000)
-    sf.write(data / "long.wav", np.zeros(16000 * 40, dtype="float32"), 16000)
+    silent_wav(data / "a.wav", 32000)
+    silent_wav(data / "long.wav", 16000 * 40)
     write_jsonl(data / "m.jsonl", [{"audio_filepath": "a.wav", "text": "hi", "duration": 2.0},
                               {"audio_filepath": "long.wav", "text": "long", "duration": 40.0}])
     with pytest.warns(UserWarning, match="--embed-audio embeds Audio columns"):

@@ -8,11 +8,10 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pyarrow.parquet as pq
 import pytest
-import soundfile as sf
 
+from tests.factories import silent_wav
 from tests.support.audio_files import write_audio
 from tests.support.cli import in_process
 
@@ -33,7 +32,7 @@ def test_native_decoder_notes_stay_off_the_terminal(tmp_path, capfd, recwarn):
 
 
 def _aiff_with_rate(path, raw: bytes):
-    sf.write(path, np.zeros(1600, dtype="float32"), 16000, format="AIFF", subtype="PCM_16")
+    silent_wav(path, 1600, format="AIFF", subtype="PCM_16")
     data = bytearray(path.read_bytes())
     at = data.index(b"COMM") + 8 + 2 + 4 + 2
     data[at:at + 10] = raw
@@ -63,10 +62,8 @@ def test_special_files_in_an_audio_column_are_per_row_reasons(tmp_path):
     """A FIFO named where audio was expected is flagged without opening it for reading (which would
     block forever); the other rows are measured."""
 
-    import numpy as np
-    import soundfile as sf
 
-    sf.write(tmp_path / "ok.wav", np.zeros(16000, np.float32), 16000)
+    silent_wav(tmp_path / "ok.wav", 16000)
     os.mkfifo(tmp_path / "pipe.wav")
     (tmp_path / "m.csv").write_text("path,text\nok.wav,a\npipe.wav,b\n")
     proc = subprocess.run([sys.executable, "-m", "lengthscan", "audit", str(tmp_path / "m.csv"), "--audio", "path",
