@@ -1,7 +1,11 @@
-"""What the terminal summary (and the report beside it) says, checked as the user reads it: the
-packing finding's two efficiencies, a remote source's bytes-read line, an audio folder's summary
-without a tokenizer line, worker processes' counting methods added up, and long id values shortened
-in the report but not in lengths.parquet."""
+"""What the terminal summary and report.html say, checked where the user reads them: the packing
+finding's two efficiencies; a remote source's bytes-read line; an audio folder's summary without a
+tokenizer line; worker processes' counting methods added up; long id values shortened in the report
+but not in lengths.parquet; conversations' batches are padded sequences, not "inputs" and "labels",
+and a part of a sequence does not pad a batch to itself; a clean's worst rows list the measurements
+and the id column, as the audit's do; the fields line names a conversation's columns; a failed
+--fail-over gate says once that it failed and what would have been done; rules that keep every row
+say so in words; memory with packing says which batch fits. (The second new-user trial's findings.)"""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import pytest
 
 from lengthscan.cli.main import main
 from tests.support.chat import trl_template, write_jsonl
+from tests.support.pages import parse, tables, visible_text
 
 
 def test_the_packing_finding_gives_both_efficiencies(tmp_path, chat_tok_dir, docs, capsys):
@@ -112,3 +117,171 @@ def test_long_id_values_are_shortened_in_the_report_not_in_lengths(tmp_path, bpe
     shown = [r["id"] for r in json.loads((out / "report.json").read_text())["longest_rows"]]
     assert shown and all(len(s) < 300 and s.endswith("(1,000,001 characters)") for s in shown)
     assert {len(v) for v in pq.read_table(out / "lengths.parquet").column("id").to_pylist()} == {1_000_001}
+
+
+def _terminal(capsys) -> str:
+    return " ".join(capsys.readouterr().out.split())
+
+
+def _chats(docs, n=200, long_at=7):
+    """``n`` short conversations, one with a long answer (``long_at``): completion and sequence
+    tokens with a long tail."""
+    rows = []
+    for i in range(n):
+        answer = " ".join(docs[:30]) if i == long_at else docs[i % len(docs)][:120]
+        rows.append({"id": i, "messages": [{"role": "user", "content": f"question {i}"},
+                                           {"role": "assistant", "content": answer}]})
+    return rows
+
+
+def test_conversation_batches_are_sequences_and_parts_do_not_pad(tmp_path, chat_tok_dir, docs, capsys):
+    src = write_jsonl(tmp_path / "chats.jsonl", _chats(docs))
+    out = tmp_path / "audit"
+    assert main(["audit", str(src), "--tokenizer", str(chat_tok_dir), "--messages", "messages", "--chat-template",
+                 str(trl_template("qwen3_training")), "--out", str(out), "--no-cache"]) == 0
+    terminal = _terminal(capsys)
+    data = json.loads((out / "report.json").read_text())
+    seq, comp = (data["splits"][0]["fields"][k] for k in ("sequence_tokens", "completion_tokens"))
+    assert comp["max"] >= 2.5 * comp["percentiles"]["p99"] and seq["max"] >= 2.5 * seq["percentiles"]["p99"]
+    # the finding of each tail: only the sequence pads a batch to its length
+    tails = {m.group(1): m.group(0) for m in re.finditer(r"(\w+) has a long tail: [^.]*\.", terminal)}
+    assert f"a batch holding it pads every row to {seq['max']:,} tokens" in tails["sequence_tokens"]
+    assert "pads" not in tails["completion_tokens"] and f"the longest is {comp['max']:,} tokens" in tails[
+        "completion_tokens"]
+    # one padded side: its share said once, not as "inputs"
+    padding = data["batches"]["by_batch_size"][0]["strategies"]["random"]["padding_share"]
+    assert re.search(rf"Random batches of 8 are {round(100 * padding)}% padding; group_by_length", terminal)
+    assert "inputs" not in terminal and "labels" not in terminal
+    html = (out / "report.html").read_text()
+    page = visible_text(html)
+    for text in (page, terminal):
+        assert "pads every row to" not in text.split("completion_tokens has a long tail")[1].split(".")[0]
+    batches = tables(html, "batches")[0]
+    assert batches[0][:3] == ["batch size", "order", "padding"] and "input padding" not in batches[0]
+    assert f"{round(100 * padding)}%" == batches[1][2]
+    assert "Cells read sequence positions" in visible_text(html, "batches")
+    assert "longest sequence (row" in visible_text(html, "batches") and "longest input" not in page
+    # the chart's axis too
+    charts = json.loads(parse(html).find("script", id="lengthscan-charts").text())
+    titles = [c["encoding"]["y"].get("title") for c in charts["charts"].values() if "xOffset" in c.get("encoding", {})]
+    assert titles == ["sequence padding"]
+    # the fields line: the conversation column, not "text"
+    assert ("sequence_tokens, prompt_tokens, completion_tokens, turns, assistant_turns, longest_message_tokens "
+            "← column messages (conversations)") in page
+    assert "(text)" not in visible_text(html, "details")
+
+
+def test_prompt_completion_fields_name_both_columns(tmp_path, chat_tok_dir, docs, capsys):
+    rows = [{"prompt": [m for m in r["messages"] if m["role"] == "user"],
+             "completion": [m for m in r["messages"] if m["role"] == "assistant"]} for r in _chats(docs, 20)]
+    src = write_jsonl(tmp_path / "pc.jsonl", rows)
+    out = tmp_path / "pc"
+    assert main(["audit", str(src), "--tokenizer", str(chat_tok_dir), "--prompt", "prompt", "--completion",
+                 "completion", "--chat-template", str(trl_template("qwen3")), "--out", str(out), "--no-cache"]) == 0
+    assert "longest_message_tokens <- prompt, completion" in _terminal(capsys)
+    assert "← columns prompt, completion (conversations)" in visible_text((out / "report.html").read_text())
+
+
+def test_a_cleans_worst_rows_list_the_measurements(tmp_path, chat_tok_dir, docs, capsys):
+    src = write_jsonl(tmp_path / "chats.jsonl", _chats(docs, 60))
+    out = tmp_path / "clean"
+    assert main(["clean", str(src), "--tokenizer", str(chat_tok_dir), "--messages", "messages", "--chat-template",
+                 str(trl_template("qwen3_training")), "--limit", "sequence_tokens<=200", "--out", str(out),
+                 "--no-cache", "--quiet"]) == 0
+    data = json.loads((out / "report.json").read_text())
+    measures = [f["name"] for f in data["fields"]]
+    assert all(list(e["lengths"]) == measures for e in data["clean"]["worst_rows"])
+    cells = [row[table[0].index("lengths")] for table in tables((out / "report.html").read_text(), "worst")
+             for row in table[1:]]
+    assert cells and all("sequence_tokens" in c for c in cells)
+    for side in ("trained_from", "final_eot_at", "ends_with_eot", "from_sharegpt", "assistant_tokens"):
+        assert not any(side in c for c in cells)
+
+
+def test_a_failed_gate_says_it_once_and_what_would_have_been_done(tmp_path, corpus_jsonl, bpe_dir, capsys):
+    out = tmp_path / "gated"
+    code = main(["clean", str(corpus_jsonl), "--tokenizer", str(bpe_dir), "--input", "text", "--limit",
+                 "input_tokens<=20", "--fail-over", "1%", "--out", str(out), "--no-cache"])
+    assert code == 1 and not out.exists()
+    terminal = _terminal(capsys)
+    assert "gate failed: gate failed" not in terminal
+    finding = re.search(r"The --fail-over gate failed: [\d.]+% of [\d,]+ rows would be dropped or truncated "
+                        r"\(--fail-over 1%\)\.", terminal)
+    assert finding
+    assert "The --limit rules would drop" in terminal and "Cleaning dropped" not in terminal
+    assert "Had the clean been published, " in terminal and "After cleaning" not in terminal
+
+
+def test_rules_that_change_no_row_say_so(tmp_path, docs, bpe_dir, capsys):
+    src = write_jsonl(tmp_path / "texts.jsonl", [{"text": d} for d in docs[:300] if d.strip()])
+    out = tmp_path / "all"
+    assert main(["audit", str(src), "--tokenizer", str(bpe_dir), "--input", "text", "--limit",
+                 "input_tokens<=100000", "--out", str(out), "--no-cache"]) == 0
+    rows = json.loads((out / "report.json").read_text())["decisions"]["splits"][0]["measured"]
+    sentence = f"The --limit rules would keep every row ({rows:,} rows) as it is."
+    terminal = _terminal(capsys)
+    assert sentence in terminal and sentence in visible_text((out / "report.html").read_text())
+
+
+def test_a_cleans_worst_rows_show_the_id_column_as_the_audits_do(tmp_path, docs, bpe_dir):
+    rows = [{"doc_id": f"doc-{i:04d}", "text": d} for i, d in enumerate(docs[:300]) if d.strip()]
+    src = write_jsonl(tmp_path / "t.jsonl", rows)
+    by_row = {i: r["doc_id"] for i, r in enumerate(rows)}
+    for redact in (False, True):
+        out = tmp_path / f"clean-{redact}"
+        assert main(["clean", str(src), "--tokenizer", str(bpe_dir), "--input", "text", "--id", "doc_id", "--limit",
+                     "input_tokens<=64:truncate", "--out", str(out), "--no-cache", "--quiet",
+                     *(["--redact"] if redact else [])]) == 0
+        html = (out / "report.html").read_text()
+        shown = [dict(zip(t[0], row)) for t in tables(html, "worst") for row in t[1:]]
+        assert shown
+        if redact:
+            assert all("id" not in r for r in shown) and "doc-0" not in html
+        else:
+            assert all(r["id"] == by_row[int(r["row"])] for r in shown)
+
+
+def test_memory_with_packing_says_which_batch_fits(tmp_path, chat_tok_dir, docs, capsys):
+    """memory --packing --budget: the verdict is the packed batch's; the terminal and the memory
+    panel no longer say the unpacked worst batch "fits" when its own peak is over the budget."""
+    from transformers import LlamaConfig
+
+    from tests.support.chat import conversations
+
+    model = tmp_path / "llama"
+    LlamaConfig(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, vocab_size=3100, max_position_embeddings=4096).save_pretrained(model)
+    src = write_jsonl(tmp_path / "chat.jsonl", [{"messages": r["messages"]} for r in conversations(docs, 120, seed=4)])
+    args = ["memory", str(src), "--model", str(model), "--tokenizer", str(chat_tok_dir), "--messages", "messages",
+            "--chat-template", str(trl_template("qwen3_training")), "--batch-size", "4", "--attention", "flash",
+            "--packing", "bfd", "--max-length", "256", "--no-cache"]
+    assert main([*args, "--json"]) == 0
+    memory = json.loads(capsys.readouterr().out)["memory"]
+    unpacked, packed = memory["worst_batch"]["peak_bytes"], memory["packing"]["worst_batch"]["peak_bytes"]
+    assert packed < unpacked
+    budget = int((packed + unpacked) / 2 / 0.9)  # usable (90%) between the two peaks
+    out = tmp_path / "mem"
+    assert main([*args, "--budget", str(budget), "--out", str(out)]) == 0  # the packed verdict: fits
+    terminal = " ".join(capsys.readouterr().out.split())
+    assert "the packed worst batch fits; unpacked, the worst batch does NOT fit" in terminal
+    panel = parse((out / "report.html").read_text()).find(id="memory")
+    paragraphs = [p.text() for p in panel.find_all("p")]
+    worst = next(t for t in paragraphs if t.startswith(("fits The worst", "does not fit The worst")))
+    assert worst.startswith("does not fit The worst")
+    packed_line = next(t for t in paragraphs if "Packed (bfd, L 256)" in t)
+    assert packed_line.startswith("fits Packed") and "the verdict against the budget is this packed one" in packed_line
+
+
+def test_a_conversation_of_content_parts_is_previewed_by_its_text(tmp_path, chat_tok_dir, docs):
+    rows = [{"messages": [{"role": "user", "content": [{"type": "text", "text": f"Question {i}: {docs[i][:40]}"}]},
+                          {"role": "assistant", "content": [{"type": "text", "text": docs[i + 1][:300]}]}]}
+            for i in range(40)]
+    src = write_jsonl(tmp_path / "parts.jsonl", rows)
+    out = tmp_path / "o"
+    assert main(["audit", str(src), "--tokenizer", str(chat_tok_dir), "--messages", "messages", "--chat-template",
+                 str(trl_template("qwen2_5_vl")), "--out", str(out), "--no-cache", "--quiet"]) == 0
+    shown = [dict(zip(t[0], row)) for t in tables((out / "report.html").read_text(), "worst") for row in t[1:]]
+    assert shown
+    for r in shown:
+        i = int(r["row"])
+        assert "[parts]" not in r["preview"] and f"user: Question {i}: " in r["preview"]
