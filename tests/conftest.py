@@ -158,3 +158,9 @@ def qwen2_dir(tmp_path_factory, train_texts):
 
     pattern = next(p for p in LLAMA3_PATTERNS if "{1,3}" not in p)
     return split_bpe(tmp_path_factory.mktemp("qwen2"), train_texts, pattern, nfc=True)
+
+
+@pytest.fixture(scope="session")
+def qwen2_vl_dir(tmp_path_factory, train_texts) -> Path:
+    """A Qwen2-VL model folder (tokenizer, preprocessor_config.json, processor_config.json); tests only read it."""
+    return factories.vision_dir(tmp_path_factory.mktemp("qwen2_vl"), "qwen2_vl", train_texts[:400])

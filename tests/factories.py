@@ -9,7 +9,7 @@ JSON Lines and Parquet written with ``json``/pyarrow, tokenizers trained with ``
 - tokenizers: ``bpe_tokenizer``, ``wordpiece_tokenizer``, ``unigram_tokenizer``, ``t5_spm_tokenizer``,
   ``marian_tokenizer``, ``chat_tokenizer``, ``wheel_tokenizer`` (a file shipped in an installed wheel);
 - audio: ``silent_wav`` (zeros), ``write_audio`` and the format matrix of ``tests/support/audio_files.py``;
-- images: ``write_pictures`` of ``tests/support/vision.py``.
+- images: ``write_pictures`` and ``vision_dir`` (a vision model's folder) of ``tests/support/vision.py``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tests.support.audio_files import signal, write_audio, write_format_matrix  # noqa: F401  (re-exported)
 from tests.support.chat import ADDED, chat_bpe
-from tests.support.vision import write_pictures  # noqa: F401  (re-exported)
+from tests.support.vision import vision_dir, write_pictures  # noqa: F401  (re-exported)
 from tests.support.wheels import required_wheel_file
 
 # -- JSON Lines --------------------------------------------------------------------------------------------

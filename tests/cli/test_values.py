@@ -104,11 +104,11 @@ def test_a_mistyped_conversation_column_names_the_closest(tmp_path, chat_tok_dir
 
 
 @pytest.mark.slow  # a vision processor
-def test_a_mistyped_images_column_names_the_closest(tmp_path, train_texts, capsys):
+def test_a_mistyped_images_column_names_the_closest(tmp_path, qwen2_vl_dir, capsys):
     from tests.support.cli import one_line
-    from tests.support.vision import template_of, vision_dir
+    from tests.support.vision import template_of
 
-    folder = vision_dir(tmp_path / "qwen2_vl", "qwen2_vl", train_texts[:400])
+    folder = qwen2_vl_dir
     src = write_jsonl(tmp_path / "s.jsonl", [{"messages": [{"role": "user", "content": "hi"}], "images": []}])
     assert main(["audit", str(src), "--messages", "messages", "--images", "imags", "--tokenizer", str(folder),
                  "--processor", str(folder), "--chat-template", str(template_of("qwen2_vl")), "--quiet"]) == 2

@@ -318,12 +318,12 @@ def test_memory_page(browser, tmp_path, corpus_jsonl, bpe_dir):
     assert all(c["width"] > 50 and c["height"] > 30 for c in browser.evaluate(CHARTS_JS))
 
 
-def test_images_audit_page(browser, tmp_path, train_texts, docs):
+def test_images_audit_page(browser, tmp_path, qwen2_vl_dir, docs):
     """A conversation audit with images: the image section, its size chart and the tables render."""
     pytest.importorskip("PIL")
-    from tests.support.vision import image_conversations, template_of, vision_dir, write_pictures
+    from tests.support.vision import image_conversations, template_of, write_pictures
 
-    folder = vision_dir(tmp_path / "qwen2_vl", "qwen2_vl", train_texts[:400])
+    folder = qwen2_vl_dir
     pictures = write_pictures(tmp_path / "pictures")
     src = tmp_path / "pictures" / "vlm.jsonl"
     write_jsonl(src, image_conversations(docs, pictures, 30, seed=2))

@@ -220,11 +220,11 @@ def test_special_files_are_refused_unread(tmp_path):
 
 
 @pytest.mark.slow
-def test_audit_of_conversations_with_a_fifo_and_a_bomb_does_not_hang(tmp_path, train_texts):
+def test_audit_of_conversations_with_a_fifo_and_a_bomb_does_not_hang(tmp_path, qwen2_vl_dir):
     """The whole audit, in a subprocess under a timeout: each bad image is its row's reason."""
-    from tests.support.vision import template_of, vision_dir, write_pictures
+    from tests.support.vision import template_of, write_pictures
 
-    folder = vision_dir(tmp_path / "qwen", "qwen2_vl", train_texts[:400])
+    folder = qwen2_vl_dir
     pics = write_pictures(tmp_path / "data")
     os.mkfifo(tmp_path / "data" / "pipe.png")
     png = _png()
