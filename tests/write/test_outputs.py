@@ -159,14 +159,13 @@ def _mount(path, *options):
 
 @pytest.mark.skipif(not ROOT, reason="mounting a small or read-only file system needs root")
 @pytest.mark.parametrize("kind", [pytest.param("full", marks=pytest.mark.slow), "read_only"])
-def test_a_full_or_read_only_disk_is_one_line_and_leaves_nothing(tmp_path, bpe_dir, corpus_jsonl, kind):
+def test_a_full_or_read_only_disk_is_one_line_and_leaves_nothing(tmp_path, bpe_dir, corpus_jsonl, kind, capsys):
     disk = tmp_path / "disk"
     _mount(disk, "size=256k" if kind == "full" else "ro,size=1m")
     try:
         for command in ("clean", "audit"):
-            proc = subprocess.run(_clean(corpus_jsonl, disk / "o", bpe_dir)[:3] + [command]
-                                  + _clean(corpus_jsonl, disk / "o", bpe_dir)[4:]
-                                  + (["--full"] if command == "audit" else []), capture_output=True, text=True)
+            proc = in_process(capsys, command, *_clean(corpus_jsonl, disk / "o", bpe_dir)[4:],
+                              *(["--full"] if command == "audit" else []), warnings_on_stderr=True)
             assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
             assert {"full": "no space left", "read_only": "read-only"}[kind] in proc.stderr
             assert proc.stderr.count("\n") == 1
