@@ -51,18 +51,26 @@ WORST_SHOWN, PREVIEW_CHARS = 100, 240
 def render_html(data: dict, *, redact: bool = False) -> str:
     """The page for one ``report.json`` dict. ``redact=True`` leaves data text out: no previews
     or audio paths of rows, only row ids, decisions and lengths."""
+    specs: dict[str, dict] = {}
+    view = _view(data, specs, redact=redact)
+    return _environment().get_template("report.html.j2").render(
+        data=data, view=view, findings=findings(data), redact=redact,
+        charts_json=script_json({"config": charts.CONFIG, "charts": specs}),
+        runtime=_runtime(), style=_asset("report.css"), script=_asset("report.js"))
+
+
+@cache
+def _environment():
+    """The page's Jinja2 environment, built once per process: compiling report.html.j2 takes longer than
+    rendering it (0.3-0.8 s), and a process that writes many reports (a notebook, the test suite, a
+    library caller) compiled it for every one. The loader still reloads the template if its file changes."""
     from jinja2 import Environment, PackageLoader, select_autoescape
 
     env = Environment(loader=PackageLoader("lengthscan.report", "templates"),
                       autoescape=select_autoescape(["html", "j2"]), trim_blocks=True, lstrip_blocks=True)
     env.filters.update(num=num, count=count, unit=unit, mean=mean, gib=size, breakable=breakable)
     env.globals.update(share=share, percent=percent, shape_text=shape_text, row_action=row_action)
-    specs: dict[str, dict] = {}
-    view = _view(data, specs, redact=redact)
-    return env.get_template("report.html.j2").render(
-        data=data, view=view, findings=findings(data), redact=redact,
-        charts_json=script_json({"config": charts.CONFIG, "charts": specs}),
-        runtime=_runtime(), style=_asset("report.css"), script=_asset("report.js"))
+    return env
 
 
 def breakable(text) -> str:

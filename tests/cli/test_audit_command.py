@@ -12,6 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from lengthscan.cli.main import main
+from tests.factories import write_jsonl
+from tests.support.cli import in_process
 from tests.support.reference import direct_counts
 
 
@@ -67,10 +69,10 @@ def test_sample_is_reproducible_and_spread(tmp_path, corpus_jsonl, corpus_rows, 
     assert "intervals" in report["splits"][0]["fields"]["input_tokens"]
 
 
-def test_json_flag_prints_only_the_report(tmp_path, corpus_jsonl, bpe_dir):
-    proc = subprocess.run([sys.executable, "-m", "lengthscan", "audit", str(corpus_jsonl), "--tokenizer",
-                           str(bpe_dir), "--input", "text", "--out", str(tmp_path / "o"), "--json"],
-                          capture_output=True, text=True, timeout=300)
+def test_json_flag_prints_only_the_report(tmp_path, corpus_jsonl, bpe_dir, capfd):
+    """capfd: what anything in the process writes to file descriptor 1 or 2, as a terminal would see it."""
+    proc = in_process(capfd, "audit", corpus_jsonl, "--tokenizer", bpe_dir, "--input", "text", "--out",
+                      tmp_path / "o", "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data == json.loads((tmp_path / "o" / "report.json").read_text())
@@ -107,9 +109,7 @@ def test_splits_and_multi_file_identity(tmp_path, corpus_rows, bpe_dir):
     assert t["input_tokens"] == direct_counts(bpe_dir, [r["text"] for r in rows], "input")
 
     for k in range(3):
-        with open(tmp_path / f"shard-{k}.jsonl", "w") as fh:
-            for r in rows[k * 100:(k + 1) * 100]:
-                fh.write(json.dumps(r) + "\n")
+        write_jsonl(tmp_path / f"shard-{k}.jsonl", rows[k * 100:(k + 1) * 100])
     assert _audit(tmp_path / "shard-*.jsonl", "--tokenizer", bpe_dir, "--input", "text", "--out",
                   tmp_path / "g") == 0
     g = pq.read_table(tmp_path / "g" / "lengths.parquet").to_pydict()
@@ -164,7 +164,7 @@ def test_help_is_instant():
 
 def test_too_long_rows_are_listed_not_skipped(tmp_path, bpe_dir):
     rows = [{"text": "short"}, {"text": "long " * 1000}, {"text": "short again"}]
-    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_jsonl(tmp_path / "d.jsonl", rows)
     assert main(["audit", str(tmp_path / "d.jsonl"), "--tokenizer", str(bpe_dir), "--input", "text",
                  "--max-chars", "1000", "--out", str(tmp_path / "o"), "--quiet"]) == 0
     t = pq.read_table(tmp_path / "o" / "lengths.parquet").to_pydict()

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+
+import pytest
 
 from lengthscan.cli.main import main
 from lengthscan.cli.memory import parse_size
+from tests.factories import write_jsonl
+from tests.support.cli import in_process, one_line, one_line_text
 
 
 def test_shape_mode_and_budget_gate(tmp_path, capsys):
@@ -60,3 +65,66 @@ def test_a_dwarfing_batch_puts_the_chart_on_a_log_axis_and_sizes_read_well():
     memory["any_shuffle"]["peak_bytes"] = memory["worst_batch"]["peak_bytes"] = 60 * 1024**2
     memory["budget_bytes"], memory["usable_bytes"] = 100 * 1024**2, 90 * 1024**2
     assert "log scale" not in memory_spec(memory)["usermeta"]["toggle"]["y"]
+
+
+def test_memory_refuses_an_export_inside_its_out(tmp_path, bpe_dir, corpus_jsonl, capsys):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 2,
+                                  "vocab_size": 1000, "n_positions": 512}))
+    proc = in_process(capsys, "memory", corpus_jsonl, "--model", config, "--tokenizer", bpe_dir, "--input", "text",
+                      "--batch-size", 4, "--out", tmp_path / "m", "--export-worst-batch", tmp_path / "m" / "worst")
+    assert proc.returncode == 2 and "overlap" in proc.stderr
+    one_line_text(proc.stderr)
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("field,value", [("n_embd", -5), ("n_layer", 0), ("n_head", 2.5)])
+def test_memory_refuses_model_sizes_that_are_no_size(tmp_path, field, value, capsys):
+    config = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 2, "vocab_size": 1000}
+    config[field] = value
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    proc = in_process(capsys, "memory", "--model", tmp_path / "config.json", "--batch-size", 2, "--input-len", 16)
+    assert proc.returncode == 2 and field in proc.stderr
+    one_line_text(proc.stderr)
+
+
+def test_memory_models_that_do_not_load_and_bad_values(tmp_path, capsys, monkeypatch):
+    from transformers import GPT2Config
+
+    assert main(["memory", "--model", str(tmp_path / "nope"), "--batch-size", "4", "--input-len", "8"]) == 2
+    one_line(capsys, "no such directory or config file")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["memory", "--model", "someorg/somemodel", "--batch-size", "4", "--input-len", "8"]) == 2
+    one_line(capsys, "offline mode is on")
+    GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=500).save_pretrained(tmp_path / "gpt2")
+    assert main(["memory", "--model", str(tmp_path / "gpt2"), "--batch-size", "0", "--input-len", "8"]) == 2
+    one_line(capsys, "--batch-size must be at least 1")
+
+
+def test_memory_exports_never_land_in_the_source(tmp_path, bpe_dir, capsys):
+    from transformers import GPT2Config
+
+    model = tmp_path / "model"
+    GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=3000).save_pretrained(model)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (model / name).write_text((bpe_dir / name).read_text())
+    data = tmp_path / "data"
+    data.mkdir()
+    write_jsonl(data / "a.jsonl", [{"text": f"row {i} " * (i + 1)} for i in range(20)])
+    base = ["memory", str(data), "--model", str(model), "--input", "text", "--batch-size", "4"]
+    assert main([*base, "--export-worst-batch", str(data / "worst")]) == 2
+    one_line(capsys, "--export-worst-batch", "lies inside the source path")
+    assert main([*base, "--pad-to-multiple-of", "-7"]) == 2
+    one_line(capsys, "--pad-to-multiple-of -7")
+    assert sorted(os.listdir(data)) == ["a.jsonl"]
+
+
+def test_memory_sizes_and_shapes_past_sense(tmp_path, capsys):
+    from transformers import GPT2Config
+
+    GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=500).save_pretrained(tmp_path / "gpt2")
+    base = ["memory", "--model", str(tmp_path / "gpt2"), "--input-len", "8"]
+    assert main([*base, "--batch-size", "4", "--budget", "0"]) == 2
+    one_line(capsys, "--budget 0")
+    assert main([*base, "--batch-size", str(10**20)]) == 2
+    one_line(capsys, "--batch-size", "not a training batch")

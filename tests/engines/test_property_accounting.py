@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 import lengthscan
 from lengthscan.policy.rules import RuleError
 from lengthscan.sources.source import SourceError
+from tests.factories import write_jsonl
 from tests.support.texts import EDGE_TEXTS
 
 pytestmark = pytest.mark.slow  # a hypothesis search of 25 generated sources, each cleaned
@@ -62,11 +63,7 @@ class Case:
 
     def write(self, folder: Path) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / "source.jsonl"
-        with open(path, "w", encoding="utf-8") as fh:
-            for row in self.rows:
-                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-        return path
+        return write_jsonl(folder / "source.jsonl", self.rows, ensure_ascii=False)
 
     def kwargs(self, bpe_dir) -> dict:
         return dict(tokenizer=str(bpe_dir), input="text", target="summary", limits=self.limits, action=self.action,

@@ -10,18 +10,14 @@ import pytest
 
 from lengthscan.cli.main import main
 from lengthscan.engines.validity import INVALID_SHARE
+from tests.factories import write_jsonl
 from tests.support import audio_files as af
 from tests.support.chat import trl_template
 
 
-def _jsonl(path, rows):
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
 @pytest.mark.parametrize("command", ["audit", "clean"])
 def test_plain_text_given_as_conversations_is_exit_2(tmp_path, chat_tok_dir, docs, command, capsys):
-    src = _jsonl(tmp_path / "docs.jsonl", [{"document": d} for d in docs[:300]])
+    src = write_jsonl(tmp_path / "docs.jsonl", [{"document": d} for d in docs[:300]])
     out = tmp_path / "out"
     sample = ["--full"] if command == "audit" else []
     code = main([command, str(src), "--messages", "document", "--tokenizer", str(chat_tok_dir), "--chat-template",
@@ -38,7 +34,7 @@ def test_a_few_bad_rows_are_row_reasons_not_a_refusal(tmp_path, chat_tok_dir, ca
     n_bad = 3
     rows = [good] * 20 + [{"messages": "not a conversation"}] * n_bad
     assert n_bad / len(rows) < INVALID_SHARE
-    src = _jsonl(tmp_path / "c.jsonl", rows)
+    src = write_jsonl(tmp_path / "c.jsonl", rows)
     out = tmp_path / "out"
     assert main(["audit", str(src), "--messages", "messages", "--tokenizer", str(chat_tok_dir), "--chat-template",
                  str(trl_template("qwen3")), "--full", "--quiet", "--out", str(out)]) == 0
@@ -49,7 +45,7 @@ def test_a_few_bad_rows_are_row_reasons_not_a_refusal(tmp_path, chat_tok_dir, ca
 def test_an_audio_column_whose_files_are_nearly_all_missing_is_exit_2(tmp_path, capsys):
     af.write_audio(tmp_path / "here.wav", 8000, 8000)
     rows = [{"path": "here.wav"}] + [{"path": f"gone{i}.wav"} for i in range(40)]
-    src = _jsonl(tmp_path / "m.jsonl", rows)
+    src = write_jsonl(tmp_path / "m.jsonl", rows)
     assert main(["audit", str(src), "--audio", "path", "--full", "--quiet", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "column 'path' (--audio): 40 of 41 rows measured are missing_file" in err
@@ -58,7 +54,7 @@ def test_an_audio_column_whose_files_are_nearly_all_missing_is_exit_2(tmp_path, 
 
 def test_the_report_does_not_call_rows_without_a_length_within_the_limits(tmp_path, chat_tok_dir):
     good = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]}
-    src = _jsonl(tmp_path / "c.jsonl", [good] * 20 + [{"messages": 7}] * 3)
+    src = write_jsonl(tmp_path / "c.jsonl", [good] * 20 + [{"messages": 7}] * 3)
     out = tmp_path / "out"
     assert main(["audit", str(src), "--messages", "messages", "--tokenizer", str(chat_tok_dir), "--chat-template",
                  str(trl_template("qwen3")), "--full", "--quiet", "--out", str(out)]) == 0

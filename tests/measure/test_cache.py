@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,6 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from lengthscan.cli.main import main
+from tests.factories import numbered_jsonl, write_jsonl
+from tests.support.cli import in_process
 from tests.support.reference import direct_counts
 
 
@@ -59,7 +64,6 @@ def test_a_special_file_or_folder_in_the_place_of_a_cache_file_is_not_read(tmp_p
     /dev/zero (a read never ends) or a folder (a write cannot replace it): the run measures again,
     with warnings, and the numbers stay the tokenizer's."""
     import subprocess
-    import sys
 
     texts = docs[:100]
     src = tmp_path / "s.jsonl"
@@ -89,3 +93,75 @@ def test_a_special_file_or_folder_in_the_place_of_a_cache_file_is_not_read(tmp_p
             {"fifo": os.mkfifo, "device": lambda q: q.symlink_to("/dev/zero"), "folder": os.mkdir}[kind](p)
         proc = audit(kind)
         assert "Traceback" not in proc.stderr and "not used" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_rewrite_keeping_size_and_mtime_is_measured_again(tmp_path, bpe_dir):
+    src = numbered_jsonl(tmp_path / "s.jsonl", 4, "aaaaaaaaa {i}")
+    args = ["audit", str(src), "--tokenizer", str(bpe_dir), "--input", "text", "--full", "--quiet"]
+    assert main([*args, "--out", str(tmp_path / "one")]) == 0
+    stat = src.stat()
+    time.sleep(0.05)
+    numbered_jsonl(src, 4, "a b c d e {i}")  # same byte count, more tokens
+    os.utime(src, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert src.stat().st_size == stat.st_size and src.stat().st_mtime_ns == stat.st_mtime_ns
+    assert main([*args, "--out", str(tmp_path / "two")]) == 0
+    one, two = (pq.read_table(tmp_path / d / "lengths.parquet").column("input_tokens").to_pylist()
+                for d in ("one", "two"))
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(bpe_dir))
+    assert two == [len(tok(f"a b c d e {i}")["input_ids"]) for i in range(4)] != one
+
+
+@pytest.mark.slow  # six damaged caches, each two audits
+def test_a_damaged_cache_is_ignored_with_a_warning_and_the_numbers_stay_right(tmp_path, bpe_dir, monkeypatch,
+                                                                               capsys):
+    monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "cache"))
+    src = write_jsonl(tmp_path / "s.jsonl", [{"text": f"row {i} " + "word " * i} for i in range(50)])
+    args = [str(src), "--tokenizer", str(bpe_dir), "--input", "text", "--full", "--json", "--overwrite",
+            "--out", str(tmp_path / "o")]
+
+    def audit():
+        proc = in_process(capsys, "audit", *args, warnings_on_stderr=True)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+        return json.loads(proc.stdout)["splits"][0]["fields"]["input_tokens"], proc.stderr
+
+    truth, _ = audit()
+    manifest = next((tmp_path / "cache" / "sources").glob("*.json"))
+    lengths = next((tmp_path / "cache" / "lengths").glob("*.parquet"))
+    good_manifest, good_lengths = manifest.read_bytes(), pq.read_table(lengths)
+    edits = [lambda: manifest.write_text('{"a": 1}'),
+             lambda: manifest.write_text(json.dumps({**json.loads(good_manifest), "entries": [{"path": str(src)}]})),
+             lambda: manifest.write_text(good_manifest.decode().replace('"rows": 50', '"rows": 10')),
+             lambda: pq.write_table(good_lengths.slice(0, 10), lengths),
+             lambda: pq.write_table(pa.table({"foo": good_lengths["length"]}), lengths),
+             lambda: pq.write_table(pa.table({"length": pa.array([-7] * 50, pa.int64()),
+                                              "flag": good_lengths["flag"]}), lengths)]
+    for edit in edits:
+        edit()
+        stats, err = audit()
+        assert stats == truth and "lengthscan:" in err and ("damaged" in err or "cache not used" in err), err
+        assert stats == audit()[0]  # rebuilt: the next run reads a sound cache
+        manifest.write_bytes(good_manifest)
+        pq.write_table(good_lengths, lengths)
+
+
+def test_a_bad_length_cache_is_ignored_with_one_warning(tmp_path, bpe_dir, corpus_jsonl, monkeypatch, capsys):
+    """The cache is an optimisation: a cache folder that is a file, or a corrupt cached file, never
+    stops a run; the corrupt file is rebuilt."""
+    args = ["audit", str(corpus_jsonl), "--tokenizer", str(bpe_dir), "--input", "text", "--full", "--quiet"]
+    (tmp_path / "not-a-dir").write_text("x")
+    monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "not-a-dir"))
+    with pytest.warns(RuntimeWarning, match="length cache not used"):
+        assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "cache"))
+    assert main([*args, "--out", str(tmp_path / "b")]) == 0
+    for f in (tmp_path / "cache" / "lengths").glob("*.parquet"):
+        f.write_bytes(b"not parquet")
+    with pytest.warns(RuntimeWarning, match="length cache not used"):
+        assert main([*args, "--out", str(tmp_path / "c")]) == 0
+    assert main([*args, "--out", str(tmp_path / "d")]) == 0
+    assert json.loads((tmp_path / "d" / "report.json").read_text())["cache_hits"] == 1
+    same = [pq.read_table(tmp_path / x / "lengths.parquet") for x in "abcd"]
+    assert all(t.equals(same[0]) for t in same)

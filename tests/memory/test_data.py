@@ -13,6 +13,7 @@ from lengthscan.cli.main import main
 from lengthscan.memory import MemoryOptions, Shape, estimate, load_config, usable_bytes
 from lengthscan.memory.data import predict_dataset
 from lengthscan.memory.epoch import layout_for, price_epoch
+from tests.factories import write_jsonl
 
 MiB = 1024 ** 2
 
@@ -22,7 +23,7 @@ def pairs_jsonl(tmp_path_factory, corpus_rows):
     """600 real docstring/summary pairs, every row with both (row ids are positions)."""
     path = tmp_path_factory.mktemp("pairs") / "pairs.jsonl"
     rows = [r for r in corpus_rows if r["text"] and r["summary"]][:600]
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    write_jsonl(path, rows, ensure_ascii=False)
     return path
 
 
@@ -237,7 +238,7 @@ def _clips(tmp_path, seconds, rate=16000):
         clip = af.write_audio(tmp_path / f"clip{i}.wav", int(rate * s), rate)
         rows.append({"path": str(clip), "text": " ".join(["word"] * (2 + i % 7))})
     manifest = tmp_path / "manifest.jsonl"
-    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_jsonl(manifest, rows)
     return manifest, rows
 
 

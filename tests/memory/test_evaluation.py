@@ -10,6 +10,7 @@ import pytest
 from lengthscan.cli.main import main
 from lengthscan.memory import MemoryOptions, load_config
 from lengthscan.memory.evaluation import EvalOptions, eval_shapes, evaluate_loop, report, shape_mode_batches
+from tests.factories import write_jsonl
 
 LENS = [40 + (i * 37) % 100 for i in range(12)]
 
@@ -116,7 +117,7 @@ def eval_data(tmp_path_factory, corpus_rows, bpe_dir):
     DatasetDict({"train": Dataset.from_list(rows[:120]),
                  "validation": Dataset.from_list(rows[120:])}).save_to_disk(str(base / "dd"))
     other = [*rows[120:], {"text": "a text without summary", "summary": None}]
-    (base / "val.jsonl").write_text("".join(json.dumps(r) + "\n" for r in other), encoding="utf-8")
+    write_jsonl(base / "val.jsonl", other)
     return base / "dd", base / "val.jsonl", rows[120:], tok
 
 

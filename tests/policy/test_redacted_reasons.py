@@ -24,11 +24,9 @@ SECRETS = ["secret-dir/gone.png", "/no/such/secret-abs.png",
            "secret-role", "secret-bytes-in-uri"]
 
 
-@pytest.fixture(scope="module")
-def qwen(tmp_path_factory, train_texts):
-    from tests.support.vision import vision_dir
-
-    return vision_dir(tmp_path_factory.mktemp("qwen"), "qwen2_vl", train_texts[:400])
+@pytest.fixture
+def qwen(qwen2_vl_dir):
+    return qwen2_vl_dir
 
 
 def _rows(tmp_path):

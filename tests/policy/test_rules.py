@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lengthscan.cli.main import main
 from lengthscan.measure.records import FLAG_MISSING, FLAG_OK, FLAG_TOO_LONG, FLAG_UNREADABLE
 from lengthscan.policy.rules import (
     DROP,
@@ -19,6 +21,7 @@ from lengthscan.policy.rules import (
     resolve_rules,
 )
 from lengthscan.stats.histograms import Histogram
+from tests.factories import silent_wav, write_jsonl
 
 
 @pytest.mark.parametrize("text, metric, op, value, action", [
@@ -162,3 +165,64 @@ def test_every_row_gets_exactly_one_consistent_decision(rows, action, lx, ly):
                 assert (y[i] <= ly or d.truncate_to["target"][i] == ly)
         else:
             assert d.decision[i] == KEEP and d.reason[i] is None
+
+
+def test_a_row_without_the_measurement_never_passes_a_limit_on_it(tmp_path, bpe_dir):
+    """Every metric: a row that lacks it is dropped by an upper and by a lower limit on it."""
+
+    src = write_jsonl(tmp_path / "s.jsonl", [{"text": "a short text", "summary": "sum"},
+                                               {"text": "x" * 50, "summary": None}, {"text": None, "summary": "s"}])
+    for rule in ("input_tokens<=100000", "input_tokens>=0", "target_tokens<=100000", "target_tokens>=0",
+                 "target_tokens/input_tokens<=1000"):
+        out = tmp_path / rule.replace("/", "_").replace("<", "l").replace(">", "g").replace("=", "e")
+        assert main(["audit", str(src), "--tokenizer", str(bpe_dir), "--input", "text", "--target", "summary",
+                     "--full", "--no-cache", "--limit", rule, "--out", str(out), "--quiet"]) == 0
+        t = pq.read_table(out / "lengths.parquet").to_pydict()
+        lacking = [i for i in range(3) if any(t[m][i] is None for m in rule.split("<")[0].split(">")[0].split("/"))]
+        assert lacking and all(t["decision"][i] == "drop" for i in lacking), (rule, t["decision"])
+        assert all(any(r.startswith(rule) for r in t["reasons"][i]) for i in lacking), (rule, t["reasons"])
+        assert t["decision"][0] == "keep"
+
+
+def _lacking_rows_fail(tmp_path, args: list, rules: tuple, n_rows: int, good: int = 0):
+    """Each rule (an upper and a lower limit on every metric) drops exactly the rows lacking its
+    metric, with the rule as the reason; the row that has it is kept."""
+
+    for k, rule in enumerate(rules):
+        out = tmp_path / f"o{k}"
+        assert main(["audit", *args, "--full", "--no-cache", "--limit", rule, "--out", str(out), "--quiet"]) == 0
+        t = pq.read_table(out / "lengths.parquet").to_pydict()
+        metrics = rule.split("<")[0].split(">")[0].split("/")
+        lacking = [i for i in range(n_rows) if any(t[m][i] is None for m in metrics)]
+        assert lacking and all(t["decision"][i] == "drop" for i in lacking), (rule, t["decision"])
+        assert all(any(r.startswith(rule) for r in t["reasons"][i]) for i in lacking), (rule, t["reasons"])
+        assert t["decision"][good] == "keep", (rule, t["decision"], t["reasons"])
+
+
+def test_a_row_without_an_audio_measurement_never_passes_a_limit_on_it(tmp_path, bpe_dir):
+    from transformers import Wav2Vec2Config, Wav2Vec2FeatureExtractor
+
+    model = tmp_path / "w2v"
+    Wav2Vec2Config().save_pretrained(model)
+    Wav2Vec2FeatureExtractor(sampling_rate=16000).save_pretrained(model)
+    silent_wav(tmp_path / "a.wav", 16000)
+    (tmp_path / "bad.wav").write_bytes(b"RIFF not audio at all")
+    (tmp_path / "m.csv").write_text("path,text\na.wav,hello there\nmissing.wav,gone\nbad.wav,broken\n")
+    metrics = ("input_seconds", "input_samples", "input_frames", "target_tokens/input_seconds")
+    rules = tuple(r for m in metrics for r in (f"{m}<=1000000000", f"{m}>=0"))
+    _lacking_rows_fail(tmp_path, [str(tmp_path / "m.csv"), "--audio", "path", "--target", "text", "--model",
+                                  str(model), "--tokenizer", str(bpe_dir)], rules, 3)
+
+
+@pytest.mark.slow
+def test_a_row_without_a_conversation_measurement_never_passes_a_limit_on_it(tmp_path, chat_tok_dir):
+    from lengthscan.measure.chat.metrics import CHAT_METRICS
+
+    rows = [{"messages": [{"role": "user", "content": "hi there"}, {"role": "assistant", "content": "hello"}]},
+            {"messages": None}, {"messages": [{"role": "user"}]}]
+    src = write_jsonl(tmp_path / "c.jsonl", rows)
+    rules = tuple(f"{m}{op}{v}" for m in CHAT_METRICS for op, v in (("<=", "1000000"), (">=", "0")))
+    from tests.support.chat import trl_template
+
+    _lacking_rows_fail(tmp_path, [str(src), "--messages", "messages", "--tokenizer", str(chat_tok_dir),
+                                  "--chat-template", str(trl_template("qwen3"))], rules, 3)

@@ -23,6 +23,7 @@ import pytest
 
 import lengthscan
 from lengthscan.report.html import write_html
+from tests.factories import write_jsonl
 from tests.support.pages import LABELS_JS, TABLES_JS
 
 CHROMIUM = next((p for p in (os.environ.get("LENGTHSCAN_CHROMIUM"), shutil.which("chromium"),
@@ -277,7 +278,7 @@ def test_audio_audit_page(browser, tmp_path, bpe_dir):
         rows.append({"path": str(clip), "text": " ".join(["word"] * (3 * i + 2))})
     rows.append({"path": str(tmp_path / "gone.wav"), "text": "a missing file"})
     manifest = tmp_path / "m.jsonl"
-    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_jsonl(manifest, rows)
     data = lengthscan.audit(str(manifest), audio="path", target="text", tokenizer=str(bpe_dir),
                             model=str(_whisper_dir(tmp_path)), full=True).to_dict()
     assert "input_seconds" in data["splits"][0]["fields"] and data["model"]["limits"]
@@ -317,15 +318,15 @@ def test_memory_page(browser, tmp_path, corpus_jsonl, bpe_dir):
     assert all(c["width"] > 50 and c["height"] > 30 for c in browser.evaluate(CHARTS_JS))
 
 
-def test_images_audit_page(browser, tmp_path, train_texts, docs):
+def test_images_audit_page(browser, tmp_path, qwen2_vl_dir, docs):
     """A conversation audit with images: the image section, its size chart and the tables render."""
     pytest.importorskip("PIL")
-    from tests.support.vision import image_conversations, template_of, vision_dir, write_pictures
+    from tests.support.vision import image_conversations, template_of, write_pictures
 
-    folder = vision_dir(tmp_path / "qwen2_vl", "qwen2_vl", train_texts[:400])
+    folder = qwen2_vl_dir
     pictures = write_pictures(tmp_path / "pictures")
     src = tmp_path / "pictures" / "vlm.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in image_conversations(docs, pictures, 30, seed=2)))
+    write_jsonl(src, image_conversations(docs, pictures, 30, seed=2))
     data = lengthscan.audit(str(src), tokenizer=str(folder), messages="messages", images="images",
                             processor=str(folder), chat_template=str(template_of("qwen2_vl")), full=True,
                             limits=["sequence_tokens<=1200"]).to_dict()
@@ -354,7 +355,7 @@ def _asr_manifest(tmp_path, n: int = 60) -> Path:
         af.write_audio(tmp_path / f"clip{i}.wav", int(16000 * seconds), 16000)
         rows.append({"path": f"clip{i}.wav", "text": " ".join(["word"] * int(3 * seconds + 2))})
     manifest = tmp_path / "m.jsonl"
-    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_jsonl(manifest, rows)
     return manifest
 
 

@@ -86,10 +86,10 @@ def conversations(docs: list[str], n: int, seed: int = 0) -> list[dict]:
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
-    with open(path, "w", encoding="utf-8") as fh:
-        for r in rows:
-            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-    return path
+    """Conversations as JSON Lines, non-ASCII characters as themselves (``tests.factories.write_jsonl``)."""
+    from tests.factories import write_jsonl
+
+    return write_jsonl(path, rows, ensure_ascii=False)
 
 
 def reference(tok, template: Path, messages, tools=None, train_on: str = "assistant"):

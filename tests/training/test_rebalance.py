@@ -15,6 +15,7 @@ from lengthscan.cli.main import main
 from lengthscan.memory import MemoryOptions, Shape, estimate, load_config
 from lengthscan.training.batches import Batches, random_batches
 from lengthscan.training.rebalance import TRAINER_REBALANCE_SEED, most_rows, rebalance_available, rebalance_batches
+from tests.factories import write_jsonl
 
 
 def _distributions(n: int, seed: int) -> dict[str, np.ndarray]:
@@ -186,7 +187,7 @@ def test_availability_is_read_from_the_installed_sources(tmp_path, monkeypatch):
 def pairs_jsonl(tmp_path_factory, corpus_rows):
     path = tmp_path_factory.mktemp("pairs") / "pairs.jsonl"
     rows = [r for r in corpus_rows if r["text"] and r["summary"]][:500]
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    write_jsonl(path, rows, ensure_ascii=False)
     return path
 
 

@@ -103,15 +103,15 @@ def test_clean_with_no_rejects_writes_loadable_empty_rejects(tmp_path, docs, cha
 
 
 @pytest.mark.slow
-def test_mixed_content_with_images(tmp_path, docs, train_texts):
+def test_mixed_content_with_images(tmp_path, docs, qwen2_vl_dir):
     """String content beside image and text parts, with the images column: audit equals the
     processor, clean keeps or rejects every row, and the cleaned dataset measures the same."""
     from datasets import load_from_disk
     from PIL import Image
 
-    from tests.support.vision import reference, reference_processor, template_of, vision_dir
+    from tests.support.vision import reference, reference_processor, template_of
 
-    folder = vision_dir(tmp_path / "qwen", "qwen2_vl", train_texts[:400])
+    folder = qwen2_vl_dir
     pics = tmp_path / "data"
     pics.mkdir()
     sizes = [(320, 240), (64, 900), (1200, 800)]

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from tests.support.chat import not_trls, trl_template, write_jsonl
+from tests.support.cli import in_process
 
 pytestmark = pytest.mark.slow  # subprocesses and conversations of thousands of turns
 
@@ -23,7 +24,9 @@ def _cli(*args, timeout: float = 120):
 
 
 @pytest.mark.parametrize("case", ["fifo", "dev_zero", "folder", "huge", "latin1"])
-def test_template_that_is_not_a_readable_file_exits_2_at_once(tmp_path, chat_tok_dir, case):
+def test_template_that_is_not_a_readable_file_exits_2_at_once(tmp_path, chat_tok_dir, case, capsys):
+    """A FIFO or /dev/zero would block or never end a read: those run in a child process under a timeout (a
+    regression fails, it does not hang the suite); the others run in this process."""
     src = write_jsonl(tmp_path / "c.jsonl", [{"messages": [{"role": "user", "content": "hi"},
                                                            {"role": "assistant", "content": "hello"}]}])
     path = {"dev_zero": "/dev/zero", "folder": tmp_path}.get(case, tmp_path / "t.jinja")
@@ -36,8 +39,9 @@ def test_template_that_is_not_a_readable_file_exits_2_at_once(tmp_path, chat_tok
     if case == "dev_zero" and not os.path.exists(path):
         pytest.skip("no /dev/zero")
     started = time.monotonic()
-    done = _cli("audit", src, "--tokenizer", chat_tok_dir, "--messages", "messages", "--chat-template", path,
-                "--out", tmp_path / "out", "--quiet", "--no-cache", timeout=60)
+    args = ("audit", src, "--tokenizer", chat_tok_dir, "--messages", "messages", "--chat-template", path,
+            "--out", tmp_path / "out", "--quiet", "--no-cache")
+    done = _cli(*args, timeout=60) if case in ("fifo", "dev_zero") else in_process(capsys, *args)
     assert time.monotonic() - started < 60
     assert done.returncode == 2, done.stderr
     err = done.stderr.strip()
@@ -238,7 +242,7 @@ def test_drop_turns_on_thousands_of_turns(tmp_path, chat_tok_dir, chat_tok):
     assert not any(BISECTED in r for r in reasons[0]) and any(BISECTED in r for r in reasons[1])
 
 
-def test_tokenize_drops_a_conversation_whose_labels_cannot_be_made(tmp_path, chat_tok_dir):
+def test_tokenize_drops_a_conversation_whose_labels_cannot_be_made(tmp_path, chat_tok_dir, capsys):
     """qwen3's own template drops the reasoning of earlier turns: the trained tokens of a row with
     two assistant turns cannot be counted, so --tokenize cannot write its labels: a reject with its
     reason, never a crash (it was exit 3). (A copy: TRL's own file is swapped for qwen3_training.)"""
@@ -246,8 +250,8 @@ def test_tokenize_drops_a_conversation_whose_labels_cannot_be_made(tmp_path, cha
 
     turn = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "<think>\nhmm\n</think>\n\nhello"}]
     src = write_jsonl(tmp_path / "c.jsonl", [{"messages": turn + turn}, {"messages": turn}])
-    done = _cli("clean", src, "--tokenizer", chat_tok_dir, "--messages", "messages", "--chat-template",
-                not_trls("qwen3", tmp_path), "--tokenize", "--out", tmp_path / "out", "--quiet")
+    done = in_process(capsys, "clean", src, "--tokenizer", chat_tok_dir, "--messages", "messages", "--chat-template",
+                      not_trls("qwen3", tmp_path), "--tokenize", "--out", tmp_path / "out", "--quiet")
     assert done.returncode == 0, done.stderr
     kept = load_from_disk(str(tmp_path / "out" / "dataset"))
     rejects = load_from_disk(str(tmp_path / "out" / "rejects"))

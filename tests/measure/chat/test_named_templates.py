@@ -4,20 +4,22 @@ given by path; a name that is none gets the closest shipped names (exit 2)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pyarrow.parquet as pq
 import pytest
 
 from lengthscan.cli.main import main
+from tests.factories import write_jsonl
 from tests.support.chat import has_generation, trl_template
+from tests.support.cli import one_line
 from tests.support.wheels import required_wheel_file
 
 
 def _rows(path):
     rows = [{"messages": [{"role": "user", "content": f"Question {i}?"},
                           {"role": "assistant", "content": "An answer. " * (i + 1)}]} for i in range(6)]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+    return write_jsonl(path, rows)
 
 
 def test_a_shipped_template_by_name_counts_as_its_file(tmp_path, chat_tok_dir):
@@ -133,3 +135,14 @@ def test_an_original_is_counted_as_sftrainer_renders_it(tmp_path, chat_tok_dir, 
             assert "assistant mask of TRL's llama3_training template" in terminal
         else:
             assert "llama3_training" not in terminal
+
+
+def test_a_tokenizer_without_a_template_is_told_of_trls_names(tmp_path, bpe_dir, docs, capsys):
+    src = write_jsonl(tmp_path / "c.jsonl", [{"messages": [{"role": "user", "content": d[:50]},
+                                                           {"role": "assistant", "content": d[:80]}]}
+                                             for d in docs[:5]], ensure_ascii=False)
+    assert main(["audit", str(src), "--tokenizer", str(bpe_dir), "--messages", "messages",
+                 "--out", str(tmp_path / "o")]) == 2
+    err = one_line(capsys, "--chat-template FILE|NAME", "qwen3")
+    name = re.search(r"TRL ships: (\w+)", err).group(1)
+    assert trl_template(name).is_file()  # the name it offers is one that --chat-template takes

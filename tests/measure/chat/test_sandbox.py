@@ -8,11 +8,15 @@ from __future__ import annotations
 import json
 import time
 
+import pyarrow.parquet as pq
 import pytest
 
+from lengthscan.cli.main import main
 from lengthscan.measure.chat.sandbox import RenderTooLong
 from lengthscan.measure.chat.template import ChatTemplate, Renderer
+from tests.factories import write_jsonl
 from tests.support.chat import trl_template
+from tests.support.cli import one_line
 
 CAP = 100_000
 HELLO = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi there"}]
@@ -84,7 +88,6 @@ def test_real_templates_render_as_transformers_renders_them(name, chat_tok):
 def test_a_hostile_template_marks_rows_too_long_through_the_cli(tmp_path, chat_tok_dir, capsys):
     """Only the rows that set the template off are too_long (with the reason); the others are
     measured; the run neither stops nor takes the memory it asked for."""
-    import pyarrow.parquet as pq
 
     from lengthscan.cli.main import main
 
@@ -94,7 +97,7 @@ def test_a_hostile_template_marks_rows_too_long_through_the_cli(tmp_path, chat_t
     rows = [{"messages": [{"role": "user", "content": c}, {"role": "assistant", "content": "ok"}]}
             for c in ("hello", "boom", "fine", "boom boom")]
     src = tmp_path / "c.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_jsonl(src, rows)
     assert main(["audit", str(src), "--tokenizer", str(chat_tok_dir), "--messages", "messages", "--chat-template",
                  str(template), "--full", "--no-cache", "--quiet", "--out", str(tmp_path / "o")]) == 0
     table = pq.read_table(tmp_path / "o" / "lengths.parquet").to_pydict()
@@ -111,3 +114,25 @@ def test_other_callers_of_transformers_are_not_capped(chat_tok):
     with pytest.raises(RenderTooLong):
         Renderer(ChatTemplate(text, "test"), {}, max_chars=CAP).render(HELLO)
     assert chat_tok.apply_chat_template(HELLO, chat_template=text, tokenize=False) == "x" * 200000
+
+
+def test_a_template_that_loops_is_a_rows_error_then_stops_the_run(tmp_path, chat_tok_dir, capsys, monkeypatch):
+    from lengthscan.measure.chat import template
+
+    monkeypatch.setattr(template, "RENDER_SECONDS", 0.3)
+    slow = tmp_path / "slow.jinja"
+    slow.write_text("{% for m in messages %}{{ m.content }}{% endfor %}{% if messages|length > 1 %}"
+                    "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}{% endif %}")
+    rows = [{"messages": [{"role": "user", "content": "hi"}]}] * 3 + \
+           [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}]
+    src = write_jsonl(tmp_path / "c.jsonl", rows)
+    args = ["audit", str(src), "--tokenizer", str(chat_tok_dir), "--messages", "messages", "--chat-template",
+            str(slow), "--full", "--quiet", "--no-cache"]
+    started = time.monotonic()
+    assert main([*args, "--json", "--out", str(tmp_path / "o1")]) == 0  # one slow row: its own reason
+    chat = json.loads(capsys.readouterr().out)["splits"][0]["roles"]
+    assert "template_error" in json.dumps(chat)
+    src = write_jsonl(tmp_path / "c.jsonl", rows[-1:] * 4)
+    assert main([*args, "--out", str(tmp_path / "o2")]) == 2  # slow on row after row: the run stops
+    one_line(capsys, "the chat template ran past 0.3 s on 3 rows")
+    assert time.monotonic() - started < 20

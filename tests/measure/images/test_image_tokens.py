@@ -13,6 +13,7 @@ import pytest
 
 from lengthscan.cli.main import main
 from lengthscan.report.findings import findings
+from tests.factories import write_jsonl
 from tests.support.vision import (
     FAMILIES,
     image_conversations,
@@ -45,13 +46,6 @@ def family_dirs(tmp_path_factory, train_texts):
         return made[family]
 
     return get
-
-
-def _write(path, rows):
-    with open(path, "w") as fh:
-        for r in rows:
-            fh.write(json.dumps(r) + "\n")
-    return path
 
 
 def _loaded(row: dict, folder) -> list:
@@ -101,7 +95,7 @@ def _check_family(family, folder, rows, src, tmp_path, pictures_dir):
 
 def test_qwen2_vl_rows_equal_the_processors_input_ids(tmp_path, docs, pictures, family_dirs):
     rows = image_conversations(docs, pictures, 24, seed=1)
-    src = _write(pictures[0].parent / "qwen2_vl.jsonl", rows)
+    src = write_jsonl(pictures[0].parent / "qwen2_vl.jsonl", rows)
     table = _check_family("qwen2_vl", family_dirs("qwen2_vl"), rows, src, tmp_path, pictures[0].parent)
     assert max(table["image_tokens"]) > 1000  # big images: most of their row's tokens
     report = json.loads((tmp_path / "out" / "report.json").read_text())
@@ -119,7 +113,7 @@ def test_every_family_equals_its_processor(tmp_path, docs, pictures, family_dirs
     if family == "smolvlm":
         pytest.importorskip("num2words")
     rows = image_conversations(docs, pictures, 9, seed=sum(map(ord, family)))
-    src = _write(pictures[0].parent / f"{family}.jsonl", rows)
+    src = write_jsonl(pictures[0].parent / f"{family}.jsonl", rows)
     _check_family(family, family_dirs(family), rows, src, tmp_path, pictures[0].parent)
 
 
@@ -133,7 +127,7 @@ def test_a_big_photo_costs_what_the_released_config_says_not_the_class_default(t
     rows = [{"messages": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What?"}]},
                           {"role": "assistant", "content": [{"type": "text", "text": "A photo."}]}],
              "images": ["big.png"]}]
-    src = _write(tmp_path / "big.jsonl", rows)
+    src = write_jsonl(tmp_path / "big.jsonl", rows)
     got = {}
     for cap in (None, 1003520):
         out = tmp_path / f"out{cap}"
@@ -147,7 +141,7 @@ def test_a_big_photo_costs_what_the_released_config_says_not_the_class_default(t
 def test_the_max_pixels_suggestion_makes_the_longest_rows_fit(tmp_path, docs, pictures, family_dirs):
     folder = family_dirs("qwen2_vl")
     rows = image_conversations(docs, pictures, 16, seed=5)
-    src = _write(pictures[0].parent / "suggest.jsonl", rows)
+    src = write_jsonl(pictures[0].parent / "suggest.jsonl", rows)
     args = ["--tokenizer", folder, "--chat-template", template_of("qwen2_vl"), "--messages", "messages",
             "--images", "images", "--processor", folder, "--full"]
     assert _audit(src, *args, "--out", tmp_path / "a") == 0
@@ -182,7 +176,7 @@ def test_prompt_completion_rows_with_images(tmp_path, docs, pictures, family_dir
                      "completion": [{"role": "assistant", "content": [{"type": "text", "text": docs[i + 1][:80]
                                                                         or "This."}]}],
                      "images": [pic.name]})
-    table = _audit_prompt_completion(_write(pictures[0].parent / "pc.jsonl", rows), folder, tmp_path / "out")
+    table = _audit_prompt_completion(write_jsonl(pictures[0].parent / "pc.jsonl", rows), folder, tmp_path / "out")
     processor = reference_processor(folder, "qwen2_vl")
     for i, row in enumerate(rows):
         pics = [load_image(str(pictures[0].parent / row["images"][0]))]
@@ -253,7 +247,7 @@ def test_bad_images_get_a_reason_per_row(tmp_path, docs, pictures, family_dirs):
                                                    {"type": "text", "text": "x"}]}, reply], "images": []},
         {"messages": [user, reply], "images": ["strip.png"]},
     ]
-    src = _write(tmp_path / "bad.jsonl", rows)
+    src = write_jsonl(tmp_path / "bad.jsonl", rows)
     out = tmp_path / "out"
     assert _audit(src, "--tokenizer", folder, "--chat-template", template_of("qwen2_vl"), "--messages", "messages",
                   "--images", "images", "--processor", folder, "--full", "--out", out) == 0
@@ -284,7 +278,7 @@ def test_usage_errors_exit_2(tmp_path, family_dirs, capsys, extra, message):
     pre = {k: v for k, v in FAMILIES["llava"]["preprocessor"].items()}
     (clip / "preprocessor_config.json").write_text(json.dumps(pre))
     extra = [str(folder) if e == "QWEN" else str(tmp_path / e) if e in ("EMPTY", "CLIPONLY") else e for e in extra]
-    src = _write(tmp_path / "one.jsonl", [{"messages": [{"role": "user", "content": "hi"},
+    src = write_jsonl(tmp_path / "one.jsonl", [{"messages": [{"role": "user", "content": "hi"},
                                                         {"role": "assistant", "content": "ok"}], "images": []}])
     code = _audit(src, "--tokenizer", folder, "--chat-template", template_of("qwen2_vl"), "--messages", "messages",
                   "--images", "images", *extra)
@@ -299,13 +293,13 @@ def test_image_parts_without_a_processor_say_so(tmp_path, family_dirs, pictures,
     text_row = {"messages": [{"role": "user", "content": [{"type": "text", "text": "What?"}]},
                              {"role": "assistant", "content": [{"type": "text", "text": "Hm."}]}]}
     args = ["--tokenizer", folder, "--chat-template", template_of("qwen2_vl"), "--messages", "messages", "--full"]
-    src = _write(tmp_path / "two.jsonl", [image_row, text_row])
+    src = write_jsonl(tmp_path / "two.jsonl", [image_row, text_row])
     assert _audit(src, *args, "--out", tmp_path / "out") == 0
     t = pq.read_table(tmp_path / "out" / "lengths.parquet").to_pydict()
     assert t["chat_flag"] == ["unsupported_content", None] and "--processor" in t["chat_error"][0]
     # every row with images and no processor: nothing to measure, exit 2 saying what to give
     capsys.readouterr()
-    assert _audit(_write(tmp_path / "one.jsonl", [image_row]), *args, "--out", tmp_path / "one") == 2
+    assert _audit(write_jsonl(tmp_path / "one.jsonl", [image_row]), *args, "--out", tmp_path / "one") == 2
     assert "give the model's processor (--processor DIR_OR_NAME)" in capsys.readouterr().err
 
 
@@ -325,7 +319,7 @@ def test_the_map_function_counts_images_as_the_audit_does(tmp_path, docs, pictur
         r["images"] = [str(pictures[0].parent / name) for name in r["images"]]
     rows = [r for r in rows if sum(p["type"] == "image" for m in r["messages"] for p in m["content"])
             == len(r["images"])]
-    src = _write(tmp_path / "map.jsonl", rows)
+    src = write_jsonl(tmp_path / "map.jsonl", rows)
     assert _audit(src, "--tokenizer", folder, "--chat-template", template_of("qwen2_vl"), "--messages", "messages",
                   "--images", "images", "--processor", folder, "--full", "--out", tmp_path / "out") == 0
     want = pq.read_table(tmp_path / "out" / "lengths.parquet").to_pydict()
@@ -348,7 +342,7 @@ def test_a_config_that_does_not_name_its_processor(tmp_path, docs, pictures, fam
     config = {k: v for k, v in FAMILIES["qwen2_vl"]["preprocessor"].items() if k != "processor_class"}
     (bare / "preprocessor_config.json").write_text(json.dumps(config))
     rows = image_conversations(docs, pictures, 8, seed=11)
-    src = _write(pictures[0].parent / "bare.jsonl", rows)
+    src = write_jsonl(pictures[0].parent / "bare.jsonl", rows)
     tables = []
     for processor in (folder, bare):
         out = tmp_path / processor.name / "out"
@@ -382,7 +376,7 @@ def test_gemma3_expansions_merge_with_their_text_and_count_where_they_are(tmp_pa
                           {"role": "assistant", "content": "Here:\n<start_of_image>\nDone."}], "images": ["a.png"]},
             {"messages": [{"role": "user", "content": "Look:\n<start_of_image>\n\nWhat?"},
                           {"role": "assistant", "content": "A box."}], "images": ["a.png"]}]
-    src = _write(tmp_path / "g3.jsonl", rows)
+    src = write_jsonl(tmp_path / "g3.jsonl", rows)
     out = tmp_path / "out"
     assert _audit(src, "--tokenizer", folder, "--chat-template", template_of("gemma3"), "--messages", "messages",
                   "--images", "images", "--processor", folder, "--full", "--out", out) == 0
@@ -410,7 +404,7 @@ def test_string_prompt_completion_rows_with_placeholders(tmp_path, family_dirs, 
     image = "<|vision_start|><|image_pad|><|vision_end|>"
     rows = [{"prompt": f"{image}What is this?", "completion": " A picture.", "images": [pictures[0].name]},
             {"prompt": "Draw a cat.", "completion": f" Here:{image}", "images": [pictures[1].name]}]
-    t = _audit_prompt_completion(_write(pictures[0].parent / "pcstr.jsonl", rows), folder, tmp_path / "out")
+    t = _audit_prompt_completion(write_jsonl(pictures[0].parent / "pcstr.jsonl", rows), folder, tmp_path / "out")
     processor = reference_processor(folder, "qwen2_vl")
     eos = processor.tokenizer.eos_token
     for i, row in enumerate(rows):
@@ -428,7 +422,7 @@ def test_clean_writes_image_paths_that_still_resolve(tmp_path, docs, pictures, f
     it again gives the same counts."""
     folder = family_dirs("qwen2_vl")
     rows = image_conversations(docs, pictures, 12, seed=3)
-    src = _write(pictures[0].parent / "clean.jsonl", rows)
+    src = write_jsonl(pictures[0].parent / "clean.jsonl", rows)
     args = ["--tokenizer", folder, "--chat-template", template_of("qwen2_vl"), "--messages", "messages",
             "--images", "images", "--processor", folder]
     assert main(["clean", str(src), *map(str, args), "--out", str(tmp_path / "c"), "--format", "parquet",

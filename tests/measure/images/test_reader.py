@@ -12,7 +12,6 @@ budget, and measured as Pillow measures it where it is within.
 from __future__ import annotations
 
 import io
-import json
 import os
 import socket
 import struct
@@ -27,6 +26,7 @@ import pytest
 
 from lengthscan.measure.images.headers import ImageError, OverBudget, image_size_from
 from lengthscan.measure.images.reader import INFLATE_BUDGET, PILLOW_TEXT_CHUNK, READ_BUDGET
+from tests.factories import write_jsonl
 
 PIL = pytest.importorskip("PIL")
 
@@ -220,11 +220,11 @@ def test_special_files_are_refused_unread(tmp_path):
 
 
 @pytest.mark.slow
-def test_audit_of_conversations_with_a_fifo_and_a_bomb_does_not_hang(tmp_path, train_texts):
+def test_audit_of_conversations_with_a_fifo_and_a_bomb_does_not_hang(tmp_path, qwen2_vl_dir):
     """The whole audit, in a subprocess under a timeout: each bad image is its row's reason."""
-    from tests.support.vision import template_of, vision_dir, write_pictures
+    from tests.support.vision import template_of, write_pictures
 
-    folder = vision_dir(tmp_path / "qwen", "qwen2_vl", train_texts[:400])
+    folder = qwen2_vl_dir
     pics = write_pictures(tmp_path / "data")
     os.mkfifo(tmp_path / "data" / "pipe.png")
     png = _png()
@@ -236,7 +236,7 @@ def test_audit_of_conversations_with_a_fifo_and_a_bomb_does_not_hang(tmp_path, t
             {"messages": [user, reply], "images": ["bomb.png", pics[1].name]},
             {"messages": [user, reply], "images": [pics[0].name, pics[1].name]}]
     src = tmp_path / "data" / "rows.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_jsonl(src, rows)
     out = tmp_path / "out"
     done = subprocess.run(
         [sys.executable, "-m", "lengthscan", "audit", str(src), "--tokenizer", str(folder), "--chat-template",

@@ -12,6 +12,7 @@ import zlib
 import pytest
 
 from lengthscan.measure.images.refs import ImageProblem, Seen, image_sizes
+from tests.factories import write_jsonl
 
 PIL = pytest.importorskip("PIL")
 
@@ -39,7 +40,6 @@ def test_an_image_url_is_named_without_its_credentials_and_query(tmp_path, train
     """An image given as a URL is a per-row reason; the reason names it as every URL is shown
     (``https://***@host/path``), so no password or signature reaches lengths.parquet, report.json,
     report.html or the terminal."""
-    import json
 
     import pyarrow.parquet as pq
 
@@ -55,7 +55,7 @@ def test_an_image_url_is_named_without_its_credentials_and_query(tmp_path, train
     rows = [{"messages": [{"role": "user", "content": [{"type": "image", "image": ref}, {"type": "text", "text": "?"}]},
                           {"role": "assistant", "content": "A picture."}]} for ref in (str(pic), url)]
     src = tmp_path / "c.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_jsonl(src, rows)
     out = tmp_path / "o"
     assert main(["audit", str(src), "--tokenizer", str(folder), "--processor", str(folder), "--messages", "messages",
                  "--chat-template", "qwen2_5_vl", "--full", "--out", str(out)]) == 0
