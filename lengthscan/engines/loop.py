@@ -7,9 +7,10 @@ processes or on Ray is one parameter, the engine, which turns a split and its sa
 
     for split:   plan -> engine.measure(split, plan) -> cache -> tally.add -> sinks.write -> progress
 
-An engine has ``uses_cache`` and ``single_pass`` (whether its batches carry the source's columns, so
-that clean can write while measuring), ``check(source)``, ``session()``, ``open(source, split)``,
-``measure(...)``, ``tokenizer_info(counter, cached)`` and ``proofs(setup)``; ``LocalEngine`` here,
+An engine has ``uses_cache`` and ``single_pass`` (whether its batches can carry the source's
+columns, ``measure(..., keep_columns=True)``, so that clean can write while measuring),
+``check(source)``, ``session()``, ``open(source, split)``, ``measure(...)``,
+``tokenizer_info(counter, cached)`` and ``proofs(setup)``; ``LocalEngine`` here,
 ``engines.ray.engine.RayEngine`` for Ray Data. A sink has ``open_split(split_src, plan)``,
 ``write(split_src, batch, measured)`` and ``close_split(split_src)``.
 """
@@ -110,6 +111,7 @@ def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally:
                if plan.full and role not in readers and role not in setup.decide_caps
                and (w := _cache_open(cache_writer, kinds[role], k)) is not None}
     to_measure = tuple(f for f in fields if f.role not in readers)
+    keep_columns = columns is not None  # the sinks write the rows (clean's single pass)
     if columns is None:
         columns = list(dict.fromkeys(c for f in to_measure for c in f.columns))
     if setup.identity is not None and setup.identity.name not in columns:
@@ -117,7 +119,7 @@ def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally:
     done = 0
     try:
         for batch, measured in engine.measure(split_src, plan, setup, to_measure, columns, batch_rows=run.batch_rows,
-                                              with_ids=with_ids):
+                                              with_ids=with_ids, keep_columns=keep_columns):
             for f in fields:
                 if f.role in readers and f.kind == "chat":
                     measured[f.role] = chat_stored.from_table(f, readers[f.role].take(batch.rows))
@@ -216,8 +218,9 @@ class LocalEngine:
         return open_source(source, split=split, config=config, revision=revision)
 
     def measure(self, split_src: SplitSource, plan: SamplePlan, setup: Setup, fields: tuple, columns: list[str], *,
-                batch_rows: int, with_ids: bool = False):
-        """(batch, role -> Measured) for the plan's rows, in row order."""
+                batch_rows: int, with_ids: bool = False, keep_columns: bool = False):
+        """(batch, role -> Measured) for the plan's rows, in row order (the batches always carry
+        the ``columns`` read here: ``keep_columns`` asks it of an engine that would not)."""
         raw = tuple(c for f in fields if f.kind == "chat" for c in f.columns)  # conversations as the file has them
         batches = (iter_batches(split_src, columns, indices=plan.indices, batch_rows=batch_rows, raw=raw) if columns
                    else row_batches(plan, batch_rows))

@@ -25,21 +25,6 @@ pytestmark = pytest.mark.ray
 
 #: Report fields that differ between any two runs (clock, command, output folder).
 VOLATILE = {"created", "seconds", "command"}
-#: Credentials for moto's S3 server, in the environment before the cluster starts so that its
-#: worker processes inherit them, as a real cluster's nodes have their own.
-AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _aws_credentials():
-    saved = {k: os.environ.get(k) for k in AWS_ENV}
-    os.environ.update(AWS_ENV)
-    yield
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 # -- comparing the two engines' outputs ------------------------------------------------------------
@@ -252,8 +237,9 @@ def test_csv_audit_and_clean_same_as_local(cluster, tmp_path, tmp_path_factory, 
 
 
 @pytest.fixture(scope="module")
-def s3_corpus(tmp_path_factory, parquet_glob, corpus_jsonl, corpus_csv):
-    """moto's S3 server on a local port, holding the Parquet shards, the JSONL and the CSV corpus."""
+def s3_corpus(cluster, tmp_path_factory, parquet_glob, corpus_jsonl, corpus_csv):
+    """moto's S3 server on a local port, holding the Parquet shards, the JSONL and the CSV corpus (its
+    credentials in the environment since the session's cluster started: ``conftest.AWS_ENV``)."""
     server = pytest.importorskip("moto.server", reason='the s3:// tests need moto: pip install "moto[server]"')
     boto3 = pytest.importorskip("boto3", reason='the s3:// tests need boto3 (a dependency of moto[server])')
     import logging
