@@ -78,7 +78,8 @@ def _filesystem(uri: str):
         fs, _ = pafs.FileSystem.from_uri(f"{head}://{rest.split('/')[0]}")
     except Exception as exc:
         raise EngineError(f"{display_url(uri)}: cannot open this object-storage location ({_first(exc)}); the Ray "
-                          "engine reads s3://, gs:// and other URIs through pyarrow's file systems") from None
+                          "engine reads http(s):// and hf:// as the local engine does, s3://, gs:// and other "
+                          "URIs through pyarrow's file systems") from None
     authority, slash, path = rest.partition("/")
     return fs, f"{authority.rsplit('@', 1)[-1]}{slash}{path}"
 
