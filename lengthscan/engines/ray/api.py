@@ -25,9 +25,9 @@ def audit_ray(source, *, ray_address: str | None = None, num_blocks: int | None 
     """``lengthscan.audit`` on a Ray cluster: every keyword of ``audit``, the same ``AuditResult`` and outputs.
 
     ``ray_address`` is passed to ``ray.init`` (None: the running Ray session, else a new local
-    one; ``"auto"`` joins a running cluster). ``num_blocks`` overrides the number of read blocks.
-    The length cache is not used (``cache`` is accepted and ignored); ``num_proc`` is ignored (the
-    actor pool uses the cluster's CPUs). ``--limit`` decisions run on the driver over the merged
+    one; ``"auto"`` joins a running cluster). ``num_blocks`` overrides the number of read tasks.
+    The length cache is the local engine's, read and written on the driver; ``num_proc`` is ignored
+    (the actor pool uses the cluster's CPUs). ``--limit`` decisions run on the driver over the merged
     ``lengths`` file, as in the local engine.
     """
     from lengthscan.engines.ray.engine import RayEngine
@@ -40,9 +40,9 @@ def clean_ray(source, *, ray_address: str | None = None, num_blocks: int | None 
     """``lengthscan.clean`` on a Ray cluster: every keyword of ``clean``, the same ``CleanResult`` and outputs.
 
     ``ray_address`` and ``num_blocks`` as in ``audit_ray``; ``format`` "parquet" writes Parquet
-    shards. The length cache is not used (``cache`` is accepted and ignored) and ``num_proc`` is
-    ignored (the actor pools use the cluster's CPUs). Two passes always: the rows are written by
-    actors (see ``engines.ray.write``).
+    shards. ``num_proc`` is ignored (the actor pool uses the cluster's CPUs). One pass where every
+    threshold is known before measuring (the rows written on the driver), else two, the second's
+    rows written by the actors (see ``engines.ray.write``).
     """
     from lengthscan.engines.ray.engine import RayEngine
 

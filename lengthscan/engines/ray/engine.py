@@ -34,6 +34,8 @@ class RayEngine:
     name = "ray"
     uses_cache = True
     single_pass = True
+    #: The actors' class (None: ``engines.ray.worker.Worker``; a subclass of it, to time its calls).
+    worker_class = None
 
     def __init__(self, address: str | None = None, num_blocks: int | None = None):
         self.address, self.num_blocks = address, num_blocks
@@ -62,7 +64,11 @@ class RayEngine:
     def open(self, source, split: str | None, *, config: str | None = None, revision: str | None = None):
         from lengthscan.engines.ray.sources import open_for_ray
 
-        return open_for_ray(self.ray, source, split, config=config, revision=revision)
+        src = open_for_ray(self.ray, source, split, config=config, revision=revision)
+        # the actors start now (after the layout, whose Ray tasks need the CPUs they will hold), while
+        # the driver plans the sample and opens its outputs
+        self.pool()
+        return src
 
     def pool(self):
         """The session's worker actors, started on first use."""
@@ -70,7 +76,7 @@ class RayEngine:
             from lengthscan.engines.ray.pool import ActorPool
             from lengthscan.engines.ray.worker import Worker
 
-            self._pool = ActorPool(self.ray, Worker)
+            self._pool = ActorPool(self.ray, self.worker_class or Worker)
         return self._pool
 
     def hold(self, obj) -> Held:

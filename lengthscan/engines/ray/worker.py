@@ -48,6 +48,8 @@ class Worker:
     def __init__(self):
         os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one CPU per actor, as local worker processes
         self.kept: dict = {}
+        import lengthscan.measure.batch  # noqa: F401 (imported while the driver plans, not on the first call)
+        import lengthscan.sources.formats  # noqa: F401
 
     def held(self, held: Held):
         if held.key not in self.kept:
