@@ -86,11 +86,12 @@ class RayEngine:
         return self._held[id(obj)][1]
 
     def tasks(self, split_src, batch_rows: int) -> list:
-        """The split's read tasks: ``num_blocks`` of them if asked, else about four per actor and
-        more for a large split (tasks of about eight batches), each at least a batch."""
+        """The split's read tasks: ``num_blocks`` of them if asked, else about eight per actor and
+        more for a large split (tasks of about four batches), each at least a batch: small enough
+        that the last tasks leave no actor idle for long."""
         from lengthscan.sources.formats import read_tasks
 
-        pieces = self.num_blocks or max(4 * len(self.pool()), split_src.num_rows // (8 * batch_rows))
+        pieces = self.num_blocks or max(8 * len(self.pool()), split_src.num_rows // (4 * batch_rows))
         return read_tasks(split_src, pieces, batch_rows)
 
     def add_traffic(self, split_src, spent) -> None:

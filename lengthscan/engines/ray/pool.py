@@ -5,33 +5,8 @@ from __future__ import annotations
 
 from collections import deque
 
-import numpy as np
-
-from lengthscan.sources.scan import Batch
-
 #: Calls in flight per actor (one running, one queued: an actor never waits for its next task).
 IN_FLIGHT = 2
-
-
-def table_batches(table, rows: np.ndarray, batch_rows: int):
-    """``Batch``es of ``batch_rows`` rows of an Arrow table whose rows are ``rows``."""
-    import pyarrow as pa
-
-    for k in range(0, table.num_rows, batch_rows):
-        part = table.slice(k, batch_rows).combine_chunks()
-        rb = part.to_batches()[0] if part.num_rows else pa.RecordBatch.from_pylist([], schema=part.schema)
-        yield Batch(rows[k:k + batch_rows], rb)
-
-
-#: At most this many read tasks per actor and part (each task re-reads a stream file up to its span).
-MAX_PIECES = 8
-
-
-def block_pieces(n: int, actors: int, batch_rows: int) -> list[tuple[int, int]]:
-    """Ranges of ``n`` rows for different actors: up to ``MAX_PIECES`` contiguous pieces of at least
-    ``batch_rows`` rows, in row order."""
-    k = max(1, min(actors, MAX_PIECES, n // max(1, batch_rows)))
-    return [(n * i // k, n * (i + 1) // k) for i in range(k)] if n else []
 
 
 def pool_size(ray) -> int:

@@ -159,14 +159,16 @@ def test_gate_failure_publishes_nothing(cluster, tmp_path, corpus_jsonl, bpe_dir
 
 @pytest.mark.parametrize("how", [{"full": True}, {"sample": 900, "seed": 3}], ids=["full", "sample"])
 def test_one_block_spread_over_actors(cluster, tmp_path, corpus_rows, bpe_dir, how):
-    """Ray reads a Parquet file as one block (up to ~128 MiB): its rows go to several actors in pieces."""
+    """A Parquet file of one row group: its rows go to several actors in read tasks of row spans."""
     import pyarrow as pa
 
-    from lengthscan.engines.ray.pool import block_pieces
+    from lengthscan.sources.formats import read_tasks
+    from lengthscan.sources.opener import open_source
 
     source = tmp_path / "one.parquet"
     pq.write_table(pa.Table.from_pylist(corpus_rows), source)
-    assert len(block_pieces(len(corpus_rows), 3, 256)) == 3
+    assert pq.ParquetFile(source).metadata.num_row_groups == 1
+    assert len(read_tasks(open_source(str(source)).splits[0], 3, 256)) == 3
     kw = dict(tokenizer=str(bpe_dir), input="text", target="summary", **how)
     local = lengthscan.audit(str(source), out=tmp_path / "local", cache=False, **kw)
     distributed = audit_ray(str(source), out=tmp_path / "ray", batch_rows=256, **kw)
