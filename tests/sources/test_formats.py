@@ -113,3 +113,48 @@ def test_a_task_of_a_stream_file_stops_after_its_span(tmp_path, corpus_rows, mon
     rows = [r for b in read_part(split.name, part, ["text"], batch_rows=50, span=(0, 10)) for r in b.rows.tolist()]
     assert rows == list(range(10))
     assert 10 <= sum(read) < part.rows // 2
+
+
+class TextLines:
+    """A format the package does not have: one row a line of a text file, column ``text``."""
+
+    name = "text-lines"
+
+    def claims(self, part) -> bool:
+        return False  # given by its opener (``Part.reader``), never claimed
+
+    def spans(self, part, pieces: int, least: int):
+        from lengthscan.sources.formats.batch import even_spans
+
+        return even_spans(part.rows, pieces, least)
+
+    def read(self, part, columns, wanted, batch_rows, raw=(), *, stop=False):
+        from lengthscan.sources.formats.batch import sliced
+
+        with open(part.path, encoding="utf-8", newline="") as fh:
+            lines = fh.read().removesuffix("\n").split("\n")
+        table = pa.record_batch({"text": lines}).select(columns)
+        yield from sliced(part, [table], wanted, batch_rows, stop=stop)
+
+
+def test_a_new_format_is_a_reader_its_parts_name(tmp_path, corpus_rows):
+    """A part whose opener names its reader is read by it, in tasks as any other (no other file changes)."""
+    from lengthscan.sources.source import Part, SplitSource
+
+    texts = [r["text"].replace("\n", " ") for r in corpus_rows if r["text"] and r["text"].strip()][:500]
+    paths = [tmp_path / "a.txt", tmp_path / "b.txt"]
+    paths[0].write_text("\n".join(texts[:200]) + "\n", newline="")
+    paths[1].write_text("\n".join(texts[200:]) + "\n", newline="")
+    schema = pa.schema([("text", pa.string())])
+    parts = (Part(0, str(paths[0]), rows=200, columns=["text"], schema=schema, reader=TextLines()),
+             Part(200, str(paths[1]), rows=300, columns=["text"], schema=schema, reader=TextLines()))
+    split = SplitSource("train", parts, "fingerprint")
+    assert [reader_for(p).name for p in parts] == ["text-lines", "text-lines"]
+    assert parts[0].features() == {"text": {"dtype": "string", "_type": "Value"}}
+    whole = [t for b in iter_batches(split, ["text"], batch_rows=64) for t in b.table.column("text").to_pylist()]
+    assert whole == texts
+    tasks = read_tasks(split, 5, 64)
+    assert len(tasks) > 2
+    got = [t for task in tasks for b in read_part("train", parts[task.part], ["text"], span=(task.lo, task.hi))
+           for t in b.table.column("text").to_pylist()]
+    assert got == texts

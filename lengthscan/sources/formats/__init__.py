@@ -4,8 +4,10 @@ and the Ray engine (``engines.ray``), which reads each of its tasks with the sam
 A format object has ``name``, ``claims(part)``, ``spans(part, pieces, least)`` (the part's rows
 cut into spans a read task reads apart: whole row groups for Parquet, row ranges otherwise) and
 ``read(part, columns, wanted, batch_rows, raw, stop=...)`` (``Batch``es of record batches with
-their rows' positions in the split). ``READERS`` lists them, tried in order: a new format is one
-module and one line here (and where its files are recognised and counted: ``sources.files``).
+their rows' positions in the split). ``READERS`` lists the built-in ones, tried in order on a part
+its opener gave no reader. A new format is one module here (its reader), its suffix in
+``sources.source.FORMATS`` and where its files are counted into parts, ``Part(..., reader=...,
+rows=..., columns=..., schema=...)`` (``sources.files``): both engines then read it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,10 @@ READERS = (ParquetFormat(), JsonLinesFormat(), CsvFormat(), DatasetFormat())
 
 
 def reader_for(part):
-    """The reader of ``part``'s format."""
+    """The reader of ``part``'s format: the one its opener gave it (``Part.reader``), else the first
+    of ``READERS`` that claims it."""
+    if getattr(part, "reader", None) is not None:
+        return part.reader
     return next(r for r in READERS if r.claims(part))
 
 
