@@ -127,6 +127,7 @@ def scaling(source: Path, tok: str, *, cpus_per_node: int, blocks: int, repeats:
 def _block_work(ray, source: Path, tok: str, blocks: int) -> dict:
     """Every read task of ``source``, cut as the engine cuts them, through warm worker actors (tokenizer
     loaded, footers read): the span, and each task's wall and CPU seconds in its actor (reading included)."""
+    from lengthscan.engines.options import MeasureOptions
     from lengthscan.engines.ray.engine import RayEngine
     from lengthscan.engines.ray.worker import MeasureJob, Worker
     from lengthscan.engines.setup import prepare
@@ -138,12 +139,12 @@ def _block_work(ray, source: Path, tok: str, blocks: int) -> dict:
             self.measure(job, split, task, take)
             return time.perf_counter() - wall, time.process_time() - cpu
 
-    setup = prepare(tokenizer=tok, input="text", target="summary")
+    setup = prepare(MeasureOptions(tokenizer=tok, input="text", target="summary"))
     columns = ["text", "summary"]
     engine = RayEngine(None, blocks)
+    engine.worker_class = TimedWorker  # the engine's pool (started when the source is open), of timed workers
     with engine.session():
         split = engine.open(str(source), None).splits[0]
-        engine.worker_class = TimedWorker  # the engine's pool, of timed workers
         pool = engine.pool()
         job = MeasureJob(engine.hold(setup), setup.fields, split.layout(), columns, BATCH_ROWS, (), False, False)
         held = engine.hold(split)
