@@ -7,10 +7,10 @@ the measuring work spread over one and two worker nodes of a simulated cluster.
    the ratio is the median Ray wall time over the median local wall time (> 1: Ray is slower).
 2. **Scaling**: on a ``ray.cluster_utils.Cluster`` in this process (a head node with no CPU, the
    driver only, and 1, then 2 worker nodes of ``--cpus-per-node`` CPUs each): the whole
-   ``audit_ray`` (``--blocks`` read blocks asked for; Ray reads a Parquet file as one block per
-   ~128 MiB whatever is asked), and the per-block work alone: the blocks, already read, cut in
-   pieces as the engine cuts them (``engines.ray.pool.block_pieces``), through warm measuring actors. It
-   prints the actors, the times, pieces and rows a second, and the speed-up of two nodes over one.
+   ``audit_ray`` (``--blocks`` read tasks asked for: runs of whole row groups), and the per-task work
+   alone: the read tasks as the engine cuts them (``sources.formats.read_tasks``), each read and
+   measured by the engine's warm worker actors (``engines.ray.worker``). It prints the actors, the
+   times, tasks and rows a second, and the speed-up of two nodes over one.
    The nodes share this machine's cores: the speed-up cannot pass what the free cores allow.
 
     python bench/ray_bench.py --quick      # ~2 minutes: 5,000 rows, one repeat
@@ -57,6 +57,9 @@ def overhead(source: Path, tok: str, repeats: int, scratch: Path) -> list[dict]:
                                        "--limit", "target_tokens<=64", "--action", "truncate"],
     }
     common = ["--tokenizer", tok, "--input", "text", "--target", "summary", "--no-cache", "--quiet"]
+    # a Ray of its own per command: ray.init() would join any Ray running on the machine (another
+    # user's, or a test cluster about to shut down) and time that cluster instead
+    os.environ["RAY_ADDRESS"] = "local"
     lines = []
     count = iter(range(10 ** 6))
     for label, args in commands.items():
@@ -101,7 +104,8 @@ def scaling(source: Path, tok: str, *, cpus_per_node: int, blocks: int, repeats:
             walls, works = [], []
             for rep in range(repeats):
                 t0 = time.perf_counter()
-                audit_ray(str(source), tokenizer=tok, input="text", target="summary", full=True, num_blocks=blocks)
+                audit_ray(str(source), tokenizer=tok, input="text", target="summary", full=True, num_blocks=blocks,
+                          cache=False)
                 walls.append(time.perf_counter() - t0)
                 works.append(_block_work(ray, source, tok, blocks))
                 print(f"  [scaling] {nodes} node(s) {rep + 1}/{repeats}: audit {walls[-1]:7.2f} s, "
@@ -121,44 +125,35 @@ def scaling(source: Path, tok: str, *, cpus_per_node: int, blocks: int, repeats:
 
 
 def _block_work(ray, source: Path, tok: str, blocks: int) -> dict:
-    """Every block of ``source``, cut in pieces as the engine cuts them, through warm actors (tokenizer
-    loaded, blocks already read): the span, and each piece's wall and CPU seconds in its actor."""
-    import numpy as np
-
-    from lengthscan.engines.ray.engine import Measurer
-    from lengthscan.engines.ray.pool import block_pieces, start_actors
-    from lengthscan.engines.ray.session import ray_session
-    from lengthscan.engines.ray.sources import open_for_ray, read_split
+    """Every read task of ``source``, cut as the engine cuts them, through warm worker actors (tokenizer
+    loaded, footers read): the span, and each task's wall and CPU seconds in its actor (reading included)."""
+    from lengthscan.engines.options import MeasureOptions
+    from lengthscan.engines.ray.engine import RayEngine
+    from lengthscan.engines.ray.worker import MeasureJob, Worker
     from lengthscan.engines.setup import prepare
     from lengthscan.sources.scan import BATCH_ROWS
 
-    class TimedMeasurer(Measurer):  # defined here: Ray ships it by value to the workers
-        def timed(self, block, offset, take):
+    class TimedWorker(Worker):  # defined here: Ray ships it by value to the workers
+        def timed(self, job, split, task, take):
             wall, cpu = time.perf_counter(), time.process_time()
-            self.measure(block, offset, take)
+            self.measure(job, split, task, take)
             return time.perf_counter() - wall, time.process_time() - cpu
 
-    setup = prepare(tokenizer=tok, input="text", target="summary")
+    setup = prepare(MeasureOptions(tokenizer=tok, input="text", target="summary"))
     columns = ["text", "summary"]
-    with ray_session(ray, None):
-        split = open_for_ray(ray, str(source), None).splits[0]
-        ds = read_split(ray, split, columns, blocks).materialize()
-        actors = start_actors(ray, TimedMeasurer, setup, setup.fields, split.layout(), columns, BATCH_ROWS)
-        work, offset = [], 0  # (block, first row, local rows) as the engine cuts them
-        for bundle in ds.iter_internal_ref_bundles():
-            for ref, meta in zip(bundle.block_refs, bundle.metadata):
-                for lo, hi in block_pieces(meta.num_rows, len(actors), BATCH_ROWS):
-                    work.append((ref, offset, np.arange(lo, hi)))
-                offset += meta.num_rows
-        try:
-            ray.get([a.timed.remote(work[0][0], 0, np.arange(64)) for a in actors])  # load the tokenizer
-            t0 = time.perf_counter()
-            times = ray.get([actors[i % len(actors)].timed.remote(*piece) for i, piece in enumerate(work)])
-            span = time.perf_counter() - t0
-        finally:
-            for a in actors:
-                ray.kill(a)
-    return {"span": span, "pieces": len(work), "piece_wall": statistics.median(t[0] for t in times),
+    engine = RayEngine(None, blocks)
+    engine.worker_class = TimedWorker  # the engine's pool (started when the source is open), of timed workers
+    with engine.session():
+        split = engine.open(str(source), None).splits[0]
+        pool = engine.pool()
+        job = MeasureJob(engine.hold(setup), setup.fields, split.layout(), columns, BATCH_ROWS, (), False, False)
+        held = engine.hold(split)
+        tasks = engine.tasks(split, BATCH_ROWS)
+        pool.each("timed", job, held, tasks[0], None)  # load the tokenizer, read the footers
+        t0 = time.perf_counter()
+        times = list(pool.ordered(("timed", (job, held, task, None)) for task in tasks))
+        span = time.perf_counter() - t0
+    return {"span": span, "pieces": len(tasks), "piece_wall": statistics.median(t[0] for t in times),
             "piece_cpu": statistics.median(t[1] for t in times), "cpu": sum(t[1] for t in times)}
 
 

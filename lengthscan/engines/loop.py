@@ -8,7 +8,9 @@ processes or on Ray is one parameter, the engine, which turns a split and its sa
     for split:   plan -> engine.measure(split, plan) -> cache -> tally.add -> sinks.write -> progress
 
 The engine and the sinks are the two interfaces of ``engines.protocols`` (``Engine``, ``Sink``):
-``LocalEngine`` here, ``engines.ray.engine.RayEngine`` for Ray Data.
+``LocalEngine`` here, ``engines.ray.engine.RayEngine`` for Ray Data. ``single_pass`` engines give
+batches that carry the source's columns when ``measure(..., keep_columns=True)`` asks, so that clean
+can write while measuring.
 """
 
 from __future__ import annotations
@@ -101,6 +103,7 @@ def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally:
                if plan.full and role not in readers and role not in setup.decide_caps
                and (w := _cache_open(cache_writer, by_role[role], k)) is not None}
     to_measure = tuple(f for f in fields if f.role not in readers)
+    keep_columns = columns is not None  # the sinks write the rows (clean's single pass)
     if columns is None:
         columns = list(dict.fromkeys(c for f in to_measure for c in f.columns))
     if setup.identity is not None and setup.identity.name not in columns:
@@ -108,7 +111,7 @@ def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally:
     done = 0
     try:
         for batch, measured in engine.measure(split_src, plan, setup, to_measure, columns, batch_rows=run.batch_rows,
-                                              with_ids=with_ids):
+                                              with_ids=with_ids, keep_columns=keep_columns):
             for f in fields:
                 if f.role in readers:
                     measured[f.role] = f.kind.from_cache(f, readers[f.role], batch.rows, ctx)
@@ -186,8 +189,9 @@ class LocalEngine:
         return open_source(source, split=split, config=config, revision=revision)
 
     def measure(self, split_src: SplitSource, plan: SamplePlan, setup: Setup, fields: tuple, columns: list[str], *,
-                batch_rows: int, with_ids: bool = False):
-        """(batch, role -> Measured) for the plan's rows, in row order."""
+                batch_rows: int, with_ids: bool = False, keep_columns: bool = False):
+        """(batch, role -> Measured) for the plan's rows, in row order (the batches always carry
+        the ``columns`` read here: ``keep_columns`` asks it of an engine that would not)."""
         raw = tuple(c for f in fields for c in f.kind.raw_columns(f))  # e.g. conversations as the file has them
         batches = (iter_batches(split_src, columns, indices=plan.indices, batch_rows=batch_rows, raw=raw) if columns
                    else row_batches(plan, batch_rows))

@@ -208,7 +208,8 @@ class RunOptions:
                          "install \"lengthscan[ray]\")", choices=ENGINES)
     ray_address: str | None = option(None, "--ray-address", "with --engine ray: a cluster to join ('auto' for a "
                                      "running one; default: start a local Ray)", metavar="ADDR")
-    num_blocks: int | None = option(None, help="with engine 'ray': the number of read blocks (default: Ray's choice)",
+    num_blocks: int | None = option(None, help="with engine 'ray': the number of read tasks per split (default: about "
+                                    "eight per actor)",
                                     why="a tuning knob of the Ray engine for the library")
     cache: bool = option(True, "--no-cache", "neither read nor write the per-row length cache", invert=True)
     num_proc: int = option(1, "--num-proc", "measure in N worker processes (default 1: one process whose "

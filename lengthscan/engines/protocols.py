@@ -55,9 +55,9 @@ class Engine(Protocol):
         ...
 
     def measure(self, split_src: SplitSource, plan: SamplePlan, setup: Setup, fields: tuple[RoleField, ...],
-                columns: list[str], *, batch_rows: int,
-                with_ids: bool = False) -> Iterator[tuple[Batch, dict[str, Measured]]]:
-        ...
+                columns: list[str], *, batch_rows: int, with_ids: bool = False,
+                keep_columns: bool = False) -> Iterator[tuple[Batch, dict[str, Measured]]]:
+        """``keep_columns``: the batches carry the source's ``columns`` (clean's single pass)."""
 
     def write_pass(self, src: Source, plans, spec, measured_path: Path, *, progress=None):
         """Clean's second pass: the source read again beside its measurements, every row written."""

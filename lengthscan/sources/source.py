@@ -55,8 +55,11 @@ class Part:
     def __init__(self, start: int, path: str | None = None, *, dataset=None, loader=None,
                  rows: int | None = None, columns: list[str] | None = None, parquet: bool = False,
                  jsonl_schema=None, csv_schema=None, remote=None, groups: tuple[int, ...] | None = None,
-                 schema=None):
+                 schema=None, reader=None):
         self.start, self.path, self.parquet = start, path, parquet
+        # the part's format object (``sources.formats``) when its opener names it; else the first of
+        # ``formats.READERS`` that claims the part (by the attributes below) reads it
+        self.reader = reader
         self.jsonl_schema = jsonl_schema  # set when the file is JSON Lines read directly with pyarrow
         self.csv_schema = csv_schema  # set when the file is CSV/TSV streamed with pyarrow (a remote file)
         self.remote = remote

@@ -123,7 +123,7 @@ def test_full_scan_reads_arrow_files_without_memory_map(tmp_path, monkeypatch):
     assert scan.plain_arrow_files(ds) == [c["filename"] for c in ds.cache_files]
     opened = []
     real = pa.OSFile
-    monkeypatch.setattr(scan.pa, "OSFile", lambda p, m: opened.append(p) or real(p, m))
+    monkeypatch.setattr(pa, "OSFile", lambda p, m: opened.append(p) or real(p, m))  # the readers' pyarrow
     assert _texts(open_source(ds).splits[0]) == [r["text"] for r in ROWS]
     assert opened == [c["filename"] for c in ds.cache_files]
 

@@ -134,7 +134,7 @@ def test_arrays_from_buffers_equal_pa_array(n):
 
 
 def test_sampled_rows_of_a_huge_row_group_are_streamed(tmp_path, corpus_rows, monkeypatch):
-    import lengthscan.sources.scan as scan
+    import lengthscan.sources.formats.parquet as scan
 
     rows = corpus_rows[:900]
     path = tmp_path / "one_group.parquet"

@@ -1,48 +1,52 @@
-"""The Ray Data engine of the measuring loop: blocks read by Ray, measured by a pool of actors.
+"""The Ray engine of the measuring loop: read tasks read and measured by a session-wide actor pool.
 
-Per split, Ray Data's readers (``read_parquet``, ``read_json``, ``read_csv``; the Arrow files of a
-``save_to_disk`` directory through ``map_batches``; see ``engines.ray.sources``) stream blocks in
-source order (``preserve_order``); the driver sees only block references and their row counts,
-so it knows each block's first row position without a global shuffle. Each block (or a piece of
-one, see ``block_pieces``) goes by reference to one of a pool of measuring actors. An actor gets
-the set-up once in its constructor: a ``TokenCounter`` pickles by name, so a local tokenizer
-directory is loaded once per actor, never per batch. It runs ``measure.batch.measure_batch`` on the
-block's rows (or the sampled ones) and returns the per-row measurements, which the driver hands
-to the measuring loop (``engines.loop``) in row order: the same tallies, lengths and outputs as
-the local engine. Ray is imported only inside these functions: the core package never needs it.
+Per split, the driver cuts the split into read tasks (``sources.formats.read_tasks``: a file's
+row groups, or a row span of a file) in row order; each task's rows are given by its position,
+known from the layout, so row ids need no global shuffle. The tasks go to the session's pool of
+worker actors (``engines.ray.worker.Worker``, started once per Ray session and kept across splits
+and both passes of a clean): an actor reads its task with the local engine's own reader and runs
+``measure.batch.measure_batch`` on its ``batch_rows``-row batches. A ``Setup`` reaches an actor
+once (its token counter pickles by name: the tokenizer loads once per actor and session). The
+driver takes the measurements in task order and hands them to the measuring loop
+(``engines.loop``): the same tallies, lengths, length cache and outputs as the local engine. Ray is
+imported only inside these functions: the core package never needs it.
 """
 
 from __future__ import annotations
 
-import os
-from collections import deque
+import uuid
 from contextlib import contextmanager
 
 import numpy as np
 
-from lengthscan.engines.ray.pool import block_pieces, block_refs, start_actors, table_batches
-from lengthscan.engines.ray.session import EngineError, import_ray, ray_session, user_errors
+from lengthscan.engines.ray.session import import_ray, ray_session, user_errors
+from lengthscan.engines.ray.worker import Held, MeasureJob
 from lengthscan.sources.scan import Batch
 
 
 class RayEngine:
     """The loop's engine on a Ray cluster: ``address`` as ``ray.init`` takes it (None: the running
     session, else a new local one; ``"auto"`` joins a running cluster); ``num_blocks`` overrides
-    the number of read blocks. The length cache is not used (the cluster's workers do not share
-    this machine's cache directory); clean always takes two passes, its writing done by actors."""
+    the number of read tasks a split is cut into. The length cache is the local engine's (read and
+    written on the driver); clean takes one pass where every threshold is known before measuring,
+    its rows then written on the driver, else two, its writing done by the actors."""
 
     name = "ray"
-    uses_cache = False
-    single_pass = False
+    uses_cache = True
+    single_pass = True
+    #: The actors' class (None: ``engines.ray.worker.Worker``; a subclass of it, to time its calls).
+    worker_class = None
 
     def __init__(self, address: str | None = None, num_blocks: int | None = None):
         self.address, self.num_blocks = address, num_blocks
         self.ray = import_ray()
-        self.infos: list = []
         self.first_proofs: dict | None = None
+        self._pool = None
+        self._held: dict = {}   # id(object) -> (object, Held): what the actors fetch once
+        self._setups: list = []  # the Held set-ups measured with (their counters' report entries)
 
     def check(self, source) -> None:
-        """A source Ray can read distributed (a hub id is refused before Ray starts)."""
+        """A source Ray can read distributed (an in-memory Dataset is refused before Ray starts)."""
         from lengthscan.engines.ray.sources import check_source
 
         check_source(source)
@@ -50,141 +54,129 @@ class RayEngine:
     @contextmanager
     def session(self):
         with ray_session(self.ray, self.address):
-            yield self
+            try:
+                yield self
+            finally:
+                if self._pool is not None:
+                    self._pool.close()
+                self._pool, self._held = None, {}
 
     def open(self, source, split: str | None, *, config: str | None = None, revision: str | None = None):
         from lengthscan.engines.ray.sources import open_for_ray
 
-        if config is not None or revision is not None:
-            raise EngineError("--config and --revision (a hub dataset id) are read by the local engine only: drop "
-                              "--engine ray")
-        return open_for_ray(self.ray, source, split)
+        src = open_for_ray(self.ray, source, split, config=config, revision=revision)
+        # the actors start now (after the layout, whose Ray tasks need the CPUs they will hold), while
+        # the driver plans the sample and opens its outputs
+        self.pool()
+        return src
+
+    def pool(self):
+        """The session's worker actors, started on first use."""
+        if self._pool is None:
+            from lengthscan.engines.ray.pool import ActorPool
+            from lengthscan.engines.ray.worker import Worker
+
+            self._pool = ActorPool(self.ray, self.worker_class or Worker)
+        return self._pool
+
+    def hold(self, obj) -> Held:
+        """``obj`` in the object store once for the session (the actors fetch it once each)."""
+        if id(obj) not in self._held:
+            self._held[id(obj)] = (obj, Held(uuid.uuid4().hex, [self.ray.put(obj)]))
+        return self._held[id(obj)][1]
+
+    def tasks(self, split_src, batch_rows: int) -> list:
+        """The split's read tasks: ``num_blocks`` of them if asked, else about eight per actor and
+        more for a large split (tasks of about four batches), each at least a batch: small enough
+        that the last tasks leave no actor idle for long."""
+        from lengthscan.sources.formats import read_tasks
+
+        pieces = self.num_blocks or max(8 * len(self.pool()), split_src.num_rows // (4 * batch_rows))
+        return read_tasks(split_src, pieces, batch_rows)
+
+    def add_traffic(self, split_src, spent) -> None:
+        """An actor's reads of the split's remote files, counted with the driver's (the report's bytes)."""
+        counted = getattr(split_src.parts[0].remote, "traffic", None) if split_src.parts else None
+        if spent is not None and counted is not None:
+            counted.add_counts(spent)
 
     def measure(self, split_src, plan, setup, fields: tuple, columns: list[str], *, batch_rows: int,
-                with_ids: bool = False):
-        """(batch without its columns, role -> Measured) for the plan's rows, in row order; a user
-        error raised in an actor or read task as itself (``user_errors``)."""
+                with_ids: bool = False, keep_columns: bool = False):
+        """(batch, role -> Measured) for the plan's rows, in row order; a user error raised in an
+        actor as itself (``user_errors``). ``keep_columns``: the batches carry the rows' columns."""
+        if not columns:  # every length came from the cache: nothing to read
+            from lengthscan.engines.loop import row_batches
+
+            for batch in row_batches(plan, batch_rows):
+                yield batch, {}
+            return
         with user_errors():
-            yield from self._measure(split_src, plan, setup, fields, columns, batch_rows=batch_rows)
+            yield from self._measure(split_src, plan, setup, fields, columns, batch_rows, with_ids, keep_columns)
 
-    def _measure(self, split_src, plan, setup, fields: tuple, columns: list[str], *, batch_rows: int):
-        from lengthscan.engines.ray.sources import check_unchanged, read_split
+    def _measure(self, split_src, plan, setup, fields, columns, batch_rows, with_ids, keep_columns):
+        from lengthscan.engines.ray.sources import check_unchanged
 
-        ray = self.ray
-        columns = columns or list(dict.fromkeys(c for f in fields for c in f.columns))
-        ds = read_split(ray, split_src, columns, self.num_blocks)
-        # the job is small (a TokenCounter pickles by name), passed inline so a restarted actor has it
-        actors = start_actors(ray, Measurer, setup, fields, split_src.layout(), columns, batch_rows)
-        pending: deque = deque()
-        offset = submitted = 0
+        held = self.hold(setup)
+        if held not in self._setups:
+            self._setups.append(held)
+        raw = tuple(c for f in fields for c in f.kind.raw_columns(f))  # e.g. conversations as the file has them
+        job = MeasureJob(held, fields, split_src.layout(), columns, batch_rows, raw, with_ids, keep_columns)
+        split = self.hold(split_src)
+        calls = []
+        for task in self.tasks(split_src, batch_rows):
+            take = None
+            if plan.indices is not None:
+                start = split_src.parts[task.part].start
+                lo, hi = np.searchsorted(plan.indices, [start + task.lo, start + task.hi])
+                if hi == lo:
+                    continue
+                take = plan.indices[lo:hi]
+            calls.append(("measure", (job, split, task, take)))
+        done = 0
         try:
-            for ref, n in block_refs(ray, ds):
-                take = np.arange(n, dtype=np.int64)
-                if plan.indices is not None:
-                    lo, hi = np.searchsorted(plan.indices, [offset, offset + n])
-                    take = plan.indices[lo:hi] - offset
-                for lo, hi in block_pieces(take.size, len(actors), batch_rows):
-                    part = None if hi - lo == n else take[lo:hi]  # None: the whole block, no copy
-                    pending.append(actors[submitted % len(actors)].measure.remote(ref, offset, part))
-                    submitted += 1
-                offset += n
-                while len(pending) > 2 * len(actors):
-                    yield from _pieces(ray.get(pending.popleft()))
-            while pending:
-                yield from _pieces(ray.get(pending.popleft()))
-            self.infos += [i for i in ray.get([a.info.remote() for a in actors]) if i is not None]
-            if self.first_proofs is None and setup.decide_caps:
-                # the actor of the first block measured the local engine's first batch: same texts checked
-                self.first_proofs = ray.get(actors[0].proofs.remote())
+            for pieces, spent in self.pool().ordered(calls):
+                self.add_traffic(split_src, spent)
+                for rows, measured, table in pieces:
+                    done += rows.size
+                    yield Batch(rows, table), measured
+            if self.first_proofs is None and setup.decide_caps and calls:
+                # the actor of the first task measured the local engine's first batch: same texts checked
+                self.first_proofs = self.pool().first("proofs", held)
         except Exception:
             check_unchanged(split_src)  # a file rewritten while it was read: said so
             raise
-        finally:
-            for ref in pending:  # calls left after an error: cancelled, not retried on a killed actor (Ray says
-                ray.cancel(ref)  # that on stdout: "Task Measurer.measure failed. There are infinite retries ...")
-            for a in actors:
-                ray.kill(a)
-        check_unchanged(split_src)
-        if offset != split_src.num_rows:
-            raise RuntimeError(f"split {split_src.name}: Ray read {offset} rows (expected {split_src.num_rows})")
+        if done != plan.size:
+            raise RuntimeError(f"split {split_src.name}: Ray measured {done} rows (expected {plan.size})")
 
     def write_pass(self, src, plans, spec, measured_path, *, progress=None):
-        """clean's second pass on writing actors (see ``engines.ray.write``)."""
+        """clean's second pass on the worker actors (see ``engines.ray.write``)."""
         from lengthscan.engines.ray.write import write_pass
 
         with user_errors():
             return write_pass(self, src, plans, spec, measured_path, progress=progress)
 
     def tokenizer_info(self, counter, cached):
-        """The tokenizer's report entry as the measuring actors saw it (methods of every role merged)."""
+        """The tokenizer's report entry as the actors saw it (methods of every role merged, the
+        count-only engine's tallies added up), with the roles whose lengths came from the cache."""
         if counter is None:
             return None
-        if not self.infos:
-            return counter.info()
         from dataclasses import replace
 
-        methods, counting = {}, {}
-        for info in self.infos:
+        from lengthscan.engines.loop import add_counting
+
+        infos = [i for held in self._setups for i in (self._pool.each("info", held) if self._pool else [])
+                 if i is not None]
+        base = counter.info(cached=set(cached))
+        if not infos:
+            return base
+        methods, counting = dict(base.methods), {}
+        for info in infos:
             methods.update(info.methods)
-            for role, c in info.counting.items():  # the count-only engine's tallies add up over actors
-                if role not in counting:
-                    counting[role] = dict(c)
-                    continue
-                for key in ("texts", "by_tokenizer", "verified"):
-                    if key in c:
-                        counting[role][key] = counting[role].get(key, 0) + c[key]
-        return replace(self.infos[0], methods=dict(sorted(methods.items())), counting=dict(sorted(counting.items())))
+            add_counting(counting, info.counting)
+        return replace(infos[0], methods=dict(sorted(methods.items())), counting=dict(sorted(counting.items())))
 
     def proofs(self, setup) -> dict:
-        """Decide-only mode: the proofs as the actor that measured the first block established them."""
+        """Decide-only mode: the proofs as the actor that measured the first task established them."""
         if self.first_proofs is not None:
             return self.first_proofs
         return {role: None for role in setup.decide_caps}
-
-
-def _pieces(pieces):
-    for rows, measured, identity in pieces:
-        yield Batch(rows, identity), measured
-
-
-class Measurer:
-    """A measuring actor: the set-up arrives once, in the constructor (the tokenizer loads here)."""
-
-    def __init__(self, setup, fields, layout, columns, batch_rows):
-        os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one CPU per actor, as local worker processes
-        self.setup, self.fields, self.layout = setup, fields, layout
-        self.columns, self.batch_rows = columns, batch_rows
-
-    def measure(self, block, offset: int, take) -> list:
-        """[(rows, role -> Measured, --id's column or None)] of the block's rows (``take``: local
-        positions, or all)."""
-        import pyarrow as pa
-
-        from lengthscan.measure.batch import measure_batch
-
-        if not isinstance(block, pa.Table):  # a pandas block: back to Arrow
-            block = pa.Table.from_pandas(block, preserve_index=False)
-        table = block.select(self.columns) if self.columns else block
-        if take is not None:
-            table = table.take(pa.array(take))
-        rows = offset + (np.arange(table.num_rows, dtype=np.int64) if take is None else take.astype(np.int64))
-        pieces = []
-        for batch in table_batches(table, rows, self.batch_rows):
-            measured = measure_batch(batch, self.fields, self.layout, counter=self.setup.counter,
-                                     audio=self.setup.settings, decide_caps=self.setup.decide_caps,
-                                     chat=self.setup.chat)
-            identity = self.setup.identity  # --id COL travels back for the lengths file
-            pieces.append((batch.rows, measured, batch.table.select([identity.name]) if identity else None))
-        return pieces
-
-    def info(self):
-        """The counter's report entry here, with the counting method each role used in this actor."""
-        counter = self.setup.counter
-        # a counter that counted (from a remembered proof, it never loads the tokenizer) or loaded it
-        return counter.info() if counter is not None and (counter.loaded or counter.counting()) else None
-
-    def proofs(self) -> dict:
-        """Decide-only mode: the proof of each role's bounds, as this actor established it."""
-        from lengthscan.engines.loop import proofs_of
-
-        return proofs_of(self.setup)

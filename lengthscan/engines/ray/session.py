@@ -17,7 +17,7 @@ class EngineError(SourceError):
 @contextmanager
 def ray_session(ray, ray_address: str | None):
     """Ray for one job: joined (``ray_address``; the running session if there is one) or started
-    locally and shut down after; Ray Data set to keep blocks in source order, without progress bars."""
+    locally and shut down after."""
     import logging
 
     # Ray's INFO and WARNING lines (a token generated, a local instance started, progress bars
@@ -31,14 +31,9 @@ def ray_session(ray, ray_address: str | None):
         if started_ray:
             check_reachable(ray_address)
             start(ray, ray_address)
-        ctx = ray.data.DataContext.get_current()
-        saved_order, saved_progress = ctx.execution_options.preserve_order, ctx.enable_progress_bars
-        ctx.execution_options.preserve_order = True  # blocks arrive in source order: row ids stay exact
-        ctx.enable_progress_bars = False
         try:
             yield ray
         finally:
-            ctx.execution_options.preserve_order, ctx.enable_progress_bars = saved_order, saved_progress
             if started_ray:
                 ray.shutdown()
     finally:
@@ -108,7 +103,6 @@ def user_errors():
 def import_ray():
     try:
         import ray
-        import ray.data
     except ImportError:
         raise EngineError(f"the Ray engine needs Ray Data, which is not installed: {INSTALL}") from None
     return ray

@@ -1,9 +1,10 @@
-"""clean's second pass on Ray: blocks of the source read again, cleaned and written by actors,
-assembled on the driver.
+"""clean's second pass on Ray: the source's read tasks read again, cleaned and written by the
+session's worker actors, assembled on the driver.
 
-The driver hands each block, by reference, with its rows' measured lengths (read in order from
-``.measured.parquet``) to a pool of writing actors. An actor runs the local engine's own per-batch
-unit (``write.clean_rows.clean_batch``) over the block and writes its kept rows and rejects through
+The driver hands each read task with its rows' measured lengths (read in order from
+``.measured.parquet``) to a worker actor, which reads the task's rows with the local engine's
+reader, runs the local engine's own per-batch unit (``write.clean_rows.clean_batch``) over them
+and writes their kept rows and rejects through
 the local writer (``write.arrow_dataset.DatasetWriter``, or ``write.parquet.ParquetDatasetWriter``)
 into a scratch folder of its own, renamed to ``block-NNNNNN-MMM.<format>``: a name fixed by the
 block's position, so a task Ray retries after its worker died writes the same name again,
@@ -23,13 +24,11 @@ import json
 import os
 import shutil
 import uuid
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from lengthscan.engines.ray.pool import block_pieces, block_refs, start_actors, table_batches
 from lengthscan.write.clean_rows import CleanSpec, CleanTally, clean_batch, output_features, output_fingerprint
 
 
@@ -57,42 +56,35 @@ class BlockResult:
     rejects: tuple
 
 
-class Writer:
-    """A writing actor: ``clean_batch`` over whole blocks, their rows written as block shards."""
+def write_task(spec: CleanSpec, split: SplitOutput, batches, offset: int, measured, index: int) -> BlockResult:
+    """One read task's rows (``batches``, from the split's row ``offset`` on, as many as ``measured``
+    holds) through ``clean_batch``, written as the shards of block ``index`` (run by a worker actor)."""
+    import pyarrow as pa
 
-    def __init__(self, spec: CleanSpec, split: SplitOutput):
-        os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one CPU per actor
-        self.spec, self.split = spec, split
-
-    def write(self, block, start: int, offset: int, measured, index: int) -> BlockResult:
-        """The block's rows from ``start`` on (as many as ``measured`` holds), whose first row is the
-        split's row ``offset``; its shards are named by ``index``."""
-        import pyarrow as pa
-
-        if not isinstance(block, pa.Table):  # a pandas block: back to Arrow
-            block = pa.Table.from_pandas(block, preserve_index=False)
-        table = block.select(self.split.columns).slice(start, measured.num_rows)
-        n, step = table.num_rows, self.spec.batch_rows
-        rows = offset + np.arange(n, dtype=np.int64)
-        if not np.array_equal(measured.column("row").to_numpy(), rows):
-            raise RuntimeError(f"block {index}: its measured lengths are not its rows")
-        layout = self.split.layout
-        tally = CleanTally.start(layout.name, n, self.spec)
-        ds_w = BlockShard(self.split.dataset, index, self.split.dataset_features, self.spec)
-        rej_w = BlockShard(self.split.rejects, index, self.split.rejects_features, self.spec)
-        pieces = []
-        try:
-            for k, batch in zip(range(0, n, step), table_batches(table, rows, step)):
-                cleaned = clean_batch(self.spec, layout, batch.rows, pa.Table.from_batches([batch.table]),
-                                      measured.slice(k, step))
-                tally.add(cleaned)
-                pieces.append(cleaned.lengths)
-                ds_w.write(cleaned.kept)
-                rej_w.write(cleaned.rejects)
-            return BlockResult(index, n, pa.concat_tables(pieces), tally, ds_w.finish(), rej_w.finish())
-        finally:
-            ds_w.discard()
-            rej_w.discard()
+    n, layout = measured.num_rows, split.layout
+    tally = CleanTally.start(layout.name, n, spec)
+    ds_w = BlockShard(split.dataset, index, split.dataset_features, spec)
+    rej_w = BlockShard(split.rejects, index, split.rejects_features, spec)
+    pieces, k = [], 0
+    try:
+        for batch in batches:
+            rows = batch.rows
+            lengths = measured.slice(k, rows.size)
+            if rows.size == 0 or rows[0] != offset + k or \
+                    not np.array_equal(lengths.column("row").to_numpy(), rows):
+                raise RuntimeError(f"block {index}: its measured lengths are not its rows")
+            cleaned = clean_batch(spec, layout, rows, pa.Table.from_batches([batch.table]), lengths)
+            tally.add(cleaned)
+            pieces.append(cleaned.lengths)
+            ds_w.write(cleaned.kept)
+            rej_w.write(cleaned.rejects)
+            k += rows.size
+        if k != n:
+            raise RuntimeError(f"block {index}: {k} rows read, {n} measured")
+        return BlockResult(index, n, pa.concat_tables(pieces), tally, ds_w.finish(), rej_w.finish())
+    finally:
+        ds_w.discard()
+        rej_w.discard()
 
 
 class BlockShard:
@@ -176,57 +168,42 @@ def plain(features) -> dict:
 
 
 def _write_split(engine, split_src, plan, spec: CleanSpec, split: SplitOutput, cursor, write_lengths, *, progress):
-    """Blocks of one split through the writing actors; results merged in row order."""
-    from lengthscan.engines.ray.sources import check_unchanged, read_split
+    """The split's read tasks through the worker actors; results merged in row order."""
+    from lengthscan.engines.ray.sources import check_unchanged
 
-    ray = engine.ray
-    ds = read_split(ray, split_src, split.columns, engine.num_blocks)
-    actors = start_actors(ray, Writer, spec, split)
     tally = CleanTally.start(split_src.name, plan.rows_total, spec)
     counts = {"dataset": [0, []], "rejects": [0, []]}
-    pending: deque = deque()
-    offset = done = 0
+    tasks = engine.tasks(split_src, spec.batch_rows)
+    held_spec, held_split = engine.hold(spec), engine.hold(split_src)
 
-    def collect(item):
-        nonlocal done
-        index, n, ref = item
-        res = ray.get(ref)
-        decided = res.tally.decisions.measured
-        if res.index != index or decided != n or res.dataset[0] + res.rejects[0] != n:
-            raise RuntimeError(f"split {split_src.name}, block {index}: {n} rows read, {decided} "
-                               f"decided, {res.dataset[0]} kept, {res.rejects[0]} rejected: refusing to publish")
-        write_lengths(res.lengths)
-        tally.merge(res.tally)
-        for key in counts:
-            rows, files = getattr(res, key)
-            counts[key][0] += rows
-            counts[key][1] += files
-        done += n
-        if progress is not None:
-            progress(f"{split_src.name} (writing)", done, plan.size)
+    def calls():
+        for index, task in enumerate(tasks):
+            offset = split_src.parts[task.part].start + task.lo
+            yield "write", (held_spec, held_split, split, task, offset, cursor.take(task.rows), index)
 
+    done = 0
     try:
-        index = 0
-        for ref, n in block_refs(ray, ds):
-            for lo, hi in block_pieces(n, len(actors), spec.batch_rows):
-                call = actors[index % len(actors)].write.remote(ref, lo, offset + lo, cursor.take(hi - lo), index)
-                pending.append((index, hi - lo, call))
-                index += 1
-            offset += n
-            while len(pending) > 2 * len(actors):
-                collect(pending.popleft())
-        while pending:
-            collect(pending.popleft())
+        for index, (task, (res, spent)) in enumerate(zip(tasks, engine.pool().ordered(calls()))):
+            engine.add_traffic(split_src, spent)
+            n, decided = task.rows, res.tally.decisions.measured
+            if res.index != index or decided != n or res.dataset[0] + res.rejects[0] != n:
+                raise RuntimeError(f"split {split_src.name}, block {index}: {n} rows read, {decided} decided, "
+                                   f"{res.dataset[0]} kept, {res.rejects[0]} rejected: refusing to publish")
+            write_lengths(res.lengths)
+            tally.merge(res.tally)
+            for key in counts:
+                rows, files = getattr(res, key)
+                counts[key][0] += rows
+                counts[key][1] += files
+            done += n
+            if progress is not None:
+                progress(f"{split_src.name} (writing)", done, plan.size)
     except Exception:
         check_unchanged(split_src)  # a file rewritten while it was read: said so
         raise
-    finally:
-        for _, _, call in pending:  # calls left after an error: cancelled, not retried on a killed actor
-            ray.cancel(call)
-        for a in actors:
-            ray.kill(a)
     check_unchanged(split_src)
     decisions = tally.decisions.counts
+    offset = sum(t.rows for t in tasks)
     if not (offset == done == plan.size == tally.decisions.measured
             and counts["dataset"][0] == decisions["keep"] + decisions["truncate"]
             and counts["rejects"][0] == decisions["drop"]):

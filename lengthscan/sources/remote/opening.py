@@ -44,6 +44,13 @@ class RemoteFiles:
     _pages: dict = field(default_factory=dict)
     _lock: threading.RLock = field(default_factory=threading.RLock)
 
+    def __getstate__(self) -> dict:
+        """Picklable (the Ray engine's actors read the files): without the opened footers and the lock."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_parquet", "_pages", "_lock")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _parquet={}, _pages={}, _lock=threading.RLock())
+
     @property
     def bytes_total(self) -> int:
         return sum(e.size for e in self.entries.values())

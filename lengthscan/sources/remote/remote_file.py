@@ -35,6 +35,24 @@ class Traffic:
     by_file: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _lock=threading.Lock())
+
+    def counts(self) -> tuple[int, int, int]:
+        """(bytes read, requests, retries) so far."""
+        with self._lock:
+            return self.bytes_read, self.requests, self.retries
+
+    def add_counts(self, counts: tuple[int, int, int]) -> None:
+        """Add what another process read (a Ray actor's reads of the same files)."""
+        with self._lock:
+            self.bytes_read += counts[0]
+            self.requests += counts[1]
+            self.retries += counts[2]
+
     def add(self, url: str, n: int) -> None:
         with self._lock:
             self.bytes_read += n

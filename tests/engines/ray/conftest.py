@@ -1,32 +1,47 @@
 """Fixtures of the Ray engine tests: a real two-node cluster on one machine, and the corpus as
-Parquet shards and as a ``save_to_disk`` DatasetDict (sources the Ray engine reads in blocks).
+Parquet shards and as a ``save_to_disk`` DatasetDict.
 
-Module-scoped, as they were when each test module defined or imported them: every test module
-starts its own cluster and shuts it down after its last test.
+The cluster is session-wide: one ``ray.init`` per pytest process (each xdist worker has its own),
+started by the first test that asks for it and shut down at the end of the session. The S3 tests'
+credentials are in its environment from the start, so that its worker processes inherit them, as a
+real cluster's nodes have their own.
 """
 
 from __future__ import annotations
+
+import os
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 RAY_REASON = 'the Ray engine tests need Ray: pip install "lengthscan[ray]"'
+#: Credentials for moto's S3 server (``test_ray_clean.s3_corpus``).
+AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
-@pytest.fixture(scope="module")  # per module: the S3 tests' credentials must reach the workers at start
+@pytest.fixture(scope="session")
 def cluster():
     ray = pytest.importorskip("ray", reason=RAY_REASON)
     from ray.cluster_utils import Cluster
 
+    saved = {k: os.environ.get(k) for k in AWS_ENV}
+    os.environ.update(AWS_ENV)
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
-    c.add_node(num_cpus=2)
-    c.wait_for_nodes()
-    ray.init(address=c.address, log_to_driver=False)
-    assert len([n for n in ray.nodes() if n["Alive"]]) == 2
-    yield c
-    ray.shutdown()
-    c.shutdown()
+    try:
+        c.add_node(num_cpus=2)
+        c.wait_for_nodes()
+        ray.init(address=c.address, log_to_driver=False)
+        assert len([n for n in ray.nodes() if n["Alive"]]) == 2
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @pytest.fixture(scope="module")

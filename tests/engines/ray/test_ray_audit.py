@@ -29,6 +29,7 @@ def _stable(result) -> dict:
 
 
 def _compare(tmp_path, source, **kw):
+    kw.setdefault("cache", False)  # both engines measure (the length cache serves both: test_length_cache_...)
     local = lengthscan.audit(source, out=tmp_path / "local", **kw)
     distributed = audit_ray(source, out=tmp_path / "ray", num_blocks=7, **kw)
     a = pq.read_table(tmp_path / "local" / "lengths.parquet")
@@ -73,9 +74,16 @@ def test_limits_and_decisions_match(cluster, tmp_path, parquet_glob, bpe_dir):
     assert distributed.decisions == local.decisions
 
 
-def test_hub_id_is_refused(cluster, bpe_dir):
-    with pytest.raises(EngineError, match="distributed"):
+def test_hub_id_is_opened_as_the_local_engine_opens_it(cluster, bpe_dir):
+    """Offline here (tests/conftest.py): the local engine's own one-line error, not a refusal of hub ids
+    (``tests/engines/ray/test_ray_remote.py`` reads hub ids and http(s) files from local servers)."""
+    from lengthscan.sources.source import SourceError
+
+    with pytest.raises(SourceError) as local:
+        lengthscan.audit("someone/some-dataset", tokenizer=str(bpe_dir), input="text")
+    with pytest.raises(SourceError) as ray:
         audit_ray("someone/some-dataset", tokenizer=str(bpe_dir), input="text")
+    assert str(ray.value) == str(local.value) and not isinstance(ray.value, EngineError)
 
 
 def test_missing_ray_gives_the_install_command(monkeypatch, corpus_jsonl, bpe_dir):

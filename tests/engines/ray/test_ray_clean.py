@@ -25,21 +25,6 @@ pytestmark = pytest.mark.ray
 
 #: Report fields that differ between any two runs (clock, command, output folder).
 VOLATILE = {"created", "seconds", "command"}
-#: Credentials for moto's S3 server, in the environment before the cluster starts so that its
-#: worker processes inherit them, as a real cluster's nodes have their own.
-AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _aws_credentials():
-    saved = {k: os.environ.get(k) for k in AWS_ENV}
-    os.environ.update(AWS_ENV)
-    yield
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 # -- comparing the two engines' outputs ------------------------------------------------------------
@@ -125,7 +110,9 @@ def test_jsonl_drop_same_as_local(cluster, tmp_path, tmp_path_factory, corpus_js
     assert result.published and result.decisions.to_dict()["splits"][0]["dropped"] > 0
     _same_outputs(local, tmp_path / "ray")
     _only_shards(tmp_path / "ray")
-    assert len(list((tmp_path / "ray" / "dataset").glob("data-*.arrow"))) > 1  # one shard per block
+    # absolute limits: one pass, the rows written on the driver by the local writer, its shards as locally
+    assert sorted(p.name for p in (tmp_path / "ray" / "dataset").iterdir()) == \
+        sorted(p.name for p in (local / "dataset").iterdir())
 
 
 def test_parquet_shards_truncate_and_tokenize_same_as_local(cluster, tmp_path, tmp_path_factory, parquet_glob,
@@ -136,6 +123,9 @@ def test_parquet_shards_truncate_and_tokenize_same_as_local(cluster, tmp_path, t
     result = clean_ray(parquet_glob, out=tmp_path / "ray", num_blocks=5, **kw)
     assert result.decisions.to_dict()["splits"][0]["truncated"] > 100
     _same_outputs(local, tmp_path / "ray")
+    _only_shards(tmp_path / "ray")
+    # a percentile limit: two passes, the second written by the actors, one shard per read task
+    assert len(list((tmp_path / "ray" / "dataset").glob("data-*.arrow"))) > 1
     rejects = pq.read_table(local / "lengths.parquet").column("source_file").unique().to_pylist()
     assert len(rejects) == 3  # a multi-file source: rows located by file
 
@@ -169,14 +159,16 @@ def test_gate_failure_publishes_nothing(cluster, tmp_path, corpus_jsonl, bpe_dir
 
 @pytest.mark.parametrize("how", [{"full": True}, {"sample": 900, "seed": 3}], ids=["full", "sample"])
 def test_one_block_spread_over_actors(cluster, tmp_path, corpus_rows, bpe_dir, how):
-    """Ray reads a Parquet file as one block (up to ~128 MiB): its rows go to several actors in pieces."""
+    """A Parquet file of one row group: its rows go to several actors in read tasks of row spans."""
     import pyarrow as pa
 
-    from lengthscan.engines.ray.pool import block_pieces
+    from lengthscan.sources.formats import read_tasks
+    from lengthscan.sources.opener import open_source
 
     source = tmp_path / "one.parquet"
     pq.write_table(pa.Table.from_pylist(corpus_rows), source)
-    assert len(block_pieces(len(corpus_rows), 3, 256)) == 3
+    assert pq.ParquetFile(source).metadata.num_row_groups == 1
+    assert len(read_tasks(open_source(str(source)).splits[0], 3, 256)) == 3
     kw = dict(tokenizer=str(bpe_dir), input="text", target="summary", **how)
     local = lengthscan.audit(str(source), out=tmp_path / "local", cache=False, **kw)
     distributed = audit_ray(str(source), out=tmp_path / "ray", batch_rows=256, **kw)
@@ -214,7 +206,8 @@ class DiesOnce(TokenCounter):
 
 @pytest.mark.parametrize("phase", ["measure", "write"])
 def test_killed_worker_changes_nothing(cluster, tmp_path, tmp_path_factory, parquet_glob, bpe_dir, phase):
-    kw = dict(input="text", target="summary", action="truncate", limits=["input_tokens<=96", "target_tokens<=12"])
+    # a percentile limit: two passes, the second (its truncation) on the actors
+    kw = dict(input="text", target="summary", action="truncate", limits=["input_tokens<=96", "target_tokens<=p80"])
     local = _local_clean(tmp_path_factory, parquet_glob, tokenizer=str(bpe_dir), **kw)
     marker = tmp_path / "killed"
     result = clean_ray(parquet_glob, out=tmp_path / "ray", num_blocks=9, batch_rows=256,  # blocks in pieces
@@ -240,8 +233,8 @@ def corpus_csv(tmp_path_factory, corpus_rows) -> Path:
 
 def test_csv_audit_and_clean_same_as_local(cluster, tmp_path, tmp_path_factory, corpus_csv, bpe_dir):
     kw = dict(tokenizer=str(bpe_dir), input="text", target="summary")
-    a, b = lengthscan.audit(str(corpus_csv), out=tmp_path / "a-local", full=True, **kw), \
-        audit_ray(str(corpus_csv), out=tmp_path / "a-ray", full=True, num_blocks=5, **kw)
+    a, b = lengthscan.audit(str(corpus_csv), out=tmp_path / "a-local", full=True, cache=False, **kw), \
+        audit_ray(str(corpus_csv), out=tmp_path / "a-ray", full=True, num_blocks=5, cache=False, **kw)
     lengths = [pq.read_table(tmp_path / name / "lengths.parquet") for name in ("a-local", "a-ray")]
     assert lengths[1].equals(lengths[0])
     assert [s.to_dict() for s in b.splits] == [s.to_dict() for s in a.splits]
@@ -252,8 +245,9 @@ def test_csv_audit_and_clean_same_as_local(cluster, tmp_path, tmp_path_factory, 
 
 
 @pytest.fixture(scope="module")
-def s3_corpus(tmp_path_factory, parquet_glob, corpus_jsonl, corpus_csv):
-    """moto's S3 server on a local port, holding the Parquet shards, the JSONL and the CSV corpus."""
+def s3_corpus(cluster, tmp_path_factory, parquet_glob, corpus_jsonl, corpus_csv):
+    """moto's S3 server on a local port, holding the Parquet shards, the JSONL and the CSV corpus (its
+    credentials in the environment since the session's cluster started: ``conftest.AWS_ENV``)."""
     server = pytest.importorskip("moto.server", reason='the s3:// tests need moto: pip install "moto[server]"')
     boto3 = pytest.importorskip("boto3", reason='the s3:// tests need boto3 (a dependency of moto[server])')
     import logging
@@ -327,13 +321,17 @@ def test_s3_missing_object_exits_2(cluster, tmp_path, s3_corpus, bpe_dir, capsys
 
 def test_cli_clean_engine_ray(cluster, tmp_path, corpus_jsonl, bpe_dir, capsys):
     args = [str(corpus_jsonl), "--tokenizer", str(bpe_dir), "--input", "text", "--target", "summary",
-            "--limit", "input_tokens<=128", "--format", "parquet", "--quiet"]
+            "--limit", "input_tokens<=128", "--format", "parquet", "--quiet", "--no-cache"]
     assert main(["clean", *args, "--out", str(tmp_path / "local")]) == 0
     assert main(["clean", *args, "--engine", "ray", "--out", str(tmp_path / "ray")]) == 0
     _same_outputs(tmp_path / "local", tmp_path / "ray", fmt="parquet")
-    assert main(["clean", "someone/some-dataset", "--engine", "ray", "--tokenizer", str(bpe_dir), "--input", "text",
-                 "--out", str(tmp_path / "hub")]) == 2
-    assert "distributed" in capsys.readouterr().err
+    capsys.readouterr()
+    hub = ["clean", "someone/some-dataset", "--tokenizer", str(bpe_dir), "--input", "text",
+           "--out", str(tmp_path / "h")]
+    assert main(hub) == 2  # offline here: the hub id cannot be resolved
+    said = capsys.readouterr().err
+    assert main([*hub, "--engine", "ray"]) == 2  # a hub id is opened as the local engine opens it
+    assert capsys.readouterr().err == said and said.startswith("lengthscan: error: someone/some-dataset: ")
 
 
 def test_one_cpu_ray_does_not_wait_forever(tmp_path, corpus_jsonl, bpe_dir):
