@@ -17,7 +17,7 @@ from lengthscan.engines.setup import prepare_run, resolve_for, with_identity
 from lengthscan.engines.spec import Spec
 from lengthscan.measure.columns import ColumnError, check_columns
 from lengthscan.pack.options import PackingOptions
-from lengthscan.policy.decisions import special_lengths
+from lengthscan.policy.decisions import decide_file, special_lengths
 from lengthscan.sources.sampling import FULL_UP_TO, choose_unit, plan_sample
 
 __all__ = ["run_audit", "ColumnError"]
@@ -70,8 +70,11 @@ def run_audit(source, options: Spec, engine: Engine) -> AuditResult:
                 special = special_lengths(setup.counter, setup.fields)
                 resolved, basis = resolve_for(prepared.rules, src, measurement.tallies, setup, rules.action,
                                               rules.crop_audio)
-                tallies = output.decide(src, measurement.plans, setup, resolved, special=special,
-                                        keep_empty_targets=rules.keep_empty_targets)
+                splits = [(s.name, p.rows_total, p.size) for s, p in zip(src.splits, measurement.plans)]
+                tallies = decide_file(output.measured(), splits, setup.fields, resolved, special=special,
+                                      keep_empty_targets=rules.keep_empty_targets, redact=output.redact,
+                                      out_path=output.lengths_path())
+                output.decided()
                 decisions = DecisionReport.of(resolved, basis, rules.action, tallies, rules.fail_over, prepared.gate)
             packing = _pack(packer, options.packing, setup, output, src) if packer is not None else None
             result = audit_result(src, setup, measurement, seed=sample.seed, command=options.run.command, out=out,

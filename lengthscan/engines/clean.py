@@ -35,6 +35,7 @@ from lengthscan.engines.results import (
 from lengthscan.engines.setup import Prepared, prepare_run, resolve_for, source_paths, with_identity
 from lengthscan.engines.spec import Spec
 from lengthscan.measure.columns import ColumnError, check_columns
+from lengthscan.policy.decisions import decide_rows
 from lengthscan.sources.sampling import plan_sample
 from lengthscan.write.token_columns import TOKEN_COLUMNS
 
@@ -225,7 +226,8 @@ class CleanSink:
                              located=located, measured=measured, table=batch.table)
         ids = {role: m.ids for role, m in measured.items() if m.ids is not None}
         ids.update({f"{role}_labels": m.labels for role, m in measured.items() if m.labels is not None})
-        self.writer.write(split_src, batch, pa.Table.from_batches([rows]), ids=ids or None)
+        table = pa.Table.from_batches([rows])
+        self.writer.write(split_src, batch, table, decide_rows(self.writer.spec, table), ids=ids or None)
 
     def close_split(self, split_src) -> None:
         self.writer.close_split(split_src)

@@ -225,9 +225,11 @@ class LocalEngine:
 
     def write_pass(self, src, plans, spec, measured_path, *, progress=None):
         """clean's second pass: the source read again beside the measured lengths, written here."""
+        from lengthscan.policy.decisions import decide_rows
         from lengthscan.write.clean_writer import CleanWriter, second_pass
 
-        return second_pass(CleanWriter(spec, src, progress=progress), plans, measured_path)
+        return second_pass(CleanWriter(spec, src, progress=progress), plans, measured_path,
+                           lambda measured: decide_rows(spec, measured))
 
     def tokenizer_info(self, counter, cached):
         """The tokenizer's report entry (None without text fields): how this process counted, with

@@ -69,6 +69,33 @@ def row_errors(table: pa.Table, fields) -> dict:
     return {f.role: table.column(f"{f.role}_error").to_pylist() for f in fields if f.kind.errors_in_reasons}
 
 
+@dataclass(frozen=True, eq=False)
+class BatchDecision:
+    """One batch of rows decided: its measurements as measured (``base``), their flags by role and
+    the decision table (what the writer then applies: truncation, cropping, the rejects)."""
+
+    base: dict
+    flags: dict
+    decisions: Decisions
+
+
+def decide_batch(measured: pa.Table, fields, resolved, *, special: dict[str, int],
+                 keep_empty_targets: bool = False) -> BatchDecision:
+    """The decisions of one batch's rows of the measured lengths (``lengths.parquet``'s columns):
+    the policy's step of a clean, taken before its rows are written."""
+    base, flags = base_and_flags(measured, fields)
+    return BatchDecision(base, flags, decide(base, flags, resolved, special=special,
+                                             keep_empty_targets=keep_empty_targets,
+                                             errors=row_errors(measured, fields)))
+
+
+def decide_rows(spec, measured: pa.Table) -> BatchDecision:
+    """``decide_batch`` with a clean's resolved rules (``spec``: a ``write.clean_rows.CleanSpec``:
+    its fields, resolved rules, special-token lengths and ``keep_empty_targets``)."""
+    return decide_batch(measured, spec.fields, spec.resolved, special=spec.special,
+                        keep_empty_targets=spec.keep_empty_targets)
+
+
 def decision_columns(d: Decisions) -> dict[str, pa.Array]:
     """``decision``, ``reason`` and ``reasons`` columns for ``lengths.parquet`` and ``rejects``."""
     return {

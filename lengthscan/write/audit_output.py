@@ -1,5 +1,6 @@
 """The audit's outputs: ``lengths.parquet`` streamed into a staging directory beside ``--out``,
-the decide pass for ``--limit``, then ``report.json``/``report.html`` and one rename."""
+the measured lengths handed to the decide pass for ``--limit`` (``policy.decisions.decide_file``, run by
+the engine), then ``report.json``/``report.html`` and one rename."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from lengthscan.write.longest import LongestSink, with_previews
 class AuditOutput:
     """Where measured lengths go: ``lengths.parquet`` in a staging directory beside ``final``.
 
-    With rules, the measured lengths are written first to ``.measured.parquet`` and the decide
-    pass writes ``lengths.parquet`` with the decision columns. Without ``final`` (a library call
+    With rules, the measured lengths are written first to ``.measured.parquet``; the policy's decide
+    pass (called by the engine with :meth:`measured` and :meth:`lengths_path`) writes ``lengths.parquet``
+    with the decision columns. Without ``final`` (a library call
     with no ``out``), a temporary directory holds what the decide pass needs, or nothing is kept.
     """
 
@@ -63,18 +65,19 @@ class AuditOutput:
             return tuple({k: v for k, v in r.items() if k not in ("id", "_preview")} for r in rows)
         return tuple(with_previews(src, setup.fields, rows))
 
-    def decide(self, src, plans, setup, resolved, *, special: dict, keep_empty_targets: bool) -> list:
-        """The decide pass over the measured lengths; writes ``lengths.parquet`` with decisions."""
-        from lengthscan.policy.decisions import decide_file
-
+    def measured(self) -> Path:
+        """The measured lengths, complete, for the decide pass (``policy.decisions.decide_file``)."""
         self.lengths.close()
         self.lengths = None
-        splits = [(s.name, p.rows_total, p.size) for s, p in zip(src.splits, plans)]
-        tallies = decide_file(self.measured_path, splits, setup.fields, resolved, special=special,
-                              keep_empty_targets=keep_empty_targets, redact=self.redact,
-                              out_path=self.staging / "lengths.parquet" if self.final is not None else None)
+        return self.measured_path
+
+    def lengths_path(self) -> Path | None:
+        """Where the decide pass writes ``lengths.parquet`` with its decisions (None: no ``out``)."""
+        return self.staging / "lengths.parquet" if self.final is not None else None
+
+    def decided(self) -> None:
+        """The decide pass is done: the measured lengths are dropped."""
         self.measured_path.unlink()
-        return tallies
 
     def finish(self, data: dict) -> None:
         """Write the report of ``data`` (the result's ``to_dict()``) and publish, or clean up."""

@@ -20,8 +20,8 @@ import pyarrow as pa
 from lengthscan import __version__
 from lengthscan.measure.columns import ColumnError, check_utf8
 from lengthscan.measure.records import Measured
-from lengthscan.policy.decisions import DecisionTally, base_and_flags, decision_columns, row_errors
-from lengthscan.policy.rules import DROP, TRUNCATE, Decisions, ResolvedRule, decide
+from lengthscan.policy.decisions import BatchDecision, DecisionTally, decision_columns
+from lengthscan.policy.rules import DROP, TRUNCATE, Decisions, ResolvedRule
 from lengthscan.stats.tally import SplitTally
 from lengthscan.write.worst_rows import WorstRows
 
@@ -65,16 +65,15 @@ class CleanedBatch:
 
 
 def clean_batch(spec: CleanSpec, layout, rows: np.ndarray, table: pa.Table, measured: pa.Table,
-                ids: dict | None = None, raw: dict | None = None) -> CleanedBatch:
-    """Decide, truncate, crop and build the output tables of one batch. ``table`` holds the source
+                decided: BatchDecision, ids: dict | None = None, raw: dict | None = None) -> CleanedBatch:
+    """Apply the policy's decisions (``decided``: ``policy.decisions.decide_batch``, taken by the
+    engine before this is called): truncate, crop and build the output tables of one batch. ``table`` holds the source
     rows ``rows`` of the split ``layout`` (a ``SplitSource`` or ``SplitLayout``), ``measured`` their
     rows of the measured lengths, ``ids`` (role -> token ids per row) what measuring them gave,
     ``raw`` (column -> values) a JSON Lines file's conversations as the file holds them."""
     setup = spec.setup
     check_utf8(table, rows, layout)  # every column is written: none may hold bytes a reader cannot load
-    base, flags = base_and_flags(measured, setup.fields)
-    d = decide(base, flags, spec.resolved, special=spec.special, keep_empty_targets=spec.keep_empty_targets,
-               errors=row_errors(measured, setup.fields))
+    base, flags, d = decided.base, decided.flags, decided.decisions
     final = {name: values.copy() for name, values in base.items()}
     source = table
     out = _truncated(spec, _absolute_paths(spec, table, layout.base_dir(rows)), d, final)

@@ -1,5 +1,7 @@
 """clean's local writer: each split's ``dataset/`` and ``rejects/`` folders and ``lengths.parquet``,
 fed cleaned batches (``clean_rows.clean_batch``) in row order, checked before anything is published.
+Each batch comes with the policy's decisions of its rows (``policy.decisions.decide_batch``, taken
+by the engine), which the writer applies.
 
 It is a sink of the measuring loop for the single pass (``open_split``/``write``/``close_split``
 take each measured batch), and ``second_pass`` drives it over a measured-lengths file for the two
@@ -8,6 +10,7 @@ passes a percentile or z-score rule needs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -19,6 +22,7 @@ from lengthscan.stats.records import SplitAudit
 from lengthscan.write.clean_rows import CleanSpec, CleanTally, clean_batch, output_features, output_fingerprint
 
 if TYPE_CHECKING:
+    from lengthscan.policy.decisions import BatchDecision
     from lengthscan.write.arrow_dataset import DatasetWriter
     from lengthscan.write.parquet import ParquetDatasetWriter
 
@@ -109,12 +113,13 @@ class CleanWriter:
                                  writer(spec.staging / "rejects" / sub, rejects_f, embed_local_files=spec.embed_audio),
                                  CleanTally.start(split_src.name, plan.rows_total, spec))
 
-    def write(self, split_src, batch, measured: pa.Table, ids: dict | None = None) -> None:
-        """Clean and write one batch; ``measured`` holds its rows of the measured lengths."""
+    def write(self, split_src, batch, measured: pa.Table, decided: BatchDecision, ids: dict | None = None) -> None:
+        """Clean and write one batch; ``measured`` holds its rows of the measured lengths, ``decided``
+        the policy's decisions of them."""
         import pyarrow.parquet as pq
 
-        cleaned = clean_batch(self.spec, split_src, batch.rows, pa.Table.from_batches([batch.table]), measured, ids,
-                              raw=batch.raw)
+        cleaned = clean_batch(self.spec, split_src, batch.rows, pa.Table.from_batches([batch.table]), measured,
+                              decided, ids, raw=batch.raw)
         self.split.write(cleaned)
         self.lengths = self.lengths or pq.ParquetWriter(self.spec.staging / "lengths.parquet", cleaned.lengths.schema)
         self.lengths.write_table(cleaned.lengths)
@@ -144,8 +149,10 @@ class CleanWriter:
             self.lengths.close()
 
 
-def second_pass(writer: CleanWriter, plans, measured_path) -> CleanOutcome:
-    """The source read again beside the measured-lengths file ``measured_path`` (in row order)."""
+def second_pass(writer: CleanWriter, plans, measured_path,
+                decide: Callable[[pa.Table], BatchDecision]) -> CleanOutcome:
+    """The source read again beside the measured-lengths file ``measured_path`` (in row order), each
+    batch decided by ``decide`` (the policy's, given by the engine) before it is written."""
     from lengthscan.policy.decisions import MeasuredCursor
     from lengthscan.sources.scan import iter_batches
 
@@ -157,7 +164,7 @@ def second_pass(writer: CleanWriter, plans, measured_path) -> CleanOutcome:
             measured = cursor.take(batch.rows.size)
             if not np.array_equal(measured.column("row").to_numpy(), batch.rows):
                 raise RuntimeError(f"split {split_src.name}: second pass out of step with the measured rows")
-            writer.write(split_src, batch, measured)
+            writer.write(split_src, batch, measured, decide(measured))
         writer.close_split(split_src)
     measured_path.unlink()
     return writer.finish()

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lengthscan.policy.decisions import decide_rows
 from lengthscan.write.clean_rows import CleanSpec, CleanTally, clean_batch, output_features, output_fingerprint
 
 
@@ -73,7 +74,8 @@ def write_task(spec: CleanSpec, split: SplitOutput, batches, offset: int, measur
             if rows.size == 0 or rows[0] != offset + k or \
                     not np.array_equal(lengths.column("row").to_numpy(), rows):
                 raise RuntimeError(f"block {index}: its measured lengths are not its rows")
-            cleaned = clean_batch(spec, layout, rows, pa.Table.from_batches([batch.table]), lengths)
+            cleaned = clean_batch(spec, layout, rows, pa.Table.from_batches([batch.table]), lengths,
+                                  decide_rows(spec, lengths))
             tally.add(cleaned)
             pieces.append(cleaned.lengths)
             ds_w.write(cleaned.kept)
