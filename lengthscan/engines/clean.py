@@ -147,7 +147,8 @@ def _warn_path_columns(setup, src) -> None:
     for f in setup.fields:
         if f.kind.holds_files and (features.get(f.column) or {}).get("dtype") in ("string", "large_string"):
             warnings.warn(f"lengthscan: --embed-audio embeds Audio columns; {f.column!r} holds paths (text), written "
-                          "as absolute paths instead (cast it to datasets.Audio to embed the files)", stacklevel=3)
+                          "as absolute paths instead (cast it to datasets.Audio to embed the files)",
+                          stacklevel=5)  # the caller of lengthscan.clean: past plan_dataset, run_clean, clean
 
 
 def _warn_still_over(result: CleanResult) -> None:
@@ -159,7 +160,7 @@ def _warn_still_over(result: CleanResult) -> None:
     for after in result.after:
         where = f" of split {after.split}" if len(result.after) > 1 else ""
         for line in still_over(after.to_dict(), where):
-            warnings.warn(f"lengthscan: {line}", stacklevel=3)
+            warnings.warn(f"lengthscan: {line}", stacklevel=4)  # the caller of lengthscan.clean
 
 
 def _single_pass(src, prepared: Prepared, engine, run: RunOptions, rules: RuleOptions, spec_for):
