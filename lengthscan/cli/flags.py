@@ -100,7 +100,7 @@ def spec_of(args, subcommand: str, **library):
             if value is not None or f.default is None:
                 values[f.name] = value
     if subcommand == "audit" and args.packing is None:
-        stray = [argument(f, subcommand)[0] for f, flag in offered(subcommand)
+        stray = [flag.flag for f, flag in offered(subcommand)
                  if f.name in ("batch_size", "grad_accum", "devices") and getattr(args, f.name) is not None]
         if stray:
             raise PackingError(f"{', '.join(stray)}: packing's options; add --packing STRATEGY --max-length L")

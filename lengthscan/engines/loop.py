@@ -96,12 +96,12 @@ def measure_split(split_src: SplitSource, plan: SamplePlan, setup: Setup, tally:
     ctx = MeasureContext(setup.counter, chat=setup.chat)
     keys = {f.role: f.kind.cache_key(split_src.fingerprint, f, ctx) for f in cached} if use_cache else {}
     by_role = {f.role: f for f in cached}
-    readers = {role: r for role, k in keys.items()
-               if (p := cached_path(k)) is not None
-               and (r := _cache_open(partial(cache_reader, rows=split_src.num_rows), by_role[role], p)) is not None}
-    writers = {role: w for role, k in keys.items()
-               if plan.full and role not in readers and role not in setup.decide_caps
-               and (w := _cache_open(cache_writer, by_role[role], k)) is not None}
+    readers = {f.role: r for f in cached if f.role in keys
+               and (p := cached_path(keys[f.role])) is not None
+               and (r := _cache_open(partial(f.kind.cache_reader, rows=split_src.num_rows), f, p)) is not None}
+    writers = {f.role: w for f in cached if f.role in keys
+               and plan.full and f.role not in readers and f.role not in setup.decide_caps
+               and (w := _cache_open(f.kind.cache_writer, f, keys[f.role])) is not None}
     to_measure = tuple(f for f in fields if f.role not in readers)
     keep_columns = columns is not None  # the sinks write the rows (clean's single pass)
     if columns is None:
@@ -150,15 +150,6 @@ def _cache_open(opener, f, where):
         warnings.warn(f"lengthscan: length cache not used ({type(exc).__name__}: {exc}); measuring instead",
                       RuntimeWarning, stacklevel=2)
         return None
-
-
-def cache_reader(f, path, rows: int):
-    """The cache's reader of one field's measurements, checked against the split's ``rows``."""
-    return f.kind.cache_reader(f, path, rows)
-
-
-def cache_writer(f, key: str):
-    return f.kind.cache_writer(f, key)
 
 
 class LocalEngine:
