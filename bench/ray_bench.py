@@ -50,7 +50,10 @@ def corpus(data_dir: Path, quick: bool, rows: int | None, scratch: Path) -> Path
 
 
 def overhead(source: Path, tok: str, repeats: int, scratch: Path) -> list[dict]:
-    """Whole processes, local engine against --engine ray, for an audit and a clean."""
+    """Whole processes, local engine against --engine ray, for an audit and a clean. Two Ray sides:
+    ``ray`` starts a Ray of its own and stops it (what one command on a laptop pays), ``joined``
+    joins a Ray already running on the machine (``ray start --head`` before the runs, as on a
+    cluster): the difference between the two is Ray's own start and stop."""
     commands = {
         "audit --full": ["audit", str(source), "--full"],
         "clean (truncate to 512/64)": ["clean", str(source), "--limit", "input_tokens<=512",
@@ -60,24 +63,69 @@ def overhead(source: Path, tok: str, repeats: int, scratch: Path) -> list[dict]:
     # a Ray of its own per command: ray.init() would join any Ray running on the machine (another
     # user's, or a test cluster about to shut down) and time that cluster instead
     os.environ["RAY_ADDRESS"] = "local"
+    head = start_head(scratch)
     lines = []
     count = iter(range(10 ** 6))
-    for label, args in commands.items():
+    try:
+        for label, args in commands.items():
 
-        def side(engine: str, args=args):
-            work = scratch / f"{engine}-{next(count)}"
-            return run_proc([PY, "-m", "lengthscan", *args, *common, "--engine", engine, "--out", str(work / "out")],
-                            work)
+            def side(engine: str, address: str | None = None, args=args):
+                work = scratch / f"{engine}-{next(count)}"
+                extra = ["--ray-address", address] if address else []
+                return run_proc([PY, "-m", "lengthscan", *args, *common, "--engine", engine, *extra,
+                                 "--out", str(work / "out")], work)
 
-        runs = interleave({"local": lambda: side("local"), "ray": lambda: side("ray")}, repeats, label)
-        walls = {name: [p.wall for p in r if not isinstance(p, str)] for name, r in runs.items()}
-        if not all(walls.values()):
-            lines.append({"what": label, "failed": {n: [p for p in r if isinstance(p, str)] for n, r in runs.items()}})
-            continue
-        local, ray = statistics.median(walls["local"]), statistics.median(walls["ray"])
-        lines.append({"what": label, "local": local, "ray": ray, "ratio": ray / local,
-                      "runs": {n: [round(w, 2) for w in v] for n, v in walls.items()}})
+            sides = {"local": lambda: side("local"), "ray": lambda: side("ray")}
+            if head:
+                sides["joined"] = lambda: side("ray", head)
+            runs = interleave(sides, repeats, label)
+            walls = {name: [p.wall for p in r if not isinstance(p, str)] for name, r in runs.items()}
+            if not all(walls.values()):
+                lines.append({"what": label,
+                              "failed": {n: [p for p in r if isinstance(p, str)] for n, r in runs.items()}})
+                continue
+            medians = {name: statistics.median(w) for name, w in walls.items()}
+            line = {"what": label, **medians, "ratio": medians["ray"] / medians["local"],
+                    "runs": {n: [round(w, 2) for w in v] for n, v in walls.items()}}
+            if "joined" in medians:
+                line["ratio_joined"] = medians["joined"] / medians["local"]
+            lines.append(line)
+    finally:
+        if head:
+            stop_head()
     return lines
+
+
+def start_head(scratch: Path) -> str | None:
+    """``ray start --head`` on this machine's cores (no dashboard); its address, or None where it
+    does not start. Ray 2.5x clusters authenticate drivers with a token: the drivers are told to
+    use it (``RAY_AUTH_MODE=token``, read by Ray from the environment the runs inherit)."""
+    import shutil
+    import subprocess
+
+    ray_cli = shutil.which("ray", path=str(Path(PY).parent)) or shutil.which("ray")
+    if ray_cli is None:
+        return None
+    port = 46379
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run([ray_cli, "start", "--head", f"--port={port}", "--include-dashboard=false",
+                           "--disable-usage-stats", f"--num-cpus={len(os.sched_getaffinity(0))}"],
+                          env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        print(f"ray start --head failed, no 'joined' side: {done.stderr.strip()[-300:]}", file=sys.stderr)
+        return None
+    if "Token authentication is enabled" in done.stdout + done.stderr:
+        os.environ["RAY_AUTH_MODE"] = "token"
+    return f"127.0.0.1:{port}"
+
+
+def stop_head() -> None:
+    import shutil
+    import subprocess
+
+    ray_cli = shutil.which("ray", path=str(Path(PY).parent)) or shutil.which("ray")
+    subprocess.run([ray_cli, "stop", "--force"], capture_output=True)
 
 
 def scaling(source: Path, tok: str, *, cpus_per_node: int, blocks: int, repeats: int) -> list[dict]:
@@ -169,12 +217,16 @@ def report(args, source: Path, over: list[dict], scale: list[dict]) -> str:
            f"ray {__import__('ray').__version__}",
            f"- corpus: {source.name}, {rows:,} rows; {args.repeats} repeat(s) a side", ""]
     if over:
-        out += ["| whole process | local | --engine ray | ray / local |", "|---|---:|---:|---:|"]
+        out += ["| whole process | local | --engine ray (starts and stops its Ray) | ray / local | "
+                "--engine ray joining a running Ray | joined / local |", "|---|---:|---:|---:|---:|---:|"]
     for line in over:
         if "failed" in line:
-            out.append(f"| {line['what']} | failed: {line['failed']} | | |")
+            out.append(f"| {line['what']} | failed: {line['failed']} | | | | |")
         else:
-            out.append(f"| {line['what']} | {line['local']:.2f} s | {line['ray']:.2f} s | {line['ratio']:.2f}x |")
+            joined = (f"{line['joined']:.2f} s | {line['ratio_joined']:.2f}x" if "joined" in line
+                      else "not run | -")
+            out.append(f"| {line['what']} | {line['local']:.2f} s | {line['ray']:.2f} s | {line['ratio']:.2f}x | "
+                       f"{joined} |")
     if not scale:
         return "\n".join(out) + "\n"
     out += ["", f"Simulated cluster: a head without CPU, worker nodes of {args.cpus_per_node} CPUs, "

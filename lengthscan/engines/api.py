@@ -3,7 +3,7 @@
 Each takes a :class:`~lengthscan.engines.spec.Spec` and/or the keywords of its fields; their
 signatures and the keyword part of their docstrings are generated from the option records'
 declarations (``engines.spec``), as the CLI's flags are. The engine is the spec's ``engine``
-field: ``"local"`` (this process and its ``num_proc`` workers) or ``"ray"`` (Ray Data; ``audit_ray``
+field: ``"local"`` (this process and its ``num_proc`` workers) or ``"ray"`` (a Ray cluster's actors; ``audit_ray``
 and ``clean_ray`` are the same calls with that default).
 """
 
@@ -70,8 +70,8 @@ every row); the keywords change its fields (``out`` is required, here or in the 
 
 {keyword_docs("clean")}
 """
-audit_ray.__doc__ = "``audit`` with ``engine='ray'``: the same measurement on Ray Data, the same result and outputs."
-clean_ray.__doc__ = "``clean`` with ``engine='ray'``: the same decisions on Ray Data, the same result and outputs."
+audit_ray.__doc__ = "``audit`` with ``engine='ray'``: the same measurement on Ray, the same result and outputs."
+clean_ray.__doc__ = "``clean`` with ``engine='ray'``: the same decisions on Ray, the same result and outputs."
 
 
 def _signed(call, command: str, returns, **defaults) -> None:

@@ -1,6 +1,6 @@
 """Which errors are the user's (bad usage or unreadable input: exit 2, their one line), and how
 one is found inside another error: a Ray task's or actor's error carries the original as its
-``cause`` (its own text is the remote traceback in terminal colours), and Ray Data wraps those
+``cause`` (its own text is the remote traceback in terminal colours), and Ray wraps those
 again. Duck-typed: Ray is never imported here."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def is_remote(exc: BaseException) -> bool:
 
 def user_error_in(exc: BaseException) -> BaseException | None:
     """The user error ``exc`` is or holds: itself, the original inside a Ray error (its ``cause``),
-    or one it was raised from (``raise ... from``, as Ray Data wraps a task's error); None otherwise."""
+    or one it was raised from (``raise ... from``, as Ray wraps a task's error); None otherwise."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))

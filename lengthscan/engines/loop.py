@@ -8,7 +8,7 @@ processes or on Ray is one parameter, the engine, which turns a split and its sa
     for split:   plan -> engine.measure(split, plan) -> cache -> tally.add -> sinks.write -> progress
 
 The engine and the sinks are the two interfaces of ``engines.protocols`` (``Engine``, ``Sink``):
-``LocalEngine`` here, ``engines.ray.engine.RayEngine`` for Ray Data. ``single_pass`` engines give
+``LocalEngine`` here, ``engines.ray.engine.RayEngine`` for Ray. ``single_pass`` engines give
 batches that carry the source's columns when ``measure(..., keep_columns=True)`` asks, so that clean
 can write while measuring.
 """

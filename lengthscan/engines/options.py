@@ -204,7 +204,7 @@ class DatasetOptions:
 class RunOptions:
     """How to run: the engine, the length cache, worker processes, batch size, progress and the command line."""
 
-    engine: str = option("local", "--engine", "local (default) or ray: the same measurement on Ray Data (pip "
+    engine: str = option("local", "--engine", "local (default) or ray: the same measurement on Ray (pip "
                          "install \"lengthscan[ray]\")", choices=ENGINES)
     ray_address: str | None = option(None, "--ray-address", "with --engine ray: a cluster to join ('auto' for a "
                                      "running one; default: start a local Ray)", metavar="ADDR")

@@ -1,1 +1,1 @@
-"""The Ray Data engine: the same measuring and writing units on actors, merged on the driver."""
+"""The Ray engine: the same measuring and writing units on actors, merged on the driver."""

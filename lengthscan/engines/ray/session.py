@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 
 from lengthscan.sources.source import SourceError, first_line
@@ -50,9 +51,15 @@ def start(ray, address: str | None) -> None:
     try:
         ray.init(address=address, log_to_driver=False, include_dashboard=False, logging_level=logging.ERROR)
     except Exception as exc:
-        where = f"join the Ray cluster at {address}" if address not in (None, "local") else "start a local Ray"
-        raise EngineError(f"--engine ray: could not {where} ({type(exc).__name__}: {first_line(exc)}); check that "
-                          "`ray start --head` works on this machine, or run with --engine local") from None
+        joining = address not in (None, "local")
+        where = f"join the Ray cluster at {address}" if joining else "start a local Ray"
+        # Ray 2.5x's `ray start --head` turns token authentication on, and a driver without
+        # RAY_AUTH_MODE=token is refused with only a log line, after 20 s of retries
+        token = (" (a cluster started with token authentication, Ray's default for `ray start`, needs "
+                 "RAY_AUTH_MODE=token in this process's environment)"
+                 if joining and not os.environ.get("RAY_AUTH_MODE") else "")
+        raise EngineError(f"--engine ray: could not {where} ({type(exc).__name__}: {first_line(exc)}){token}; "
+                          "check that `ray start --head` works on this machine, or run with --engine local") from None
 
 
 #: seconds to wait for a cluster's address to answer before Ray's own minutes of retries
@@ -104,5 +111,5 @@ def import_ray():
     try:
         import ray
     except ImportError:
-        raise EngineError(f"the Ray engine needs Ray Data, which is not installed: {INSTALL}") from None
+        raise EngineError(f"the Ray engine needs Ray, which is not installed: {INSTALL}") from None
     return ray
