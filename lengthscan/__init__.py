@@ -18,6 +18,7 @@ _EXPORTS = {
     "add_lengths": ("lengthscan.training.mapping", "add_lengths"),
     "clean": ("lengthscan.engines.api", "clean"),
     "audit_ray": ("lengthscan.engines.api", "audit_ray"),
+    "keep_ray_actors": ("lengthscan.engines.ray.pool", "keep_actors"),
     "clean_ray": ("lengthscan.engines.api", "clean_ray"),
     "CleanResult": ("lengthscan.engines.results", "CleanResult"),
     "within_limits": ("lengthscan.training.mapping", "within_limits"),

@@ -26,11 +26,11 @@ import pyarrow as pa
 
 from lengthscan.engines.options import RunOptions
 from lengthscan.engines.protocols import Engine, Sink
-from lengthscan.engines.setup import Setup
 from lengthscan.engines.validity import KindCheck
 from lengthscan.measure.batch import RoleField, measure_batch
 from lengthscan.measure.cache import cached_path
 from lengthscan.measure.kinds import MeasureContext
+from lengthscan.measure.setup import Setup
 from lengthscan.sources.sampling import SamplePlan, sample_indices
 from lengthscan.sources.scan import Batch, iter_batches
 from lengthscan.sources.source import Source, SplitLayout, SplitSource

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from lengthscan.engines.setup import Setup
     from lengthscan.measure.batch import RoleField
     from lengthscan.measure.records import Measured
+    from lengthscan.measure.setup import Setup
     from lengthscan.sources.sampling import SamplePlan
     from lengthscan.sources.scan import Batch
     from lengthscan.sources.source import Source, SplitSource

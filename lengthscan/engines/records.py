@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from lengthscan.measure.limits import ModelLimits
 from lengthscan.measure.records import FieldSpec, TokenizerInfo
 from lengthscan.policy.decisions import DecisionTally
-from lengthscan.policy.model_limits import ModelLimits
 from lengthscan.policy.rules import ResolvedRule
 from lengthscan.stats.records import SplitAudit
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from lengthscan import __version__
 from lengthscan.engines.loop import Measurement
 from lengthscan.engines.records import AuditResult, BatchReport, DecisionReport
-from lengthscan.engines.setup import Setup
+from lengthscan.measure.setup import Setup
 from lengthscan.sources.urls import redact_urls
 from lengthscan.stats.records import SplitAudit
 

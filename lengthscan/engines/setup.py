@@ -3,45 +3,20 @@ the token counter and the limits, resolved once from the user's options."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lengthscan.engines.options import MeasureOptions, RuleOptions
-from lengthscan.measure.batch import AudioSettings, RoleField, role_fields
+from lengthscan.measure.batch import AudioSettings, role_fields
 from lengthscan.measure.columns import ColumnError
+from lengthscan.measure.limits import Ceiling
+from lengthscan.measure.setup import Setup
 from lengthscan.measure.text.counter import TokenCounter
-from lengthscan.stats.records import Ceiling
 
 if TYPE_CHECKING:
-    import pyarrow as pa
 
-    from lengthscan.measure.chat.counter import ChatCounter
-    from lengthscan.policy.model_limits import ModelLimits
     from lengthscan.policy.rules import Rule
-
-
-@dataclass(frozen=True)
-class Setup:
-    """What measuring needs, resolved once from the user's options."""
-
-    fields: tuple[RoleField, ...]
-    counter: TokenCounter | None
-    settings: AudioSettings
-    model_limits: ModelLimits | None
-    ceilings: list[Ceiling]      # the upper bounds the audit counts rows over (the model's limits)
-    decide_caps: dict[str, int] = field(default_factory=dict)  # role -> upper token limit (decide-only mode)
-    chat: ChatCounter | None = None  # for a conversation field
-    identity: pa.Field | None = None  # --id COL's field, carried into lengths.parquet (see ``with_identity``)
-
-    @property
-    def specs(self) -> tuple:
-        return tuple(s for f in self.fields for s in f.specs)
-
-    def audio_dict(self) -> dict | None:
-        if not any(f.kind.holds_files for f in self.fields):
-            return None
-        return {"sampling_rate": self.settings.sampling_rate, "frame_rule": _rule_dict(self.settings.frame_rule)}
 
 
 def prepare(m: MeasureOptions) -> Setup:
@@ -185,14 +160,6 @@ def _limits(fields, counter, model_limits) -> list[Ceiling]:
             name = "input_tokens" if "input_tokens" in measured else "sequence_tokens"
             limits.append(Ceiling(name, max_len, "tokenizer.model_max_length"))
     return limits
-
-
-def _rule_dict(rule) -> dict | None:
-    if rule is None:
-        return None
-    from dataclasses import asdict
-
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(rule).items()}
 
 
 @dataclass(frozen=True)

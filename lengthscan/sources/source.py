@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -199,6 +200,26 @@ class SplitLayout:
         return [self.paths[i] for i in which], rows - starts[which]
 
 
+class RemoteReader(Protocol):
+    """A remote source's files as the readers use them (``sources.remote.opening.RemoteFiles``,
+    which imports this module): each file's stream, Parquet footer and page index, its blocks,
+    the check that it did not change while read, and the report's account."""
+
+    revision: str | None
+
+    def parquet(self, url: str): ...
+
+    def page_index(self, url: str): ...
+
+    def blocks(self, url: str, groups: tuple[int, ...], columns: list[str]) -> list[int]: ...
+
+    def stream(self, url: str): ...
+
+    def check_unchanged(self, url: str) -> None: ...
+
+    def to_dict(self) -> dict: ...
+
+
 @dataclass(frozen=True, eq=False)
 class Source:
     """An opened source: its splits in order; ``has_splits`` when it is a DatasetDict."""
@@ -207,7 +228,7 @@ class Source:
     kind: str
     splits: tuple[SplitSource, ...]
     has_splits: bool
-    remote: object = None  # ``sources.remote.opening.RemoteFiles`` of a remote source: its bytes, its revision
+    remote: RemoteReader | None = None  # a remote source's files: its bytes, its revision
 
     @property
     def fingerprint(self) -> str:

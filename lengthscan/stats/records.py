@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from lengthscan.measure.limits import Ceiling
 from lengthscan.measure.records import BOUNDED_FLAGS, FLAG_CODES, FLAG_MISSING, MEASURED_FLAGS, FieldSpec
 from lengthscan.stats.histograms import (
     RATIO_SCALE,
@@ -160,22 +161,6 @@ class SampleInfo:
             "blocks_drawn": self.blocks,
             "blocks_total": self.blocks_total,
         }
-
-
-@dataclass(frozen=True)
-class Ceiling:
-    """An upper bound the audit counts rows over, with where it comes from: a model's limit
-    (``policy.model_limits.ModelLimit``) or the tokenizer's ``model_max_length``. (A user's
-    ``--limit`` is a ``policy.rules.Rule``, resolved to a number as a ``ResolvedRule``.)"""
-
-    measure: str
-    value: float
-    origin: str
-
-    @property
-    def name(self) -> str:
-        value = int(self.value) if float(self.value).is_integer() else self.value
-        return f"{self.measure} > {value}"
 
 
 @dataclass(frozen=True)

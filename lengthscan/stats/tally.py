@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lengthscan.measure.limits import Ceiling
 from lengthscan.measure.records import FLAG_NAMES, FLAG_OK, FLAG_TRUNCATED, FieldSpec, Measured
 from lengthscan.sources.sampling import BlockDesign, SamplePlan
 from lengthscan.stats.chat import ChatTally
@@ -23,7 +24,7 @@ from lengthscan.stats.histograms import (
     ratio_units,
     ratio_units_of,
 )
-from lengthscan.stats.records import Ceiling, CeilingCheck, FieldStats, PairStats, SampleInfo, SplitAudit
+from lengthscan.stats.records import CeilingCheck, FieldStats, PairStats, SampleInfo, SplitAudit
 
 #: Longest rows kept per limit for the report (all of them are in ``lengths.parquet``).
 WORST_ROWS = 100

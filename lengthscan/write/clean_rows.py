@@ -20,6 +20,7 @@ import pyarrow as pa
 from lengthscan import __version__
 from lengthscan.measure.columns import ColumnError, check_utf8
 from lengthscan.measure.records import Measured
+from lengthscan.measure.setup import Setup
 from lengthscan.policy.decisions import BatchDecision, DecisionTally, decision_columns
 from lengthscan.policy.rules import DROP, TRUNCATE, Decisions, ResolvedRule
 from lengthscan.stats.tally import SplitTally
@@ -30,7 +31,7 @@ from lengthscan.write.worst_rows import WorstRows
 class CleanSpec:
     """What writing a clean needs, resolved once (small and picklable: the counter pickles by name)."""
 
-    setup: object                 # engines.setup.Setup (a layer above: not importable here)
+    setup: Setup
     resolved: tuple[ResolvedRule, ...]
     special: dict                 # role -> the special tokens of an empty text
     staging: Path                 # the staging directory beside ``out``

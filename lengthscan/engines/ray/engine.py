@@ -53,31 +53,50 @@ class RayEngine:
 
     @contextmanager
     def session(self):
-        with ray_session(self.ray, self.address):
+        """Ray for one run; its pool of actors kept for the next run inside ``keep_actors()`` where
+        Ray was joined and the run ended well (``engines.ray.pool``), else killed."""
+        from lengthscan.engines.ray.pool import keep_pool, keeping
+
+        with ray_session(self.ray, self.address) as joined:
+            ended_well = False
             try:
                 yield self
+                ended_well = True
             finally:
                 if self._pool is not None:
-                    self._pool.close()
+                    if joined and ended_well and keeping():
+                        keep_pool(self.ray, self._worker(), self._pool)
+                    else:
+                        self._pool.close()
                 self._pool, self._held = None, {}
 
     def open(self, source, split: str | None, *, config: str | None = None, revision: str | None = None):
+        from lengthscan.engines.ray.pool import kept_pool
         from lengthscan.engines.ray.sources import open_for_ray
 
-        src = open_for_ray(self.ray, source, split, config=config, revision=revision)
-        # the actors start now (after the layout, whose Ray tasks need the CPUs they will hold), while
-        # the driver plans the sample and opens its outputs
+        if self._pool is None:
+            self._pool = kept_pool(self.ray, self._worker())
+        # a kept pool's warm actors count the files (they hold every CPU a Ray task would wait for)
+        layouts = None if self._pool is None else (
+            lambda calls: list(self._pool.ordered(("layout", args) for args in calls)))
+        src = open_for_ray(self.ray, source, split, config=config, revision=revision, layouts=layouts)
+        # else the actors start now (after the layout, whose Ray tasks need the CPUs they will hold),
+        # while the driver plans the sample and opens its outputs
         self.pool()
         return src
 
     def pool(self):
         """The session's worker actors, started on first use."""
         if self._pool is None:
-            from lengthscan.engines.ray.pool import ActorPool
-            from lengthscan.engines.ray.worker import Worker
+            from lengthscan.engines.ray.pool import session_pool
 
-            self._pool = ActorPool(self.ray, self.worker_class or Worker)
+            self._pool = session_pool(self.ray, self._worker())
         return self._pool
+
+    def _worker(self):
+        from lengthscan.engines.ray.worker import Worker
+
+        return self.worker_class or Worker
 
     def hold(self, obj) -> Held:
         """``obj`` in the object store once for the session (the actors fetch it once each)."""

@@ -1,9 +1,17 @@
 """The session's pool of worker actors: started once per Ray session, kept across splits and passes,
-each call given to the actor with the fewest calls in flight, results taken in call order."""
+each call given to the actor with the fewest calls in flight, results taken in call order.
+
+Inside ``keep_actors()`` (``lengthscan.keep_ray_actors``), a run on a Ray this process joined
+(``ray.init`` called before: a notebook, a test session) leaves its pool started when it ended
+well: the next run finds its actors up, their modules imported and the tokenizer's module loaded
+(``session_pool``, ``keep_pool``); leaving the block kills them. Outside it (the default) and after
+a run that failed (an actor may be stuck in a user's template), the actors are killed at the end of
+the run: kept actors hold their CPUs, which other Ray work on the cluster would wait for."""
 
 from __future__ import annotations
 
 from collections import deque
+from contextlib import contextmanager
 
 #: Calls in flight per actor (one running, one queued: an actor never waits for its next task).
 IN_FLIGHT = 2
@@ -63,3 +71,61 @@ class ActorPool:
     def close(self) -> None:
         for a in self.actors:
             self.ray.kill(a)
+
+
+#: pools of joined Ray sessions, waiting for the next run: (job id, worker class, size) -> pool
+_waiting: dict = {}
+#: how many ``keep_actors`` blocks are open
+_keeping = [0]
+
+
+@contextmanager
+def keep_actors():
+    """Runs on a joined Ray keep their worker actors for the next run until the block ends (a
+    notebook's or a test session's series of ``audit_ray`` calls pays the actors' start once).
+    While kept, the actors hold one CPU each."""
+    _keeping[0] += 1
+    try:
+        yield
+    finally:
+        _keeping[0] -= 1
+        if not _keeping[0]:
+            release_actors()
+
+
+def keeping() -> bool:
+    return _keeping[0] > 0
+
+
+def release_actors() -> None:
+    """Kill the kept actors (their CPUs free for other Ray work)."""
+    while _waiting:
+        _, pool = _waiting.popitem()
+        try:
+            pool.close()
+        except Exception:  # a Ray since shut down took its actors with it
+            pass
+
+
+def _key(ray, cls) -> tuple:
+    return ray.get_runtime_context().get_job_id(), cls, pool_size(ray)
+
+
+def kept_pool(ray, cls) -> ActorPool | None:
+    """The pool a previous run on this Ray session kept (None: none)."""
+    key = _key(ray, cls)
+    for stale in [k for k in _waiting if k[0] != key[0]]:  # a Ray session since shut down: its actors are gone
+        del _waiting[stale]
+    return _waiting.pop(key, None)
+
+
+def session_pool(ray, cls) -> ActorPool:
+    """The pool a previous run on this Ray session kept, else a new one."""
+    pool = kept_pool(ray, cls)
+    return pool if pool is not None else ActorPool(ray, cls)
+
+
+def keep_pool(ray, cls, pool: ActorPool) -> None:
+    """``pool`` kept for the next run on this session, its actors emptied of this run's objects."""
+    pool.each("forget")
+    _waiting[_key(ray, cls)] = pool

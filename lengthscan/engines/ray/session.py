@@ -18,7 +18,7 @@ class EngineError(SourceError):
 @contextmanager
 def ray_session(ray, ray_address: str | None):
     """Ray for one job: joined (``ray_address``; the running session if there is one) or started
-    locally and shut down after."""
+    locally and shut down after. Yields whether it was joined (``ray.init`` called before)."""
     import logging
 
     # Ray's INFO and WARNING lines (a token generated, a local instance started, progress bars
@@ -33,7 +33,7 @@ def ray_session(ray, ray_address: str | None):
             check_reachable(ray_address)
             start(ray, ray_address)
         try:
-            yield ray
+            yield not started_ray
         finally:
             if started_ray:
                 ray.shutdown()

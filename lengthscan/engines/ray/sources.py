@@ -49,8 +49,11 @@ def object_storage(spec: str) -> bool:
     return "://" in spec and scheme not in ("http", "https", "hf", "file")
 
 
-def open_for_ray(ray, source, split: str | None, *, config: str | None = None, revision: str | None = None) -> Source:
-    """The source's layout, as the local engine sees it, or counted by Ray (object-storage URIs)."""
+def open_for_ray(ray, source, split: str | None, *, config: str | None = None, revision: str | None = None,
+                 layouts=None) -> Source:
+    """The source's layout, as the local engine sees it, or counted by Ray (object-storage URIs):
+    each file's ``file_layout`` by a Ray task, or by ``layouts`` (a function of the calls' arguments,
+    answering in order: the warm actors of a kept pool, which hold the CPUs tasks would wait for)."""
     check_source(source)
     spec = os.fspath(source)
     if spec.startswith("file://"):
@@ -59,7 +62,7 @@ def open_for_ray(ray, source, split: str | None, *, config: str | None = None, r
         if config is not None or revision is not None:
             raise SourceError(f"{display_url(spec)}: --config and --revision are a hub dataset id's; this source is "
                               "files")
-        return _open_remote(ray, spec, split)
+        return _open_remote(ray, spec, split, layouts)
     from lengthscan.sources.opener import open_source
 
     return open_source(source, split=split, config=config, revision=revision)
@@ -92,7 +95,7 @@ def _filesystem_and_paths(paths: list[str]):
     return fs, [p.partition("://")[2] for p in paths]
 
 
-def _open_remote(ray, spec: str, split: str | None) -> Source:
+def _open_remote(ray, spec: str, split: str | None, layouts=None) -> Source:
     """Files of a URI (a file, a folder or a glob), each counted by a Ray task; one split, 'train'."""
     import pyarrow.fs as pafs
 
@@ -126,17 +129,18 @@ def _open_remote(ray, spec: str, split: str | None) -> Source:
         raise EngineError(f"{shown}: the Ray engine reads one format of Parquet, JSON Lines or CSV/TSV files from "
                           f"object storage; found {', '.join(sorted(str(f) for f in formats))}")
     fmt = formats.pop()
-    layouts = ray.get([ray.remote(_file_layout).remote(fs, i.path, fmt) for i in infos])
+    calls = [(fs, i.path, fmt) for i in infos]
+    found = layouts(calls) if layouts is not None else ray.get([ray.remote(file_layout).remote(*c) for c in calls])
     files = FsFiles(fs, {f"{scheme}://{i.path}": (i.size, i.mtime_ns) for i in infos})
     parts, start = [], 0
-    for info, (rows, schema, problem, groups) in zip(infos, layouts):
+    for info, (rows, schema, problem, groups) in zip(infos, found):
         uri = f"{scheme}://{info.path}"
         if problem:
             raise EngineError(f"{uri}: {problem}")
-        if schema.names != layouts[0][1].names:
-            raise EngineError(f"{uri}: columns {schema.names} differ from the first file's {layouts[0][1].names}")
+        if schema.names != found[0][1].names:
+            raise EngineError(f"{uri}: columns {schema.names} differ from the first file's {found[0][1].names}")
         kind = {".parquet": {"parquet": True, "groups": groups, "schema": schema},
-                ".csv": {"csv_schema": layouts[0][1]}, ".tsv": {"csv_schema": layouts[0][1]}}
+                ".csv": {"csv_schema": found[0][1]}, ".tsv": {"csv_schema": found[0][1]}}
         parts.append(Part(start, uri, rows=rows, columns=schema.names, remote=files, loader=_no_loader(uri),
                           **kind.get(fmt, {"jsonl_schema": schema})))
         start += rows
@@ -211,7 +215,7 @@ def _no_loader(uri: str):
     return load
 
 
-def _file_layout(fs, path: str, fmt: str):
+def file_layout(fs, path: str, fmt: str):
     """(rows, arrow schema, problem or None, row groups' rows or None) of one remote file: a Ray
     task, where the data is."""
     import pyarrow as pa

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lengthscan.sources.source import SplitLayout
+
 #: Objects an actor keeps (set-ups, splits, clean specs), the oldest dropped first.
 KEEP = 16
 
@@ -34,7 +36,7 @@ class MeasureJob:
 
     setup: Held
     fields: tuple
-    layout: object
+    layout: SplitLayout
     columns: list
     batch_rows: int
     raw: tuple
@@ -59,6 +61,16 @@ class Worker:
                 self.kept.pop(next(iter(self.kept)))
             self.kept[held.key] = ray.get(held.ref[0])
         return self.kept[held.key]
+
+    def layout(self, fs, path: str, fmt: str):
+        """One remote file's layout (``engines.ray.sources.file_layout``), for a run on a kept pool."""
+        from lengthscan.engines.ray.sources import file_layout
+
+        return file_layout(fs, path, fmt)
+
+    def forget(self) -> None:
+        """The run is over: its set-ups and splits dropped (the actor waits for the next run)."""
+        self.kept.clear()
 
     def measure(self, job: MeasureJob, split: Held, task, take) -> tuple:
         """([(rows, role -> Measured, table or None)], traffic) of the task's rows (``take``: the

@@ -26,18 +26,23 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from lengthscan.policy.decisions import decide_rows
+from lengthscan.sources.source import SplitLayout
 from lengthscan.write.clean_rows import CleanSpec, CleanTally, clean_batch, output_features, output_fingerprint
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 @dataclass(frozen=True)
 class SplitOutput:
     """One split's output folders and features, its layout and columns."""
 
-    layout: object
+    layout: SplitLayout
     columns: list
     dataset: Path
     rejects: Path
@@ -51,7 +56,7 @@ class BlockResult:
 
     index: int
     rows: int
-    lengths: object      # pa.Table: the block's rows of lengths.parquet, with their decisions
+    lengths: pa.Table    # the block's rows of lengths.parquet, with their decisions
     tally: CleanTally
     dataset: tuple       # (rows, [(shard file, bytes)])
     rejects: tuple

@@ -15,6 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import lengthscan
+
 RAY_REASON = 'the Ray engine tests need Ray: pip install "lengthscan[ray]"'
 #: Credentials for moto's S3 server (``test_ray_clean.s3_corpus``).
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
@@ -33,7 +35,10 @@ def cluster():
         c.wait_for_nodes()
         ray.init(address=c.address, log_to_driver=False)
         assert len([n for n in ray.nodes() if n["Alive"]]) == 2
-        yield c
+        # one pool of actors for the whole session (as a notebook's series of runs would keep it):
+        # each run finds them started (test_ray_pool.py checks what keeping them changes)
+        with lengthscan.keep_ray_actors():
+            yield c
     finally:
         ray.shutdown()
         c.shutdown()

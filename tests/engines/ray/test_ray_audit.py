@@ -145,6 +145,7 @@ def test_a_chat_template_that_loops_or_explodes_reads_as_on_the_local_engine(clu
     from lengthscan.measure.chat import template
 
     monkeypatch.setattr(template, "RENDER_SECONDS", 0.3)
+    monkeypatch.chdir(tmp_path)  # the runs without --out stage ./lengthscan-report before they stop
     turn = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
     loops = tmp_path / "loops.jinja"
     loops.write_text(turn + "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")

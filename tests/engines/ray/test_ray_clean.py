@@ -294,9 +294,11 @@ def test_s3_file_rewritten_during_the_run_is_said_to_have_changed(cluster, s3_co
     import boto3
     import ray
 
+    from lengthscan.engines.ray.pool import release_actors
     from lengthscan.engines.ray.session import EngineError
     from lengthscan.engines.ray.sources import check_unchanged, open_for_ray
 
+    release_actors()  # the session's kept actors hold every CPU the layout's Ray tasks need
     src = open_for_ray(ray, s3_corpus["parquet"][0], None)
     check_unchanged(src.splits[0])  # as listed: nothing to say
     client, key = boto3.client("s3"), "shards/part-1.parquet"
