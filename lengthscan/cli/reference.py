@@ -45,7 +45,9 @@ def flags_of(parser: argparse.ArgumentParser | None = None) -> dict[str, list[st
 
 def _command(name: str, p: argparse.ArgumentParser) -> list[str]:
     formatter = p._get_formatter()
-    usage = p.format_usage().strip().removeprefix("usage: ")
+    wrap = p.formatter_class(prog=p.prog, width=100)  # a fixed width, whatever the terminal building the site
+    wrap.add_usage(p.usage, p._actions, p._mutually_exclusive_groups, prefix="")
+    usage = wrap.format_help().strip()
     lines = [f"## `lengthscan {name}` {{#lengthscan-{name}}}", "", _text(p.description or ""), "",
              "```text", usage, "```", ""]
     for group in p._action_groups:
