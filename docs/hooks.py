@@ -91,3 +91,12 @@ def on_files(files, config):
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
     return MARKER.sub(lambda m: generated(m.group(1)), markdown)
+
+
+#: Sphinx roles in the docstrings (``:class:`Spec```), which mkdocstrings leaves as written before the code
+_ROLES = re.compile(r":(?:class|meth|func|attr|mod|data|obj):(?=<code)")
+
+
+def on_page_content(html: str, page, config, files) -> str:
+    return _ROLES.sub("", html)
+
