@@ -1,4 +1,5 @@
-"""The examples of the README and of the site's pages run, so they cannot drift from the code.
+"""The examples of the README and of the site's pages run, so they cannot drift from the code; those that cannot run
+here (hub models, clusters, buckets) parse with the CLI's parser, and the Python ones compile and name real API.
 
 A code block runs when the line before it is ``<!-- run -->`` (or ``<!-- run: exit N -->`` for a command that
 must exit N, a gate that fails). Bash blocks are ``lengthscan`` commands, run in this process by the CLI's
@@ -44,6 +45,59 @@ def test_the_pages_have_examples_that_run():
     for page in ("getting-started", "guides/text", "guides/chat", "guides/library", "guides/ci", "guides/memory",
                  "guides/packing", "guides/audio"):
         assert any(i.startswith(f"docs/{page}.md") for i in ids), page
+
+
+def _every_command() -> list:
+    """Every ``lengthscan`` command line of every bash block of the README and the pages, run or not."""
+    found = []
+    for page in PAGES:
+        blocks = re.findall(r"^```bash\n(.*?)\n```", page.read_text(encoding="utf-8"), re.M | re.S)
+        for block in blocks:
+            for line in block.replace("\\\n", " ").splitlines():
+                line = re.split(r" #| \| | > | && ", line)[0].strip()
+                optional = re.findall(r"--[a-z][a-z0-9-]*", " ".join(re.findall(r"\[--[^\]]*\]", line)))
+                line = re.sub(r"\[--[^\]]*\]", "", line)  # a synopsis' optional flags ([--json]): checked by name
+                if line.startswith("lengthscan "):
+                    found.append(pytest.param(shlex.split(line)[1:], optional,
+                                              id=f"{page.relative_to(ROOT)}: {line[:60]}"))
+    return found
+
+
+@pytest.mark.parametrize("argv, optional", _every_command())
+def test_every_documented_command_parses(argv, optional):
+    """The examples that cannot run here (hub models, clusters, buckets) still name real flags and choices."""
+    from lengthscan.cli.main import build_parser
+    from lengthscan.cli.reference import flags_of
+
+    assert set(optional) <= set(flags_of()[argv[0]]), set(optional) - set(flags_of()[argv[0]])
+    try:
+        build_parser().parse_args(argv)
+    except SystemExit as exc:
+        pytest.fail(f"lengthscan {shlex.join(argv)}: exit {exc.code}")
+
+
+def _python_blocks() -> list:
+    return [pytest.param(block, id=f"{page.relative_to(ROOT)}#{i}") for page in PAGES
+            for i, block in enumerate(re.findall(r"^```python\n(.*?)\n```", page.read_text(encoding="utf-8"),
+                                                 re.M | re.S))]
+
+
+@pytest.mark.parametrize("block", _python_blocks())
+def test_every_python_example_compiles(block):
+    """The Python examples that do not run here are Python all the same, and the names they take from lengthscan
+    exist: ``lengthscan.NAME`` is a public name, ``from lengthscan.X import Y`` imports."""
+    import ast
+    import importlib
+
+    import lengthscan
+
+    for node in ast.walk(ast.parse(block)):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "lengthscan":
+            assert node.attr in lengthscan.__all__, f"lengthscan.{node.attr}"
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "lengthscan":
+            module = importlib.import_module(node.module)
+            for alias in node.names:
+                assert hasattr(module, alias.name), f"from {node.module} import {alias.name}"
 
 
 def _commands(block: str) -> list[list[str]]:
