@@ -2,4 +2,5 @@
 
 from lengthscan.cli.main import run
 
-raise SystemExit(run())
+if __name__ == "__main__":  # importing the module (as documentation tools do) runs nothing
+    raise SystemExit(run())

@@ -35,7 +35,8 @@ class PackingOptions:
     packing_num_proc: int | None = option(None, "--packing-num-proc", "with --packing: TRL's dataset_num_proc (it "
                                           "changes the packs; default none)", commands=AUDIT, type=int, metavar="N")
     shuffle_seed: int | None = option(None, "--shuffle-seed", "with --packing: TRL's shuffle_dataset with args.seed "
-                                      "SEED (default: not shuffled)", commands=AUDIT, type=int, metavar="SEED")
+                                      "SEED (default: not shuffled); multipack: the seed of axolotl's sampler "
+                                      "order (default 42)", commands=AUDIT, type=int, metavar="SEED")
     batch_size: int = option(8, "--batch-size", "with --packing: per-device batch size, for steps per epoch "
                              "(default 8)", commands=AUDIT, type=int, metavar="B", overrides=_GIVEN)
     grad_accum: int = option(1, "--grad-accum", "with --packing: gradient accumulation steps (default 1)",

@@ -56,7 +56,8 @@ MAD_SCALE = 1.4826  # MAD x 1.4826 estimates the standard deviation of a normal 
 RULE_FORMS = """a limit rule is METRIC OP VALUE[:ACTION]
   METRIC  a measurement: input_tokens, target_tokens, input_seconds, input_samples, input_frames;
           conversations: sequence_tokens, prompt_tokens, completion_tokens, turns, assistant_turns,
-          longest_message_tokens; or a ratio of two: target_tokens/input_seconds, target_tokens/input_tokens
+          longest_message_tokens; with images: image_tokens, images;
+          or a ratio of two: target_tokens/input_seconds, target_tokens/input_tokens
   OP      <=  <  >=  >            (the rows to keep)
   VALUE   a number (1024, 0.5); pNN (p99, p99.9: that percentile of the train split);
           model (the --model's own limit); zK (z4: median + 4 x 1.4826 x MAD, median - ... for >=)
