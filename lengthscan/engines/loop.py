@@ -75,6 +75,8 @@ def measure_source(src: Source, setup: Setup, engine: Engine, *, plan_for: Calla
         tallies.append(tally)
         plans.append(plan)
     kinds.check()
+    if setup.counter is not None:
+        setup.counter.settle()  # a count-only proof made beside the counting: waited for, cached for the next run
     return Measurement(tuple(splits), tuple(tallies), tuple(plans), frozenset(cached))
 
 

@@ -27,8 +27,9 @@ def prepare(m: MeasureOptions) -> Setup:
     ctx = _model_context(m.model, m.tokenizer)
     settings = _audio_settings(ctx, m.sampling_rate) if m.audio else AudioSettings()
     fields = role_fields(input=m.input, target=m.target, audio=m.audio, audio_settings=settings, chat=fmt)
+    # a run proves the count-only engine beside its counting (measure/text/beside.py)
     counter = _counter(fields, m.tokenizer, m.model, ctx, dict(max_chars=m.max_chars, count_engine=m.count_engine,
-                                                              verify_counts=m.verify_counts))
+                                                              verify_counts=m.verify_counts, prove_beside=True))
     chat = _chat_counter(counter, fmt, m.chat_template, m.train_on, processor, m.max_pixels)
     model_limits = _model_limits(ctx)
     if fmt is not None and model_limits is not None:  # a conversation is the decoder's whole input

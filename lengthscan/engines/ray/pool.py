@@ -1,4 +1,4 @@
-"""The session's pool of worker actors: started once per Ray session, kept across splits and passes,
+"""A run's pool of worker actors: started once per run (or kept between runs, below), kept across splits and passes,
 each call given to the actor with the fewest calls in flight, results taken in call order.
 
 Inside ``keep_actors()`` (``lengthscan.keep_ray_actors``), a run on a Ray this process joined

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from lengthscan.measure.text.beside import Proving, ProvingCount
 from lengthscan.measure.text.bounds import Bounds, holds_on
 from lengthscan.measure.text.bounds import prove as prove_bounds
 from lengthscan.measure.text.decide import DecideOnly
@@ -38,19 +39,24 @@ COUNT_ENGINES = ("auto", "tokenizers")
 class RoleStrategies:
     """The strategies of one tokenizer's roles, chosen on first use."""
 
-    def __init__(self, handle: TokenizerHandle, *, count_engine: str = "auto", verify_counts: int = 0):
+    def __init__(self, handle: TokenizerHandle, *, count_engine: str = "auto", verify_counts: int = 0,
+                 prove_beside: bool = False):
         if count_engine not in COUNT_ENGINES:
             raise ValueError(f"count_engine {count_engine!r}: one of {', '.join(COUNT_ENGINES)}")
         self.handle = handle
         self.count_engine = count_engine
         self.verify_counts = int(verify_counts)
+        #: a proof the cache does not hold yet is made in a thread while the fast path counts
+        #: (``beside.py``); False: made before the role's first count (a worker's, an actor's)
+        self.prove_beside = prove_beside
         self._reset()
 
     def _reset(self) -> None:
         self._exact: dict[str, CountStrategy] = {}
         self._deciders: dict[str, DecideOnly | None] = {}
         self._snapshot: Tokenizer | None = None  # the private backend copy, shared by roles (all in input mode)
-        self._engine: tuple[CountEngine | None, str] | None = None  # (engine or None, why), built once
+        # (engine or None, why), built once; a Proving while proven beside the counting
+        self._engine: tuple[CountEngine | None, str] | Proving | None = None
 
     # -- exact counting ---------------------------------------------------------------------
     def exact(self, role: str, texts: list[str]) -> CountStrategy:
@@ -65,7 +71,7 @@ class RoleStrategies:
         memo = handle.memo()
         method = memo.method(role) if memo is not None and not handle.loaded else None
         if method is None:
-            method = prove(handle.tokenizer, role, texts, handle.call_ids)
+            method = prove(handle.tokenizer, role, texts, handle.call_ids, backend=self._snapshot)
             if memo is not None:
                 memo.remember(role, method, handle.loaded_info())
         if method.method != METHOD_FAST:
@@ -84,12 +90,25 @@ class RoleStrategies:
         if self.count_engine == "tokenizers":
             fast.engine_reason = "--count-engine tokenizers"
             return fast
-        from lengthscan.measure.text.countbpe.counting import engine_for, role_engine
+        from lengthscan.measure.text.countbpe.counting import engine_for
         from lengthscan.sources.cache_dir import cache_root
 
         if self._engine is None:  # one engine for every role: they share the backend snapshot
-            self._engine = engine_for(fast.backend, cache_root() / "countbpe")
-        engine, fast.engine_reason = self._engine
+            cache, backend = cache_root() / "countbpe", fast.backend
+            found = engine_for(backend, cache, cached_only=True) if self.prove_beside else None
+            self._engine = found if found is not None else (
+                Proving(lambda: engine_for(backend, cache)) if self.prove_beside else engine_for(backend, cache))
+        if isinstance(self._engine, Proving):
+            return ProvingCount(fast, self._engine, lambda engine, why: self._adopt(fast, role, probe, engine, why))
+        return self._adopt(fast, role, probe, *self._engine)
+
+    def _adopt(self, fast: FastCount, role: str, probe: list[str], engine: CountEngine | None,
+               why: str) -> CountStrategy:
+        """``fast`` under ``engine`` where it agrees with the tokenizer on the role's probes, else
+        ``fast`` with why not."""
+        from lengthscan.measure.text.countbpe.counting import role_engine
+
+        fast.engine_reason = why
         if engine is None:
             return fast
         recount = self.handle.call_ids
@@ -123,6 +142,12 @@ class RoleStrategies:
         decider = self._deciders.get(role)
         return decider.proof if decider is not None else None
 
+    def settle(self) -> None:
+        """The counting has ended: wait for a proof made beside it (written to the cache)."""
+        for strategy in self._exact.values():
+            if isinstance(strategy, ProvingCount):
+                strategy.settle()
+
     # -- what the report says ---------------------------------------------------------------
     def methods(self) -> dict[str, str]:
         """role -> how it is counted (``backend.encode_batch_fast``, ``__call__``), for the roles counted so far."""
@@ -139,7 +164,8 @@ class RoleStrategies:
     # -- pickling: a worker chooses again ---------------------------------------------------
     def __getstate__(self):
         state = dict(self.__dict__)
-        state.update(_exact={}, _deciders={}, _snapshot=None, _engine=None)
+        # a worker or an actor proves before its first count (the proof is on disk by then, mostly)
+        state.update(_exact={}, _deciders={}, _snapshot=None, _engine=None, prove_beside=False)
         return state
 
     def __setstate__(self, state):

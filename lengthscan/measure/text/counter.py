@@ -54,11 +54,12 @@ class TokenCounter:
 
     def __init__(self, tokenizer, *, revision: str | None = None, trust_remote_code: bool = False,
                  max_chars: int = DEFAULT_MAX_CHARS, name: str | None = None, count_engine: str = "auto",
-                 verify_counts: int = 0):
+                 verify_counts: int = 0, prove_beside: bool = False):
         if count_engine not in COUNT_ENGINES:  # before a hub name is loaded
             raise ValueError(f"count_engine {count_engine!r}: one of {', '.join(COUNT_ENGINES)}")
         self.handle = TokenizerHandle(tokenizer, revision=revision, trust_remote_code=trust_remote_code, name=name)
-        self.roles = RoleStrategies(self.handle, count_engine=count_engine, verify_counts=verify_counts)
+        self.roles = RoleStrategies(self.handle, count_engine=count_engine, verify_counts=verify_counts,
+                                    prove_beside=prove_beside)
         self.max_chars = max_chars
         self._aside = 0  # > 0: texts counted now are no rows (probes, prefixes, truncation searches)
 
@@ -95,6 +96,11 @@ class TokenCounter:
         cls, fast, max_len = self.handle.description()
         return TokenizerInfo(name=self.name, cls=cls, is_fast=fast, hash=self.hash, methods=methods,
                              model_max_length=max_len, counting=self.roles.counting())
+
+    def settle(self) -> None:
+        """The counting has ended: a count-only proof made beside it (``prove_beside``) is waited
+        for, so that the next run finds it in the cache."""
+        self.roles.settle()
 
     def methods(self) -> dict[str, str]:
         """role -> how it is counted (``backend.encode_batch_fast``, ``__call__``), for the roles counted so far."""

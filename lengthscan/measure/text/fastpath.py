@@ -52,13 +52,14 @@ class RoleMethod:
     backend: Tokenizer | None = None  # the proven backend copy (METHOD_FAST)
 
 
-def prove(tok, role: str, texts: list[str], call_ids) -> RoleMethod:
+def prove(tok, role: str, texts: list[str], call_ids, backend=None) -> RoleMethod:
     """The method for ``role`` of a loaded transformers tokenizer; ``call_ids(texts, role)`` is
-    ``__call__``'s ids."""
+    ``__call__``'s ids. ``backend``: the copy another role was proven with (every fast role runs
+    input mode, so one copy serves them all; copying a large vocabulary's costs a second)."""
     reason = structural_reason(tok, role)
     if reason is not None:
         return RoleMethod(METHOD_CALL, reason)
-    backend = copy_backend(tok)
+    backend = backend if backend is not None else copy_backend(tok)
     probe = list(PROBES) + special_token_probes(tok) + [t for t in texts[:64] if len(t) <= 20_000]
     fast_ids = [e.ids for e in backend.encode_batch(probe, add_special_tokens=role != CHAT_ROLE)]
     theirs = [list(ids) for ids in call_ids(probe, role)]

@@ -121,13 +121,16 @@ class RoleEngine:
         return out
 
 
-def engine_for(backend, cache_dir):
-    """(CountEngine, reason) when the count-only engine is proven for this backend, else (None, why not)."""
+def engine_for(backend, cache_dir, *, cached_only: bool = False):
+    """(CountEngine, reason) when the count-only engine is proven for this backend, else (None, why not);
+    ``cached_only``: None where the proof is not made yet (``build``'s ``cached_only``)."""
     from lengthscan.measure.text.countbpe.engine import build
     from lengthscan.measure.text.countbpe.proof import Refused
 
     try:
-        engine = build(backend, cache_dir=cache_dir)
+        engine = build(backend, cache_dir=cache_dir, cached_only=cached_only)
+        if engine is None:
+            return None
     except ImportError:
         return None, "tiktoken is not installed (pip install tiktoken): counted by tokenizers"
     except Refused as exc:

@@ -204,9 +204,11 @@ def _cut(text: str, pattern: re.Pattern | None, base: np.ndarray, i: int) -> lis
 
 # -- building ---------------------------------------------------------------------------------------
 
-def build(backend, *, cache_dir: Path | None = None, threads: int | None = None) -> CountEngine:
+def build(backend, *, cache_dir: Path | None = None, threads: int | None = None,
+          cached_only: bool = False) -> CountEngine | None:
     """The engine for a ``tokenizers.Tokenizer`` (untruncated, unpadded), or ``Refused`` (or
-    ImportError without tiktoken)."""
+    ImportError without tiktoken). ``cached_only``: None where its proof (the rank table, the
+    code-point differences) is not in this process or ``cache_dir`` yet: nothing is proven now."""
     import tiktoken
 
     pre = pre_tokenizer(_state(backend.pre_tokenizer))
@@ -218,14 +220,18 @@ def build(backend, *, cache_dir: Path | None = None, threads: int | None = None)
     vocab = backend.get_vocab(with_added_tokens=False)
     if len(set(vocab.values())) != len(vocab):
         raise Refused("the vocabulary gives one id to several tokens (merges follow ids, not strings)")
-    derived = _derived(backend.to_str(), cache_dir)
+    derived = _derived(backend.to_str(), cache_dir, cached_only=cached_only)
+    if derived is None:
+        return None
     sep_id = max(derived.ranks.values()) + 1
     try:
         enc = tiktoken.Encoding("lengthscan-count", pat_str=covering(pre.regex), mergeable_ranks=derived.ranks,
                                 special_tokens={SEP: sep_id})
     except Exception as exc:  # the regex crate's message: the pattern does not compile there
         raise Refused(f"the split regex does not compile in tiktoken: {str(exc).splitlines()[0][:120]}") from exc
-    route = differences(pre, form, cache_dir)
+    route = differences(pre, form, cache_dir, cached_only=cached_only)
+    if route is None:
+        return None
     if route[:128].any():
         raise Refused("the two regex engines read ASCII characters of the split regex differently")
     return CountEngine(enc, sep_id, route, form, pre.prefix_space, added, derived, threads or threads_default())
@@ -260,7 +266,7 @@ def _alternation(contents: list[str]) -> re.Pattern | None:
     return re.compile("|".join(re.escape(c) for c in ordered))
 
 
-def _derived(tokenizer_json: str, cache_dir: Path | None) -> Derived:
+def _derived(tokenizer_json: str, cache_dir: Path | None, *, cached_only: bool = False) -> Derived | None:
     from importlib import metadata
 
     versions = "-".join(metadata.version(p) for p in ("tokenizers", "lengthscan"))
@@ -270,6 +276,8 @@ def _derived(tokenizer_json: str, cache_dir: Path | None) -> Derived:
     path = cache_dir / f"ranks-{key}.npz" if cache_dir is not None else None
     derived = _load(path) if path is not None else None
     if derived is None:
+        if cached_only:
+            return None
         derived = derive(tokenizer_json)
         if path is not None:
             _save(path, derived)

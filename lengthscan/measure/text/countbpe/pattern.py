@@ -281,9 +281,10 @@ def _all_code_points() -> str:
     return "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF)
 
 
-def differences(pre: PreTokenizer, form: str | None, cache_dir) -> np.ndarray:
+def differences(pre: PreTokenizer, form: str | None, cache_dir, *, cached_only: bool = False) -> np.ndarray | None:
     """The characters a text must not hold to be counted by the engine, as a table by code point
-    (surrogates always; the classes' and normalizer's disagreements; case folds onto ASCII)."""
+    (surrogates always; the classes' and normalizer's disagreements; case folds onto ASCII).
+    ``cached_only``: None where a part is not known yet (nothing is probed now)."""
     import tiktoken
     import tokenizers
 
@@ -297,6 +298,8 @@ def differences(pre: PreTokenizer, form: str | None, cache_dir) -> np.ndarray:
         if isinstance(cached, dict):
             known.update(cached)
     todo = [w for w in wanted if w not in known]
+    if todo and cached_only:
+        return None
     if todo:
         text = _all_code_points()
         for what in todo:
