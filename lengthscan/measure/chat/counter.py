@@ -33,6 +33,7 @@ from lengthscan.measure.chat import template as template_module
 from lengthscan.measure.chat.conversations import ChatFormat, RowProblem, conversations, part_texts
 from lengthscan.measure.chat.encoding import rendered_ids
 from lengthscan.measure.chat.metrics import CONTENT_ROLES, chat_metrics, chat_notes
+from lengthscan.measure.chat.pipeline import plan_and_encode
 from lengthscan.measure.chat.plan import RowPlan, TooLong, plan_row
 from lengthscan.measure.chat.ranges import message_ranges
 from lengthscan.measure.chat.spans import common_prefix, eot_position, is_prefix
@@ -170,8 +171,13 @@ class ChatCounter:
         errors: list = [None] * n
         texts: list[str] = []          # rendered chat texts (tokenized without special tokens)
         plain: list[str] = []          # string prompt-completion texts (tokenized with special tokens)
-        work = self._plan(convs, flags, errors, texts, plain)
-        encoded = self._views(texts, work)
+        if self._exact is None:  # the run's first rows: the token ranges' check needs them whole
+            work = self._plan(convs, flags, errors, texts, plain)
+            encoded = self._views(texts, work)
+        else:  # rendering one chunk while the tokenizer takes the previous one (pipeline.py)
+            work, encoded = plan_and_encode(
+                n, lambda lo, hi: self._plan(convs, flags, errors, texts, plain, rows=range(lo, hi)), texts,
+                lambda rendered: views(self.counter, rendered, exact=self._exact))
         plain_ids = [IdsView(ids) for ids in self.counter.ids(plain, "input")] if plain else []
         longest = self._message_tokens(work, notes, encoded)
         ids_out: list | None = [None] * n if with_ids else None
@@ -237,11 +243,12 @@ class ChatCounter:
         return out
 
     def _plan(self, convs: list, flags, errors: list, texts: list, plain: list, *,
-              whole_only: bool = False) -> dict:
-        """row -> its ``RowPlan`` (its renderings added to ``texts``/``plain``); the flags and errors
-        of the rows that have none."""
+              whole_only: bool = False, rows: range | None = None) -> dict:
+        """row -> its ``RowPlan`` (its renderings added to ``texts``/``plain``) of ``rows`` (None:
+        all); the flags and errors of the rows that have none."""
         work: dict[int, RowPlan] = {}
-        for i, conv in enumerate(convs):
+        for i in rows if rows is not None else range(len(convs)):
+            conv = convs[i]
             if conv is None:
                 flags[i] = FLAG_MISSING
                 continue
