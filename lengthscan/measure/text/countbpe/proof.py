@@ -54,6 +54,7 @@ pre-tokenizer, normalizer, added tokens and post-processor do is ``engine.py``'s
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 
@@ -128,7 +129,9 @@ def derive(tokenizer_json: str) -> Derived:
             spans[a + b] = [i, i]
         else:
             span[0], span[1] = min(span[0], i), max(span[1], i)
-    words = [t for t in vocab if len(t) >= 2 and all(c in alphabet for c in t)]
+    to_bytes = str.maketrans({c: chr(b) for c, b in alphabet.items()})  # a word's bytes, as latin-1 text
+    outside = re.compile(f"[^{''.join(re.escape(c) for c in alphabet)}]")
+    words = [t for t in vocab if len(t) >= 2 and not outside.search(t)]
     sizes = _iso_sizes(spec, words, Tokenizer)
     ignore = bool(model.get("ignore_merges"))
     ranks = {bytes([b]): b for b in alphabet.values()}
@@ -146,10 +149,10 @@ def derive(tokenizer_json: str) -> Derived:
         if spans[prev][1] >= spans[word][0]:
             raise Refused(f"the merges making {prev!r} and {word!r} are interleaved in the merge list")
     for word in order:
-        ranks[bytes(alphabet[c] for c in word)] = 256 + spans[word][0]
+        ranks[word.translate(to_bytes).encode("latin-1")] = 256 + spans[word][0]
     top = 256 + len(pairs)
     for j, word in enumerate(others):
-        ranks[bytes(alphabet[c] for c in word)] = top + j
+        ranks[word.translate(to_bytes).encode("latin-1")] = top + j
     return Derived(ranks=ranks, merged=len(merged), whole_only=len(others), ignore_merges=ignore)
 
 
