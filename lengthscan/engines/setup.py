@@ -15,7 +15,6 @@ from lengthscan.measure.setup import Setup
 from lengthscan.measure.text.counter import TokenCounter
 
 if TYPE_CHECKING:
-
     from lengthscan.policy.rules import Rule
 
 

@@ -86,11 +86,11 @@ class RayEngine:
         return src
 
     def pool(self):
-        """The session's worker actors, started on first use."""
+        """The run's worker actors (a kept pool's, taken by ``open``), started on first use."""
         if self._pool is None:
-            from lengthscan.engines.ray.pool import session_pool
+            from lengthscan.engines.ray.pool import ActorPool
 
-            self._pool = session_pool(self.ray, self._worker())
+            self._pool = ActorPool(self.ray, self._worker())
         return self._pool
 
     def _worker(self):

@@ -4,7 +4,7 @@ each call given to the actor with the fewest calls in flight, results taken in c
 Inside ``keep_actors()`` (``lengthscan.keep_ray_actors``), a run on a Ray this process joined
 (``ray.init`` called before: a notebook, a test session) leaves its pool started when it ended
 well: the next run finds its actors up, their modules imported and the tokenizer's module loaded
-(``session_pool``, ``keep_pool``); leaving the block kills them. Outside it (the default) and after
+(``kept_pool``, ``keep_pool``); leaving the block kills them. Outside it (the default) and after
 a run that failed (an actor may be stuck in a user's template), the actors are killed at the end of
 the run: kept actors hold their CPUs, which other Ray work on the cluster would wait for."""
 
@@ -117,12 +117,6 @@ def kept_pool(ray, cls) -> ActorPool | None:
     for stale in [k for k in _waiting if k[0] != key[0]]:  # a Ray session since shut down: its actors are gone
         del _waiting[stale]
     return _waiting.pop(key, None)
-
-
-def session_pool(ray, cls) -> ActorPool:
-    """The pool a previous run on this Ray session kept, else a new one."""
-    pool = kept_pool(ray, cls)
-    return pool if pool is not None else ActorPool(ray, cls)
 
 
 def keep_pool(ray, cls, pool: ActorPool) -> None:

@@ -49,6 +49,16 @@ def cluster():
                 os.environ[k] = v
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _count_only_proven_first(bpe_dir):
+    """Ray's actors prove the count-only engine before they count; a local first run proves it beside
+    its counting and says so in report.json (``tokenizer.counting``). Proven in this process first,
+    the local and the Ray reports of a module's comparisons are the same, whatever ran before."""
+    from lengthscan.measure.text.counter import TokenCounter
+
+    TokenCounter(str(bpe_dir)).count(["proven before the runs compared"], "input")
+
+
 @pytest.fixture(scope="module")
 def parquet_glob(tmp_path_factory, corpus_rows):
     """The corpus as three Parquet shards of unequal size, several row groups each."""
