@@ -18,6 +18,7 @@ import pytest
 from lengthscan.cli.main import main
 from tests.support.chat import trl_template, write_jsonl
 from tests.support.pages import parse, tables, visible_text
+from tests.support.reference import proven_first
 
 
 def test_the_packing_finding_gives_both_efficiencies(tmp_path, chat_tok_dir, docs, capsys):
@@ -88,6 +89,7 @@ def test_worker_processes_report_how_they_counted(tmp_path, corpus_jsonl, bpe_di
     process says it; before, they said nothing ("(TokenizersBackend; )") or one split's share."""
     args = ["audit", str(corpus_jsonl), "--tokenizer", str(bpe_dir), "--input", "text", "--target", "summary",
             "--full", "--no-cache", "--verify-counts", "20"]
+    proven_first(bpe_dir)  # the one-process run's tallies then cover every text, as the workers' do
     reports, terminals = [], []
     for name, extra in (("one", []), ("two", ["--num-proc", "2"])):
         assert main([*args, *extra, "--out", str(tmp_path / name)]) == 0

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import lengthscan
+from tests.support.reference import proven_first
 
 RAY_REASON = 'the Ray engine tests need Ray: pip install "lengthscan[ray]"'
 #: Credentials for moto's S3 server (``test_ray_clean.s3_corpus``).
@@ -51,12 +52,9 @@ def cluster():
 
 @pytest.fixture(scope="module", autouse=True)
 def _count_only_proven_first(bpe_dir):
-    """Ray's actors prove the count-only engine before they count; a local first run proves it beside
-    its counting and says so in report.json (``tokenizer.counting``). Proven in this process first,
-    the local and the Ray reports of a module's comparisons are the same, whatever ran before."""
-    from lengthscan.measure.text.counter import TokenCounter
-
-    TokenCounter(str(bpe_dir)).count(["proven before the runs compared"], "input")
+    """The local and the Ray reports of a module's comparisons alike, whatever ran before
+    (``tests.support.reference.proven_first``)."""
+    proven_first(bpe_dir)
 
 
 @pytest.fixture(scope="module")
