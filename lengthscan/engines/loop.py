@@ -31,6 +31,7 @@ from lengthscan.measure.batch import RoleField, measure_batch
 from lengthscan.measure.cache import cached_path
 from lengthscan.measure.kinds import MeasureContext
 from lengthscan.measure.setup import Setup
+from lengthscan.measure.text.choice import FAILED, PENDING
 from lengthscan.sources.sampling import SamplePlan, sample_indices
 from lengthscan.sources.scan import Batch, iter_batches
 from lengthscan.sources.source import Source, SplitLayout, SplitSource
@@ -39,6 +40,9 @@ from lengthscan.stats.tally import SplitTally
 
 #: Rows whose lengths the batch simulation keeps (a uniform sample beyond it: memory stays flat).
 SIMULATION_ROWS = 1_000_000
+#: Batches measured before transformers has loaded a first run's tokenizer that are held, at most,
+#: until their counts are confirmed (``LocalEngine._measure_here``): memory stays bounded.
+HELD_BATCHES = 64
 
 
 @dataclass(frozen=True, eq=False)
@@ -191,9 +195,7 @@ class LocalEngine:
         layout = split_src.layout()
         workers = min(self.num_proc, -(-plan.size // batch_rows))  # never more processes than batches
         if workers <= 1 or not fields:
-            for batch in batches:
-                yield batch, measure_batch(batch, fields, layout, counter=setup.counter, audio=setup.settings,
-                                           decide_caps=setup.decide_caps, with_ids=with_ids, chat=setup.chat)
+            yield from self._measure_here(batches, setup, fields, layout, with_ids)
             return
         import multiprocessing as mp
 
@@ -208,6 +210,33 @@ class LocalEngine:
                     yield head, self._from_worker(result.get())
             for head, result in pending:
                 yield head, self._from_worker(result.get())
+
+    @staticmethod
+    def _measure_here(batches, setup: Setup, fields: tuple, layout, with_ids: bool):
+        """The batches measured in this process. On a first run with a tokenizer, counting begins
+        while transformers loads it (``TokenCounter.speculating``): the batches measured meanwhile
+        are held (at most ``HELD_BATCHES``, then the load is waited for) until their counts are
+        confirmed, and measured again where they are not."""
+        def measure(batch):
+            return measure_batch(batch, fields, layout, counter=counter, audio=setup.settings,
+                                 decide_caps=setup.decide_caps, with_ids=with_ids, chat=setup.chat)
+
+        counter = setup.counter
+        if counter is None:
+            for batch in batches:
+                yield batch, measure(batch)
+            return
+        held: list = []
+        with counter.speculating():
+            for batch in batches:
+                held.append((batch, measure(batch)))
+                state = counter.speculation(wait=len(held) >= HELD_BATCHES)
+                if state != PENDING:
+                    yield from held if state != FAILED else [(b, measure(b)) for b, _ in held]
+                    held = []
+            if held and counter.speculation(wait=True) == FAILED:
+                held = [(b, measure(b)) for b, _ in held]
+        yield from held
 
     def _from_worker(self, answer: tuple) -> dict:
         """A worker's measurements; how its tokenizer counted (cumulative) kept for the report."""

@@ -21,6 +21,8 @@ import json
 import math
 import re
 
+from lengthscan.sources.nesting import first_deep_line, nesting
+
 #: The deepest nesting of objects and arrays a row may have, its own object counted.
 MAX_NESTING = 32
 
@@ -28,8 +30,6 @@ MAX_NESTING = 32
 #: pyarrow reads on: its reader takes time quadratic in the depth (10,000 levels: half a minute).
 _HEAVY = 1000
 
-#: The tokens that nest (and the strings, skipped whole, that may hold them as text).
-_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)  # linear: nothing to backtrack
 _SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _LONE = re.compile("[\ud800-\udfff]")
 
@@ -224,40 +224,12 @@ def check_nesting(schema, open_stream) -> None:
     when any line does."""
     if schema is not None and schema_depth(schema) <= MAX_NESTING:
         return
-    line = first_deep_line(open_stream)
+    line = first_deep_line(open_stream, MAX_NESTING)
     if line is None and schema is None:
         return
     where = f"line {line}" if line is not None else "a row"
     raise NestingError(f"{where} nests objects and arrays more than {MAX_NESTING} levels deep; flatten it or "
                        "store the value as a JSON string")
-
-
-def first_deep_line(open_stream) -> int | None:
-    """The first line at which the file's objects and arrays nest more than ``MAX_NESTING`` levels
-    (for a JSON array file, inside its outer array); None when none does."""
-    import io
-
-    depth, extra = 0, None
-    with io.BufferedReader(open_stream()) as fh:
-        for number, raw in enumerate(fh, start=1):
-            if extra is None and raw.strip():
-                extra = 1 if raw.lstrip()[:1] == b"[" else 0  # a JSON array file's own brackets
-            top, depth = _nesting(raw, depth)
-            if top - (extra or 0) > MAX_NESTING:
-                return number
-    return None
-
-
-def _nesting(raw: bytes, depth: int = 0) -> tuple[int, int]:
-    """(deepest level reached, level at the end) of one line's brackets, from ``depth``."""
-    top = depth
-    for token in _TOKENS.findall(raw):
-        if token in (b"[", b"{"):
-            depth += 1
-            top = max(top, depth)
-        elif token in (b"]", b"}"):
-            depth -= 1
-    return top, depth
 
 
 def looks_like_lines(path: str) -> bool:
@@ -291,7 +263,7 @@ def lines_file(path: str) -> bool:
     with io.BufferedReader(open_text(path)) as fh:
         for raw in fh:
             if raw.strip():
-                return _nesting(raw)[1] == 0
+                return nesting(raw)[1] == 0
     return False
 
 
@@ -322,7 +294,7 @@ def _short(text: str, limit: int = 60) -> str:
 
 def json_line_problem(raw: bytes, text: str) -> str | None:
     """Why one line of a JSON Lines file (its bytes, and the text they decode to) is no row, or None."""
-    if raw.count(b"[") + raw.count(b"{") > MAX_NESTING and _nesting(raw)[0] > MAX_NESTING:
+    if raw.count(b"[") + raw.count(b"{") > MAX_NESTING and nesting(raw)[0] > MAX_NESTING:
         return f"nests objects and arrays more than {MAX_NESTING} levels deep; flatten it or store the value " \
                "as a JSON string"
     try:

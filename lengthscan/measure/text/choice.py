@@ -15,6 +15,7 @@ chooses again (the proofs are remembered on disk, so that is cheap).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -23,7 +24,8 @@ from lengthscan.measure.text.beside import Proving, ProvingCount
 from lengthscan.measure.text.bounds import Bounds, holds_on
 from lengthscan.measure.text.bounds import prove as prove_bounds
 from lengthscan.measure.text.decide import DecideOnly
-from lengthscan.measure.text.fastpath import CHAT_ROLE, METHOD_FAST, PROBES, prove
+from lengthscan.measure.text.early import Early
+from lengthscan.measure.text.fastpath import CHAT_ROLE, METHOD_FAST, PROBES, RoleMethod, prove, same_backend
 from lengthscan.measure.text.strategies import CallCount, CountStrategy, EngineCount, FastCount
 
 if TYPE_CHECKING:
@@ -34,6 +36,9 @@ if TYPE_CHECKING:
 
 #: ``count_engine`` values: the count-only BPE engine where it is proven exact, or the tokenizer always.
 COUNT_ENGINES = ("auto", "tokenizers")
+#: ``RoleStrategies.speculation``'s answers.
+NONE, PENDING, CONFIRMED, FAILED = "none", "pending", "confirmed", "failed"
+SPECULATED = "counted with tokenizer.json as tokenizers loads it, while transformers loads the tokenizer"
 
 
 class RoleStrategies:
@@ -50,6 +55,8 @@ class RoleStrategies:
         #: (``beside.py``); False: made before the role's first count (a worker's, an actor's)
         self.prove_beside = prove_beside
         self._reset()
+        #: a run's counter begins loading and proving at once, while the source is opened (``early.py``)
+        self._early = Early(handle, engine=count_engine == "auto") if prove_beside else None
 
     def _reset(self) -> None:
         self._exact: dict[str, CountStrategy] = {}
@@ -57,6 +64,8 @@ class RoleStrategies:
         self._snapshot: Tokenizer | None = None  # the private backend copy, shared by roles (all in input mode)
         # (engine or None, why), built once; a Proving while proven beside the counting
         self._engine: tuple[CountEngine | None, str] | Proving | None = None
+        self._speculated: dict[str, list[str]] = {}  # role -> its first texts, counted on the file's backend
+        self._may_speculate = False
 
     # -- exact counting ---------------------------------------------------------------------
     def exact(self, role: str, texts: list[str]) -> CountStrategy:
@@ -70,6 +79,14 @@ class RoleStrategies:
         handle = self.handle
         memo = handle.memo()
         method = memo.method(role) if memo is not None and not handle.loaded else None
+        if method is None and self._may_speculate and role != CHAT_ROLE and self._snapshot is None:
+            backend = self._early.file_backend() if self._early is not None else None
+            if backend is not None:  # counted with the file's backend while transformers loads it
+                self._speculated[role] = texts[:64]
+                method = RoleMethod(METHOD_FAST, SPECULATED, backend)
+        if method is None and self._may_speculate and self._speculated and role != CHAT_ROLE:
+            self._speculated[role] = texts[:64]  # another role on the same file's backend
+            method = RoleMethod(METHOD_FAST, SPECULATED, self._snapshot)
         if method is None:
             method = prove(handle.tokenizer, role, texts, handle.call_ids, backend=self._snapshot)
             if memo is not None:
@@ -119,6 +136,47 @@ class RoleStrategies:
             return fast
         return EngineCount(counted, fast, fast.engine_reason)
 
+    # -- counting while transformers loads (early.py) ---------------------------------------
+    @contextmanager
+    def speculating(self):
+        """Within this block a role chosen before transformers has loaded the tokenizer (a first
+        run) is counted with ``tokenizer.json`` as ``tokenizers`` loads it; the caller holds what
+        it counted until ``speculation`` says it is confirmed, or counts it again if not."""
+        self._may_speculate = self._early is not None and self._early.first
+        try:
+            yield self
+        finally:
+            self._may_speculate = False
+
+    def speculation(self, *, wait: bool = False) -> str:
+        """``NONE`` (nothing counted on the file's backend awaits confirmation), ``PENDING``
+        (transformers is still loading; ``wait``: waited for), ``CONFIRMED`` (the loaded
+        tokenizer's backend serializes as the file's and the fast path is proven on it for every
+        role counted: the counts stand) or ``FAILED`` (every role is chosen again: count again)."""
+        if not self._speculated:
+            return NONE
+        if not wait and self._early.loading():
+            return PENDING
+        self._early.wait()
+        spec, handle = self._snapshot, self.handle
+        tok = handle.tokenizer  # loaded (or its error raised) now
+        methods = {role: prove(tok, role, texts, handle.call_ids, backend=spec)
+                   for role, texts in self._speculated.items()}
+        self._speculated = {}
+        if any(m.method != METHOD_FAST for m in methods.values()) or not same_backend(tok, spec):
+            self._reset()
+            return FAILED
+        memo = handle.memo()
+        for role, method in methods.items():
+            reason = f"{method.reason}; counted from the start with tokenizer.json as tokenizers loads it (the same)"
+            strategy = self._exact[role]
+            for part in (strategy, getattr(strategy, "fast", None)):
+                if part is not None:
+                    part.reason = reason
+            if memo is not None:
+                memo.remember(role, method, handle.loaded_info())
+        return CONFIRMED
+
     # -- decide-only ------------------------------------------------------------------------
     def decider(self, role: str, probe: list[str], count: Callable[[list[str]], np.ndarray]) -> DecideOnly | None:
         """Decide-only counting of ``role`` where bounds are proven for it (None: count every row).
@@ -165,7 +223,8 @@ class RoleStrategies:
     def __getstate__(self):
         state = dict(self.__dict__)
         # a worker or an actor proves before its first count (the proof is on disk by then, mostly)
-        state.update(_exact={}, _deciders={}, _snapshot=None, _engine=None, prove_beside=False)
+        state.update(_exact={}, _deciders={}, _snapshot=None, _engine=None, prove_beside=False, _early=None,
+                     _speculated={}, _may_speculate=False)
         return state
 
     def __setstate__(self, state):

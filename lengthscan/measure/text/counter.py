@@ -102,6 +102,15 @@ class TokenCounter:
         for, so that the next run finds it in the cache."""
         self.roles.settle()
 
+    def speculating(self):
+        """A block where a first run's roles may be counted while transformers loads the tokenizer
+        (``RoleStrategies.speculating``); ``speculation`` says whether those counts stand."""
+        return self.roles.speculating()
+
+    def speculation(self, *, wait: bool = False) -> str:
+        """``RoleStrategies.speculation``: none, pending, confirmed or failed (count again)."""
+        return self.roles.speculation(wait=wait)
+
     def methods(self) -> dict[str, str]:
         """role -> how it is counted (``backend.encode_batch_fast``, ``__call__``), for the roles counted so far."""
         return self.roles.methods()

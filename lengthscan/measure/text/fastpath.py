@@ -103,6 +103,18 @@ def copy_backend(tok):
     return backend
 
 
+def same_backend(tok, backend) -> bool:
+    """The loaded ``tok``'s backend, in input mode, untruncated and unpadded as ``__call__`` runs it,
+    serializes as ``backend`` does (and splits special tokens alike): they give the same ids."""
+    if hasattr(tok, "_switch_to_input_mode"):
+        tok._switch_to_input_mode()
+    own = tok.backend_tokenizer
+    if own.truncation is not None or own.padding is not None:
+        own = copy_backend(tok)  # a copy without them (tok's own is left as it is)
+    split = bool(getattr(tok, "split_special_tokens", False))
+    return split == bool(backend.encode_special_tokens) and own.to_str() == backend.to_str()
+
+
 def special_token_probes(tok) -> list[str]:
     specials = [t for t in getattr(tok, "all_special_tokens", []) if isinstance(t, str)][:8]
     return [f"{t} inside {t}text" for t in specials]
@@ -150,6 +162,10 @@ class Memo:
 
     def info(self) -> dict:
         return self._read().get("info") or {}
+
+    def remembers(self) -> bool:
+        """Some role's fast path is remembered here (a run on these files was made before)."""
+        return bool(self._read().get("roles")) and self.path.with_suffix(".tokenizer.json").exists()
 
     def remember(self, role: str, method: RoleMethod, info: dict) -> None:
         if method.method != METHOD_FAST:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
@@ -34,6 +35,7 @@ class TokenizerHandle:
         self.revision = revision
         self.trust_remote_code = trust_remote_code
         self._hash: str | None = None
+        self._loading = threading.Lock()  # one load, whichever thread asks first (``early.py``'s may)
         if isinstance(tokenizer, (str, os.PathLike)):
             self.name = str(tokenizer)
             self._tokenizer = None  # loaded on first use: a rerun on cached lengths never needs it
@@ -53,7 +55,18 @@ class TokenizerHandle:
         return self._tokenizer
 
     def _load(self) -> None:
-        self._tokenizer = load_tokenizer(self.name, revision=self.revision, trust_remote_code=self.trust_remote_code)
+        with self._loading:
+            if self._tokenizer is None:
+                self._tokenizer = load_tokenizer(self.name, revision=self.revision,
+                                                 trust_remote_code=self.trust_remote_code)
+
+    def tokenizer_file(self) -> Path | None:
+        """The local ``tokenizer.json`` this tokenizer is loaded from (None: a hub name, an object,
+        or a folder without one)."""
+        path = Path(self.name)
+        if path.is_dir():
+            path = path / "tokenizer.json"
+        return path if path.name == "tokenizer.json" and path.is_file() else None
 
     @property
     def loaded(self) -> bool:
@@ -120,9 +133,11 @@ class TokenizerHandle:
     # -- pickling: workers reload by name ---------------------------------------------------
     def __getstate__(self):
         state = dict(self.__dict__)
+        state.pop("_loading", None)
         if Path(self.name).is_dir():
             state["_tokenizer"] = None  # workers load it from the directory, once each
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        self._loading = threading.Lock()

@@ -20,12 +20,14 @@ from tests.support.reference import direct_counts
 
 @pytest.fixture
 def cold_cache(tmp_path, monkeypatch):
-    """A cache folder without any proof, and none in this process's memory (a first run)."""
+    """A cache folder without any proof, and none in this process's memory (a first run), the
+    proof begun by nothing but the counting (no early work, ``early.py``: see test_early.py)."""
     from lengthscan.measure.text.countbpe import engine, pattern
 
     monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(engine, "_DERIVED", {})
     monkeypatch.setattr(pattern, "_KNOWN", {})
+    monkeypatch.setattr(choice, "Early", lambda handle, engine: None)
     return tmp_path / "cache"
 
 

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 import unicodedata
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,8 +29,9 @@ from pathlib import Path
 import numpy as np
 
 from lengthscan.measure.text.chunking import chunks
+from lengthscan.measure.text.countbpe.locks import acquire
 from lengthscan.measure.text.countbpe.pattern import covering, differences, normalizer_form, pre_tokenizer
-from lengthscan.measure.text.countbpe.proof import Derived, Refused, derive
+from lengthscan.measure.text.countbpe.proof import Derived, Refused, derive_model
 
 #: The separator between joined texts: a tiktoken special token no real text holds.
 SEP = "\x00\ue000lengthscan-sep\ue001\x00"
@@ -39,7 +41,10 @@ JOB_CHARS = 1_000_000
 MIN_JOB_CHARS = 32_000
 
 _SEP_CODES = np.array(sorted(set(map(ord, SEP))), np.int64)
-_DERIVED: dict[str, Derived] = {}  # rank tables built in this process, by tokenizer.json hash
+_DERIVED: dict[str, Derived] = {}  # rank tables built in this process, by the BPE model's hash
+_LOCKS: dict[str, threading.Lock] = {}  # one per rank table: held while it is being made
+_MAKING = threading.Lock()
+_DERIVING: set[str] = set()  # the rank tables being derived now (not read from the cache)
 
 
 @dataclass(frozen=True)
@@ -211,8 +216,8 @@ def build(backend, *, cache_dir: Path | None = None, threads: int | None = None,
     code-point differences) is not in this process or ``cache_dir`` yet: nothing is proven now."""
     import tiktoken
 
-    pre = pre_tokenizer(_state(backend.pre_tokenizer))
-    form = normalizer_form(_state(backend.normalizer))
+    pre = pre_tokenizer(component_state(backend.pre_tokenizer))
+    form = normalizer_form(component_state(backend.normalizer))
     tokens = [{"content": t.content, "lstrip": t.lstrip, "rstrip": t.rstrip, "single_word": t.single_word,
                "normalized": t.normalized, "special": t.special}
               for _, t in sorted(backend.get_added_tokens_decoder().items())]
@@ -220,7 +225,7 @@ def build(backend, *, cache_dir: Path | None = None, threads: int | None = None,
     vocab = backend.get_vocab(with_added_tokens=False)
     if len(set(vocab.values())) != len(vocab):
         raise Refused("the vocabulary gives one id to several tokens (merges follow ids, not strings)")
-    derived = _derived(backend.to_str(), cache_dir, cached_only=cached_only)
+    derived = derived_for(backend.model.__getstate__(), cache_dir, cached_only=cached_only)
     if derived is None:
         return None
     sep_id = max(derived.ranks.values()) + 1
@@ -237,7 +242,7 @@ def build(backend, *, cache_dir: Path | None = None, threads: int | None = None,
     return CountEngine(enc, sep_id, route, form, pre.prefix_space, added, derived, threads or threads_default())
 
 
-def _state(component) -> dict | None:
+def component_state(component) -> dict | None:
     """A tokenizers component as its ``tokenizer.json`` entry."""
     return None if component is None else json.loads(component.__getstate__())
 
@@ -266,23 +271,41 @@ def _alternation(contents: list[str]) -> re.Pattern | None:
     return re.compile("|".join(re.escape(c) for c in ordered))
 
 
-def _derived(tokenizer_json: str, cache_dir: Path | None, *, cached_only: bool = False) -> Derived | None:
+def derived_for(state: bytes, cache_dir: Path | None, *, cached_only: bool = False, model: dict | None = None,
+                bpe=None) -> Derived | None:
+    """The rank table of the BPE model whose ``__getstate__`` is ``state`` (``model``: that state
+    read already; ``bpe``: the model itself, see ``derive_model``), made once per process and cached
+    in ``cache_dir``. ``cached_only``: None where it is not made yet, or is being made by another
+    thread (``prefetch.py``), which a call without it waits for."""
     from importlib import metadata
 
     versions = "-".join(metadata.version(p) for p in ("tokenizers", "lengthscan"))
-    key = hashlib.sha256(f"{versions}\n{tokenizer_json}".encode()).hexdigest()[:32]
+    key = hashlib.sha256(versions.encode() + b"\n" + state).hexdigest()[:32]
     if key in _DERIVED:
         return _DERIVED[key]
-    path = cache_dir / f"ranks-{key}.npz" if cache_dir is not None else None
-    derived = _load(path) if path is not None else None
-    if derived is None:
-        if cached_only:
-            return None
-        derived = derive(tokenizer_json)
-        if path is not None:
-            _save(path, derived)
-    _DERIVED[key] = derived
-    return derived
+    with _MAKING:
+        lock = _LOCKS.setdefault(key, threading.Lock())
+    if not acquire(lock, lambda: key in _DERIVING, cached_only):
+        return None
+    try:
+        if key in _DERIVED:  # made by the thread that held the lock
+            return _DERIVED[key]
+        path = cache_dir / f"ranks-{key}.npz" if cache_dir is not None else None
+        derived = _load(path) if path is not None else None
+        if derived is None:
+            if cached_only:
+                return None
+            _DERIVING.add(key)
+            try:
+                derived = derive_model(model if model is not None else json.loads(state), bpe)
+            finally:
+                _DERIVING.discard(key)
+            if path is not None:
+                _save(path, derived)
+        _DERIVED[key] = derived
+        return derived
+    finally:
+        lock.release()
 
 
 def _save(path: Path, d: Derived) -> None:

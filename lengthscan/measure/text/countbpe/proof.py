@@ -101,10 +101,26 @@ def _merge_pairs(merges: list) -> list[tuple[str, str]]:
 def derive(tokenizer_json: str) -> Derived:
     """The rank table proven exact for this ``tokenizer.json``'s BPE model (module docstring), or
     ``Refused`` naming the condition that fails."""
-    from tokenizers import Tokenizer
+    return derive_model((json.loads(tokenizer_json).get("model") or {}))
 
-    spec = json.loads(tokenizer_json)
-    model = spec.get("model") or {}
+
+#: The BPE options a ``tokenizers`` model takes as keywords (``bpe_model``), as ``tokenizer.json`` spells them.
+_OPTIONS = ("dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk", "byte_fallback",
+            "ignore_merges")
+
+
+def bpe_model(model: dict):
+    """``tokenizers.models.BPE`` of a ``tokenizer.json`` model entry (BPE), its options included: the
+    model a tokenizer loading that file holds (``__getstate__`` serializes both alike)."""
+    from tokenizers import models
+
+    options = {k: model[k] for k in _OPTIONS if model.get(k) is not None}
+    return models.BPE(vocab=model.get("vocab"), merges=_merge_pairs(model.get("merges") or []), **options)
+
+
+def derive_model(model: dict, bpe=None) -> Derived:
+    """``derive`` for the model entry of a ``tokenizer.json`` (as ``json.loads`` reads it); ``bpe``:
+    ``bpe_model(model)``, where the caller built it already (it is changed: ``ignore_merges`` off)."""
     if model.get("type") != "BPE":
         raise Refused(f"the model is {model.get('type')}, not BPE")
     if model.get("dropout"):
@@ -132,7 +148,7 @@ def derive(tokenizer_json: str) -> Derived:
     to_bytes = str.maketrans({c: chr(b) for c, b in alphabet.items()})  # a word's bytes, as latin-1 text
     outside = re.compile(f"[^{''.join(re.escape(c) for c in alphabet)}]")
     words = [t for t in vocab if len(t) >= 2 and not outside.search(t)]
-    sizes = _iso_sizes(spec, words, Tokenizer)
+    sizes = _iso_sizes(bpe if bpe is not None else bpe_model(model), words)
     ignore = bool(model.get("ignore_merges"))
     ranks = {bytes([b]): b for b in alphabet.values()}
     merged, others = [], []
@@ -156,12 +172,11 @@ def derive(tokenizer_json: str) -> Derived:
     return Derived(ranks=ranks, merged=len(merged), whole_only=len(others), ignore_merges=ignore)
 
 
-def _iso_sizes(spec: dict, words: list[str], tokenizer_cls) -> list[int]:
+def _iso_sizes(bpe, words: list[str]) -> list[int]:
     """How many tokens the model's own merge loop leaves of each word alone (``iso``): the
-    tokenizer itself with nothing around the model and ``ignore_merges`` off."""
-    bare = dict(spec)
-    bare.update(normalizer=None, pre_tokenizer=None, post_processor=None, decoder=None, added_tokens=[],
-                truncation=None, padding=None)
-    bare["model"] = dict(spec["model"], ignore_merges=False)
-    tok = tokenizer_cls.from_str(json.dumps(bare))
+    tokenizer's BPE model itself with nothing around it and ``ignore_merges`` off."""
+    from tokenizers import Tokenizer
+
+    bpe.ignore_merges = False
+    tok = Tokenizer(bpe)
     return [len(e) for e in tok.encode_batch_fast(words, add_special_tokens=False)]

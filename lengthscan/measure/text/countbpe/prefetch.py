@@ -1,0 +1,78 @@
+"""The count-only engine's proof begun as the run starts, from the tokenizer's own file.
+
+A first run proves the engine for the tokenizer (the rank table, ``proof.py``; the code-point
+probe, ``pattern.py``): seconds of work on a large vocabulary. Both depend only on parts of
+``tokenizer.json`` (the BPE model; the pre-tokenizer and normalizer), so they can begin before
+transformers has loaded the tokenizer, while the source's layout is read: ``Prefetch`` loads the
+file with ``tokenizers`` (the backend a run may count with while transformers loads it, see
+``choice.py``) and makes both in a thread. What it makes goes to the same in-process tables and
+cache files as the proof made for the loaded tokenizer, under keys of the model's serialized
+state and of the regex engines' versions: the loaded tokenizer uses it only where its own model
+serializes the same, and a proof still being made is waited for, never made twice. A file the
+engine refuses is left to the proof at the counting, which says why.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+
+class Prefetch:
+    """The tokenizer file ``tokenizer_json`` loaded, then (``engine``) the count-only engine's
+    proof made for it, in a thread."""
+
+    def __init__(self, tokenizer_json: Path, cache_dir: Path | None, *, engine: bool):
+        self._backend: Tokenizer | None = None
+        self._loaded = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(tokenizer_json, cache_dir, engine),
+                                        name="lengthscan-count-prefetch", daemon=True)
+        self._thread.start()
+
+    def backend(self) -> Tokenizer | None:
+        """The file's own backend, untruncated and unpadded (waited for; None: it did not load)."""
+        self._loaded.wait()
+        return self._backend
+
+    def _run(self, tokenizer_json: Path, cache_dir: Path | None, engine: bool) -> None:
+        try:
+            from tokenizers import Tokenizer
+
+            backend = Tokenizer.from_file(str(tokenizer_json))
+            backend.no_truncation()
+            backend.no_padding()
+            self._backend = backend
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:  # noqa: BLE001, S110 - not a tokenizers file: transformers' load says what is wrong
+            pass
+        finally:
+            self._loaded.set()
+        if engine and self._backend is not None:
+            prove_for(self._backend, cache_dir)
+
+
+def prove_for(backend, cache_dir: Path | None) -> None:
+    """The rank table and code-point probe for ``backend``'s model and split, into the caches."""
+    from lengthscan.measure.text.countbpe.engine import component_state, derived_for
+    from lengthscan.measure.text.countbpe.pattern import differences, normalizer_form, pre_tokenizer
+    from lengthscan.measure.text.countbpe.proof import bpe_model
+
+    try:
+        state = backend.model.__getstate__()
+        model = json.loads(state)
+        if model.get("type") != "BPE":
+            return
+        pre = pre_tokenizer(component_state(backend.pre_tokenizer))
+        form = normalizer_form(component_state(backend.normalizer))
+        derived_for(state, cache_dir, model=model, bpe=bpe_model(model))
+        differences(pre, form, cache_dir)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:  # noqa: BLE001, S110 - refused or unreadable: the proof at the counting says why
+        pass

@@ -1,0 +1,103 @@
+"""A first run with a tokenizer (``measure/text/early.py``): the count-only engine's proof begins
+from the tokenizer's file as the run starts, and the rows are counted with that file's backend
+while transformers loads the tokenizer; the counts stand only where the loaded tokenizer's own
+backend serializes the same and the fast path is proven on it, and are counted again where not."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+
+import pyarrow.parquet as pq
+import pytest
+
+from lengthscan.measure.text import choice, early
+from lengthscan.measure.text.counter import TokenCounter
+from lengthscan.measure.text.fastpath import Memo
+from tests.support.reference import direct_counts
+
+
+@pytest.fixture
+def first_run(tmp_path, monkeypatch):
+    """An empty cache (no fast path remembered, no proof), and transformers' load of the tokenizer
+    held until the counting waits for it: every row is counted before the load ends."""
+    from lengthscan.measure.text.countbpe import engine, pattern
+
+    monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(engine, "_DERIVED", {})
+    monkeypatch.setattr(pattern, "_KNOWN", {})
+    gate = threading.Event()
+    load, wait = early.Early._load, early.Early.wait  # noqa: SLF001
+
+    def late_load(handle):
+        gate.wait(60)
+        load(handle)
+
+    def waiting(self):
+        gate.set()
+        wait(self)
+
+    monkeypatch.setattr(early.Early, "_load", staticmethod(late_load))
+    monkeypatch.setattr(early.Early, "wait", waiting)
+    return tmp_path / "cache"
+
+
+def test_rows_are_counted_while_transformers_loads_and_confirmed_after(bpe_dir, docs, first_run):
+    texts = docs[:300]
+    counter = TokenCounter(str(bpe_dir), prove_beside=True)
+    with counter.speculating():
+        counts, _ = counter.count(texts, "input")
+        assert not counter.loaded and counter.speculation() == choice.PENDING
+        assert counter.speculation(wait=True) == choice.CONFIRMED
+    assert counts.tolist() == direct_counts(bpe_dir, texts, "input")
+    assert "counted from the start with tokenizer.json" in counter.roles.reasons()["input"]
+    assert counter.speculation() == choice.NONE
+    assert Memo(first_run / "fastpath", counter.hash).remembers()  # the next run never loads transformers
+
+
+def test_a_tokenizer_transformers_changes_is_counted_again(bpe_dir, docs, first_run, tmp_path):
+    """tokenizer_config.json names an end token tokenizer.json lacks: transformers adds it to the
+    backend, so the file's backend counts "<|myeos|>" as text. The speculation fails; the rows are
+    counted again as the tokenizer counts them (the CLI: batches held, then measured again)."""
+    from lengthscan.cli.main import main
+
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    shutil.copy(bpe_dir / "tokenizer.json", tok / "tokenizer.json")
+    (tok / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
+                                                           "eos_token": "<|myeos|>"}))
+    texts = [f"{t[:200]} <|myeos|> {t[200:400]}" for t in docs[:300]]
+    truth = direct_counts(tok, texts, "input")
+    counter = TokenCounter(str(tok), prove_beside=True)
+    with counter.speculating():
+        wrong, _ = counter.count(texts[:50], "input")
+        assert counter.speculation(wait=True) == choice.FAILED
+        again, _ = counter.count(texts[:50], "input")
+    assert wrong.tolist() != truth[:50] and again.tolist() == truth[:50]  # the failure mattered
+
+    src = tmp_path / "s.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    out = tmp_path / "out"
+    assert main(["audit", str(src), "--tokenizer", str(tok), "--input", "text", "--full", "--quiet", "--no-cache",
+                 "--out", str(out)]) == 0
+    assert pq.read_table(out / "lengths.parquet")["input_tokens"].to_pylist() == truth
+    report = json.loads((out / "report.json").read_text())["tokenizer"]
+    assert "counted from the start" not in json.dumps(report)
+
+
+def test_a_first_cli_run_counts_as_the_tokenizer_and_remembers(bpe_dir, docs, first_run, tmp_path):
+    from lengthscan.cli.main import main
+
+    texts = docs[:400]
+    src = tmp_path / "s.jsonl"
+    src.write_text("".join(json.dumps({"text": t, "summary": t[:80]}) + "\n" for t in texts))
+    truth = direct_counts(bpe_dir, texts, "input"), direct_counts(bpe_dir, [t[:80] for t in texts], "target")
+    out = tmp_path / "out"
+    assert main(["audit", str(src), "--tokenizer", str(bpe_dir), "--input", "text", "--target", "summary", "--full",
+                 "--quiet", "--no-cache", "--out", str(out)]) == 0
+    table = pq.read_table(out / "lengths.parquet")
+    assert (table["input_tokens"].to_pylist(), table["target_tokens"].to_pylist()) == truth
+    report = json.loads((out / "report.json").read_text())["tokenizer"]
+    assert report["methods"] == {"input": "backend.encode_batch_fast", "target": "backend.encode_batch_fast"}
+    assert list((first_run / "countbpe").glob("ranks-*.npz"))  # proven from the file as the run began
