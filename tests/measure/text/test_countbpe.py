@@ -298,10 +298,10 @@ def test_verify_counts_through_the_cli_reports_what_was_recounted(bpe_dir, corpu
 
 def _as_a_new_process() -> None:
     """Forget the tables this process built, as the next run (a new process) starts without them."""
-    from lengthscan.measure.text.countbpe import engine, pattern
+    from lengthscan.measure.text.countbpe import codepoints, engine
 
     engine._DERIVED.clear()  # noqa: SLF001
-    pattern._KNOWN.clear()  # noqa: SLF001
+    codepoints._KNOWN.clear()  # noqa: SLF001
 
 
 @pytest.mark.slow  # three audits and a reference count
@@ -404,3 +404,21 @@ def test_prefixes_probes_and_truncation_searches_are_no_rows(bpe_dir, docs, tmp_
                  "1000", "--limit", "input_tokens<=20", "--action", action, "--quiet", "--out", str(out)]) == 0
     counting = json.loads((out / "report.json").read_text())["tokenizer"]["counting"]["input"]
     assert counting["by_tokenizer"] == 0 and 0 < counting["verified"] == counting["texts"] <= with_text, counting
+
+
+def test_the_shipped_code_point_probes_are_what_the_installed_libraries_give(tmp_path):
+    """``countbpe/probed.json`` (a first run's probes, shipped for the tested versions) equals a
+    fresh probe with both regex engines and Python's tables; a first run uses it for those classes."""
+    import sys
+
+    import tiktoken
+    import tokenizers
+
+    from lengthscan.measure.text.countbpe import codepoints
+
+    key = f"v2-{tiktoken.__version__}-{tokenizers.__version__}-{sys.version_info[0]}.{sys.version_info[1]}"
+    if key not in codepoints.shipped():
+        pytest.skip(f"no shipped probes for {key} (tests/constraints.txt pins the versions they were made with)")
+    fresh = codepoints.write_shipped(tmp_path / "probed.json")
+    assert codepoints.shipped()[key] == fresh
+    assert set(fresh) >= {"class \\p{L}", "class \\s", "folds", "normalizer NFC"}

@@ -22,11 +22,11 @@ from tests.support.reference import direct_counts
 def first_run(tmp_path, monkeypatch):
     """An empty cache (no fast path remembered, no proof), and transformers' load of the tokenizer
     held until the counting waits for it: every row is counted before the load ends."""
-    from lengthscan.measure.text.countbpe import engine, pattern
+    from lengthscan.measure.text.countbpe import codepoints, engine
 
     monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(engine, "_DERIVED", {})
-    monkeypatch.setattr(pattern, "_KNOWN", {})
+    monkeypatch.setattr(codepoints, "_KNOWN", {})
     gate = threading.Event()
     load, wait = early.Early._load, early.Early.wait  # noqa: SLF001
 

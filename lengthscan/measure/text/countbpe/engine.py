@@ -29,8 +29,9 @@ from pathlib import Path
 import numpy as np
 
 from lengthscan.measure.text.chunking import chunks
+from lengthscan.measure.text.countbpe.codepoints import differences
 from lengthscan.measure.text.countbpe.locks import acquire
-from lengthscan.measure.text.countbpe.pattern import covering, differences, normalizer_form, pre_tokenizer
+from lengthscan.measure.text.countbpe.pattern import covering, normalizer_form, pre_tokenizer
 from lengthscan.measure.text.countbpe.proof import Derived, Refused, derive_model
 
 #: The separator between joined texts: a tiktoken special token no real text holds.

@@ -10,7 +10,7 @@ not the other) are refused.
 
 Where the engines still differ is *which characters* a class holds: their Unicode tables are not
 the same version, and ``(?i:..)`` may fold non-ASCII letters onto ASCII ones (``ſ`` onto ``s``,
-the Kelvin sign onto ``k``). ``differences`` measures the first for every class of the pattern
+the Kelvin sign onto ``k``). ``codepoints.differences`` measures the first for every class of the pattern
 over every code point, with both engines themselves: a text holding such a character goes to the
 tokenizer. The second is handled the same way with Python's own case tables.
 
@@ -25,16 +25,9 @@ libraries differs, also go to the tokenizer.
 from __future__ import annotations
 
 import re
-import sys
-import threading
-import unicodedata
 from dataclasses import dataclass
 
-import numpy as np
-
-from lengthscan.measure.text.countbpe.locks import acquire
 from lengthscan.measure.text.countbpe.proof import Refused
-from lengthscan.sources.cache_dir import read_cache_json, write_cache_json
 
 #: The regex ``tokenizers``' ByteLevel pre-tokenizer splits with when ``use_regex`` is on (GPT-2's).
 BYTE_LEVEL_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -271,143 +264,3 @@ def covering(regex: str) -> str:
     rest too as ``tokenizers``' Isolated split does: a run of text where no match starts is one
     piece, up to the next position where one does."""
     return f"(?:{regex})|(?:(?!(?:{regex}))[\\s\\S])+"
-
-
-# -- where the engines disagree ---------------------------------------------------------------------
-
-#: What this process has measured already, by engine versions (the cache file may be unwritable).
-_KNOWN: dict[str, dict] = {}
-_PROBING = threading.Lock()  # held while the cache is read or code points are probed
-_PROBES_NOW: set = set()  # not empty while code points are probed
-
-
-def _all_code_points() -> str:
-    """Every code point but the surrogates, once each, in order."""
-    codes = np.arange(0x110000, dtype=np.uint32)
-    return codes[(codes < 0xD800) | (codes > 0xDFFF)].tobytes().decode("utf-32-le")
-
-
-def differences(pre: PreTokenizer, form: str | None, cache_dir, *, cached_only: bool = False) -> np.ndarray | None:
-    """The characters a text must not hold to be counted by the engine, as a table by code point
-    (surrogates always; the classes' and normalizer's disagreements; case folds onto ASCII).
-    ``cached_only``: None where a part is not known yet, or is being probed by another thread
-    (``prefetch.py``), which a call without it waits for (nothing is probed twice)."""
-    import tiktoken
-    import tokenizers
-
-    wanted = ([f"class {a}" for a in pre.atoms] + ([f"normalizer {form}", "unassigned"] if form else [])
-              + (["folds"] if pre.folds else []))
-    key = f"v2-{tiktoken.__version__}-{tokenizers.__version__}-{sys.version_info[0]}.{sys.version_info[1]}"
-    known = _KNOWN.setdefault(key, {})
-    if any(w not in known for w in wanted):
-        if not acquire(_PROBING, lambda: bool(_PROBES_NOW), cached_only):
-            return None
-        try:
-            if not _probe(known, wanted, cache_dir / f"differences-{key}.json" if cache_dir is not None else None,
-                          cached_only=cached_only):
-                return None
-        finally:
-            _PROBING.release()
-    table = np.zeros(0x110000, bool)
-    table[0xD800:0xE000] = True
-    for w in wanted:
-        for lo, hi in known[w]:
-            table[lo:hi + 1] = True
-    return table
-
-
-def _probe(known: dict, wanted: list[str], path, *, cached_only: bool) -> bool:
-    """``known`` completed with ``wanted`` from the cache file at ``path``, then (unless
-    ``cached_only``) probed; False where something is still missing."""
-    if path is not None:
-        cached = read_cache_json(path) if path.exists() else None
-        if isinstance(cached, dict):
-            known.update({k: v for k, v in cached.items() if k not in known})
-    todo = [w for w in wanted if w not in known]
-    if todo and cached_only:
-        return False
-    if todo:
-        _PROBES_NOW.add(True)
-        try:
-            _probe_all(known, todo)
-        finally:
-            _PROBES_NOW.clear()
-        if path is not None:
-            write_cache_json(path, known)
-    return True
-
-
-def _probe_all(known: dict, todo: list[str]) -> None:
-    text = _all_code_points()
-    for what in todo:
-        kind, _, name = what.partition(" ")
-        if kind == "class":
-            points = _class_differences(name, text)
-        elif kind == "normalizer":
-            points = _normalizer_differences(name, text)
-        else:
-            points = _ascii_folds(text) if kind == "folds" else _unassigned(text)
-        known[what] = _runs(points)
-
-
-def _class_differences(atom: str, text: str) -> list[int]:
-    """Code points one engine's ``atom`` matches and the other's does not (each engine removes or
-    keeps the matches of ``text``, every code point once)."""
-    import tiktoken
-    from tokenizers import Regex, normalizers
-
-    enc = tiktoken.Encoding("lengthscan-probe", pat_str=atom, mergeable_ranks={bytes([b]): b for b in range(256)},
-                            special_tokens={})
-    theirs = np.zeros(0x110000, bool)
-    theirs[_codes(bytes(enc.encode_ordinary(text)).decode("utf-8"))] = True
-    ours = np.ones(0x110000, bool)
-    ours[_codes(normalizers.Replace(Regex(atom), "").normalize_str(text))] = False  # what is left did not match
-    everything = _codes(text)
-    return everything[ours[everything] != theirs[everything]].tolist()
-
-
-def _codes(text: str) -> np.ndarray:
-    return np.frombuffer(text.encode("utf-32-le"), np.uint32).astype(np.int64)
-
-
-def _normalizer_differences(form: str, text: str) -> list[int]:
-    """Code points the tokenizer's normalizer maps otherwise than Python's ``unicodedata``."""
-    from tokenizers import normalizers
-
-    spaced = "\x00".join(text)
-    ours = getattr(normalizers, form)().normalize_str(spaced).split("\x00")
-    theirs = unicodedata.normalize(form, spaced).split("\x00")
-    if len(ours) != len(theirs):  # not expected: then every character is suspect
-        return [ord(c) for c in text if not c.isascii()]
-    return [ord(c) for c, a, b in zip(text, ours, theirs) if a != b]
-
-
-def _ascii_folds(text: str) -> list[int]:
-    """Non-ASCII characters of ``text`` (every code point once) whose case forms reach ASCII
-    letters (``(?i:'s)`` may match ``'ſ``)."""
-    chars = [c for c in text if not c.isascii()]
-    spaced = "\x00".join(chars)  # no case form holds NUL: the forms of character i are part i
-    hits: set[int] = set()
-    for form in (spaced.lower(), spaced.upper(), spaced.casefold()):
-        at, part = 0, 0  # the part that starts at ``at``
-        for m in re.finditer("[A-Za-z]", form):  # few: only the forms that reach ASCII
-            part += form.count("\x00", at, m.start())
-            at = m.start()
-            hits.add(ord(chars[part]))
-    return sorted(hits)
-
-
-def _unassigned(text: str) -> list[int]:
-    category = unicodedata.category
-    return [ord(c) for c in text if category(c) == "Cn"]
-
-
-def _runs(points: list[int]) -> list[list[int]]:
-    """Sorted code points as [first, last] runs (the cache stays small)."""
-    out: list[list[int]] = []
-    for c in sorted(points):
-        if out and c == out[-1][1] + 1:
-            out[-1][1] = c
-        else:
-            out.append([c, c])
-    return out
