@@ -101,12 +101,16 @@ class CountEngine:
         n = len(texts)
         out = np.full(n, -1, np.int64)
         ranges = list(chunks(texts, self._job_chars(texts)))
-        jobs = [self._prepare(texts, a, b) for a, b in ranges]
-        if len(jobs) > 1 and self.threads > 1:
+        if len(ranges) > 1 and self.threads > 1:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="lengthscan-count")
-            counted = list(self._pool.map(self._count_joined, [j[0] for j in jobs]))
+            jobs, pending = [], []
+            for a, b in ranges:  # each job counted as soon as it is prepared, while the next is
+                jobs.append(self._prepare(texts, a, b))
+                pending.append(self._pool.submit(self._count_joined, jobs[-1][0]))
+            counted = [f.result() for f in pending]
         else:
+            jobs = [self._prepare(texts, a, b) for a, b in ranges]
             counted = [self._count_joined(j[0]) for j in jobs]
         for (a, b), (_, owners, base, exact), counts in zip(ranges, jobs, counted):
             got = counts if owners is None else np.bincount(owners, weights=counts, minlength=b - a).astype(np.int64)
@@ -275,7 +279,7 @@ def _alternation(contents: list[str]) -> re.Pattern | None:
 def derived_for(state: bytes, cache_dir: Path | None, *, cached_only: bool = False, model: dict | None = None,
                 bpe=None) -> Derived | None:
     """The rank table of the BPE model whose ``__getstate__`` is ``state`` (``model``: that state
-    read already; ``bpe``: the model itself, see ``derive_model``), made once per process and cached
+    read already; ``bpe``: the model itself, only read, see ``derive_model``), made once per process and cached
     in ``cache_dir``. ``cached_only``: None where it is not made yet, or is being made by another
     thread (``prefetch.py``), which a call without it waits for."""
     from importlib import metadata

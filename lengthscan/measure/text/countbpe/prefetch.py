@@ -62,7 +62,6 @@ def prove_for(backend, cache_dir: Path | None) -> None:
     from lengthscan.measure.text.countbpe.codepoints import differences
     from lengthscan.measure.text.countbpe.engine import component_state, derived_for
     from lengthscan.measure.text.countbpe.pattern import normalizer_form, pre_tokenizer
-    from lengthscan.measure.text.countbpe.proof import bpe_model
 
     try:
         state = backend.model.__getstate__()
@@ -71,7 +70,7 @@ def prove_for(backend, cache_dir: Path | None) -> None:
             return
         pre = pre_tokenizer(component_state(backend.pre_tokenizer))
         form = normalizer_form(component_state(backend.normalizer))
-        derived_for(state, cache_dir, model=model, bpe=bpe_model(model))
+        derived_for(state, cache_dir, model=model, bpe=backend.model)
         differences(pre, form, cache_dir)
     except (KeyboardInterrupt, SystemExit):
         raise

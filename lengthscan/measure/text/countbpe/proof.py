@@ -109,18 +109,21 @@ _OPTIONS = ("dropout", "unk_token", "continuing_subword_prefix", "end_of_word_su
             "ignore_merges")
 
 
-def bpe_model(model: dict):
+def bpe_model(model: dict, pairs: list[tuple[str, str]] | None = None):
     """``tokenizers.models.BPE`` of a ``tokenizer.json`` model entry (BPE), its options included: the
-    model a tokenizer loading that file holds (``__getstate__`` serializes both alike)."""
+    model a tokenizer loading that file holds (``__getstate__`` serializes both alike). ``pairs``:
+    its merges as ``_merge_pairs`` reads them, where read already."""
     from tokenizers import models
 
     options = {k: model[k] for k in _OPTIONS if model.get(k) is not None}
-    return models.BPE(vocab=model.get("vocab"), merges=_merge_pairs(model.get("merges") or []), **options)
+    pairs = pairs if pairs is not None else _merge_pairs(model.get("merges") or [])
+    return models.BPE(vocab=model.get("vocab"), merges=pairs, **options)
 
 
 def derive_model(model: dict, bpe=None) -> Derived:
     """``derive`` for the model entry of a ``tokenizer.json`` (as ``json.loads`` reads it); ``bpe``:
-    ``bpe_model(model)``, where the caller built it already (it is changed: ``ignore_merges`` off)."""
+    the model itself, where the caller has it without ``ignore_merges`` (a loaded tokenizer's: it
+    is only read), else it is built."""
     if model.get("type") != "BPE":
         raise Refused(f"the model is {model.get('type')}, not BPE")
     if model.get("dropout"):
@@ -148,7 +151,10 @@ def derive_model(model: dict, bpe=None) -> Derived:
     to_bytes = str.maketrans({c: chr(b) for c, b in alphabet.items()})  # a word's bytes, as latin-1 text
     outside = re.compile(f"[^{''.join(re.escape(c) for c in alphabet)}]")
     words = [t for t in vocab if len(t) >= 2 and not outside.search(t)]
-    sizes = _iso_sizes(bpe if bpe is not None else bpe_model(model), words)
+    if bpe is None or bpe.ignore_merges:
+        bpe = bpe_model(model, pairs)
+        bpe.ignore_merges = False
+    sizes = _iso_sizes(bpe, words)
     ignore = bool(model.get("ignore_merges"))
     ranks = {bytes([b]): b for b in alphabet.values()}
     merged, others = [], []
@@ -174,9 +180,8 @@ def derive_model(model: dict, bpe=None) -> Derived:
 
 def _iso_sizes(bpe, words: list[str]) -> list[int]:
     """How many tokens the model's own merge loop leaves of each word alone (``iso``): the
-    tokenizer's BPE model itself with nothing around it and ``ignore_merges`` off."""
+    tokenizer's BPE model itself (``ignore_merges`` off) with nothing around it."""
     from tokenizers import Tokenizer
 
-    bpe.ignore_merges = False
-    tok = Tokenizer(bpe)
+    tok = Tokenizer(bpe)  # the model shared, not copied: nothing changes it
     return [len(e) for e in tok.encode_batch_fast(words, add_special_tokens=False)]
