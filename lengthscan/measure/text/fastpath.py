@@ -128,6 +128,7 @@ class Memo:
         versions = "-".join(_version(p) for p in ("transformers", "tokenizers", "lengthscan"))
         self.path = root / f"{files_hash[:32]}-{versions}.json"
         self._data: dict | None = None
+        self._backend: Tokenizer | None = None  # the snapshot, loaded once
 
     def _read(self) -> dict:
         if self._data is None:
@@ -148,17 +149,19 @@ class Memo:
 
         from lengthscan.sources.cache_dir import read_cache_text
 
-        text = read_cache_text(snapshot)  # a snapshot changed since it was proven is proven again
-        if text is None:
-            return None
-        try:
-            backend = Tokenizer.from_str(text)
-        except Exception:  # a damaged cache file: prove again
-            return None
-        backend.no_truncation()
-        backend.no_padding()
-        backend.encode_special_tokens = bool(data.get("encode_special_tokens"))
-        return RoleMethod(METHOD_FAST, f"{reason} (remembered from an earlier run on these files)", backend)
+        if self._backend is None:  # one for every role (they share one backend copy)
+            text = read_cache_text(snapshot)  # a snapshot changed since it was proven is proven again
+            if text is None:
+                return None
+            try:
+                backend = Tokenizer.from_str(text)
+            except Exception:  # a damaged cache file: prove again
+                return None
+            backend.no_truncation()
+            backend.no_padding()
+            backend.encode_special_tokens = bool(data.get("encode_special_tokens"))
+            self._backend = backend
+        return RoleMethod(METHOD_FAST, f"{reason} (remembered from an earlier run on these files)", self._backend)
 
     def info(self) -> dict:
         return self._read().get("info") or {}

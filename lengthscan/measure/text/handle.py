@@ -128,12 +128,17 @@ class TokenizerHandle:
             return None
         from lengthscan.sources.cache_dir import cache_root
 
-        return Memo(cache_root() / "fastpath", self.hash)
+        root = cache_root() / "fastpath"
+        memo = self.__dict__.get("_memo")
+        if memo is None or memo.path.parent != root:  # one per cache folder (its snapshot read once)
+            memo = self._memo = Memo(root, self.hash)
+        return memo
 
     # -- pickling: workers reload by name ---------------------------------------------------
     def __getstate__(self):
         state = dict(self.__dict__)
         state.pop("_loading", None)
+        state.pop("_memo", None)
         if Path(self.name).is_dir():
             state["_tokenizer"] = None  # workers load it from the directory, once each
         return state
