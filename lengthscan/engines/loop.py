@@ -158,8 +158,11 @@ class LocalEngine:
     """Measure in this process, or in ``num_proc`` worker processes.
 
     One process is the default and usually the fastest: the fast tokenizer threads over a batch
-    by itself. Workers (spawned, each loading the tokenizer once) run with those threads off, as
-    ``datasets.map(num_proc=...)`` does; results and their order are the same either way.
+    by itself. Workers (spawned, torch hidden where the parent hides it, the tokenizer loaded once
+    unless its fast path is remembered on disk) run with those threads off, as
+    ``datasets.map(num_proc=...)`` does. Where measuring is Python (``Kind.python_bound``: a chat
+    template's rendering) the parent measures too, beside ``num_proc - 1`` workers: a process fewer
+    (its memory) for the same cores. Results and their order are the same either way.
     """
 
     name = "local"
