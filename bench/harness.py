@@ -30,6 +30,9 @@ class Proc:
     out: dict = field(default_factory=dict)
     workdir: Path | None = None
     cpu: float = 0.0  # user + system seconds of the process tree
+    tree_rss_mb: float = 0.0  # peak over time of the summed RSS of the process and its descendants
+    tree_pss_mb: float = 0.0  # the same of PSS (shared pages divided among their sharers); 0: unreadable
+    tree_procs: int = 0  # the most processes of the tree seen at once
 
 
 def _env(workdir: Path) -> dict:
@@ -59,7 +62,8 @@ def run_proc(argv: list[str], workdir: Path, *, cache_dir: Path | None = None) -
     with open(workdir / "stdout", "w+") as out, open(workdir / "stderr", "w+") as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=_env(cache_dir or workdir), cwd=workdir)
-        status, usage = _wait4(proc)
+        tree = TreeMemory(proc.pid)
+        status, usage = _wait4(proc, tree)
         wall = time.perf_counter() - t0
         out.seek(0)
         err.seek(0)
@@ -74,19 +78,92 @@ def run_proc(argv: list[str], workdir: Path, *, cache_dir: Path | None = None) -
             if "Maximum resident set size" in line:
                 rss_kb = int(line.rsplit(":", 1)[1])
     return Proc(wall=wall, rss_mb=rss_kb / 1024, out=_last_json(stdout), workdir=workdir,
-                cpu=usage.ru_utime + usage.ru_stime)
+                cpu=usage.ru_utime + usage.ru_stime, tree_rss_mb=tree.peak_rss / 1024,
+                tree_pss_mb=tree.peak_pss / 1024 if tree.pss_ok else 0.0, tree_procs=tree.most)
 
 
-def _wait4(proc: subprocess.Popen):
+def _wait4(proc: subprocess.Popen, tree: TreeMemory | None = None):
     deadline = time.monotonic() + TIMEOUT
+    next_sample = 0.0
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             proc.returncode = os.waitstatus_to_exitcode(status)
             return status, usage
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > deadline:
             proc.kill()
+        if tree is not None and now >= next_sample:
+            tree.sample()
+            next_sample = now + SAMPLE_S
         time.sleep(0.005)
+
+
+#: seconds between two samples of a process tree's memory
+SAMPLE_S = 0.1
+PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024 if hasattr(os, "sysconf") else 4
+
+
+class TreeMemory:
+    """The memory of a process and all its descendants, summed at each sample (``/proc``): the
+    peak of the summed RSS, and of the summed PSS where ``smaps_rollup`` is readable (PSS counts a
+    page shared by k processes as 1/k in each: the tree's real footprint). ``wait4``'s
+    ``ru_maxrss`` is the largest single process only; worker processes need this."""
+
+    def __init__(self, root: int):
+        self.root = root
+        self.peak_rss = 0  # KiB
+        self.peak_pss = 0  # KiB
+        self.most = 0
+        self.pss_ok = True
+
+    def pids(self) -> list[int]:
+        children: dict[int, list[int]] = {}
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                    stat = fh.read()
+            except OSError:
+                continue
+            ppid = int(stat[stat.rindex(b")") + 2:].split(None, 2)[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+        out, todo = [], [self.root]
+        while todo:
+            pid = todo.pop()
+            out.append(pid)
+            todo.extend(children.get(pid, ()))
+        return out
+
+    def sample(self) -> None:
+        if not os.path.isdir("/proc"):
+            return
+        rss = pss = alive = 0
+        for pid in self.pids():
+            try:
+                with open(f"/proc/{pid}/statm", "rb") as fh:
+                    rss += int(fh.read().split()[1]) * PAGE_KB
+                alive += 1
+            except (OSError, ValueError, IndexError):
+                continue
+            if self.pss_ok:
+                pss += self._pss(pid)
+        self.peak_rss = max(self.peak_rss, rss)
+        self.peak_pss = max(self.peak_pss, pss)
+        self.most = max(self.most, alive)
+
+    def _pss(self, pid: int) -> int:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
+                for line in fh:
+                    if line.startswith(b"Pss:"):
+                        return int(line.split()[1])
+        except PermissionError:
+            self.pss_ok = False
+        except OSError:  # the process ended meanwhile
+            pass
+        return 0
 
 
 def evict(paths) -> None:

@@ -265,27 +265,7 @@ def run() -> int:
     argv = sys.argv[1:]
     if (argv and argv[0] in TORCH_FREE_COMMANDS and "torch" not in sys.modules
             and os.environ.get("LENGTHSCAN_IMPORT_TORCH") != "1"):
-        _hide_torch()
+        from lengthscan.torchless import hide_torch
+
+        hide_torch()  # the worker processes of --num-proc hide it as well
     return main(argv)
-
-
-def _hide_torch() -> None:
-    """Make torch look uninstalled to this process: ``importlib.util.find_spec`` (how transformers
-    and datasets probe for it) answers None and ``import torch`` raises ModuleNotFoundError, which
-    every optional use of it catches. ``sys.modules["torch"] = None`` is not enough: some code tests
-    ``"torch" in sys.modules`` and then imports it."""
-    import importlib.abc
-    import importlib.util
-
-    def hidden(name: str) -> bool:
-        return name == "torch" or name.startswith("torch.")
-
-    class HideTorch(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if hidden(name):
-                raise ModuleNotFoundError(f"No module named {name!r} (hidden by lengthscan)", name=name)
-            return None
-
-    find_spec = importlib.util.find_spec
-    importlib.util.find_spec = lambda name, package=None: None if hidden(name) else find_spec(name, package)
-    sys.meta_path.insert(0, HideTorch())

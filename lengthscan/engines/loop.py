@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 
 import numpy as np
@@ -162,8 +162,11 @@ class LocalEngine:
     """Measure in this process, or in ``num_proc`` worker processes.
 
     One process is the default and usually the fastest: the fast tokenizer threads over a batch
-    by itself. Workers (spawned, each loading the tokenizer once) run with those threads off, as
-    ``datasets.map(num_proc=...)`` does; results and their order are the same either way.
+    by itself. Workers (spawned, torch hidden where the parent hides it, the tokenizer loaded once
+    unless its fast path is remembered on disk) run with those threads off, as
+    ``datasets.map(num_proc=...)`` does. Where measuring is Python (``Kind.python_bound``: a chat
+    template's rendering) the parent measures too, beside ``num_proc - 1`` workers: a process fewer
+    (its memory) for the same cores. Results and their order are the same either way.
     """
 
     name = "local"
@@ -194,49 +197,48 @@ class LocalEngine:
                    else row_batches(plan, batch_rows))
         layout = split_src.layout()
         workers = min(self.num_proc, -(-plan.size // batch_rows))  # never more processes than batches
-        if workers <= 1 or not fields:
-            yield from self._measure_here(batches, setup, fields, layout, with_ids)
-            return
-        import multiprocessing as mp
 
-        ctx = mp.get_context("spawn")
-        job = WorkerJob(setup, fields, layout, with_ids)
-        with ctx.Pool(workers, initializer=start_worker, initargs=(job,)) as pool:
-            pending = []
-            for batch in batches:
-                pending.append((batch, pool.apply_async(worker_measure, (batch,))))
-                if len(pending) >= 2 * workers:
-                    head, result = pending.pop(0)
-                    yield head, self._from_worker(result.get())
-            for head, result in pending:
-                yield head, self._from_worker(result.get())
-
-    @staticmethod
-    def _measure_here(batches, setup: Setup, fields: tuple, layout, with_ids: bool):
-        """The batches measured in this process. On a first run with a tokenizer, counting begins
-        while transformers loads it (``TokenCounter.speculating``): the batches measured meanwhile
-        are held (at most ``HELD_BATCHES``, then the load is waited for) until their counts are
-        confirmed, and measured again where they are not."""
-        def measure(batch):
-            return measure_batch(batch, fields, layout, counter=counter, audio=setup.settings,
+        def here(batch: Batch) -> dict:
+            return measure_batch(batch, fields, layout, counter=setup.counter, audio=setup.settings,
                                  decide_caps=setup.decide_caps, with_ids=with_ids, chat=setup.chat)
 
-        counter = setup.counter
-        if counter is None:
-            for batch in batches:
-                yield batch, measure(batch)
+        if workers <= 1 or not fields:
+            yield from measure_here(batches, setup.counter, here)
             return
-        held: list = []
-        with counter.speculating():
-            for batch in batches:
-                held.append((batch, measure(batch)))
-                state = counter.speculation(wait=len(held) >= HELD_BATCHES)
-                if state != PENDING:
-                    yield from held if state != FAILED else [(b, measure(b)) for b, _ in held]
-                    held = []
-            if held and counter.speculation(wait=True) == FAILED:
-                held = [(b, measure(b)) for b, _ in held]
-        yield from held
+        # rendering conversations is Python: the parent takes batches too, beside one worker fewer
+        beside = any(f.kind.python_bound for f in fields)
+        helpers = workers - 1 if beside else workers
+        import multiprocessing as mp
+        import pickle
+
+        from lengthscan.torchless import torch_hidden
+
+        job = pickle.dumps(WorkerJob(setup, fields, layout, with_ids))  # unpickled after torch is hidden
+        with mp.get_context("spawn").Pool(helpers, initializer=start_worker, initargs=(job, torch_hidden())) as pool:
+            yield from self._share(pool, batches, 2 * helpers, here if beside else None)
+
+    def _share(self, pool, batches, queued: int, here: Callable | None):
+        """(batch, measurements) in row order, the batches measured by the pool's workers, at most
+        ``queued`` of them waiting there; with ``here``, the parent measures a batch itself whenever
+        that many wait (so it takes about a worker's share; None: every batch goes to the pool)."""
+        from collections import deque
+
+        pending: deque = deque()  # (batch, AsyncResult or the parent's own measurements)
+
+        def waiting() -> int:
+            return sum(1 for _, r in pending if not isinstance(r, dict) and not r.ready())
+
+        for batch in batches:
+            if here is None or waiting() < queued:
+                pending.append((batch, pool.apply_async(worker_measure, (batch,))))
+            else:
+                pending.append((batch, here(batch)))
+            while pending and (len(pending) > 2 * queued or isinstance(pending[0][1], dict)
+                               or pending[0][1].ready() or (here is None and len(pending) >= queued)):
+                head, result = pending.popleft()
+                yield head, result if isinstance(result, dict) else self._from_worker(result.get())
+        for head, result in pending:
+            yield head, result if isinstance(result, dict) else self._from_worker(result.get())
 
     def _from_worker(self, answer: tuple) -> dict:
         """A worker's measurements; how its tokenizer counted (cumulative) kept for the report."""
@@ -276,6 +278,28 @@ class LocalEngine:
         return proofs_of(setup)
 
 
+def measure_here(batches, counter, measure: Callable):
+    """(batch, ``measure(batch)``) in this process. On a first run with a tokenizer, counting begins
+    while transformers loads it (``TokenCounter.speculating``): the batches measured meanwhile are
+    held (at most ``HELD_BATCHES``, then the load is waited for) until their counts are confirmed,
+    and measured again where they are not."""
+    if counter is None:
+        for batch in batches:
+            yield batch, measure(batch)
+        return
+    held: list = []
+    with counter.speculating():
+        for batch in batches:
+            held.append((batch, measure(batch)))
+            state = counter.speculation(wait=len(held) >= HELD_BATCHES)
+            if state != PENDING:
+                yield from held if state != FAILED else [(b, measure(b)) for b, _ in held]
+                held = []
+        if held and counter.speculation(wait=True) == FAILED:
+            held = [(b, measure(b)) for b, _ in held]
+    yield from held
+
+
 def proofs_of(setup: Setup) -> dict:
     """role -> the proof of its decide-only bounds (None where none was established)."""
     counter = setup.counter
@@ -296,15 +320,23 @@ class WorkerJob:
 _WORKER: list = []  # the job of this worker process (set once by ``start_worker``)
 
 
-def start_worker(job: WorkerJob) -> None:
-    """A worker process's initializer: tokenizer threads off (one process a core), the job kept,
+def start_worker(job: bytes, hide_torch: bool = False) -> None:
+    """A worker process's initializer: torch hidden where the parent hides it (before the job, a
+    pickled ``WorkerJob``, is read), tokenizer threads off (one process a core), the job kept,
     Ctrl-C left to the parent (which stops the pool and says so once)."""
     import os
+    import pickle
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    _WORKER[:] = [job]
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    if hide_torch:
+        from lengthscan.torchless import hide_torch as hide
+
+        hide()
+    _glibc_call("mallopt", -8, 2)  # M_ARENA_MAX: the tokenizer's thread shares the heap, not one of its own
+    _WORKER[:] = [pickle.loads(job)]
 
 
 def worker_measure(batch: Batch) -> tuple:
@@ -317,7 +349,25 @@ def worker_measure(batch: Batch) -> tuple:
     measured = measure_batch(batch, job.fields, job.layout, counter=counter, audio=job.setup.settings,
                              decide_caps=job.setup.decide_caps, with_ids=job.with_ids, chat=job.setup.chat)
     counting = (counter.methods(), counter.counting()) if counter is not None else None
+    _glibc_call("malloc_trim", 0)  # a batch's encodings freed: their pages back to the system
     return measured, os.getpid(), counting
+
+
+def _glibc_call(name: str, *args: int) -> None:
+    """A glibc heap call (``mallopt``, ``malloc_trim``) where the C library has it; else nothing."""
+    fn = getattr(_libc(), name, None)
+    if fn is not None:
+        fn(*args)
+
+
+@lru_cache(maxsize=1)
+def _libc():
+    import ctypes
+
+    try:
+        return ctypes.CDLL("libc.so.6")  # glibc's soname; another C library: nothing to call
+    except OSError:
+        return None
 
 
 #: The count-only engine's tallies, which add up over the processes (or actors) that counted.

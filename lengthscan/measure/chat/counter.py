@@ -137,9 +137,16 @@ class ChatCounter:
     def eot_id(self) -> int | None:
         """The end-of-turn token: the first added token the template writes after an assistant
         message, else EOS (None: neither)."""
+        return self._tokens()[0]
+
+    def _tokens(self) -> tuple:
+        """(end-of-turn id, its token text, the EOS text): read off the tokenizer once (and pickled
+        with the counter, so that a worker need not load the tokenizer for them)."""
         if self._eot is None:
-            self._eot = (self._find_eot(),)
-        return self._eot[0]
+            tok = self.counter.tokenizer
+            eot = self._find_eot()
+            self._eot = (eot, tok.convert_ids_to_tokens(eot) if eot is not None else None, tok.eos_token)
+        return self._eot
 
     def _find_eot(self) -> int | None:
         tok = self.counter.tokenizer
@@ -182,8 +189,7 @@ class ChatCounter:
         longest = self._message_tokens(work, notes, encoded)
         ids_out: list | None = [None] * n if with_ids else None
         labels_out: list | None = [None] * n if with_ids else None
-        eot = self.eot_id
-        eot_text = self.counter.tokenizer.convert_ids_to_tokens(eot) if eot is not None else None
+        eot, eot_text, _ = self._tokens()
         for i, w in work.items():
             view = plain_ids[w.full] if w.conv.text is not None else encoded[w.full]
             if len(view) == 0:
@@ -247,6 +253,7 @@ class ChatCounter:
         """row -> its ``RowPlan`` (its renderings added to ``texts``/``plain``) of ``rows`` (None:
         all); the flags and errors of the rows that have none."""
         work: dict[int, RowPlan] = {}
+        eos = self._tokens()[2]
         for i in rows if rows is not None else range(len(convs)):
             conv = convs[i]
             if conv is None:
@@ -257,7 +264,7 @@ class ChatCounter:
                 continue
             try:
                 work[i] = plan_row(conv, self.renderer, train_on=self.options.train_on,
-                                   max_chars=self.counter.max_chars, eos=self.counter.tokenizer.eos_token,
+                                   max_chars=self.counter.max_chars, eos=eos,
                                    texts=texts, plain=plain, whole_only=whole_only)
             except TooLong as exc:
                 flags[i], errors[i] = FLAG_TOO_LONG, str(exc)
@@ -357,8 +364,18 @@ class ChatCounter:
             notes[f"{role}_tokens"][i] += tokens
 
     def __getstate__(self):
+        """The template, its special tokens and the end-of-turn token go with the counter where this
+        process has read them off the loaded tokenizer: a worker then renders, and tokenizes by the
+        fast path the proof remembered on disk, without loading the tokenizer (nor transformers'
+        tokenizer classes, which import torch where it is installed: hundreds of MB a process)."""
+        if self.counter.loaded:
+            try:
+                self._tokens()  # reads the renderer too
+            except Exception:  # noqa: BLE001 - nothing to read here: the worker meets the same and says so
+                pass
         state = dict(self.__dict__)
-        state["_renderer"] = None
+        if not self.counter.loaded:
+            state["_renderer"] = None
         return state
 
 

@@ -59,6 +59,9 @@ class Kind:
     errors_in_reasons: bool = False    # its per-row messages (the template's words) go into the rows' reasons
     holds_files: bool = False          # media files (paths or bytes): made absolute, embeddable, previewed by path
     crops: bool = False                # rows over a seconds limit can be cropped (--crop-audio)
+    #: measuring is mostly Python in the calling thread (a chat template's rendering), not the
+    #: tokenizer's threads: with ``--num-proc N`` the parent measures beside N-1 worker processes
+    python_bound: bool = False
 
     def measure(self, batch: Batch, f: RoleField, split_src, ctx: MeasureContext) -> Measured:
         raise NotImplementedError

@@ -17,6 +17,7 @@ class ChatKind(Kind):
     name = "chat"
     tokenized = True
     errors_in_reasons = True
+    python_bound = True
 
     def pair(self, f):
         return self._spec(f, "prompt_tokens"), self._spec(f, "completion_tokens")

@@ -389,3 +389,47 @@ def test_tokenizers_from_wheels(request, tmp_path, rows, tok, name):
     for i, row in enumerate(rows[:60]):
         assert (table["sequence_tokens"][i], table["completion_tokens"][i]) == \
             reference(tokenizer, template, row["messages"], row.get("tools")), (tok, name, i)
+
+
+def test_num_proc_gives_identical_results(tmp_path, chat_tok_dir, rows):
+    """``num_proc=2`` (the parent measures beside one worker process, rendering being Python): every
+    row's values, flags and side columns, and the report's splits, as in one process."""
+    import lengthscan
+
+    src = write_jsonl(tmp_path / "chat.jsonl", rows)
+    kw = dict(tokenizer=str(chat_tok_dir), messages="messages", tools="tools", chat_template=trl_template("qwen3"),
+              full=True, cache=False, batch_rows=16)
+    one = lengthscan.audit(str(src), out=str(tmp_path / "one"), **kw)
+    two = lengthscan.audit(str(src), out=str(tmp_path / "two"), num_proc=2, **kw)
+    lengths = [pq.read_table(tmp_path / name / "lengths.parquet") for name in ("one", "two")]
+    assert lengths[0].equals(lengths[1])
+    assert one.to_dict()["splits"] == two.to_dict()["splits"]
+
+
+def test_a_pickled_chat_counter_needs_no_tokenizer(chat_tok_dir, tmp_path, monkeypatch):
+    """A worker's chat counter renders and tokenizes by the fast path the parent proved (remembered on
+    disk), with the template and end-of-turn token the parent read: it never loads the tokenizer."""
+    import pickle
+
+    from lengthscan.measure.chat.conversations import ChatFormat
+    from lengthscan.measure.chat.counter import ChatCounter, ChatOptions
+    from lengthscan.measure.chat.metrics import chat_metrics
+    from lengthscan.measure.text import handle
+    from lengthscan.measure.text.counter import TokenCounter
+
+    monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "cache"))
+    chat = ChatCounter(TokenCounter(str(chat_tok_dir)), ChatOptions(ChatFormat(messages="messages"),
+                                                                   trl_template("qwen3_training")))
+    chat.check()  # the parent: proves the chat role's fast path (remembered) and reads the template
+    worker = pickle.loads(pickle.dumps(chat))
+
+    def refuse(self):
+        raise AssertionError("the worker loaded the tokenizer")
+
+    monkeypatch.setattr(handle.TokenizerHandle, "_load", refuse)
+    convs = [[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello there"}]] * 3
+    spec_of = {m: m for m in chat_metrics()}
+    got = worker.measure({"messages": convs}, spec_of)
+    want = chat.measure({"messages": convs}, spec_of)
+    assert {k: list(v) for k, v in got.values.items()} == {k: list(v) for k, v in want.values.items()}
+    assert not worker.counter.loaded
