@@ -40,9 +40,9 @@ from lengthscan.stats.tally import SplitTally
 
 #: Rows whose lengths the batch simulation keeps (a uniform sample beyond it: memory stays flat).
 SIMULATION_ROWS = 1_000_000
-#: Batches measured before transformers has loaded a first run's tokenizer that are held, at most,
-#: until their counts are confirmed (``LocalEngine._measure_here``): memory stays bounded.
-HELD_BATCHES = 64
+#: Bytes of batches measured before transformers has loaded a first run's tokenizer that are held,
+#: at most, until their counts are confirmed (``measure_here``): memory stays bounded.
+HELD_BYTES = 512 << 20
 
 
 @dataclass(frozen=True, eq=False)
@@ -281,20 +281,22 @@ class LocalEngine:
 def measure_here(batches, counter, measure: Callable):
     """(batch, ``measure(batch)``) in this process. On a first run with a tokenizer, counting begins
     while transformers loads it (``TokenCounter.speculating``): the batches measured meanwhile are
-    held (at most ``HELD_BATCHES``, then the load is waited for) until their counts are confirmed,
+    held (at most ``HELD_BYTES``, then the load is waited for) until their counts are confirmed,
     and measured again where they are not."""
     if counter is None:
         for batch in batches:
             yield batch, measure(batch)
         return
     held: list = []
+    size = 0
     with counter.speculating():
         for batch in batches:
             held.append((batch, measure(batch)))
-            state = counter.speculation(wait=len(held) >= HELD_BATCHES)
+            size += batch.table.nbytes
+            state = counter.speculation(wait=size >= HELD_BYTES)
             if state != PENDING:
                 yield from held if state != FAILED else [(b, measure(b)) for b, _ in held]
-                held = []
+                held, size = [], 0
         if held and counter.speculation(wait=True) == FAILED:
             held = [(b, measure(b)) for b, _ in held]
     yield from held
