@@ -42,8 +42,11 @@ class Early:
             self._loader = threading.Thread(target=self._load, args=(handle,), name="lengthscan-tokenizer-load",
                                             daemon=True)
         path = handle.tokenizer_file() if (engine or first) else None
-        if path is not None:
+        if first and path is not None:
             self._file = Prefetch(path, cache_root() / "countbpe", engine=engine)
+        elif memo is not None and engine:  # a later run: the remembered backend and its engine, read early
+            threading.Thread(target=_read_back, args=(memo, cache_root() / "countbpe"),
+                             name="lengthscan-count-prefetch", daemon=True).start()
         self.first = first
 
     @staticmethod
@@ -76,3 +79,18 @@ class Early:
         if self._file is None or not self.loading():
             return None
         return self._file.backend()
+
+
+def _read_back(memo, cache_dir) -> None:
+    """A later run's remembered backend snapshot and the engine's cached proof, read while the
+    source is opened (what the counting reads first; nothing is proven here)."""
+    from lengthscan.measure.text.countbpe.prefetch import prove_for
+
+    try:
+        backend = memo.backend()
+        if backend is not None:
+            prove_for(backend, cache_dir)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:  # noqa: BLE001, S110 - read again at the counting, which says what is wrong
+        pass

@@ -11,6 +11,7 @@ those: a later run with a tokenizer folder whose files hash the same reads the p
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -129,6 +130,7 @@ class Memo:
         self.path = root / f"{files_hash[:32]}-{versions}.json"
         self._data: dict | None = None
         self._backend: Tokenizer | None = None  # the snapshot, loaded once
+        self._loading = threading.Lock()
 
     def _read(self) -> dict:
         if self._data is None:
@@ -140,28 +142,39 @@ class Memo:
 
     def method(self, role: str) -> RoleMethod | None:
         """The remembered fast path of ``role`` with its backend, or None."""
-        data = self._read()
-        reason = (data.get("roles") or {}).get(role)
-        snapshot = self.path.with_suffix(".tokenizer.json")
-        if reason is None or not snapshot.exists():
+        reason = (self._read().get("roles") or {}).get(role)
+        backend = self.backend() if reason is not None else None
+        if backend is None:
             return None
+        return RoleMethod(METHOD_FAST, f"{reason} (remembered from an earlier run on these files)", backend)
+
+    def backend(self) -> Tokenizer | None:
+        """The proven backend snapshot, loaded once for every role (they share one backend copy;
+        ``early.py`` may load it in a thread while the source is opened); None: none, or damaged."""
+        with self._loading:
+            if self._backend is None:
+                self._backend = self._load_snapshot()
+            return self._backend
+
+    def _load_snapshot(self) -> Tokenizer | None:
         from tokenizers import Tokenizer
 
         from lengthscan.sources.cache_dir import read_cache_text
 
-        if self._backend is None:  # one for every role (they share one backend copy)
-            text = read_cache_text(snapshot)  # a snapshot changed since it was proven is proven again
-            if text is None:
-                return None
-            try:
-                backend = Tokenizer.from_str(text)
-            except Exception:  # a damaged cache file: prove again
-                return None
-            backend.no_truncation()
-            backend.no_padding()
-            backend.encode_special_tokens = bool(data.get("encode_special_tokens"))
-            self._backend = backend
-        return RoleMethod(METHOD_FAST, f"{reason} (remembered from an earlier run on these files)", self._backend)
+        snapshot = self.path.with_suffix(".tokenizer.json")
+        if not snapshot.exists():
+            return None
+        text = read_cache_text(snapshot)  # a snapshot changed since it was proven is proven again
+        if text is None:
+            return None
+        try:
+            backend = Tokenizer.from_str(text)
+        except Exception:  # a damaged cache file: prove again
+            return None
+        backend.no_truncation()
+        backend.no_padding()
+        backend.encode_special_tokens = bool(self._read().get("encode_special_tokens"))
+        return backend
 
     def info(self) -> dict:
         return self._read().get("info") or {}

@@ -64,13 +64,14 @@ def prove_for(backend, cache_dir: Path | None) -> None:
     from lengthscan.measure.text.countbpe.pattern import normalizer_form, pre_tokenizer
 
     try:
-        state = backend.model.__getstate__()
-        model = json.loads(state)
-        if model.get("type") != "BPE":
-            return
         pre = pre_tokenizer(component_state(backend.pre_tokenizer))
         form = normalizer_form(component_state(backend.normalizer))
-        derived_for(state, cache_dir, model=model, bpe=backend.model)
+        state = backend.model.__getstate__()
+        if derived_for(state, cache_dir, cached_only=True) is None:  # a first run: made now
+            model = json.loads(state)
+            if model.get("type") != "BPE":
+                return
+            derived_for(state, cache_dir, model=model, bpe=backend.model)
         differences(pre, form, cache_dir)
     except (KeyboardInterrupt, SystemExit):
         raise
