@@ -25,7 +25,7 @@ from lengthscan.measure.text.bounds import Bounds, holds_on
 from lengthscan.measure.text.bounds import prove as prove_bounds
 from lengthscan.measure.text.decide import DecideOnly
 from lengthscan.measure.text.early import Early
-from lengthscan.measure.text.fastpath import CHAT_ROLE, METHOD_FAST, PROBES, RoleMethod, prove, same_backend
+from lengthscan.measure.text.fastpath import CHAT_ROLE, METHOD_FAST, PROBES, RoleMethod, prove
 from lengthscan.measure.text.strategies import CallCount, CountStrategy, EngineCount, FastCount
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 COUNT_ENGINES = ("auto", "tokenizers")
 #: ``RoleStrategies.speculation``'s answers.
 NONE, PENDING, CONFIRMED, FAILED = "none", "pending", "confirmed", "failed"
-SPECULATED = "counted with tokenizer.json as tokenizers loads it, while transformers loads the tokenizer"
+SPECULATED = "counted with tokenizer.json as tokenizers loads it, while the fast path is proven apart"
 
 
 class RoleStrategies:
@@ -81,10 +81,11 @@ class RoleStrategies:
         method = memo.method(role) if memo is not None and not handle.loaded else None
         if method is None and self._may_speculate and role != CHAT_ROLE and self._snapshot is None:
             backend = self._early.file_backend() if self._early is not None else None
-            if backend is not None:  # counted with the file's backend while transformers loads it
+            if backend is not None:  # counted with the file's backend while transformers loads it apart
                 self._speculated[role] = texts[:64]
                 method = RoleMethod(METHOD_FAST, SPECULATED, backend)
-        if method is None and self._may_speculate and self._speculated and role != CHAT_ROLE:
+        if method is None and self._may_speculate and self._speculated and not self._early.asked \
+                and role != CHAT_ROLE:
             self._speculated[role] = texts[:64]  # another role on the same file's backend
             method = RoleMethod(METHOD_FAST, SPECULATED, self._snapshot)
         if method is None:
@@ -149,32 +150,30 @@ class RoleStrategies:
             self._may_speculate = False
 
     def speculation(self, *, wait: bool = False) -> str:
-        """``NONE`` (nothing counted on the file's backend awaits confirmation), ``PENDING``
-        (transformers is still loading; ``wait``: waited for), ``CONFIRMED`` (the loaded
-        tokenizer's backend serializes as the file's and the fast path is proven on it for every
-        role counted: the counts stand) or ``FAILED`` (every role is chosen again: count again)."""
+        """``NONE`` (nothing counted on the file's backend awaits confirmation), ``PENDING`` (the
+        prover process, ``confirm.py``, is still at work; ``wait``: waited for), ``CONFIRMED`` (the
+        loaded tokenizer's backend serializes as the file's and the fast path is proven on it for
+        every role counted: the counts stand) or ``FAILED`` (every role is chosen again: count again)."""
         if not self._speculated:
             return NONE
-        if not wait and self._early.loading():
+        early, handle = self._early, self.handle
+        early.ask(self._speculated)
+        answer = early.answer(wait=wait)
+        if answer is None:
             return PENDING
-        self._early.wait()
-        spec, handle = self._snapshot, self.handle
-        tok = handle.tokenizer  # loaded (or its error raised) now
-        methods = {role: prove(tok, role, texts, handle.call_ids, backend=spec)
-                   for role, texts in self._speculated.items()}
         self._speculated = {}
-        if any(m.method != METHOD_FAST for m in methods.values()) or not same_backend(tok, spec):
+        if not answer.get("ok"):
             self._reset()
             return FAILED
         memo = handle.memo()
-        for role, method in methods.items():
-            reason = f"{method.reason}; counted from the start with tokenizer.json as tokenizers loads it (the same)"
+        if memo is not None:
+            memo.forget()  # the prover wrote it: what the report says of the tokenizer is read from it
+        for role, reason in answer["reasons"].items():
+            reason = f"{reason}; counted from the start with tokenizer.json as tokenizers loads it (the same)"
             strategy = self._exact[role]
             for part in (strategy, getattr(strategy, "fast", None)):
                 if part is not None:
                     part.reason = reason
-            if memo is not None:
-                memo.remember(role, method, handle.loaded_info())
         return CONFIRMED
 
     # -- decide-only ------------------------------------------------------------------------

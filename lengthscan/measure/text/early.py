@@ -3,8 +3,9 @@
 
 On a first run with a tokenizer (no fast path remembered for its files, ``fastpath.Memo``):
 
-* transformers' load of it: seconds, most of them importing transformers (begun when the
-  counting begins: the import would slow the source's opening);
+* transformers' load of it and the fast path's proof, in a process of its own (``confirm.py``,
+  begun when the counting begins): seconds, most of them importing transformers, none of them
+  taking this process's GIL;
 * its ``tokenizer.json`` loaded by ``tokenizers`` alone, then the count-only engine's proof made
   for it (``countbpe/prefetch.py``).
 
@@ -34,51 +35,113 @@ class Early:
         from lengthscan.measure.text.countbpe.prefetch import Prefetch
         from lengthscan.sources.cache_dir import cache_root
 
-        self._loader: threading.Thread | None = None
+        self._handle = handle
         self._file = None
+        self._prover = None  # (process, our end of its pipe) once started
+        self._answer: dict | None = None
+        self.asked = False
         memo = handle.memo() if not handle.loaded else None
-        first = memo is not None and not memo.remembers()  # a first run with these files: transformers loads them
-        if first:  # started when the counting begins: the import would slow the source's opening
-            self._loader = threading.Thread(target=self._load, args=(handle,), name="lengthscan-tokenizer-load",
-                                            daemon=True)
-        path = handle.tokenizer_file() if (engine or first) else None
-        if first and path is not None:
+        path = handle.tokenizer_file() if memo is not None else None
+        #: a first run with these files (no fast path remembered for them) that can be counted on the file
+        self.first = path is not None and not memo.remembers()
+        if self.first:
             self._file = Prefetch(path, cache_root() / "countbpe", engine=engine)
         elif memo is not None and engine:  # a later run: the remembered backend and its engine, read early
             threading.Thread(target=_read_back, args=(memo, cache_root() / "countbpe"),
                              name="lengthscan-count-prefetch", daemon=True).start()
-        self.first = first
-
-    @staticmethod
-    def _load(handle: TokenizerHandle) -> None:
-        try:
-            handle.tokenizer  # noqa: B018 - loaded, for the thread that asks next
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException:  # noqa: BLE001, S110 - the load at the counting raises it, with its message
-            pass
 
     def _start(self) -> None:
-        if self._loader is not None and self._loader.ident is None:
-            self._loader.start()
+        """The prover (``confirm.py``), started when the counting begins (its import of transformers
+        would slow the source's opening): a process of its own where transformers is not imported
+        yet, else a thread."""
+        if not self.first or self._prover is not None:
+            return
+        import sys
 
-    def loading(self) -> bool:
-        """transformers is still loading the tokenizer (started now if it was not)."""
-        self._start()
-        return self._loader is not None and self._loader.is_alive()
+        if "transformers" in sys.modules:
+            import queue
 
-    def wait(self) -> None:
-        """transformers' load of the tokenizer has ended (it is started now if it was not)."""
-        if self._loader is not None:
-            self._start()
-            self._loader.join()
+            questions: queue.Queue = queue.Queue()
+            thread = threading.Thread(target=self._confirm_here, args=(questions,), name="lengthscan-tokenizer-proof",
+                                      daemon=True)
+            thread.start()
+            self._prover = (thread, questions)
+            return
+        import multiprocessing as mp
+
+        from lengthscan.measure.text.confirm import confirm
+        from lengthscan.torchless import torch_hidden
+
+        ctx = mp.get_context("spawn")
+        ours, theirs = ctx.Pipe()
+        handle = self._handle
+        process = ctx.Process(target=confirm, name="lengthscan-tokenizer-proof", daemon=True,
+                              args=(theirs, handle.name, handle.revision, torch_hidden()))
+        process.start()
+        theirs.close()
+        self._prover = (process, ours)
+
+    def _confirm_here(self, questions) -> None:
+        from lengthscan.measure.text.confirm import answer_for
+
+        try:
+            answer = answer_for(self._handle, questions.get)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the counting proves again itself, and says what is wrong
+            answer = {"ok": False, "why": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        self._answer = answer if answer is not None else {"ok": False, "why": "nothing was asked"}
 
     def file_backend(self) -> Tokenizer | None:
-        """While transformers loads the tokenizer on a first run: ``tokenizer.json`` as ``tokenizers``
-        loads it (waited for), to count with until the load ends; None otherwise."""
-        if self._file is None or not self.loading():
+        """On a first run: ``tokenizer.json`` as ``tokenizers`` loads it (waited for), to count with
+        until the prover has confirmed it (its process started now); None otherwise."""
+        if self._file is None or self.asked:
             return None
-        return self._file.backend()
+        backend = self._file.backend()
+        if backend is not None:
+            self._start()
+        return backend
+
+    def ask(self, roles: dict[str, list[str]]) -> None:
+        """Send the prover the roles counted on the file's backend with their first texts, and that
+        backend's digest (once)."""
+        if self.asked:
+            return
+        import hashlib
+
+        self.asked = True
+        backend = self._file.backend()
+        question = {"roles": roles, "digest": hashlib.sha256(backend.to_str().encode()).hexdigest(),
+                    "split": bool(backend.encode_special_tokens)}
+        prover, channel = self._prover
+        if isinstance(prover, threading.Thread):
+            channel.put(question)
+            return
+        try:
+            channel.send(question)
+        except (OSError, ValueError):  # the prover is gone: ``answer`` says so
+            pass
+
+    def answer(self, *, wait: bool) -> dict | None:
+        """The prover's answer (None while it works, unless ``wait``): ``{"ok": True, "reasons":
+        {role: why}}``, or ``{"ok": False, "why": ...}``."""
+        if self._answer is not None:
+            return self._answer
+        prover, channel = self._prover
+        if isinstance(prover, threading.Thread):
+            if not wait and prover.is_alive():
+                return None
+            prover.join()
+            return self._answer
+        if not wait and not channel.poll():
+            return None
+        try:
+            self._answer = channel.recv()
+        except (EOFError, OSError):
+            self._answer = {"ok": False, "why": f"the prover process ended (exit {prover.exitcode})"}
+        channel.close()
+        prover.join(timeout=5)
+        return self._answer
 
 
 def _read_back(memo, cache_dir) -> None:

@@ -104,16 +104,16 @@ def copy_backend(tok):
     return backend
 
 
-def same_backend(tok, backend) -> bool:
-    """The loaded ``tok``'s backend, in input mode, untruncated and unpadded as ``__call__`` runs it,
-    serializes as ``backend`` does (and splits special tokens alike): they give the same ids."""
+def input_backend(tok):
+    """The loaded ``tok``'s backend as ``__call__`` runs it (input mode, untruncated, unpadded,
+    splitting special tokens as ``tok`` does): its own where it is so, else a copy (``copy_backend``)."""
     if hasattr(tok, "_switch_to_input_mode"):
         tok._switch_to_input_mode()
     own = tok.backend_tokenizer
-    if own.truncation is not None or own.padding is not None:
-        own = copy_backend(tok)  # a copy without them (tok's own is left as it is)
-    split = bool(getattr(tok, "split_special_tokens", False))
-    return split == bool(backend.encode_special_tokens) and own.to_str() == backend.to_str()
+    if own.truncation is not None or own.padding is not None \
+            or bool(own.encode_special_tokens) != bool(getattr(tok, "split_special_tokens", False)):
+        return copy_backend(tok)  # tok's own is left as it is
+    return own
 
 
 def special_token_probes(tok) -> list[str]:
@@ -178,6 +178,10 @@ class Memo:
 
     def info(self) -> dict:
         return self._read().get("info") or {}
+
+    def forget(self) -> None:
+        """Read the file again when next asked (another process has written it)."""
+        self._data = None
 
     def remembers(self) -> bool:
         """Some role's fast path is remembered here (a run on these files was made before)."""

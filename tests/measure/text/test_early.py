@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
 
 import pyarrow.parquet as pq
 import pytest
@@ -20,26 +19,19 @@ from tests.support.reference import direct_counts
 
 @pytest.fixture
 def first_run(tmp_path, monkeypatch):
-    """An empty cache (no fast path remembered, no proof), and transformers' load of the tokenizer
-    held until the counting waits for it: every row is counted before the load ends."""
+    """An empty cache (no fast path remembered, no proof), and the prover process's answer taken
+    only when the counting waits for it: every row is counted before it is confirmed."""
     from lengthscan.measure.text.countbpe import codepoints, engine
 
     monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(engine, "_DERIVED", {})
     monkeypatch.setattr(codepoints, "_KNOWN", {})
-    gate = threading.Event()
-    load, wait = early.Early._load, early.Early.wait  # noqa: SLF001
+    answer = early.Early.answer
 
-    def late_load(handle):
-        gate.wait(60)
-        load(handle)
+    def late(self, *, wait):
+        return answer(self, wait=True) if wait else None
 
-    def waiting(self):
-        gate.set()
-        wait(self)
-
-    monkeypatch.setattr(early.Early, "_load", staticmethod(late_load))
-    monkeypatch.setattr(early.Early, "wait", waiting)
+    monkeypatch.setattr(early.Early, "answer", late)
     return tmp_path / "cache"
 
 
@@ -48,8 +40,9 @@ def test_rows_are_counted_while_transformers_loads_and_confirmed_after(bpe_dir, 
     counter = TokenCounter(str(bpe_dir), prove_beside=True)
     with counter.speculating():
         counts, _ = counter.count(texts, "input")
-        assert not counter.loaded and counter.speculation() == choice.PENDING
+        assert counter.speculation() == choice.PENDING
         assert counter.speculation(wait=True) == choice.CONFIRMED
+    assert not counter.loaded  # transformers loaded the tokenizer in the prover's process only
     assert counts.tolist() == direct_counts(bpe_dir, texts, "input")
     assert "counted from the start with tokenizer.json" in counter.roles.reasons()["input"]
     assert counter.speculation() == choice.NONE
@@ -101,3 +94,32 @@ def test_a_first_cli_run_counts_as_the_tokenizer_and_remembers(bpe_dir, docs, fi
     report = json.loads((out / "report.json").read_text())["tokenizer"]
     assert report["methods"] == {"input": "backend.encode_batch_fast", "target": "backend.encode_batch_fast"}
     assert list((first_run / "countbpe").glob("ranks-*.npz"))  # proven from the file as the run began
+
+
+@pytest.mark.parametrize("changed", [False, True])
+def test_a_first_command_proves_in_a_process_of_its_own(bpe_dir, docs, tmp_path, changed):
+    """The command (a process without transformers imported) proves the fast path in a prover
+    process; its answer confirms the counts, or (a tokenizer transformers changes) they are made again."""
+    import os
+    import subprocess
+    import sys
+
+    tok = bpe_dir
+    texts = docs[:300]
+    if changed:
+        tok = tmp_path / "tok"
+        tok.mkdir()
+        shutil.copy(bpe_dir / "tokenizer.json", tok / "tokenizer.json")
+        (tok / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
+                                                               "eos_token": "<|myeos|>"}))
+        texts = [f"{t[:100]} <|myeos|> {t[100:200]}" for t in texts]
+    src = tmp_path / "s.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    out = tmp_path / "out"
+    env = {**os.environ, "LENGTHSCAN_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-m", "lengthscan", "audit", str(src), "--tokenizer", str(tok), "--input",
+                           "text", "--full", "--quiet", "--no-cache", "--out", str(out)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert pq.read_table(out / "lengths.parquet")["input_tokens"].to_pylist() == direct_counts(tok, texts, "input")
+    assert list((tmp_path / "cache" / "fastpath").glob("*.tokenizer.json"))  # the next run is a later run

@@ -1,0 +1,74 @@
+"""A first run's fast path proven apart from the counting (``early.py``).
+
+``answer_for`` loads the tokenizer as the run would, waits for what the counting asks (the roles
+counted on ``tokenizer.json`` as ``tokenizers`` loads it, their first texts, and that backend's
+digest), proves the fast path for each role on the loaded tokenizer's own backend
+(``fastpath.prove``: structure, probes, the first texts) and checks that this backend serializes to
+that digest, splitting special tokens alike. Where both hold it remembers the proof for these
+files (``fastpath.Memo``, as a run that proved it itself would) and answers ``{"ok": True,
+"reasons": {role: why}}``; otherwise ``{"ok": False, "why": ...}``, and the counting proves and
+counts again itself.
+
+Where transformers is not imported yet (a command's first run), this runs in a process of its own
+(``confirm``): its seconds of importing never take the counting process's GIL. Where it is (a
+notebook, a test session), in a thread of the counting process.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+
+def answer_for(handle, asked: Callable[[], dict | None]) -> dict | None:
+    """The answer for ``handle``'s tokenizer to what ``asked()`` (waited for) asks; None: nothing
+    was asked (the counting ended otherwise)."""
+    import hashlib
+
+    from lengthscan.measure.text.fastpath import METHOD_FAST, input_backend, prove
+
+    try:
+        tok = handle.tokenizer
+        own = input_backend(tok)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the counting loads it itself and says what is wrong
+        asked()
+        return {"ok": False, "why": f"{type(exc).__name__}: {str(exc)[:200]}"}
+    question = asked()
+    if not question:
+        return None
+    methods = {role: prove(tok, role, texts, handle.call_ids, backend=own) for role, texts in question["roles"].items()}
+    bad = next((f"{role}: {m.reason}" for role, m in methods.items() if m.method != METHOD_FAST), None)
+    if bad is None and (hashlib.sha256(own.to_str().encode()).hexdigest() != question["digest"]
+                        or bool(own.encode_special_tokens) != bool(question["split"])):
+        bad = "the loaded tokenizer's backend is not tokenizer.json as tokenizers loads it"
+    if bad is not None:
+        return {"ok": False, "why": bad}
+    memo = handle.memo()
+    if memo is not None:
+        for role, method in methods.items():
+            memo.remember(role, method, handle.loaded_info())
+    return {"ok": True, "reasons": {role: m.reason for role, m in methods.items()}}
+
+
+def confirm(conn, name: str, revision: str | None, hide_torch: bool) -> None:
+    """The prover process's work (``conn``: its end of a pipe; ``name``: the tokenizer folder)."""
+    try:
+        if hide_torch:
+            from lengthscan.torchless import hide_torch as hide
+
+            hide()
+        from lengthscan.measure.text.handle import TokenizerHandle
+
+        answer = answer_for(TokenizerHandle(name, revision=revision), conn.recv)
+        if answer is not None:
+            conn.send(answer)
+    except (KeyboardInterrupt, SystemExit, EOFError, BrokenPipeError):
+        pass
+    except BaseException as exc:  # noqa: BLE001 - the counting process loads it itself and says what is wrong
+        try:
+            conn.send({"ok": False, "why": f"{type(exc).__name__}: {str(exc)[:200]}"})
+        except (OSError, ValueError):
+            pass
+    finally:
+        conn.close()
