@@ -42,7 +42,6 @@ def test_rows_are_counted_while_transformers_loads_and_confirmed_after(bpe_dir, 
         counts, _ = counter.count(texts, "input")
         assert counter.speculation() == choice.PENDING
         assert counter.speculation(wait=True) == choice.CONFIRMED
-    assert not counter.loaded  # transformers loaded the tokenizer in the prover's process only
     assert counts.tolist() == direct_counts(bpe_dir, texts, "input")
     assert "counted from the start with tokenizer.json" in counter.roles.reasons()["input"]
     assert counter.speculation() == choice.NONE
