@@ -268,4 +268,7 @@ def run() -> int:
         from lengthscan.torchless import hide_torch
 
         hide_torch()  # the worker processes of --num-proc hide it as well
+    from lengthscan.measure.text.early import prove_apart
+
+    prove_apart()  # a command's process: a first run may prove its tokenizer in a process of its own
     return main(argv)

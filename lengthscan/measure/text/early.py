@@ -27,6 +27,16 @@ if TYPE_CHECKING:
     from lengthscan.measure.text.handle import TokenizerHandle
 
 
+_APART = {"on": False}
+
+
+def prove_apart() -> None:
+    """This process is a command's (``cli.main.run``): a first run's prover may be a process of
+    its own. Elsewhere (a script, a notebook) it is a thread: a spawned process would import the
+    caller's ``__main__`` again, which a script without a ``__name__`` guard does not survive."""
+    _APART["on"] = True
+
+
 class Early:
     """The early work for ``handle``'s tokenizer: ``engine`` (the count-only engine's proof)
     unless the run counts with the tokenizer only."""
@@ -52,13 +62,13 @@ class Early:
 
     def _start(self) -> None:
         """The prover (``confirm.py``), started when the counting begins (its import of transformers
-        would slow the source's opening): a process of its own where transformers is not imported
-        yet, else a thread."""
+        would slow the source's opening): in a command where transformers is not imported yet, a
+        process of its own; else a thread."""
         if not self.first or self._prover is not None:
             return
         import sys
 
-        if "transformers" in sys.modules:
+        if "transformers" in sys.modules or not _APART["on"]:
             import queue
 
             questions: queue.Queue = queue.Queue()
