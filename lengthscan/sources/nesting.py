@@ -73,11 +73,10 @@ def _block(block: bytes, depth: int, limit: int) -> tuple[int | None, int]:
         escaped = np.zeros(quotes.size, bool)
         escaped[np.flatnonzero(follows)[runs % 2 == 1]] = True
         quotes = quotes[~escaped]
-    brackets = np.flatnonzero((data == 91) | (data == 93) | (data == 123) | (data == 125))
-    if _outside(slashes, quotes, ends).any():  # not JSON: the regex decides, line by line
+    if not _inside(slashes, quotes, ends).all():  # a backslash outside strings, no JSON: the regex decides
         return _by_regex(block, depth, limit)
-    outside = ~_inside(brackets, quotes, ends)
-    brackets = brackets[outside]
+    brackets = np.flatnonzero((data == 91) | (data == 93) | (data == 123) | (data == 125))
+    brackets = brackets[~_inside(brackets, quotes, ends)]
     if not brackets.size:
         return None, depth
     kinds = data[brackets]
@@ -99,10 +98,6 @@ def _inside(points: np.ndarray, quotes: np.ndarray, ends: np.ndarray) -> np.ndar
     line = np.searchsorted(ends, points)
     at_line = np.searchsorted(quotes, line_start[line])  # quotes before the point's line
     return (before - at_line) % 2 == 1
-
-
-def _outside(points: np.ndarray, quotes: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    return ~_inside(points, quotes, ends)
 
 
 def _by_regex(block: bytes, depth: int, limit: int) -> tuple[int | None, int]:

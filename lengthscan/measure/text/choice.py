@@ -79,15 +79,13 @@ class RoleStrategies:
         handle = self.handle
         memo = handle.memo()
         method = memo.method(role) if memo is not None and not handle.loaded else None
-        if method is None and self._may_speculate and role != CHAT_ROLE and self._snapshot is None:
-            backend = self._early.file_backend() if self._early is not None else None
-            if backend is not None:  # counted with the file's backend while transformers loads it apart
+        if method is None and self._may_speculate and role != CHAT_ROLE and not self._early.asked:
+            # counted with the file's backend (every role the same) while transformers loads it apart
+            backend = self._snapshot if self._speculated else (
+                self._early.file_backend() if self._snapshot is None else None)
+            if backend is not None:
                 self._speculated[role] = texts[:64]
                 method = RoleMethod(METHOD_FAST, SPECULATED, backend)
-        if method is None and self._may_speculate and self._speculated and not self._early.asked \
-                and role != CHAT_ROLE:
-            self._speculated[role] = texts[:64]  # another role on the same file's backend
-            method = RoleMethod(METHOD_FAST, SPECULATED, self._snapshot)
         if method is None:
             method = prove(handle.tokenizer, role, texts, handle.call_ids, backend=self._snapshot)
             if memo is not None:

@@ -47,7 +47,7 @@ class Early:
 
         self._handle = handle
         self._file = None
-        self._prover = None  # (process, our end of its pipe) once started
+        self._prover = None  # (process, our end of its pipe) or (thread, its queue), once started
         self._answer: dict | None = None
         self.asked = False
         memo = handle.memo() if not handle.loaded else None

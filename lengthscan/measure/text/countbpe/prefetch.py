@@ -1,7 +1,7 @@
 """The count-only engine's proof begun as the run starts, from the tokenizer's own file.
 
 A first run proves the engine for the tokenizer (the rank table, ``proof.py``; the code-point
-probe, ``pattern.py``): seconds of work on a large vocabulary. Both depend only on parts of
+probe, ``codepoints.py``): seconds of work on a large vocabulary. Both depend only on parts of
 ``tokenizer.json`` (the BPE model; the pre-tokenizer and normalizer), so they can begin before
 transformers has loaded the tokenizer, while the source's layout is read: ``Prefetch`` loads the
 file with ``tokenizers`` (the backend a run may count with while transformers loads it, see
