@@ -38,13 +38,12 @@ from lengthscan.measure.chat.plan import RowPlan, TooLong, plan_row
 from lengthscan.measure.chat.ranges import message_ranges
 from lengthscan.measure.chat.spans import common_prefix, eot_position, is_prefix
 from lengthscan.measure.chat.template import ChatTemplateError, RenderTimeout
-from lengthscan.measure.chat.views import EncodingView, IdsView, ranges_agree, views
+from lengthscan.measure.chat.tokenized import Renderings
+from lengthscan.measure.chat.views import IdsView
 from lengthscan.measure.records import FLAG_CODES, FLAG_MISSING, FLAG_TEMPLATE_ERROR, FLAG_TOO_LONG, Measured
 
 #: rows whose rendering ran past its time budget before the run stops (exit 2): a slow template
 MAX_TIMEOUTS = 3
-#: Rows on which token ranges read with ``char_to_token`` are checked against the full offsets.
-PROOF_ROWS = 64
 
 
 @dataclass(frozen=True)
@@ -65,7 +64,7 @@ class ChatCounter:
         self.images = images  # measure.images.processor.ImageCounter: image parts are counted
         self._renderer = None
         self._eot: tuple | None = None
-        self._exact: bool | None = None  # token ranges from the full offsets (None: not checked yet)
+        self._renderings = Renderings(counter, tiles=images is None)  # how renderings are tokenized
         self.timeouts = 0  # rows whose rendering ran past render_seconds (RENDER_SECONDS when it was made)
         self.render_seconds = template_module.RENDER_SECONDS
 
@@ -109,6 +108,7 @@ class ChatCounter:
                                               ("images", fmt.images)) if v},
                 "template": self.template.to_dict(), "train_on": self.options.train_on, "trained_tokens": self.rule,
                 "end_of_turn_token": tok.convert_ids_to_tokens(eot) if eot is not None else None,
+                "token_offsets": self._renderings.tiling or self.counter.roles.tiler_reason or "tokenizers",
                 **({"images": self.images.to_dict()} if self.images is not None else {})}
 
     def signature(self) -> str:
@@ -178,13 +178,14 @@ class ChatCounter:
         errors: list = [None] * n
         texts: list[str] = []          # rendered chat texts (tokenized without special tokens)
         plain: list[str] = []          # string prompt-completion texts (tokenized with special tokens)
-        if self._exact is None:  # the run's first rows: the token ranges' check needs them whole
+        renderings, eot = self._renderings, self._tokens()[:2]
+        if renderings.exact is None:  # the run's first rows: the token ranges' check needs them whole
             work = self._plan(convs, flags, errors, texts, plain)
-            encoded = self._views(texts, work)
+            encoded = renderings.first(texts, work, eot=eot, with_ids=with_ids)
         else:  # rendering one chunk while the tokenizer takes the previous one (pipeline.py)
             work, encoded = plan_and_encode(
                 n, lambda lo, hi: self._plan(convs, flags, errors, texts, plain, rows=range(lo, hi)), texts,
-                lambda rendered: views(self.counter, rendered, exact=self._exact))
+                lambda rendered: renderings.encode(rendered, exact=renderings.exact, eot=eot, with_ids=with_ids))
         plain_ids = [IdsView(ids) for ids in self.counter.ids(plain, "input")] if plain else []
         longest = self._message_tokens(work, notes, encoded)
         ids_out: list | None = [None] * n if with_ids else None
@@ -240,7 +241,7 @@ class ChatCounter:
         texts: list[str] = []
         plain: list[str] = []
         work = self._plan(convs, np.zeros(n, np.int8), [None] * n, texts, plain, whole_only=True)
-        encoded = views(self.counter, texts, exact=False)
+        encoded = self._renderings.encode(texts, exact=False, eot=self._tokens()[:2])
         plain_ids = [IdsView(ids) for ids in self.counter.ids(plain, "input")] if plain else []
         out = np.full(n, -1, np.int64)
         for i, w in work.items():
@@ -277,28 +278,6 @@ class ChatCounter:
             except Exception as exc:  # noqa: BLE001 - the template's own message, per row
                 flags[i], errors[i] = FLAG_TEMPLATE_ERROR, _template_message(exc)
         return work
-
-    def _views(self, texts: list[str], work: dict) -> list:
-        """The tokenized renderings. Token ranges come from ``char_to_token`` once the first rows of
-        the run have shown them equal to the full offsets' (spans and messages), else from the offsets."""
-        if self._exact is not None:
-            return views(self.counter, texts, exact=self._exact)
-        out = views(self.counter, texts, exact=True)
-        checked = 0
-        for w in work.values():
-            view = out[w.full] if w.conv.text is None and w.full < len(out) else None
-            if not isinstance(view, EncodingView) or checked >= PROOF_ROWS:
-                continue
-            if not ranges_agree(view, w.spans, w.conv.messages or []):
-                self._exact = True
-                return out
-            checked += 1
-        if checked:
-            self._exact = False
-            for v in out:
-                if isinstance(v, EncodingView):
-                    v.exact = False
-        return out
 
     def _trained(self, w: RowPlan, view, encoded, plain_ids, with_mask: bool):
         """(trained tokens, first, last trained position of the final assistant turn, the 0/1 mask
@@ -345,7 +324,7 @@ class ChatCounter:
                 pieces = [("user", w.conv.text[0]), ("assistant", w.conv.text[1])]
             else:
                 view = encoded[w.full]
-                pieces = message_ranges(view.text, w.conv.messages) if isinstance(view, EncodingView) else [
+                pieces = message_ranges(view.text, w.conv.messages) if view.has_offsets else [
                     (m.get("role"), m["content"]) for m in w.conv.messages if isinstance(m.get("content"), str)]
             for role, where in pieces:
                 if isinstance(where, tuple):

@@ -15,6 +15,9 @@ from typing import Callable
 
 #: rows rendered between two tokenizer calls
 CHUNK_ROWS = 64
+#: chunks tokenized at once: the tokenizer's calls release the GIL, so a second keeps the other
+#: core busy where tokenizing takes longer than rendering
+ENCODERS = 2
 
 
 def plan_and_encode(n: int, plan: Callable[[int, int], dict], texts: list[str], encode: Callable[[list[str]], list],
@@ -26,7 +29,7 @@ def plan_and_encode(n: int, plan: Callable[[int, int], dict], texts: list[str], 
         return work, encode(texts)
     work: dict = {}
     futures = []
-    with ThreadPoolExecutor(1, thread_name_prefix="lengthscan-chat-encode") as pool:
+    with ThreadPoolExecutor(ENCODERS, thread_name_prefix="lengthscan-chat-encode") as pool:
         for lo in range(0, n, chunk):
             start = len(texts)
             work.update(plan(lo, min(n, lo + chunk)))

@@ -82,22 +82,9 @@ class EncodingView:
         return True
 
     def _exact_overlap(self, start: int, end: int) -> int:
-        """#tokens with ``token_end > start`` and ``token_start < end`` from the full offsets, in
-        O(log n) per range: n - #(token_end <= start) - #(token_start >= end), both read off sorted
-        copies. No token is in both sets when start < end and every token has start <= end (then
-        token_start >= end > start >= token_end is impossible); otherwise count token by token."""
-        off = self.offsets
-        if not off.size:
-            return 0
         if self._sorted is None:
-            ordered = bool((off[:, 0] <= off[:, 1]).all())
-            self._sorted = (np.sort(off[:, 0]), np.sort(off[:, 1])) if ordered else ()
-        if start >= end or not self._sorted:
-            return int(((off[:, 1] > start) & (off[:, 0] < end)).sum())
-        starts, ends = self._sorted
-        ended = int(np.searchsorted(ends, start, side="right"))    # token_end <= start
-        later = len(starts) - int(np.searchsorted(starts, end, side="left"))  # token_start >= end
-        return len(off) - ended - later
+            self._sorted = SortedOffsets(self.offsets)
+        return self._sorted.overlap(start, end)
 
     def token_is(self, position: int, token_id: int, token_text: str) -> bool:
         if not 0 <= position < len(self.enc):
@@ -110,6 +97,94 @@ class EncodingView:
         from lengthscan.measure.chat.spans import assistant_mask
 
         return assistant_mask(self.offsets, spans)
+
+
+class TiledView:
+    """A rendering's tokens as the count-only engine tiles it (``countbpe/tiling.py``): codes
+    and the tokenizer's offsets, proven equal to the tokenizer's on the run's first renderings
+    (no ids: a run that writes them tokenizes with the tokenizer)."""
+
+    has_offsets = True
+
+    def __init__(self, codes: np.ndarray, offsets: np.ndarray, text: str, tiler):
+        self.codes, self.offsets, self.text = codes, offsets, text
+        self._tiler = tiler
+        self._sorted = None
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def count(self, spans) -> tuple[int, int, int]:
+        return offsets_count(self.offsets, spans)
+
+    def overlap(self, start: int, end: int) -> int:
+        if self._sorted is None:
+            self._sorted = SortedOffsets(self.offsets)
+        return self._sorted.overlap(start, end)
+
+    def token_is(self, position: int, token_id: int, token_text: str) -> bool:
+        code = self._tiler.code_of(token_text)
+        return code is not None and 0 <= position < len(self.codes) and int(self.codes[position]) == code
+
+    def occurrences(self, token_text: str) -> int:
+        """How many of the tokens are the added token ``token_text``."""
+        code = self._tiler.code_of(token_text)
+        return 0 if code is None else int(np.count_nonzero(self.codes == code))
+
+    def mask(self, spans) -> np.ndarray:
+        from lengthscan.measure.chat.spans import assistant_mask
+
+        return assistant_mask(self.offsets, spans)
+
+
+class SortedOffsets:
+    """Tokens overlapping character ranges, read off sorted copies of the full offsets."""
+
+    def __init__(self, offsets: np.ndarray):
+        self.off = offsets
+        ordered = bool((offsets[:, 0] <= offsets[:, 1]).all()) if offsets.size else False
+        starts, ends = offsets[:, 0], offsets[:, 1]
+        if ordered and bool((starts[1:] >= starts[:-1]).all() and (ends[1:] >= ends[:-1]).all()):
+            self._sorted = (starts, ends)  # in order already (the tokens of a left-to-right split)
+        else:
+            self._sorted = (np.sort(starts), np.sort(ends)) if ordered else ()
+
+    def overlap(self, start: int, end: int) -> int:
+        """#tokens with ``token_end > start`` and ``token_start < end``, in O(log n) per range:
+        n - #(token_end <= start) - #(token_start >= end), both read off sorted copies. No token
+        is in both sets when start < end and every token has start <= end (then token_start >= end
+        > start >= token_end is impossible); otherwise count token by token."""
+        off = self.off
+        if not off.size:
+            return 0
+        if start >= end or not self._sorted:
+            return int(((off[:, 1] > start) & (off[:, 0] < end)).sum())
+        starts, ends = self._sorted
+        ended = int(np.searchsorted(ends, start, side="right"))    # token_end <= start
+        later = len(starts) - int(np.searchsorted(starts, end, side="left"))  # token_start >= end
+        return len(off) - ended - later
+
+
+def tiled(tiler, texts: list[str]) -> list:
+    """A ``TiledView`` per text, or None where the engine leaves the text to the tokenizer."""
+    return [None if got is None else TiledView(got[0], got[1], text, tiler)
+            for text, got in zip(texts, tiler.offsets(texts))]
+
+
+def parts_from(tiled_views: list, encodings: list, eot_id: int | None, eot_text: str | None) -> int | None:
+    """The first rendering where tiled views part from the tokenizer's (its length, offsets, or
+    where its end-of-turn tokens are), None where they agree."""
+    for k, (mine, enc) in enumerate(zip(tiled_views, encodings)):
+        if mine is None:
+            continue
+        if len(mine) != len(enc) or not np.array_equal(mine.offsets, np.asarray(enc.offsets, np.int64).reshape(-1, 2)):
+            return k
+        if eot_id is not None:
+            theirs = np.flatnonzero(np.asarray(enc.ids) == eot_id)
+            if theirs.size != mine.occurrences(eot_text) or not all(mine.token_is(int(p), eot_id, eot_text)
+                                                                    for p in theirs):
+                return k
+    return None
 
 
 class IdsView:

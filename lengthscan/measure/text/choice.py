@@ -5,8 +5,9 @@ For a role's first texts:
 1. the fast path (``fastpath.prove``, or remembered for these tokenizer files by ``Memo``):
    ``FastCount`` where it is proven, else ``CallCount``;
 2. on the fast path, the count-only BPE engine (``countbpe/``) where it is proven for the backend
-   and agrees on the role's probes: ``EngineCount``; never for rendered conversations (they need
-   offsets), nor with ``--count-engine tokenizers``;
+   and agrees on the role's probes: ``EngineCount`` (not with ``--count-engine tokenizers``);
+   rendered conversations need offsets: ``tiler`` gives them from the engine (``countbpe/tiling.py``),
+   and the chat counter checks them against the tokenizer's before it uses them;
 3. on demand, decide-only bounds (``bounds.py``) over the role's exact strategy: ``DecideOnly``.
 
 Every role shares one backend copy and one count-only engine. Nothing chosen is pickled: a worker
@@ -32,12 +33,15 @@ if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
     from lengthscan.measure.text.countbpe.engine import CountEngine
+    from lengthscan.measure.text.countbpe.tiling import Tiler
     from lengthscan.measure.text.handle import TokenizerHandle
 
 #: ``count_engine`` values: the count-only BPE engine where it is proven exact, or the tokenizer always.
 COUNT_ENGINES = ("auto", "tokenizers")
 #: ``RoleStrategies.speculation``'s answers.
 NONE, PENDING, CONFIRMED, FAILED = "none", "pending", "confirmed", "failed"
+CHAT_OFFSETS = ("rendered conversations: tokenized by tokenizers for their offsets, or where proven (the chat "
+                "field's token_offsets) by the count-only engine's merges")
 SPECULATED = "counted with tokenizer.json as tokenizers loads it, while the fast path is proven apart"
 
 
@@ -64,6 +68,8 @@ class RoleStrategies:
         self._snapshot: Tokenizer | None = None  # the private backend copy, shared by roles (all in input mode)
         # (engine or None, why), built once; a Proving while proven beside the counting
         self._engine: tuple[CountEngine | None, str] | Proving | None = None
+        self._tiler: Tiler | bool | None = None  # rendered conversations' offsets (False: refused)
+        self.tiler_reason = ""
         self._speculated: dict[str, list[str]] = {}  # role -> its first texts, counted on the file's backend
         self._may_speculate = False
 
@@ -100,23 +106,61 @@ class RoleStrategies:
     def _count_only(self, fast: FastCount, role: str, probe: list[str]) -> CountStrategy:
         """``fast`` under the count-only engine where it is proven for the role, else ``fast``
         with why not."""
-        if role == CHAT_ROLE:
-            fast.engine_reason = "conversations need offsets for their trained tokens: counted by tokenizers"
-            return fast
         if self.count_engine == "tokenizers":
-            fast.engine_reason = "--count-engine tokenizers"
+            fast.engine_reason = self.tiler_reason = "--count-engine tokenizers"
             return fast
-        from lengthscan.measure.text.countbpe.counting import engine_for
-        from lengthscan.sources.cache_dir import cache_root
-
-        if self._engine is None:  # one engine for every role: they share the backend snapshot
-            cache, backend = cache_root() / "countbpe", fast.backend
-            found = engine_for(backend, cache, cached_only=True) if self.prove_beside else None
-            self._engine = found if found is not None else (
-                Proving(lambda: engine_for(backend, cache)) if self.prove_beside else engine_for(backend, cache))
+        self._start_engine(fast.backend)
+        if role == CHAT_ROLE:  # the renderings' offsets: the engine's where ``tiler`` is proven
+            fast.engine_reason = CHAT_OFFSETS
+            return fast
         if isinstance(self._engine, Proving):
             return ProvingCount(fast, self._engine, lambda engine, why: self._adopt(fast, role, probe, engine, why))
         return self._adopt(fast, role, probe, *self._engine)
+
+    def _start_engine(self, backend) -> None:
+        """The count-only engine (one for every role: they share the backend snapshot), proven
+        beside the counting where that was asked and its proof is not cached."""
+        from lengthscan.measure.text.countbpe.counting import engine_for
+        from lengthscan.sources.cache_dir import cache_root
+
+        if self._engine is None:
+            cache = cache_root() / "countbpe"
+            found = engine_for(backend, cache, cached_only=True) if self.prove_beside else None
+            self._engine = found if found is not None else (
+                Proving(lambda: engine_for(backend, cache)) if self.prove_beside else engine_for(backend, cache))
+
+    def tiler(self, probe: list[str]) -> Tiler | None:
+        """Token offsets of rendered conversations by the count-only engine (``countbpe/tiling.py``),
+        once the engine is proven and the offsets agree with the backend's on the adversarial texts;
+        None: not (``tiler_reason`` says why), or not yet. ``probe``: renderings, should the chat
+        role be chosen now."""
+        if self._tiler is not None:
+            return self._tiler or None
+        strategy, engine = self.exact(CHAT_ROLE, probe), self._engine
+        if isinstance(engine, Proving):
+            engine = engine.result()
+        if engine is None or strategy is None or strategy.backend is None:
+            return None
+        from lengthscan.measure.text.countbpe.counting import ADVERSARIAL
+        from lengthscan.measure.text.countbpe.engine import component_state
+        from lengthscan.measure.text.countbpe.proof import Refused
+        from lengthscan.measure.text.countbpe.tiling import Tiler
+
+        engine, why = engine
+        self._tiler, self.tiler_reason = False, why
+        if engine is None:
+            return None
+        try:
+            tiler = Tiler(engine, component_state(strategy.backend.post_processor))
+            parted = tiler.agrees(strategy.backend, list(ADVERSARIAL))
+        except Refused as exc:
+            self.tiler_reason = f"count-only engine: {exc}"
+            return None
+        if parted is not None:
+            self.tiler_reason = f"count-only engine's offsets part from the tokenizer's on {parted[:40]!r}"
+            return None
+        self._tiler, self.tiler_reason = tiler, why
+        return tiler
 
     def _adopt(self, fast: FastCount, role: str, probe: list[str], engine: CountEngine | None,
                why: str) -> CountStrategy:
@@ -220,8 +264,8 @@ class RoleStrategies:
     def __getstate__(self):
         state = dict(self.__dict__)
         # a worker or an actor proves before its first count (the proof is on disk by then, mostly)
-        state.update(_exact={}, _deciders={}, _snapshot=None, _engine=None, prove_beside=False, _early=None,
-                     _speculated={}, _may_speculate=False)
+        state.update(_exact={}, _deciders={}, _snapshot=None, _engine=None, _tiler=None, prove_beside=False,
+                     _early=None, _speculated={}, _may_speculate=False)
         return state
 
     def __setstate__(self, state):

@@ -196,6 +196,11 @@ class TokenCounter:
         ``__call__``); ``probe`` texts take part in the proof when it is made now."""
         return self.roles.exact(role, probe).backend
 
+    def chat_tiler(self, probe: list[str]):
+        """Rendered conversations' token offsets by the count-only engine, where it is proven
+        (``RoleStrategies.tiler``; None: not, or not yet); ``probe``: renderings."""
+        return self.roles.tiler(probe)
+
     def empty_length(self, role: str) -> int:
         """The length of "" for ``role`` (its special tokens), remembered per tokenizer file hash so a
         run on cached lengths does not load the tokenizer just for it."""

@@ -31,26 +31,28 @@ def _rows(docs) -> list:
     return rows
 
 
-def _measure(chat, specs, rows):
-    m = chat.measure({"messages": rows}, specs, with_ids=True)
+def _measure(chat, specs, rows, with_ids=True):
+    m = chat.measure({"messages": rows}, specs, with_ids=with_ids)
     return ({s.metric: v.tolist() for s, v in m.values.items()}, {k: v.tolist() for k, v in m.notes.items()},
             m.flags.tolist(), m.errors, m.ids, m.labels)
 
 
+@pytest.mark.parametrize("with_ids", [True, False], ids=["ids", "engine"])  # without ids: the engine's offsets
 @pytest.mark.parametrize("chunk", [1, 7, 64, 1000])
-def test_a_pipelined_batch_equals_the_batch_in_one_piece(chat_tok_dir, docs, monkeypatch, chunk):
+def test_a_pipelined_batch_equals_the_batch_in_one_piece(chat_tok_dir, docs, monkeypatch, chunk, with_ids):
     template = trl_template("qwen3_training")
     specs = {s.metric: s for s in chat_specs("messages")}
     rows = _rows(docs)
     whole = ChatCounter(TokenCounter(str(chat_tok_dir)), ChatOptions(ChatFormat(messages="messages"), str(template),
                                                                      "assistant"))
-    expected = _measure(whole, specs, rows)  # the run's first batch: measured in one piece
-    assert whole._exact is not None  # noqa: SLF001 - later batches are pipelined
+    expected = _measure(whole, specs, rows, with_ids)  # the run's first batch: measured in one piece
+    assert whole._renderings.exact is not None  # noqa: SLF001 - later batches are pipelined
+    assert whole._renderings.tiled is (None if with_ids else True)  # noqa: SLF001 - and tiled by the engine
     calls = []
     real = pipeline.plan_and_encode
     monkeypatch.setattr("lengthscan.measure.chat.counter.plan_and_encode",
                         lambda n, plan, texts, encode: calls.append(n) or real(n, plan, texts, encode, chunk))
-    got = _measure(whole, specs, rows)
+    got = _measure(whole, specs, rows, with_ids)
     assert calls == [len(rows)]
     assert got == expected
     values, _, flags, *_ = got

@@ -22,10 +22,10 @@ from tests.support.reference import direct_counts
 def cold_cache(tmp_path, monkeypatch):
     """A cache folder without any proof, and none in this process's memory (a first run), the
     proof begun by nothing but the counting (no early work, ``early.py``: see test_early.py)."""
-    from lengthscan.measure.text.countbpe import codepoints, engine
+    from lengthscan.measure.text.countbpe import codepoints, tables
 
     monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(engine, "_DERIVED", {})
+    monkeypatch.setattr(tables, "_DERIVED", {})
     monkeypatch.setattr(codepoints, "_KNOWN", {})
     monkeypatch.setattr(choice, "Early", lambda handle, engine: None)
     return tmp_path / "cache"
@@ -67,7 +67,7 @@ def test_a_first_run_then_a_second_both_count_as_the_tokenizer(bpe_dir, docs, co
     """Two audits as two first and second runs of the CLI: the first proves beside its counting
     (said so in report.json), the second counts with the engine from its first row."""
     from lengthscan.cli.main import main
-    from lengthscan.measure.text.countbpe import codepoints, engine
+    from lengthscan.measure.text.countbpe import codepoints, tables
 
     texts = docs[:300]
     src = tmp_path / "s.jsonl"
@@ -75,7 +75,7 @@ def test_a_first_run_then_a_second_both_count_as_the_tokenizer(bpe_dir, docs, co
     truth = direct_counts(bpe_dir, texts, "input")
     entries = []
     for run in ("first", "second"):
-        engine._DERIVED.clear()  # noqa: SLF001 - a new process would start without them
+        tables._DERIVED.clear()  # noqa: SLF001 - a new process would start without them
         codepoints._KNOWN.clear()  # noqa: SLF001
         out = tmp_path / run
         assert main(["audit", str(src), "--tokenizer", str(bpe_dir), "--input", "text", "--full", "--quiet",

@@ -298,9 +298,9 @@ def test_verify_counts_through_the_cli_reports_what_was_recounted(bpe_dir, corpu
 
 def _as_a_new_process() -> None:
     """Forget the tables this process built, as the next run (a new process) starts without them."""
-    from lengthscan.measure.text.countbpe import codepoints, engine
+    from lengthscan.measure.text.countbpe import codepoints, tables
 
-    engine._DERIVED.clear()  # noqa: SLF001
+    tables._DERIVED.clear()  # noqa: SLF001
     codepoints._KNOWN.clear()  # noqa: SLF001
 
 
@@ -317,7 +317,7 @@ def test_a_tampered_rank_table_is_rebuilt_never_used(bpe_dir, tmp_path, docs):
 
     from lengthscan.cli.main import main
     from lengthscan.measure.text.countbpe import counting as counting_module
-    from lengthscan.measure.text.countbpe import engine
+    from lengthscan.measure.text.countbpe import tables
 
     texts = docs[:400]
     src = tmp_path / "s.jsonl"
@@ -352,9 +352,9 @@ def test_a_tampered_rank_table_is_rebuilt_never_used(bpe_dir, tmp_path, docs):
                 "ranks": arrays["ranks"][keep]}
 
     # the tamper matters: sealed with a matching checksum (what no check can catch), it counts wrong
-    derived = engine._load(path)  # noqa: SLF001 - the sound table, to seal a tampered copy of it
+    derived = tables.load_table(path)  # the sound table, to seal a tampered copy of it
     ranks = {w.tobytes(): int(r) for w, r, k in zip(words, arrays["ranks"], keep) if k}
-    engine._save(path, Derived(ranks, derived.merged, derived.whole_only, derived.ignore_merges))  # noqa: SLF001
+    tables.save_table(path, Derived(ranks, derived.merged, derived.whole_only, derived.ignore_merges))
     wrong, counting = audit()
     assert counting["engine"].startswith("tiktoken") and sum(a != b for a, b in zip(wrong, truth)) > 10, counting
 
@@ -365,7 +365,7 @@ def test_a_tampered_rank_table_is_rebuilt_never_used(bpe_dir, tmp_path, docs):
         assert counts == truth
         # rebuilt as the run began or beside the counting (a run proves what its cache lacks while the source
         # is opened and the tokenizer counts), and written sound before the run ended: the next run counts with it
-        assert path.exists() and engine._load(path).ranks == derived.ranks  # noqa: SLF001 - rewritten sound
+        assert path.exists() and tables.load_table(path).ranks == derived.ranks  # rewritten sound
         counts, counting = audit()
         assert counts == truth and counting["engine"].startswith("tiktoken"), counting  # not fallen back
 

@@ -21,10 +21,10 @@ from tests.support.reference import direct_counts
 def first_run(tmp_path, monkeypatch):
     """An empty cache (no fast path remembered, no proof), and the prover process's answer taken
     only when the counting waits for it: every row is counted before it is confirmed."""
-    from lengthscan.measure.text.countbpe import codepoints, engine
+    from lengthscan.measure.text.countbpe import codepoints, tables
 
     monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(engine, "_DERIVED", {})
+    monkeypatch.setattr(tables, "_DERIVED", {})
     monkeypatch.setattr(codepoints, "_KNOWN", {})
     answer = early.Early.answer
 

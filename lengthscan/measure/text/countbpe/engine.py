@@ -16,23 +16,22 @@ a thread pool (tiktoken releases the GIL), one share of the batch a thread.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
-import threading
 import unicodedata
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
 from lengthscan.measure.text.chunking import chunks
 from lengthscan.measure.text.countbpe.codepoints import differences
-from lengthscan.measure.text.countbpe.locks import acquire
 from lengthscan.measure.text.countbpe.pattern import covering, normalizer_form, pre_tokenizer
-from lengthscan.measure.text.countbpe.proof import Derived, Refused, derive_model
+from lengthscan.measure.text.countbpe.proof import Derived, Refused
+from lengthscan.measure.text.countbpe.tables import derived_for
 
 #: The separator between joined texts: a tiktoken special token no real text holds.
 SEP = "\x00\ue000lengthscan-sep\ue001\x00"
@@ -42,10 +41,6 @@ JOB_CHARS = 1_000_000
 MIN_JOB_CHARS = 32_000
 
 _SEP_CODES = np.array(sorted(set(map(ord, SEP))), np.int64)
-_DERIVED: dict[str, Derived] = {}  # rank tables built in this process, by the BPE model's hash
-_LOCKS: dict[str, threading.Lock] = {}  # one per rank table: held while it is being made
-_MAKING = threading.Lock()
-_DERIVING: set[str] = set()  # the rank tables being derived now (not read from the cache)
 
 
 @dataclass(frozen=True)
@@ -56,6 +51,7 @@ class _Added:
     raw: re.Pattern | None
     normalized: re.Pattern | None
     hard: re.Pattern | None
+    texts: tuple[str, ...] = ()  # what ``raw`` and ``normalized`` match
 
 
 def threads_default() -> int:
@@ -82,6 +78,7 @@ class CountEngine:
         self.derived = derived
         self.threads = threads
         self._pool: ThreadPoolExecutor | None = None
+        self._codes: dict[str, int] | None = None
 
     @property
     def name(self) -> str:
@@ -135,18 +132,10 @@ class CountEngine:
         part = texts[a:b]
         k = b - a
         joined = SEP.join(part)
-        exact = np.zeros(k, bool)
+        exact = self._left_over(joined, part)
         base = np.zeros(k, np.int64)
-        if joined.count("\x00") != 2 * (k - 1):  # a text holding NUL could spell a separator with its neighbours
-            exact |= ["\x00" in t for t in part]
-        if not joined.isascii():
-            self._route_chars(joined, part, exact)
-            if self._form is not None:
-                exact |= [not (t.isascii() or unicodedata.is_normalized(self._form, t)) for t in part]
         added = self._added
         split = [False] * k
-        if added.hard is not None and added.hard.search(joined):
-            self._mark(joined, part, added.hard, exact)
         if (added.raw is not None and added.raw.search(joined)) or (
                 added.normalized is not None and added.normalized.search(joined)):
             split = [bool((added.raw and added.raw.search(t)) or (added.normalized and added.normalized.search(t)))
@@ -163,6 +152,78 @@ class CountEngine:
                     segments.append(" " + piece if self._prefix and not piece.startswith(" ") else piece)
                     owners.append(i)
         return SEP.join(segments), np.asarray(owners, np.int64), base, exact
+
+    # -- tokens (the offsets of rendered conversations: tiling.py) -----------------------------
+    @property
+    def sep_id(self) -> int:
+        """The separator's id: every rank is below it."""
+        return self._sep_id
+
+    @property
+    def added_codes(self) -> dict[str, int]:
+        """The codes ``tokens`` gives the added tokens, by the text they match (after the rank
+        ids and the separator's)."""
+        if self._codes is None:
+            self._codes = {t: self._sep_id + 1 + k for k, t in enumerate(sorted(set(self._added.texts)))}
+        return self._codes
+
+    def tokens(self, texts: list[str]) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The tokens of ``texts``, a job at a time: (the positions of the texts it took, their
+        tokens' codes one text after another, each text's number of tokens). A code is a rank id,
+        or an added token's (``added_codes``). Texts the tokenizer must take (as ``count`` answers
+        -1) are left out, and every text where ByteLevel adds a prefix space (a byte no text holds)."""
+        if self._prefix or any(c in t for t in self.added_codes for c in "\x00\ue000\ue001"):
+            return
+        for a, b in chunks(texts, JOB_CHARS):
+            part = texts[a:b]
+            joined = SEP.join(part)
+            exact = self._left_over(joined, part)
+            owners = np.flatnonzero(~exact)
+            if not owners.size:
+                continue
+            if exact.any():
+                joined = SEP.join([part[i] for i in owners])
+            joined, kinds = self._added_to_sep(joined)
+            ids = self._enc.encode_to_numpy(joined, allowed_special={SEP}).astype(np.int64)
+            cuts = np.flatnonzero(ids == self._sep_id)
+            ids[cuts] = kinds
+            ends = cuts[np.asarray(kinds, np.int64) == -1]
+            counts = np.diff(np.concatenate(([-1], ends, [ids.size]))) - 1
+            yield a + owners, ids[ids != -1], counts
+
+    def _added_to_sep(self, joined: str) -> tuple[str, list[int]]:
+        """``joined`` (texts joined by SEP) with each added token turned into SEP (raw matches
+        first, then normalized ones in what is left, as the tokenizer splits them out), and what
+        each SEP of it stands for: -1 where a text ends, else the added token's code."""
+        codes = self.added_codes
+        kinds: list[int] = []
+        for pattern in (self._added.raw, self._added.normalized):
+            if pattern is None:
+                continue
+            earlier, kinds = iter(kinds), []
+
+            def mark(m, earlier=earlier, kinds=kinds):
+                text = m.group()
+                kinds.append(next(earlier, -1) if text == SEP else codes[text])
+                return SEP
+
+            joined = re.sub(f"{re.escape(SEP)}|{pattern.pattern}", mark, joined)
+        return joined, kinds if kinds else [-1] * joined.count(SEP)
+
+    def _left_over(self, joined: str, part: list[str]) -> np.ndarray:
+        """Which texts of ``part`` (joined by SEP) the tokenizer must take: NUL (it could spell a
+        separator), characters of the routing table, texts the normalizer changes, hard added tokens."""
+        k = len(part)
+        exact = np.zeros(k, bool)
+        if joined.count("\x00") != 2 * (k - 1):
+            exact |= ["\x00" in t for t in part]
+        if not joined.isascii():
+            self._route_chars(joined, part, exact)
+            if self._form is not None:
+                exact |= [not (t.isascii() or unicodedata.is_normalized(self._form, t)) for t in part]
+        if self._added.hard is not None and self._added.hard.search(joined):
+            self._mark(joined, part, self._added.hard, exact)
+        return exact
 
     def _route_chars(self, joined: str, part: list[str], exact: np.ndarray) -> None:
         """Mark the texts holding a character of the routing table (the separator's own characters
@@ -265,7 +326,7 @@ def _added(tokens: list[dict], form: str | None, encode_special_tokens: bool) ->
             normalized.append(unicodedata.normalize(form, content) if form else content)
         else:
             raw.append(content)
-    return _Added(_alternation(raw), _alternation(normalized), _alternation(hard))
+    return _Added(_alternation(raw), _alternation(normalized), _alternation(hard), tuple(raw + normalized))
 
 
 def _alternation(contents: list[str]) -> re.Pattern | None:
@@ -274,89 +335,3 @@ def _alternation(contents: list[str]) -> re.Pattern | None:
         return None
     ordered = sorted(set(contents), key=lambda c: (-len(c), c))
     return re.compile("|".join(re.escape(c) for c in ordered))
-
-
-def derived_for(state: bytes, cache_dir: Path | None, *, cached_only: bool = False, model: dict | None = None,
-                bpe=None) -> Derived | None:
-    """The rank table of the BPE model whose ``__getstate__`` is ``state`` (``model``: that state
-    read already; ``bpe``: the model itself, only read, see ``derive_model``), made once per process and cached
-    in ``cache_dir``. ``cached_only``: None where it is not made yet, or is being made by another
-    thread (``prefetch.py``), which a call without it waits for."""
-    from importlib import metadata
-
-    versions = "-".join(metadata.version(p) for p in ("tokenizers", "lengthscan"))
-    key = hashlib.sha256(versions.encode() + b"\n" + state).hexdigest()[:32]
-    if key in _DERIVED:
-        return _DERIVED[key]
-    with _MAKING:
-        lock = _LOCKS.setdefault(key, threading.Lock())
-    if not acquire(lock, lambda: key in _DERIVING, cached_only):
-        return None
-    try:
-        if key in _DERIVED:  # made by the thread that held the lock
-            return _DERIVED[key]
-        path = cache_dir / f"ranks-{key}.npz" if cache_dir is not None else None
-        derived = _load(path) if path is not None else None
-        if derived is None:
-            if cached_only:
-                return None
-            _DERIVING.add(key)
-            try:
-                derived = derive_model(model if model is not None else json.loads(state), bpe)
-            finally:
-                _DERIVING.discard(key)
-            if path is not None:
-                _save(path, derived)
-        _DERIVED[key] = derived
-        return derived
-    finally:
-        lock.release()
-
-
-def _save(path: Path, d: Derived) -> None:
-    words = list(d.ranks)
-    arrays = {"blob": np.frombuffer(b"".join(words), np.uint8),
-              "sizes": np.fromiter(map(len, words), np.int64, len(words)),
-              "ranks": np.fromiter(d.ranks.values(), np.int64, len(words)),
-              "meta": np.array([d.merged, d.whole_only, int(d.ignore_merges)], np.int64)}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.stem}.tmp{os.getpid()}.npz")
-        np.savez(tmp, **arrays, digest=np.frombuffer(_digest(arrays), np.uint8))
-        os.replace(tmp, path)
-    except OSError:  # a read-only cache costs time, never correctness
-        pass
-
-
-def _digest(arrays: dict) -> bytes:
-    """SHA-256 of the table's arrays, names, types and shapes included."""
-    h = hashlib.sha256()
-    for name in ("blob", "sizes", "ranks", "meta"):
-        a = np.ascontiguousarray(arrays[name])
-        h.update(f"{name}:{a.dtype.str}:{a.shape}\n".encode())
-        h.update(a.tobytes())
-    return h.digest()
-
-
-def _load(path: Path) -> Derived | None:
-    """The cached table, or None: missing, unreadable, or (with a warning, the file removed) not
-    the table that was written, which would count wrong without a word."""
-    from lengthscan.sources.cache_dir import MISMATCH, NO_CHECKSUM, distrust, regular_cache_file
-
-    if not regular_cache_file(path):  # missing; or a FIFO, a device, a folder (removed, with a warning)
-        return None
-    try:
-        with np.load(path) as z:
-            arrays = {name: z[name] for name in ("blob", "sizes", "ranks", "meta")}
-            digest = z["digest"].tobytes() if "digest" in z.files else None
-    except (OSError, ValueError, KeyError, EOFError) as exc:
-        distrust(path, f"content that does not read ({type(exc).__name__})")
-        return None
-    if digest != _digest(arrays):
-        distrust(path, NO_CHECKSUM if digest is None else MISMATCH)
-        return None
-    blob, sizes, ranks, meta = arrays["blob"].tobytes(), arrays["sizes"], arrays["ranks"], arrays["meta"]
-    ends = np.cumsum(sizes)
-    starts = ends - sizes
-    table = {blob[s:e]: int(r) for s, e, r in zip(starts.tolist(), ends.tolist(), ranks.tolist())}
-    return Derived(table, int(meta[0]), int(meta[1]), bool(meta[2]))

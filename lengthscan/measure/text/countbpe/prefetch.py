@@ -60,8 +60,9 @@ class Prefetch:
 def prove_for(backend, cache_dir: Path | None) -> None:
     """The rank table and code-point probe for ``backend``'s model and split, into the caches."""
     from lengthscan.measure.text.countbpe.codepoints import differences
-    from lengthscan.measure.text.countbpe.engine import component_state, derived_for
+    from lengthscan.measure.text.countbpe.engine import component_state
     from lengthscan.measure.text.countbpe.pattern import normalizer_form, pre_tokenizer
+    from lengthscan.measure.text.countbpe.tables import derived_for
 
     try:
         pre = pre_tokenizer(component_state(backend.pre_tokenizer))

@@ -1,0 +1,87 @@
+"""How a batch's renderings become token views (``views.py``), decided once per run on its first
+renderings:
+
+* by the count-only engine (``countbpe/tiling.py``: its merges, its offsets as the tokenizer
+  gives them) where it is proven for the tokenizer and its offsets equal the tokenizer's on the
+  first renderings it is given (lengths, offsets, where the end-of-turn tokens are); a run where
+  they part is tokenized by the tokenizer from then on, and its report says why;
+* else by the tokenizer, whose token ranges come from ``char_to_token`` once the run's first rows
+  have shown them equal to the full offsets' (spans and messages), else from the offsets;
+* by the tokenizer where ids are wanted (they are written) or images are counted.
+"""
+
+from __future__ import annotations
+
+from lengthscan.measure.chat.views import EncodingView, parts_from, ranges_agree, tiled, views
+
+#: Renderings on which token ranges (``char_to_token``) and the engine's offsets are checked.
+PROOF_ROWS = 64
+
+
+class Renderings:
+    """Tokenizes one chat field's renderings; ``tiles``: the engine may (no images counted)."""
+
+    def __init__(self, counter, *, tiles: bool):
+        self.counter = counter
+        self.tiles = tiles
+        self.exact: bool | None = None  # token ranges from the full offsets (None: not checked yet)
+        self.tiled: bool | None = None  # the engine's offsets proven on the first renderings (None: not yet)
+        self.tiling = ""                # how the offsets were had, for the report
+
+    def encode(self, texts: list[str], *, exact: bool, eot: tuple, with_ids: bool = False) -> list:
+        """A view per rendering; ``eot``: (end-of-turn id, its token text)."""
+        wanted = not with_ids and self.tiles and self.tiled is not False
+        tiler = self.counter.chat_tiler(texts[:PROOF_ROWS]) if wanted else None
+        if tiler is None:
+            return views(self.counter, texts, exact=exact)
+        if not self.tiled:
+            out = views(self.counter, texts, exact=exact)
+            self._check(tiler, texts[:PROOF_ROWS], out[:PROOF_ROWS], eot)
+            return out
+        out = tiled(tiler, texts)
+        left = [i for i, v in enumerate(out) if v is None]
+        for i, view in zip(left, views(self.counter, [texts[i] for i in left], exact=exact) if left else []):
+            out[i] = view
+        return out
+
+    def first(self, texts: list[str], work: dict, *, eot: tuple, with_ids: bool = False) -> list:
+        """The views of the run's first rows (``work``: row -> its ``RowPlan``), on which
+        ``char_to_token``'s token ranges are checked against the full offsets."""
+        out = self.encode(texts, exact=True, eot=eot, with_ids=with_ids)
+        checked = 0
+        for w in work.values():
+            view = out[w.full] if w.conv.text is None and w.full < len(out) else None
+            if not isinstance(view, EncodingView) or checked >= PROOF_ROWS:
+                continue
+            if not ranges_agree(view, w.spans, w.conv.messages or []):
+                self.exact = True
+                return out
+            checked += 1
+        if checked:
+            self.exact = False
+            for v in out:
+                if isinstance(v, EncodingView):
+                    v.exact = False
+        return out
+
+    def _check(self, tiler, texts: list[str], theirs: list, eot: tuple) -> None:
+        """The engine's offsets against the tokenizer's views ``theirs`` of ``texts``: proven where
+        they are equal on every text the engine takes; refused for the run where they part."""
+        if not all(isinstance(v, EncodingView) for v in theirs):
+            self.tiled, self.tiling = False, "tokenizers: the tokenizer gives no offsets to check the engine's against"
+            return
+        eot_id, eot_text = eot
+        if eot_id is not None and tiler.code_of(eot_text) is None:
+            self.tiled = False
+            self.tiling = f"tokenizers: the end-of-turn token {eot_text!r} is no added token of the engine's"
+            return
+        mine = tiled(tiler, texts)
+        parted = parts_from(mine, [v.enc for v in theirs], eot_id, eot_text)
+        if parted is not None:
+            self.tiled = False
+            self.tiling = (f"tokenizers: the count-only engine's offsets part from the tokenizer's on a rendering "
+                           f"({texts[parted][:60]!r}...)")
+        elif any(v is not None for v in mine):
+            self.tiled = True
+            self.tiling = (f"count-only engine ({tiler.engine.name}): offsets equal to the tokenizer's on the "
+                           f"first {sum(v is not None for v in mine)} renderings it took")
