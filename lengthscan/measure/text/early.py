@@ -4,9 +4,8 @@
 On a first run with a tokenizer (no fast path remembered for its files, ``fastpath.Memo``):
 
 * transformers' load of it and the fast path's proof, in a process of its own (``confirm.py``,
-  begun at once in a command: the source's opening and the engine's proof hold this process's GIL,
-  and leave a core to it): seconds, most of them importing transformers, none of them taking this
-  process's GIL; in a script or notebook a thread, begun when the counting begins;
+  begun when the counting begins): seconds, most of them importing transformers, none of them
+  taking this process's GIL;
 * its ``tokenizer.json`` loaded by ``tokenizers`` alone, then the count-only engine's proof made
   for it (``countbpe/prefetch.py``).
 
@@ -38,13 +37,6 @@ def prove_apart() -> None:
     _APART["on"] = True
 
 
-def _apart() -> bool:
-    """The prover is a process of its own: a command's, where transformers is not imported yet."""
-    import sys
-
-    return _APART["on"] and "transformers" not in sys.modules
-
-
 class Early:
     """The early work for ``handle``'s tokenizer: ``engine`` (the count-only engine's proof)
     unless the run counts with the tokenizer only."""
@@ -64,19 +56,19 @@ class Early:
         self.first = path is not None and not memo.remembers()
         if self.first:
             self._file = Prefetch(path, cache_root() / "countbpe", engine=engine)
-            if _apart():  # a process of its own takes the core the source's opening leaves idle
-                self._start()
         elif memo is not None and engine:  # a later run: the remembered backend and its engine, read early
             threading.Thread(target=_read_back, args=(memo, cache_root() / "countbpe"),
                              name="lengthscan-count-prefetch", daemon=True).start()
 
     def _start(self) -> None:
-        """The prover (``confirm.py``): in a command where transformers is not imported yet, a
-        process of its own (started with the counter); else a thread (started when the counting
-        begins: its import of transformers would hold the GIL the source's opening needs)."""
+        """The prover (``confirm.py``), started when the counting begins (its import of transformers
+        would slow the source's opening): in a command where transformers is not imported yet, a
+        process of its own; else a thread."""
         if not self.first or self._prover is not None:
             return
-        if not _apart():
+        import sys
+
+        if "transformers" in sys.modules or not _APART["on"]:
             import queue
 
             questions: queue.Queue = queue.Queue()
