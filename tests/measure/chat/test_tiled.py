@@ -14,7 +14,10 @@ from tests.support.chat import conversations, reference, trl_template, write_jso
 
 @pytest.fixture(scope="module")
 def rows(docs):
-    return conversations(docs, 300, seed=11)
+    out = conversations(docs, 300, seed=11)
+    for i in (150, 151, 299):  # texts the engine leaves to the tokenizer (a NUL could spell its separator)
+        out[i] = {"messages": [{"role": "user", "content": f"a\x00b {i}"}, {"role": "assistant", "content": "c\x00"}]}
+    return out
 
 
 def _audit(src, tok_dir, template, out, *extra) -> dict:
