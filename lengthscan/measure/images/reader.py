@@ -73,11 +73,12 @@ class Reader:
     """A file (or bytes) read at offsets, every byte counted against ``READ_BUDGET``; also a
     file object (``read``, ``seek``, ``tell``) for Pillow's own metadata parsers."""
 
-    def __init__(self, fh, budget: int = READ_BUDGET):
+    def __init__(self, fh, budget: int = READ_BUDGET, steps: int = STEP_BUDGET):
         self._fh = fh
         self._left = budget
+        self._budget, self._steps = budget, steps
         self._inflate_left = INFLATE_BUDGET
-        self._steps_left = STEP_BUDGET
+        self._steps_left = steps
         self._window, self._window_at = b"", 0
         self._pos = 0
         fh.seek(0, io.SEEK_END)
@@ -85,8 +86,8 @@ class Reader:
         fh.seek(0)
 
     @classmethod
-    def of_bytes(cls, data: bytes) -> Reader:
-        return cls(io.BytesIO(data))
+    def of_bytes(cls, data: bytes, budget: int = READ_BUDGET, steps: int = STEP_BUDGET) -> Reader:
+        return cls(io.BytesIO(data), budget, steps)
 
     def at(self, offset: int, n: int, what: str = "a header") -> bytes:
         """The ``n`` bytes at ``offset`` (``CutShort`` where the file ends before them)."""
@@ -118,8 +119,8 @@ class Reader:
         """Count one chunk, segment or block walked (``OverBudget`` past ``STEP_BUDGET``)."""
         self._steps_left -= 1
         if self._steps_left < 0:
-            raise OverBudget(f"more than {STEP_BUDGET:,} chunks, segments or blocks to walk (lengthscan walks no "
-                             "more of one image)")
+            raise OverBudget(f"more than {self._steps:,} chunks, segments or blocks to walk (lengthscan walks no "
+                             "more of one file)")
 
     # -- the file object Pillow's parsers read ------------------------------------------------------
     def read(self, n: int = -1) -> bytes:
@@ -127,8 +128,8 @@ class Reader:
             n = self.size - self._pos
         n = max(0, min(n, self.size - self._pos))
         if n > self._left:
-            raise OverBudget(f"more than {READ_BUDGET >> 20} MiB of header and metadata to read (lengthscan reads "
-                             "no more of one image)")
+            raise OverBudget(f"more than {self._budget >> 20} MiB of header and metadata to read (lengthscan reads "
+                             "no more of one file)")
         self._left -= n
         self._fh.seek(self._pos)
         data = self._fh.read(n)

@@ -13,17 +13,23 @@ from lengthscan.measure.video.info import VideoError, VideoInfo
 _ISO_FIRST = {b"ftyp", b"moov", b"mdat", b"free", b"skip", b"wide", b"pnot", b"styp", b"sidx", b"uuid"}
 #: EBML's magic: Matroska and WebM
 EBML = b"\x1a\x45\xdf\xa3"
+#: Header and index bytes read of one video, at most (an MP4's sample table holds 4 bytes a frame;
+#: a Matroska file's walk reads about 24 bytes a frame)
+VIDEO_READ_BUDGET = 256 << 20
+#: Elements, chunks or boxes walked in one video, at most (Matroska: a Block each, about 2.5 a frame
+#: with an audio track: some 10 hours at 60 frames a second)
+VIDEO_STEPS = 5_000_000
 
 
 def video_info(data: bytes) -> VideoInfo:
     """The ``VideoInfo`` of a video's bytes."""
-    return _info(Reader.of_bytes(bytes(data)))
+    return _info(Reader.of_bytes(bytes(data), VIDEO_READ_BUDGET, VIDEO_STEPS))
 
 
 def video_info_from(path) -> VideoInfo:
     """The ``VideoInfo`` of the video file at ``path``."""
     with open_regular(path) as fh:
-        return _info(Reader(fh))
+        return _info(Reader(fh, VIDEO_READ_BUDGET, VIDEO_STEPS))
 
 
 def _info(reader: Reader) -> VideoInfo:

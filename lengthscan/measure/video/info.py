@@ -1,15 +1,16 @@
 """What a video's container says of it, as a decoder reports it before decoding: the record the
 header readers return, and their error.
 
-The figures are those PyAV (FFmpeg) gives on opening the file, which is what transformers' video
-loaders read (``VideoMetadata``: ``total_num_frames``, ``fps``, ``duration``, ``width``,
-``height``) and what the processors sample frames from:
+The figures are those transformers' processors sample frames from: they decode with torchcodec,
+whose exact scan of the packets gives ``VideoMetadata`` (``total_num_frames``, ``fps``,
+``duration``, ``width``, ``height``):
 
-* ``frames``: the video stream's frame count as the container declares it (MP4: the sample table;
-  Matroska: none is declared, so None; AVI: the stream header's length);
-* ``fps``: the stream's average frame rate (frames over the stream's duration, as FFmpeg's
-  ``avg_frame_rate``), or the declared rate where frames are not counted;
-* ``duration``: the video stream's duration in seconds;
+* ``frames``: the video stream's frames, as a demuxer reads its packets (MP4: the sample table and
+  fragments; Matroska: its Blocks, one a lace; AVI: the stream's chunks that hold data, from its
+  index or its ``movi`` list);
+* ``duration``: the span of the frames' presentation times, the latest end less the earliest
+  start (what torchcodec's exact scan measures), in seconds;
+* ``fps``: frames over that duration (torchcodec's ``average_fps``);
 * ``width``, ``height``: the coded size as stored; ``rotation``: the display rotation in degrees
   (0, 90, 180, 270) a player applies (and FFmpeg's ``autorotate``), which swaps width and height
   for 90 and 270.

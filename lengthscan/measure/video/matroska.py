@@ -29,8 +29,8 @@ The video track is the first ``TrackEntry`` of type 1. ``TrackTimestampScale`` (
 ignored. A file cut short gives the frames whose Blocks are wholly in it (FFmpeg drops a cut
 Block, so this is its count too); an element that runs past its parent, or a header element past
 the file, is a ``VideoError``. Every element walked is counted (``Reader.step``) and every byte
-read budgeted (24 bytes a Block): past ``STEP_BUDGET`` elements (200,000: about 110 minutes of
-30 fps video alone, 45 with AAC audio) a file is refused with ``OverBudget``.
+read budgeted (24 bytes a Block): past ``headers.VIDEO_STEPS`` elements (5,000,000: about 10 hours
+at 60 frames a second with an audio track) a file is refused with ``OverBudget``.
 """
 
 from __future__ import annotations
