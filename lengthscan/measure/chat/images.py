@@ -22,6 +22,8 @@ refuses such a row), or with an image that is missing or unreadable, gets no len
 from __future__ import annotations
 
 from lengthscan.measure.chat.encoding import rendered_ids
+from lengthscan.measure.chat.media import apply_added, placed_messages, refuse
+from lengthscan.measure.chat.media import stepped as steps_of
 from lengthscan.measure.images.processor import ImageRefused
 from lengthscan.measure.images.refs import ImageProblem, image_sizes
 from lengthscan.measure.records import FLAG_CODES, FLAG_INVALID_CONVERSATION
@@ -42,7 +44,7 @@ def add_images(images, counter, work: dict, texts: list, plain: list, values: di
         found = rendering.count(placeholder)
         wanted = len(w.conv.images or ())
         if found != wanted:
-            _refuse(i, values, FLAG_INVALID_CONVERSATION,
+            refuse(i, values, FLAG_INVALID_CONVERSATION,
                     f"the rendering holds {found} image placeholder(s) {placeholder!r} for {wanted} image(s) "
                     "(the processor refuses such a row)", flags, errors)
             continue
@@ -59,12 +61,12 @@ def add_images(images, counter, work: dict, texts: list, plain: list, values: di
         bad = next((k for k, s in enumerate(row_seen) if isinstance(s, ImageProblem)), None)
         if bad is not None:
             problem = row_seen[bad]
-            _refuse(i, values, FLAG_CODES[problem.flag], f"image {bad + 1} of {n}: {problem.reason}", flags, errors)
+            refuse(i, values, FLAG_CODES[problem.flag], f"image {bad + 1} of {n}: {problem.reason}", flags, errors)
             continue
         try:
             expansions = images.expand([(s.height, s.width) for s in row_seen])
         except ImageRefused as exc:
-            _refuse(i, values, FLAG_CODES["unreadable"], f"image {exc.index + 1} of {n}: {exc}", flags, errors)
+            refuse(i, values, FLAG_CODES["unreadable"], f"image {exc.index + 1} of {n}: {exc}", flags, errors)
             continue
         w = work[i]
         if images.family == "repeat":  # runs of one added token: each image adds its tokens less one
@@ -73,7 +75,8 @@ def add_images(images, counter, work: dict, texts: list, plain: list, values: di
             continue
         is_plain = w.conv.text is not None
         stepped.append((i, is_plain, expansions, row_seen))
-        steps[is_plain] += _steps(plain[w.full] if is_plain else texts[w.full], placeholder, expansions)
+        written = [e.replacement if e.replacement is not None else placeholder * e.tokens for e in expansions]
+        steps[is_plain] += steps_of(plain[w.full] if is_plain else texts[w.full], placeholder, written)
     if not stepped:
         return
     lengths = {False: iter([len(ids) for ids, _ in rendered_ids(counter, steps[False])]) if steps[False] else None,
@@ -86,73 +89,10 @@ def add_images(images, counter, work: dict, texts: list, plain: list, values: di
 
 def _apply(i: int, w, delta: int, added: list, expansions: list, seen: list, values: dict, notes: dict,
            train_on: str, placeholder: str) -> None:
-    values["sequence_tokens"][i] += delta
     values["images"][i] = len(expansions)
     values["image_tokens"][i] = sum(e.tokens for e in expansions)
     top = max(range(len(expansions)), key=lambda k: (expansions[k].tokens, seen[k].width * seen[k].height))
     notes["max_image_tokens"][i] = expansions[top].tokens
     notes["max_image_width"][i], notes["max_image_height"][i] = seen[top].width, seen[top].height
-    where = _image_messages(w.conv, len(expansions), placeholder)
-    trained = _trained_messages(w.conv, train_on)
-    if values["completion_tokens"][i] >= 0:
-        in_trained = sum(a for a, m in zip(added, where) if m in trained)
-        values["completion_tokens"][i] += in_trained
-        values["prompt_tokens"][i] = values["sequence_tokens"][i] - values["completion_tokens"][i]
-    if notes["trained_from"][i] >= 0 and trained:
-        first = min(trained)
-        notes["trained_from"][i] += sum(a for a, m in zip(added, where) if 0 <= m < first)
-    if notes["final_eot_at"][i] >= 0 and trained:
-        last = max(trained)
-        notes["final_eot_at"][i] += sum(a for a, m in zip(added, where) if 0 <= m <= last)
-
-
-def _steps(text: str, placeholder: str, expansions: list) -> list[str]:
-    """``text`` with none, the first, the first two, ... of its placeholders replaced by their
-    expansions (the processor replaces the i-th placeholder by the i-th image's)."""
-    pieces = text.split(placeholder)
-    written = [e.replacement if e.replacement is not None else placeholder * e.tokens for e in expansions]
-    out = []
-    for k in range(len(expansions) + 1):
-        parts = [pieces[0]]
-        for j, piece in enumerate(pieces[1:]):
-            parts.append(written[j] if j < k else placeholder)
-            parts.append(piece)
-        out.append("".join(parts))
-    return out
-
-
-def _image_messages(conv, n: int, placeholder: str) -> list[int]:
-    """Per image, the index of its message: its part's, or the message whose text writes its
-    placeholder (-1: not known)."""
-    if conv.image_messages is not None:
-        return list(conv.image_messages)
-    if conv.text is not None:  # string prompt-completion: the prompt is 0, the completion 1
-        before = conv.text[0].count(placeholder)
-        return [0] * before + [1] * (n - before)
-    where = []
-    for k, m in enumerate(conv.messages or []):
-        content = m.get("content")
-        texts = [content] if isinstance(content, str) else [p.get("text") for p in content or ()
-                                                             if isinstance(p, dict) and isinstance(p.get("text"), str)]
-        where += [k] * sum(t.count(placeholder) for t in texts)
-    return where if len(where) == n else [-1] * n
-
-
-def _trained_messages(conv, train_on: str) -> set[int]:
-    msgs = conv.messages or []
-    if conv.text is not None:
-        return {0, 1} if train_on == "all" else {1}
-    if train_on == "all":
-        return set(range(len(msgs)))
-    if conv.split_at is not None:
-        return set(range(conv.split_at, len(msgs)))
-    assistant = [k for k, m in enumerate(msgs) if m.get("role") == "assistant"]
-    if train_on == "last":
-        return set(assistant[-1:])
-    return set(assistant)
-
-
-def _refuse(i: int, values: dict, code: int, reason: str, flags, errors: list) -> None:
-    for v in values.values():
-        v[i] = -1
-    flags[i], errors[i] = code, reason
+    where = placed_messages(w.conv, len(expansions), placeholder, w.conv.image_messages)
+    apply_added(i, w, delta, added, where, values, notes, train_on)
