@@ -81,6 +81,15 @@ class MeasureOptions:
                                    "image tokens as it expands them (default: --model)", metavar="DIR_OR_NAME")
     max_pixels: int | None = option(None, "--max-pixels", "count images as if the image processor's max_pixels "
                                     "were N (try a cap before setting it)", type=int, metavar="N")
+    videos: str | None = option(None, "--videos", "column of per-row video lists (paths relative to the data file, "
+                                "bytes, or lists of frame images), one per video part {\"type\": \"video\"} in "
+                                "order", metavar="COL")
+    fps: float | None = option(None, "--fps", "count videos as if the processor sampled F frames a second "
+                               "(apply_chat_template's fps)", type=float, metavar="F")
+    num_frames: int | None = option(None, "--num-frames", "count videos as if the processor sampled N frames of "
+                                    "each (apply_chat_template's num_frames)", type=int, metavar="N")
+    max_frames: int | None = option(None, "--max-frames", "count videos as if the video processor's max_frames "
+                                    "were N", type=int, metavar="N")
     train_on: str = option("assistant", "--train-on", "which tokens of a conversation are trained: every assistant "
                            "message (default), the last one, or all tokens", choices=TRAIN_ON)
     tokenizer: str | Path | PreTrainedTokenizerBase | TokenCounter | None = option(
@@ -106,6 +115,10 @@ class MeasureOptions:
         _at_least("--max-chars", self.max_chars, 1)
         _at_least("--verify-counts", self.verify_counts, 0)
         _at_least("--max-pixels", self.max_pixels, 1)
+        _at_least("--num-frames", self.num_frames, 1)
+        _at_least("--max-frames", self.max_frames, 1)
+        if self.fps is not None and not self.fps > 0:
+            raise OptionError(f"--fps {self.fps!r}: give a number of frames a second above 0")
         _one_of("--count-engine", self.count_engine, COUNT_ENGINES)
         _at_least("--sampling-rate", self.sampling_rate, 1, MAX_AUDIO_RATE)
 

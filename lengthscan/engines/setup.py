@@ -21,15 +21,20 @@ if TYPE_CHECKING:
 def prepare(m: MeasureOptions) -> Setup:
     """Load the model's context, choose the fields and their measurements, the counter and limits."""
     fmt = _chat_format(m.messages, m.prompt, m.completion, m.tools, m.chat_template, m.images,
-                       m.processor or m.max_pixels)
+                       m.processor or m.max_pixels or m.videos)
     processor = _processor_source(fmt, m.processor, m.model)
+    videos = _video_counter(fmt, processor, m)
+    if videos is not None:
+        from dataclasses import replace
+
+        fmt = replace(fmt, videos=m.videos, video=True)
     ctx = _model_context(m.model, m.tokenizer)
     settings = _audio_settings(ctx, m.sampling_rate) if m.audio else AudioSettings()
     fields = role_fields(input=m.input, target=m.target, audio=m.audio, audio_settings=settings, chat=fmt)
     # a run proves the count-only engine beside its counting (measure/text/beside.py)
     counter = _counter(fields, m.tokenizer, m.model, ctx, dict(max_chars=m.max_chars, count_engine=m.count_engine,
                                                               verify_counts=m.verify_counts, prove_beside=True))
-    chat = _chat_counter(counter, fmt, m.chat_template, m.train_on, processor, m.max_pixels)
+    chat = _chat_counter(counter, fmt, m.chat_template, m.train_on, processor, m.max_pixels, videos)
     model_limits = _model_limits(ctx)
     if fmt is not None and model_limits is not None:  # a conversation is the decoder's whole input
         model_limits = model_limits.for_conversations()
@@ -78,7 +83,26 @@ def _processor_source(fmt, processor, model):
     return str(source)
 
 
-def _chat_counter(counter, fmt, chat_template, train_on: str, processor=None, max_pixels=None):
+def _video_counter(fmt, processor, m: MeasureOptions):
+    """The videos' counter where the processor has a video processor lengthscan counts (None where
+    it has none and no video option asks for one)."""
+    asked = m.videos or m.fps is not None or m.num_frames is not None or m.max_frames is not None
+    if fmt is None or processor is None:
+        if asked:
+            raise ColumnError("--videos, --fps, --num-frames and --max-frames count the video tokens of a "
+                              "conversation: give --messages COL and the model's processor (--processor DIR_OR_NAME)")
+        return None
+    from lengthscan.measure.video.counter import VideoConfigError, VideoCounter
+
+    try:
+        return VideoCounter(processor, fps=m.fps, num_frames=m.num_frames, max_frames=m.max_frames)
+    except VideoConfigError as exc:
+        if asked:
+            raise ColumnError(str(exc)) from None
+        return None
+
+
+def _chat_counter(counter, fmt, chat_template, train_on: str, processor=None, max_pixels=None, videos=None):
     if fmt is None:
         return None
     from lengthscan.measure.chat.counter import ChatCounter, ChatOptions
@@ -91,8 +115,10 @@ def _chat_counter(counter, fmt, chat_template, train_on: str, processor=None, ma
         from lengthscan.measure.images.processor import ImageCounter
 
         images = ImageCounter(processor, counter.tokenizer, max_pixels=max_pixels)
+    if videos is not None:
+        videos.bind(counter.tokenizer)
     chat = ChatCounter(counter, ChatOptions(fmt, str(chat_template) if chat_template else None, train_on),
-                       images=images)
+                       images=images, videos=videos)
     chat.check()  # the template (and offsets where spans are needed) now, before any row is read
     return chat
 

@@ -38,10 +38,12 @@ def role_fields(*, input: str | None = None, target: str | None = None, audio: s
         from lengthscan.measure.chat.metrics import chat_specs
 
         extra = tuple(c for c in chat.columns if c != chat.column)
-        named = (("--images", chat.images), ("--tools", chat.tools), ("--completion", chat.completion),
-                 ("--prompt", chat.prompt), ("--messages", chat.messages))  # the first option naming it last
+        named = (("--videos", chat.videos), ("--images", chat.images), ("--tools", chat.tools),
+                 ("--completion", chat.completion), ("--prompt", chat.prompt),
+                 ("--messages", chat.messages))  # the first option naming it last
         flags = tuple(dict((column, flag) for flag, column in named if column).items())
-        return (RoleField("chat", chat.column, CHAT, chat_specs(chat.column, chat.vision), extra, flags),)
+        specs = chat_specs(chat.column, chat.vision, chat.video)
+        return (RoleField("chat", chat.column, CHAT, specs, extra, flags),)
     fields = []
     if input:
         fields.append(RoleField("input", input, TEXT, (FieldSpec("input", input, "tokens"),)))

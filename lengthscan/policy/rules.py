@@ -34,6 +34,7 @@ import numpy as np
 
 from lengthscan.measure.chat.metrics import CHAT_METRICS
 from lengthscan.measure.images import IMAGE_METRICS
+from lengthscan.measure.video import VIDEO_METRICS
 from lengthscan.sources.source import did_you_mean
 from lengthscan.stats.histograms import (
     Histogram,
@@ -50,13 +51,14 @@ TOKEN_METRICS = ("input_tokens", "target_tokens")
 AUDIO_METRICS = ("input_seconds", "input_samples", "input_frames")
 #: Upper limits on a conversation's ``sequence_tokens`` may truncate (as TRL slices) or drop turns.
 SEQUENCE = "sequence_tokens"
-MEASUREMENTS = TOKEN_METRICS + AUDIO_METRICS + CHAT_METRICS + IMAGE_METRICS
+MEASUREMENTS = TOKEN_METRICS + AUDIO_METRICS + CHAT_METRICS + IMAGE_METRICS + VIDEO_METRICS
 MAD_SCALE = 1.4826  # MAD x 1.4826 estimates the standard deviation of a normal distribution
 
 RULE_FORMS = """a limit rule is METRIC OP VALUE[:ACTION]
   METRIC  a measurement: input_tokens, target_tokens, input_seconds, input_samples, input_frames;
           conversations: sequence_tokens, prompt_tokens, completion_tokens, turns, assistant_turns,
-          longest_message_tokens; with images: image_tokens, images;
+          longest_message_tokens; with images: image_tokens, images; with videos: video_tokens,
+          videos, video_frames;
           or a ratio of two: target_tokens/input_seconds, target_tokens/input_tokens
   OP      <=  <  >=  >            (the rows to keep)
   VALUE   a number (1024, 0.5); pNN (p99, p99.9: that percentile of the train split);

@@ -44,10 +44,12 @@ class ChatFormat:
     tools: str | None = None
     images: str | None = None       # a column of per-row image lists
     vision: bool = False            # image parts are measured (a processor is given)
+    videos: str | None = None       # a column of per-row video lists
+    video: bool = False             # video parts are measured (the processor has a video processor)
 
     @property
     def columns(self) -> tuple[str, ...]:
-        named = (self.messages, self.prompt, self.completion, self.tools, self.images)
+        named = (self.messages, self.prompt, self.completion, self.tools, self.images, self.videos)
         return tuple(c for c in named if c)
 
     @property
@@ -70,6 +72,8 @@ class Conversation:
     has_parts: bool = False
     images: list | None = None          # the row's image references, in order (vision formats)
     image_messages: list | None = None  # per image, its message's index (None: placed by the text)
+    videos: list | None = None          # the row's video references, in order (video formats)
+    video_messages: list | None = None  # per video, its message's index (None: placed by the text)
 
 
 class RowProblem(ValueError):
@@ -85,25 +89,39 @@ def conversations(columns: dict, fmt: ChatFormat) -> list:
     n = len(next(iter(columns.values())))
     tools = columns.get(fmt.tools) if fmt.tools else None
     images = columns.get(fmt.images) if fmt.images else None
+    videos = columns.get(fmt.videos) if fmt.videos else None
     out: list = []
     for i in range(n):
         try:
             conv = _row(columns, fmt, i, tools[i] if tools is not None else None)
             if fmt.vision and isinstance(conv, Conversation):
-                _place_images(conv, images[i] if images is not None else None, fmt.images)
+                conv.images, conv.image_messages = _place(conv, images[i] if images is not None else None,
+                                                          fmt.images, IMAGE)
+            if fmt.video and isinstance(conv, Conversation):
+                conv.videos, conv.video_messages = _place(conv, videos[i] if videos is not None else None,
+                                                          fmt.videos, VIDEO)
             out.append(conv)
         except RowProblem as problem:
             out.append(problem)
     return out
 
 
-#: Keys of an image part that hold the image itself (transformers' processor chat format).
-IMAGE_KEYS = ("image", "path", "url", "base64")
+@dataclass(frozen=True)
+class _Media:
+    noun: str
+    types: tuple[str, ...]   # the part types that hold one
+    keys: tuple[str, ...]    # a part's keys that hold it itself (transformers' processor chat format)
+    option: str
 
 
-def _place_images(conv: Conversation, column, name: str | None) -> None:
-    """The row's images in order: the parts' own, the column's for bare parts (or for a text's
-    placeholders when the row has no image part)."""
+IMAGE = _Media("image", ("image", "image_url"), ("image", "path", "url", "base64"), "--images COL")
+VIDEO = _Media("video", ("video",), ("video", "path", "url"), "--videos COL")
+
+
+def _place(conv: Conversation, column, name: str | None, media: _Media) -> tuple[list, list | None]:
+    """The row's images (or videos) in order, and each one's message: the parts' own, the
+    column's for bare parts (or, placed by the text, for the placeholders its text writes when the
+    row has no such part: None)."""
     if column is not None and not isinstance(column, (list, tuple)):
         column = [column]
     pool = list(column or [])
@@ -113,30 +131,30 @@ def _place_images(conv: Conversation, column, name: str | None) -> None:
         if not isinstance(content, (list, tuple)):
             continue
         for part in content:
-            if part.get("type") not in ("image", "image_url"):
+            if part.get("type") not in media.types:
                 continue
-            ref = _inline(part)
+            ref = _inline(part, media)
             if ref is None:
                 if not pool:
-                    raise RowProblem("invalid_conversation", f"more image parts than images in column {name!r}"
-                                     if name else "an image part without an image (give the images column: "
-                                                  "--images COL)")
+                    raise RowProblem("invalid_conversation", f"more {media.noun} parts than {media.noun}s in column "
+                                     f"{name!r}" if name else f"a {media.noun} part without a {media.noun} (give the "
+                                                              f"{media.noun}s column: {media.option})")
                 ref = pool.pop(0)
             refs.append(ref)
             where.append(k)
     if refs and pool:
-        raise RowProblem("invalid_conversation", f"{len(pool)} more image(s) in column {name!r} than image parts")
+        raise RowProblem("invalid_conversation", f"{len(pool)} more {media.noun}(s) in column {name!r} than "
+                                                 f"{media.noun} parts")
     if not refs and pool:
-        conv.images, conv.image_messages = pool, None
-        return
-    conv.images, conv.image_messages = refs, where
+        return pool, None
+    return refs, where
 
 
-def _inline(part: dict):
+def _inline(part: dict, media: _Media):
     if part.get("type") == "image_url":
         url = part.get("image_url")
         return url.get("url") if isinstance(url, dict) else url
-    for key in IMAGE_KEYS:
+    for key in media.keys:
         value = part.get(key)
         if value is not None:
             if key == "base64" and isinstance(value, str) and not value.startswith("data:"):
@@ -151,7 +169,7 @@ def _row(columns: dict, fmt: ChatFormat, i: int, tools):
         if value is None:
             return None
         conv = Conversation(tools=parse_tools(tools))
-        conv.messages = messages_of(value, conv, vision=fmt.vision)
+        conv.messages = messages_of(value, conv, vision=fmt.vision, video=fmt.video)
         if not conv.messages:
             raise RowProblem("invalid_conversation", "the conversation has no message")
         return conv
@@ -164,8 +182,8 @@ def _row(columns: dict, fmt: ChatFormat, i: int, tools):
         raise RowProblem("invalid_conversation", "prompt and completion must both be strings or both lists of "
                                                  "messages")
     conv = Conversation(tools=parse_tools(tools))
-    head = messages_of(prompt, conv, what="prompt", vision=fmt.vision)
-    tail = messages_of(completion, conv, what="completion", vision=fmt.vision)
+    head = messages_of(prompt, conv, what="prompt", vision=fmt.vision, video=fmt.video)
+    tail = messages_of(completion, conv, what="completion", vision=fmt.vision, video=fmt.video)
     if not tail:
         raise RowProblem("invalid_conversation", "the completion has no message")
     conv.messages, conv.split_at = head + tail, len(head)
@@ -188,7 +206,8 @@ def parse_tools(value) -> list | None:
     return value
 
 
-def messages_of(value, conv: Conversation, what: str = "conversation", *, vision: bool = False) -> list[dict]:
+def messages_of(value, conv: Conversation, what: str = "conversation", *, vision: bool = False,
+                video: bool = False) -> list[dict]:
     """The messages of one list value, checked and normalized; ShareGPT converted."""
     if not isinstance(value, (list, tuple)):
         raise RowProblem("invalid_conversation", f"the {what} is a {type(value).__name__}, not a list of messages")
@@ -213,8 +232,8 @@ def messages_of(value, conv: Conversation, what: str = "conversation", *, vision
         content = message.get("content")
         if isinstance(content, (list, tuple)):
             conv.has_parts = True
-            if vision:  # an Arrow struct gives every part every key ("image": null on a text part, which
-                # templates test with 'image' in content): dropped, as TRL's remove_none_values does
+            if vision or video:  # an Arrow struct gives every part every key ("image": null on a text part,
+                # which templates test with 'image' in content): dropped, as TRL's remove_none_values does
                 content = message["content"] = [{k: v for k, v in p.items() if v is not None}
                                                  if isinstance(p, dict) else p for p in content]
             for part in content:
@@ -223,9 +242,14 @@ def messages_of(value, conv: Conversation, what: str = "conversation", *, vision
                     raise RowProblem("unsupported_content", f"{what} message {k} ({role}) has an image part: give "
                                                             "the model's processor (--processor DIR_OR_NAME) to "
                                                             "count image tokens")
-                if kind not in ("text", "image", "image_url"):
+                if kind == "video" and not video:
+                    raise RowProblem("unsupported_content", f"{what} message {k} ({role}) has a video part: give "
+                                                            "the model's processor (--processor DIR_OR_NAME, with its "
+                                                            "video processor) to count video tokens")
+                if kind not in ("text", "image", "image_url", "video"):
                     raise RowProblem("unsupported_content", f"{what} message {k} ({role}) has a content part of "
-                                                            f"type {kind!r}: text and image parts are measured")
+                                                            f"type {kind!r}: text, image and video parts are "
+                                                            "measured")
         out.append(message)
     return out
 

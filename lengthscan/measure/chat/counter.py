@@ -58,13 +58,14 @@ class ChatOptions:
 class ChatCounter:
     """Measures conversations for one tokenizer (a ``TokenCounter``) and template; picklable."""
 
-    def __init__(self, counter, options: ChatOptions, images=None):
+    def __init__(self, counter, options: ChatOptions, images=None, videos=None):
         self.counter = counter
         self.options = options
         self.images = images  # measure.images.processor.ImageCounter: image parts are counted
+        self.videos = videos  # measure.video.counter.VideoCounter: video parts are counted
         self._renderer = None
         self._eot: tuple | None = None
-        self._renderings = Renderings(counter, tiles=images is None)  # how renderings are tokenized
+        self._renderings = Renderings(counter, tiles=images is None and videos is None)  # how renderings are tokenized
         self.timeouts = 0  # rows whose rendering ran past render_seconds (RENDER_SECONDS when it was made)
         self.render_seconds = template_module.RENDER_SECONDS
 
@@ -109,7 +110,8 @@ class ChatCounter:
                 "template": self.template.to_dict(), "train_on": self.options.train_on, "trained_tokens": self.rule,
                 "end_of_turn_token": tok.convert_ids_to_tokens(eot) if eot is not None else None,
                 "token_offsets": self._renderings.tiling or self.counter.roles.tiler_reason or "tokenizers",
-                **({"images": self.images.to_dict()} if self.images is not None else {})}
+                **({"images": self.images.to_dict()} if self.images is not None else {}),
+                **({"videos": self.videos.to_dict()} if self.videos is not None else {})}
 
     def signature(self) -> str:
         """What the measurements depend on besides the tokenizer and the rows (cache keys)."""
@@ -117,8 +119,9 @@ class ChatCounter:
 
         fmt = self.options.format  # transformers renders (its sandbox, reasoning aliases): its version too
         images = f"|{fmt.images}|{self.images.signature()}" if self.images is not None else ""
+        videos = f"|{fmt.videos}|{self.videos.signature()}" if self.videos is not None else ""
         return (f"{self.template.hash}|{self.options.train_on}|{fmt.messages}|{fmt.prompt}|{fmt.completion}|"
-                f"{fmt.tools}|transformers {version('transformers')}{images}")
+                f"{fmt.tools}|transformers {version('transformers')}{images}{videos}")
 
     def check(self) -> None:
         """Fail early (exit 2) on what no row can fix: no template, no offsets where spans are needed."""
@@ -169,11 +172,11 @@ class ChatCounter:
         ``base_dir``: the folder relative image paths resolve against."""
         convs = conversations(columns, self.options.format)
         n = len(convs)
-        vision = self.images is not None
-        metrics = chat_metrics(vision)
+        vision, video = self.images is not None, self.videos is not None
+        metrics = chat_metrics(vision, video)
         values = {m: np.full(n, -1, np.int64) for m in metrics}
         notes = {name: np.zeros(n, bool) if kind == "bool" else np.full(n, -1, np.int64)
-                 for name, kind in chat_notes(vision).items()}
+                 for name, kind in chat_notes(vision, video).items()}
         flags = np.zeros(n, np.int8)
         errors: list = [None] * n
         texts: list[str] = []          # rendered chat texts (tokenized without special tokens)
@@ -228,6 +231,11 @@ class ChatCounter:
             from lengthscan.measure.chat.images import add_images
 
             add_images(self.images, self.counter, work, texts, plain, values, notes, flags, errors,
+                       train_on=self.options.train_on, base_dir=base_dir)
+        if video:
+            from lengthscan.measure.chat.videos import add_videos
+
+            add_videos(self.videos, self.counter, work, texts, plain, values, notes, flags, errors,
                        train_on=self.options.train_on, base_dir=base_dir)
         return Measured({spec_of[m]: values[m] for m in metrics}, flags,
                         errors if any(e is not None for e in errors) else None, notes=notes, ids=ids_out,

@@ -17,20 +17,25 @@ CONTENT_ROLES = ("system", "user", "assistant", "tool")
 TRAIN_ON = ("assistant", "last", "all")
 
 
-def chat_metrics(vision: bool = False) -> tuple[str, ...]:
-    """The measurements of a conversation field (with images: ``IMAGE_METRICS`` too)."""
+def chat_metrics(vision: bool = False, video: bool = False) -> tuple[str, ...]:
+    """The measurements of a conversation field (with images: ``IMAGE_METRICS`` too; with videos:
+    ``VIDEO_METRICS``)."""
     from lengthscan.measure.images import IMAGE_METRICS
+    from lengthscan.measure.video import VIDEO_METRICS
 
-    return CHAT_METRICS + IMAGE_METRICS if vision else CHAT_METRICS
+    return CHAT_METRICS + (IMAGE_METRICS if vision else ()) + (VIDEO_METRICS if video else ())
 
 
-def chat_notes(vision: bool = False) -> dict:
-    """The side columns of a conversation field (with images: ``IMAGE_NOTES`` too)."""
+def chat_notes(vision: bool = False, video: bool = False) -> dict:
+    """The side columns of a conversation field (with images: ``IMAGE_NOTES`` too; with videos:
+    ``VIDEO_NOTES``)."""
     from lengthscan.measure.images import IMAGE_NOTES
+    from lengthscan.measure.video import VIDEO_NOTES
 
-    return {**NOTES, **IMAGE_NOTES} if vision else NOTES
+    return {**NOTES, **(IMAGE_NOTES if vision else {}), **(VIDEO_NOTES if video else {})}
 
 
-def chat_specs(column: str, vision: bool = False) -> tuple[FieldSpec, ...]:
-    units = {"turns": "turns", "assistant_turns": "turns", "images": "images"}
-    return tuple(FieldSpec("chat", column, units.get(m, "tokens"), metric=m) for m in chat_metrics(vision))
+def chat_specs(column: str, vision: bool = False, video: bool = False) -> tuple[FieldSpec, ...]:
+    units = {"turns": "turns", "assistant_turns": "turns", "images": "images", "videos": "videos",
+             "video_frames": "frames"}
+    return tuple(FieldSpec("chat", column, units.get(m, "tokens"), metric=m) for m in chat_metrics(vision, video))

@@ -156,6 +156,11 @@ class RoleField:
         return any(s.metric == "image_tokens" for s in self.specs)
 
     @property
+    def video(self) -> bool:
+        """A conversation field whose videos are counted."""
+        return any(s.metric == "video_tokens" for s in self.specs)
+
+    @property
     def columns(self) -> tuple[str, ...]:
         return (self.column, *self.extra)
 

@@ -1,0 +1,135 @@
+"""Video tokens as a model's processor expands them, from a video's container metadata alone.
+
+``VideoCounter`` reads the model's video processor options where transformers loads them from
+(``processor_config.json``'s ``video_processor``, else ``video_preprocessor_config.json``, else the
+image processor's ``preprocessor_config.json``, whose ``min_pixels``/``max_pixels`` then apply to
+every frame), tells the family by its ``video_processor_type`` (or the processor class), and counts
+with ``qwen.count_video`` (the processors' video classes need torchvision; their rules are
+reproduced there and checked against the processors' own code). Options given to the run
+(``--fps``, ``--num-frames``, ``--max-frames``, ``--max-pixels``) count as if the processor's config
+said them (``fps`` or ``num_frames`` turn frame sampling on, as ``apply_chat_template`` does).
+
+The text: the processor writes its video token (the tokenizer's ``video_token``, else
+``<|video_pad|>``) once per video token; Qwen3-VL writes each temporal patch's timestamp and its
+vision start and end tokens, in place of the template's ``<|vision_start|><|video_pad|><|vision_end|>``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from lengthscan.measure.video.info import VideoInfo
+from lengthscan.measure.video.qwen import VideoCount, VideoOptions, VideoRefused, count_video
+from lengthscan.measure.video.refs import FRAMES
+
+#: video processor classes (and processor classes) -> the family ``qwen.py`` counts
+FAMILIES = {"Qwen2VLVideoProcessor": "qwen2", "Qwen3VLVideoProcessor": "qwen3",
+            "Qwen2VLProcessor": "qwen2", "Qwen2_5_VLProcessor": "qwen2", "Qwen2_5OmniProcessor": "qwen2",
+            "Qwen3VLProcessor": "qwen3"}
+#: the config files a video processor is read from, in transformers' order
+CONFIG_FILES = ("processor_config.json", "video_preprocessor_config.json", "preprocessor_config.json")
+
+
+class VideoConfigError(ValueError):
+    """The model's video processor is missing or not one lengthscan counts (exit 2)."""
+
+
+class VideoCounter:
+    """Counts videos for one model's video processor and tokenizer; picklable."""
+
+    def __init__(self, source: str, tokenizer=None, *, fps: float | None = None, num_frames: int | None = None,
+                 max_frames: int | None = None, max_pixels: int | None = None):
+        self.source = str(source)
+        configs = _configs(self.source)
+        config, self.config_file = _video_config(configs, self.source)
+        named = config.get("video_processor_type") or _processor_class(configs)
+        self.processor_type = named
+        self.family = FAMILIES.get(named or "")
+        if self.family is None:
+            raise VideoConfigError(f"{self.source}: {named or 'no video processor named'}: lengthscan counts the "
+                                   f"video tokens of {', '.join(sorted(n for n in FAMILIES if 'Video' in n))}")
+        self.options = VideoOptions.from_config(self.family, config, fps=fps, num_frames=num_frames,
+                                                max_frames=max_frames, max_pixels=max_pixels)
+        self._cache: dict = {}
+        self.bind(tokenizer)
+
+    def bind(self, tokenizer) -> None:
+        """The tokens the processor writes, as it reads them off ``tokenizer`` (its defaults without one)."""
+        self.video_token = getattr(tokenizer, "video_token", None) or "<|video_pad|>"
+        self.start = getattr(tokenizer, "vision_start_token", None) or "<|vision_start|>"
+        self.end = getattr(tokenizer, "vision_end_token", None) or "<|vision_end|>"
+
+    @property
+    def wrapper(self) -> str | None:
+        """What the processor collapses to its video token before expanding (Qwen3-VL), or None."""
+        return self.start + self.video_token + self.end if self.family == "qwen3" else None
+
+    def count(self, info: VideoInfo) -> VideoCount:
+        """The processor's count for one video (``VideoRefused`` where it would refuse it)."""
+        key = (info.frames, info.fps, info.width, info.height, info.rotation, info.container)
+        hit = self._cache.get(key)
+        if hit is None:
+            if info.container == FRAMES and self.options.do_sample_frames:
+                raise VideoRefused("the processor does not sample frames from a list of images (do_sample_frames is "
+                                   "on): give a video file, or turn sampling off")
+            hit = self._cache[key] = count_video(info, self.options)
+        return hit
+
+    def replacement(self, count: VideoCount) -> str:
+        return count.replacement(self.video_token, self.start, self.end)
+
+    def to_dict(self) -> dict:
+        o = self.options
+        return {"source": self.source, "video_processor": self.processor_type, "config_file": self.config_file,
+                "video_token": self.video_token,
+                "options": {"do_sample_frames": o.do_sample_frames, "fps": o.fps, "num_frames": o.num_frames,
+                            "min_frames": o.min_frames, "max_frames": o.max_frames, "min_pixels": o.min_pixels,
+                            "max_pixels": o.max_pixels, "patch_size": o.patch_size,
+                            "temporal_patch_size": o.temporal_patch_size, "merge_size": o.merge_size}}
+
+    def signature(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+def _configs(source: str) -> dict:
+    """The config files of ``source`` (a folder or a hub name) that say what its video processor is."""
+    from transformers.utils import cached_file
+
+    out = {}
+    for name in (*CONFIG_FILES, "config.json"):
+        try:
+            path = cached_file(source, name, _raise_exceptions_for_missing_entries=False,
+                               _raise_exceptions_for_connection_errors=False)
+        except OSError:
+            path = None
+        if path:
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    value = json.load(fh)
+            except (OSError, ValueError) as exc:
+                raise VideoConfigError(f"{source}/{name}: not valid JSON ({exc})") from None
+            if isinstance(value, dict):
+                out[name] = value
+    return out
+
+
+def _video_config(configs: dict, source: str) -> tuple[dict, str]:
+    nested = (configs.get("processor_config.json") or {}).get("video_processor")
+    if isinstance(nested, dict):
+        return nested, "processor_config.json (video_processor)"
+    for name in CONFIG_FILES[1:]:
+        if name in configs:
+            return configs[name], name
+    raise VideoConfigError(f"{source}: no video_preprocessor_config.json or preprocessor_config.json (give the "
+                           "model's processor directory or hub name with --processor)")
+
+
+def _processor_class(configs: dict) -> str | None:
+    for name in CONFIG_FILES:
+        named = (configs.get(name) or {}).get("processor_class")
+        if named:
+            return named
+    return None
+
+
+__all__ = ["VideoConfigError", "VideoCounter", "VideoRefused"]
