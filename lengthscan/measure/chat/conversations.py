@@ -16,7 +16,9 @@ given as parts of another type than text gets ``unsupported_content``, but for i
 format has a processor (``ChatFormat.vision``): the images, in order, are the parts' own (an
 ``image``, ``path``, ``url`` or ``base64`` key, or OpenAI's ``image_url``), and the ``images``
 column's for the bare ``{"type": "image"}`` parts, as TRL lays them out; a row without image parts
-takes the column's images for placeholders its text writes (LLaMA-Factory's ``<image>``).
+takes the column's images for placeholders its text writes (LLaMA-Factory's ``<image>``). Video parts
+likewise where the processor has a video processor (``ChatFormat.video``): a part's own ``video``,
+``path`` or ``url``, else the ``videos`` column's.
 """
 
 from __future__ import annotations
