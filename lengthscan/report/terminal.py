@@ -40,6 +40,8 @@ def render_summary(data: dict, console: Console) -> None:
             cap = f"; --max-pixels {im['max_pixels']:,}" if im.get("max_pixels") else ""
             console.print(Text.assemble(("images ", "dim"), f"{im['processor']} ({im['image_processor']}) from "
                                         f"{im['source']}: image token {im['image_token']}{cap}"))
+        if chat.get("videos"):
+            _videos(console, chat["videos"], data.get("splits") or [])
     model = data.get("model")
     if model:
         console.print(Text.assemble(("model ", "dim"), f"{model.get('model')} ({model.get('model_type')}, "
@@ -211,3 +213,20 @@ def _num(value, digits: int = 3) -> str:
     if isinstance(value, float) and not value.is_integer():
         return f"{value:,.{digits}g}" if abs(value) < 1 else f"{value:,.{digits if digits < 3 else 2}f}"
     return f"{int(value):,}"
+
+
+def _videos(console, videos: dict, splits: list) -> None:
+    """The video processor's settings, and each split's videos: their tokens and frames."""
+    o = videos["options"]
+    sampled = (f"{o['num_frames']} frames" if o.get("num_frames") else f"{o['fps']} fps, {o['min_frames']}-"
+               f"{o['max_frames']} frames") if o["do_sample_frames"] else "every frame (do_sample_frames off)"
+    console.print(Text.assemble(("videos ", "dim"), f"{videos['video_processor']} from {videos['source']}: {sampled}, "
+                                f"{o['min_pixels']:,}-{o['max_pixels']:,} pixels ({videos['config_file']})"))
+    for split in splits:
+        vd = (split.get("chat") or {}).get("videos")
+        if vd and vd["videos"]:
+            share = vd["video_tokens"] / vd["sequence_tokens"] if vd["sequence_tokens"] else 0
+            console.print(Text.assemble(("  ", ""), f"{split.get('split')}: {vd['videos']:,} videos in "
+                                        f"{vd['rows_with_videos']:,} rows, {vd['video_seconds']:,.1f} s, "
+                                        f"{vd['video_tokens']:,} tokens ({share:.0%} of the sequence tokens), "
+                                        f"{vd['video_frames']:,} frames kept"))

@@ -12,6 +12,7 @@ import numpy as np
 from lengthscan.measure.chat.metrics import CONTENT_ROLES as ROLE_TOTALS
 from lengthscan.stats.histograms import Histogram, merge_histograms
 from lengthscan.stats.images import ImageTally
+from lengthscan.stats.videos import VideoTally
 
 
 @dataclass
@@ -32,6 +33,7 @@ class ChatTally:
     #: rows whose first trained token is at L or later
     trained_from: Histogram = field(default_factory=Histogram)
     images: ImageTally | None = None  # conversations with images
+    videos: VideoTally | None = None  # conversations with videos
 
     def add(self, values: dict, notes: dict, rows=None) -> None:
         """One batch: ``values`` metric -> per-row values (-1: none), ``notes`` the side columns,
@@ -40,6 +42,10 @@ class ChatTally:
             if self.images is None:
                 self.images = ImageTally()
             self.images.add(values, notes, rows if rows is not None else np.arange(len(values["image_tokens"])))
+        if "video_tokens" in values and notes is not None:
+            if self.videos is None:
+                self.videos = VideoTally()
+            self.videos.add(values, notes, rows if rows is not None else np.arange(len(values["video_tokens"])))
         seq, comp = values["sequence_tokens"], values["completion_tokens"]
         measured, counted = seq >= 0, comp >= 0
         self.measured += int(measured.sum())
@@ -69,6 +75,8 @@ class ChatTally:
         self.trained_from = merge_histograms([self.trained_from, other.trained_from])
         if other.images is not None:
             self.images = other.images if self.images is None else self.images.merge(other.images)
+        if other.videos is not None:
+            self.videos = other.videos if self.videos is None else self.videos.merge(other.videos)
         return self
 
     def to_dict(self) -> dict:
@@ -79,4 +87,5 @@ class ChatTally:
                 "rewrites_history": self.rewrites_history, "parts_not_rendered": self.parts_not_rendered,
                 "from_sharegpt": self.from_sharegpt,
                 "content_tokens_by_role": dict(self.by_role), "trained_from": self.trained_from.to_dict(),
-                **({"images": self.images.to_dict()} if self.images is not None else {})}
+                **({"images": self.images.to_dict()} if self.images is not None else {}),
+                **({"videos": self.videos.to_dict()} if self.videos is not None else {})}

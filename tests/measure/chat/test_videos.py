@@ -108,9 +108,15 @@ def test_rows_with_videos_equal_the_processors_input_ids(tmp_path, train_texts, 
     report = json.loads((out / "report.json").read_text())
     assert report["chat"]["videos"]["video_processor"] == ("Qwen3VLVideoProcessor" if family == "qwen3_vl"
                                                            else "Qwen2_5_VLProcessor")
+    vd = report["splits"][0]["chat"]["videos"]
+    assert vd["video_tokens"] == sum(table["video_tokens"]) and vd["videos"] == sum(table["videos"])
+    assert vd["video_frames"] == sum(table["video_frames"])
+    assert vd["costliest"][0]["video_tokens"] == max(t for t in table["max_video_tokens"] if t is not None)
+    html = (out / "report.html").read_text()
+    assert "Videos</h3>" in html and f"{vd['video_tokens']:,}" in html
 
 
-def test_bad_videos_are_reasons_naming_them(tmp_path, train_texts, clips):
+def test_bad_videos_are_reasons_naming_them(tmp_path, train_texts, clips, capsys):
     folder, paths = clips
     model = vision_dir(tmp_path / "qwen2_5_vl", "qwen2_5_vl", train_texts[:400])
     (folder / "cut.mp4").write_bytes(paths[0].read_bytes()[:2000])
@@ -124,7 +130,10 @@ def test_bad_videos_are_reasons_naming_them(tmp_path, train_texts, clips):
     out = tmp_path / "out"
     assert main(["audit", str(src), "--tokenizer", str(model), "--processor", str(model), "--chat-template",
                  str(template_of("qwen2_5_vl")), "--messages", "messages", "--videos", "videos", "--full",
-                 "--quiet", "--no-cache", "--out", str(out)]) == 0
+                 "--no-cache", "--out", str(out)]) == 0
+    said = " ".join(capsys.readouterr().out.split())  # the terminal's report: the video processor, the videos
+    assert "videos Qwen2_5_VLProcessor from" in said and "every frame (do_sample_frames off)" in said
+    assert "1 videos in 1 rows" in said
     table = pq.read_table(out / "lengths.parquet").to_pydict()
     assert table["chat_flag"][:3] == ["missing_file", "unreadable", "unreadable"]
     assert "missing.mp4" in table["chat_error"][0] and "cut.mp4" in table["chat_error"][1]
