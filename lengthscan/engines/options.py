@@ -84,6 +84,9 @@ class MeasureOptions:
     videos: str | None = option(None, "--videos", "column of per-row video lists (paths relative to the data file, "
                                 "bytes, or lists of frame images), one per video part {\"type\": \"video\"} in "
                                 "order", metavar="COL")
+    audios: str | None = option(None, "--audios", "column of per-row audio lists (paths relative to the data file, "
+                                "bytes, or an Audio(decode=False) column), one per audio part {\"type\": \"audio\"} "
+                                "in order", metavar="COL")
     fps: float | None = option(None, "--fps", "count videos as if the processor sampled F frames a second "
                                "(apply_chat_template's fps)", type=float, metavar="F")
     num_frames: int | None = option(None, "--num-frames", "count videos as if the processor sampled N frames of "

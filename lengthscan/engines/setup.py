@@ -21,20 +21,22 @@ if TYPE_CHECKING:
 def prepare(m: MeasureOptions) -> Setup:
     """Load the model's context, choose the fields and their measurements, the counter and limits."""
     fmt = _chat_format(m.messages, m.prompt, m.completion, m.tools, m.chat_template, m.images,
-                       m.processor or m.max_pixels or m.videos)
+                       m.processor or m.max_pixels or m.videos or m.audios)
     processor = _processor_source(fmt, m.processor, m.model)
-    videos = _video_counter(fmt, processor, m)
-    if videos is not None:
+    videos, audios = _video_counter(fmt, processor, m), _audio_counter(fmt, processor, m.audios)
+    if fmt is not None and processor is not None:
         from dataclasses import replace
 
-        fmt = replace(fmt, videos=m.videos, video=True)
+        vision = bool(m.images or m.max_pixels) or _has_image_processor(processor)
+        fmt = replace(fmt, vision=vision, videos=m.videos if videos else None, video=videos is not None,
+                      audios=m.audios if audios else None, audio=audios is not None)
     ctx = _model_context(m.model, m.tokenizer)
     settings = _audio_settings(ctx, m.sampling_rate) if m.audio else AudioSettings()
     fields = role_fields(input=m.input, target=m.target, audio=m.audio, audio_settings=settings, chat=fmt)
     # a run proves the count-only engine beside its counting (measure/text/beside.py)
     counter = _counter(fields, m.tokenizer, m.model, ctx, dict(max_chars=m.max_chars, count_engine=m.count_engine,
                                                               verify_counts=m.verify_counts, prove_beside=True))
-    chat = _chat_counter(counter, fmt, m.chat_template, m.train_on, processor, m.max_pixels, videos)
+    chat = _chat_counter(counter, fmt, m.chat_template, m.train_on, processor, m.max_pixels, videos, audios)
     model_limits = _model_limits(ctx)
     if fmt is not None and model_limits is not None:  # a conversation is the decoder's whole input
         model_limits = model_limits.for_conversations()
@@ -102,7 +104,41 @@ def _video_counter(fmt, processor, m: MeasureOptions):
         return None
 
 
-def _chat_counter(counter, fmt, chat_template, train_on: str, processor=None, max_pixels=None, videos=None):
+def _has_image_processor(source: str) -> bool:
+    """The processor has an image processor: its preprocessor_config.json names one, or names no
+    feature extractor (an audio model's names one and no image processor)."""
+    import json
+
+    from transformers.utils import cached_file
+
+    try:
+        path = cached_file(source, "preprocessor_config.json", _raise_exceptions_for_missing_entries=False,
+                           _raise_exceptions_for_connection_errors=False)
+        config = json.loads(Path(path).read_text(encoding="utf-8")) if path else {}
+    except (OSError, ValueError):
+        return True  # the image processor's own loading says what is wrong
+    return not isinstance(config, dict) or "image_processor_type" in config or "feature_extractor_type" not in config
+
+
+def _audio_counter(fmt, processor, audios_column):
+    """The clips' counter where the processor counts audio (None where it does not and --audios is not given)."""
+    if fmt is None or processor is None:
+        if audios_column:
+            raise ColumnError("--audios counts the audio tokens of a conversation: give --messages COL and the "
+                              "model's processor (--processor DIR_OR_NAME)")
+        return None
+    from lengthscan.measure.audio.parts import AudioConfigError, AudioPartsCounter
+
+    try:
+        return AudioPartsCounter(processor)
+    except AudioConfigError as exc:
+        if audios_column:
+            raise ColumnError(str(exc)) from None
+        return None
+
+
+def _chat_counter(counter, fmt, chat_template, train_on: str, processor=None, max_pixels=None, videos=None,
+                  audios=None):
     if fmt is None:
         return None
     from lengthscan.measure.chat.counter import ChatCounter, ChatOptions
@@ -111,14 +147,15 @@ def _chat_counter(counter, fmt, chat_template, train_on: str, processor=None, ma
     if train_on not in TRAIN_ON:
         raise ColumnError(f"--train-on {train_on!r}: choose {', '.join(TRAIN_ON)}")
     images = None
-    if processor is not None:
+    if processor is not None and fmt.vision:
         from lengthscan.measure.images.processor import ImageCounter
 
         images = ImageCounter(processor, counter.tokenizer, max_pixels=max_pixels)
-    if videos is not None:
-        videos.bind(counter.tokenizer)
+    for media in (videos, audios):
+        if media is not None:
+            media.bind(counter.tokenizer)
     chat = ChatCounter(counter, ChatOptions(fmt, str(chat_template) if chat_template else None, train_on),
-                       images=images, videos=videos)
+                       images=images, videos=videos, audios=audios)
     chat.check()  # the template (and offsets where spans are needed) now, before any row is read
     return chat
 

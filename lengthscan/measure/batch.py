@@ -38,11 +38,11 @@ def role_fields(*, input: str | None = None, target: str | None = None, audio: s
         from lengthscan.measure.chat.metrics import chat_specs
 
         extra = tuple(c for c in chat.columns if c != chat.column)
-        named = (("--videos", chat.videos), ("--images", chat.images), ("--tools", chat.tools),
-                 ("--completion", chat.completion), ("--prompt", chat.prompt),
+        named = (("--audios", chat.audios), ("--videos", chat.videos), ("--images", chat.images),
+                 ("--tools", chat.tools), ("--completion", chat.completion), ("--prompt", chat.prompt),
                  ("--messages", chat.messages))  # the first option naming it last
         flags = tuple(dict((column, flag) for flag, column in named if column).items())
-        specs = chat_specs(chat.column, chat.vision, chat.video)
+        specs = chat_specs(chat.column, chat.vision, chat.video, chat.audio)
         return (RoleField("chat", chat.column, CHAT, specs, extra, flags),)
     fields = []
     if input:

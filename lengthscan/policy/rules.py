@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lengthscan.measure.audio.parts import AUDIO_PART_METRICS
 from lengthscan.measure.chat.metrics import CHAT_METRICS
 from lengthscan.measure.images import IMAGE_METRICS
 from lengthscan.measure.video import VIDEO_METRICS
@@ -51,14 +52,14 @@ TOKEN_METRICS = ("input_tokens", "target_tokens")
 AUDIO_METRICS = ("input_seconds", "input_samples", "input_frames")
 #: Upper limits on a conversation's ``sequence_tokens`` may truncate (as TRL slices) or drop turns.
 SEQUENCE = "sequence_tokens"
-MEASUREMENTS = TOKEN_METRICS + AUDIO_METRICS + CHAT_METRICS + IMAGE_METRICS + VIDEO_METRICS
+MEASUREMENTS = TOKEN_METRICS + AUDIO_METRICS + CHAT_METRICS + IMAGE_METRICS + VIDEO_METRICS + AUDIO_PART_METRICS
 MAD_SCALE = 1.4826  # MAD x 1.4826 estimates the standard deviation of a normal distribution
 
 RULE_FORMS = """a limit rule is METRIC OP VALUE[:ACTION]
   METRIC  a measurement: input_tokens, target_tokens, input_seconds, input_samples, input_frames;
           conversations: sequence_tokens, prompt_tokens, completion_tokens, turns, assistant_turns,
           longest_message_tokens; with images: image_tokens, images; with videos: video_tokens,
-          videos, video_frames;
+          videos, video_frames; with audio: audio_tokens, audios;
           or a ratio of two: target_tokens/input_seconds, target_tokens/input_tokens
   OP      <=  <  >=  >            (the rows to keep)
   VALUE   a number (1024, 0.5); pNN (p99, p99.9: that percentile of the train split);

@@ -18,7 +18,8 @@ format has a processor (``ChatFormat.vision``): the images, in order, are the pa
 column's for the bare ``{"type": "image"}`` parts, as TRL lays them out; a row without image parts
 takes the column's images for placeholders its text writes (LLaMA-Factory's ``<image>``). Video parts
 likewise where the processor has a video processor (``ChatFormat.video``): a part's own ``video``,
-``path`` or ``url``, else the ``videos`` column's.
+``path`` or ``url``, else the ``videos`` column's; and audio parts where it counts audio
+(``ChatFormat.audio``: ``audio``, ``path`` or ``url``, else the ``audios`` column's).
 """
 
 from __future__ import annotations
@@ -48,10 +49,12 @@ class ChatFormat:
     vision: bool = False            # image parts are measured (a processor is given)
     videos: str | None = None       # a column of per-row video lists
     video: bool = False             # video parts are measured (the processor has a video processor)
+    audios: str | None = None       # a column of per-row audio lists
+    audio: bool = False             # audio parts are measured (the processor counts audio)
 
     @property
     def columns(self) -> tuple[str, ...]:
-        named = (self.messages, self.prompt, self.completion, self.tools, self.images, self.videos)
+        named = (self.messages, self.prompt, self.completion, self.tools, self.images, self.videos, self.audios)
         return tuple(c for c in named if c)
 
     @property
@@ -76,6 +79,8 @@ class Conversation:
     image_messages: list | None = None  # per image, its message's index (None: placed by the text)
     videos: list | None = None          # the row's video references, in order (video formats)
     video_messages: list | None = None  # per video, its message's index (None: placed by the text)
+    audios: list | None = None          # the row's audio references, in order (audio formats)
+    audio_messages: list | None = None  # per clip, its message's index (None: placed by the text)
 
 
 class RowProblem(ValueError):
@@ -92,6 +97,7 @@ def conversations(columns: dict, fmt: ChatFormat) -> list:
     tools = columns.get(fmt.tools) if fmt.tools else None
     images = columns.get(fmt.images) if fmt.images else None
     videos = columns.get(fmt.videos) if fmt.videos else None
+    audios = columns.get(fmt.audios) if fmt.audios else None
     out: list = []
     for i in range(n):
         try:
@@ -102,6 +108,9 @@ def conversations(columns: dict, fmt: ChatFormat) -> list:
             if fmt.video and isinstance(conv, Conversation):
                 conv.videos, conv.video_messages = _place(conv, videos[i] if videos is not None else None,
                                                           fmt.videos, VIDEO)
+            if fmt.audio and isinstance(conv, Conversation):
+                conv.audios, conv.audio_messages = _place(conv, audios[i] if audios is not None else None,
+                                                          fmt.audios, AUDIO)
             out.append(conv)
         except RowProblem as problem:
             out.append(problem)
@@ -118,6 +127,7 @@ class _Media:
 
 IMAGE = _Media("image", ("image", "image_url"), ("image", "path", "url", "base64"), "--images COL")
 VIDEO = _Media("video", ("video",), ("video", "path", "url"), "--videos COL")
+AUDIO = _Media("audio", ("audio",), ("audio", "path", "url"), "--audios COL")
 
 
 def _place(conv: Conversation, column, name: str | None, media: _Media) -> tuple[list, list | None]:
@@ -171,7 +181,7 @@ def _row(columns: dict, fmt: ChatFormat, i: int, tools):
         if value is None:
             return None
         conv = Conversation(tools=parse_tools(tools))
-        conv.messages = messages_of(value, conv, vision=fmt.vision, video=fmt.video)
+        conv.messages = messages_of(value, conv, vision=fmt.vision, video=fmt.video, audio=fmt.audio)
         if not conv.messages:
             raise RowProblem("invalid_conversation", "the conversation has no message")
         return conv
@@ -184,8 +194,8 @@ def _row(columns: dict, fmt: ChatFormat, i: int, tools):
         raise RowProblem("invalid_conversation", "prompt and completion must both be strings or both lists of "
                                                  "messages")
     conv = Conversation(tools=parse_tools(tools))
-    head = messages_of(prompt, conv, what="prompt", vision=fmt.vision, video=fmt.video)
-    tail = messages_of(completion, conv, what="completion", vision=fmt.vision, video=fmt.video)
+    head = messages_of(prompt, conv, what="prompt", vision=fmt.vision, video=fmt.video, audio=fmt.audio)
+    tail = messages_of(completion, conv, what="completion", vision=fmt.vision, video=fmt.video, audio=fmt.audio)
     if not tail:
         raise RowProblem("invalid_conversation", "the completion has no message")
     conv.messages, conv.split_at = head + tail, len(head)
@@ -209,7 +219,7 @@ def parse_tools(value) -> list | None:
 
 
 def messages_of(value, conv: Conversation, what: str = "conversation", *, vision: bool = False,
-                video: bool = False) -> list[dict]:
+                video: bool = False, audio: bool = False) -> list[dict]:
     """The messages of one list value, checked and normalized; ShareGPT converted."""
     if not isinstance(value, (list, tuple)):
         raise RowProblem("invalid_conversation", f"the {what} is a {type(value).__name__}, not a list of messages")
@@ -234,7 +244,7 @@ def messages_of(value, conv: Conversation, what: str = "conversation", *, vision
         content = message.get("content")
         if isinstance(content, (list, tuple)):
             conv.has_parts = True
-            if vision or video:  # an Arrow struct gives every part every key ("image": null on a text part,
+            if vision or video or audio:  # an Arrow struct gives every part every key ("image": null on a text part,
                 # which templates test with 'image' in content): dropped, as TRL's remove_none_values does
                 content = message["content"] = [{k: v for k, v in p.items() if v is not None}
                                                  if isinstance(p, dict) else p for p in content]
@@ -248,9 +258,13 @@ def messages_of(value, conv: Conversation, what: str = "conversation", *, vision
                     raise RowProblem("unsupported_content", f"{what} message {k} ({role}) has a video part: give "
                                                             "the model's processor (--processor DIR_OR_NAME, with its "
                                                             "video processor) to count video tokens")
-                if kind not in ("text", "image", "image_url", "video"):
+                if kind == "audio" and not audio:
+                    raise RowProblem("unsupported_content", f"{what} message {k} ({role}) has an audio part: give "
+                                                            "the model's processor (--processor DIR_OR_NAME) to count "
+                                                            "audio tokens")
+                if kind not in ("text", "image", "image_url", "video", "audio"):
                     raise RowProblem("unsupported_content", f"{what} message {k} ({role}) has a content part of "
-                                                            f"type {kind!r}: text, image and video parts are "
+                                                            f"type {kind!r}: text, image, video and audio parts are "
                                                             "measured")
         out.append(message)
     return out

@@ -58,14 +58,15 @@ class ChatOptions:
 class ChatCounter:
     """Measures conversations for one tokenizer (a ``TokenCounter``) and template; picklable."""
 
-    def __init__(self, counter, options: ChatOptions, images=None, videos=None):
+    def __init__(self, counter, options: ChatOptions, images=None, videos=None, audios=None):
         self.counter = counter
         self.options = options
         self.images = images  # measure.images.processor.ImageCounter: image parts are counted
         self.videos = videos  # measure.video.counter.VideoCounter: video parts are counted
+        self.audios = audios  # measure.audio.parts.AudioPartsCounter: audio parts are counted
         self._renderer = None
         self._eot: tuple | None = None
-        self._renderings = Renderings(counter, tiles=images is None and videos is None)  # how renderings are tokenized
+        self._renderings = Renderings(counter, tiles=images is None and videos is None and audios is None)
         self.timeouts = 0  # rows whose rendering ran past render_seconds (RENDER_SECONDS when it was made)
         self.render_seconds = template_module.RENDER_SECONDS
 
@@ -111,7 +112,8 @@ class ChatCounter:
                 "end_of_turn_token": tok.convert_ids_to_tokens(eot) if eot is not None else None,
                 "token_offsets": self._renderings.tiling or self.counter.roles.tiler_reason or "tokenizers",
                 **({"images": self.images.to_dict()} if self.images is not None else {}),
-                **({"videos": self.videos.to_dict()} if self.videos is not None else {})}
+                **({"videos": self.videos.to_dict()} if self.videos is not None else {}),
+                **({"audios": self.audios.to_dict()} if self.audios is not None else {})}
 
     def signature(self) -> str:
         """What the measurements depend on besides the tokenizer and the rows (cache keys)."""
@@ -120,8 +122,9 @@ class ChatCounter:
         fmt = self.options.format  # transformers renders (its sandbox, reasoning aliases): its version too
         images = f"|{fmt.images}|{self.images.signature()}" if self.images is not None else ""
         videos = f"|{fmt.videos}|{self.videos.signature()}" if self.videos is not None else ""
+        audios = f"|{fmt.audios}|{self.audios.signature()}" if self.audios is not None else ""
         return (f"{self.template.hash}|{self.options.train_on}|{fmt.messages}|{fmt.prompt}|{fmt.completion}|"
-                f"{fmt.tools}|transformers {version('transformers')}{images}{videos}")
+                f"{fmt.tools}|transformers {version('transformers')}{images}{videos}{audios}")
 
     def check(self) -> None:
         """Fail early (exit 2) on what no row can fix: no template, no offsets where spans are needed."""
@@ -172,11 +175,11 @@ class ChatCounter:
         ``base_dir``: the folder relative image paths resolve against."""
         convs = conversations(columns, self.options.format)
         n = len(convs)
-        vision, video = self.images is not None, self.videos is not None
-        metrics = chat_metrics(vision, video)
+        vision, video, audio = self.images is not None, self.videos is not None, self.audios is not None
+        metrics = chat_metrics(vision, video, audio)
         values = {m: np.full(n, -1, np.int64) for m in metrics}
         notes = {name: np.zeros(n, bool) if kind == "bool" else np.full(n, -1, np.int64)
-                 for name, kind in chat_notes(vision, video).items()}
+                 for name, kind in chat_notes(vision, video, audio).items()}
         flags = np.zeros(n, np.int8)
         errors: list = [None] * n
         texts: list[str] = []          # rendered chat texts (tokenized without special tokens)
@@ -236,6 +239,11 @@ class ChatCounter:
             from lengthscan.measure.chat.videos import add_videos
 
             add_videos(self.videos, self.counter, work, texts, plain, values, notes, flags, errors,
+                       train_on=self.options.train_on, base_dir=base_dir)
+        if audio:
+            from lengthscan.measure.chat.audios import add_audios
+
+            add_audios(self.audios, work, texts, plain, values, notes, flags, errors,
                        train_on=self.options.train_on, base_dir=base_dir)
         return Measured({spec_of[m]: values[m] for m in metrics}, flags,
                         errors if any(e is not None for e in errors) else None, notes=notes, ids=ids_out,

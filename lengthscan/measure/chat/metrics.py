@@ -17,25 +17,30 @@ CONTENT_ROLES = ("system", "user", "assistant", "tool")
 TRAIN_ON = ("assistant", "last", "all")
 
 
-def chat_metrics(vision: bool = False, video: bool = False) -> tuple[str, ...]:
+def chat_metrics(vision: bool = False, video: bool = False, audio: bool = False) -> tuple[str, ...]:
     """The measurements of a conversation field (with images: ``IMAGE_METRICS`` too; with videos:
-    ``VIDEO_METRICS``)."""
+    ``VIDEO_METRICS``; with audio: ``AUDIO_PART_METRICS``)."""
+    from lengthscan.measure.audio.parts import AUDIO_PART_METRICS
     from lengthscan.measure.images import IMAGE_METRICS
     from lengthscan.measure.video import VIDEO_METRICS
 
-    return CHAT_METRICS + (IMAGE_METRICS if vision else ()) + (VIDEO_METRICS if video else ())
+    return (CHAT_METRICS + (IMAGE_METRICS if vision else ()) + (VIDEO_METRICS if video else ())
+            + (AUDIO_PART_METRICS if audio else ()))
 
 
-def chat_notes(vision: bool = False, video: bool = False) -> dict:
+def chat_notes(vision: bool = False, video: bool = False, audio: bool = False) -> dict:
     """The side columns of a conversation field (with images: ``IMAGE_NOTES`` too; with videos:
-    ``VIDEO_NOTES``)."""
+    ``VIDEO_NOTES``; with audio: ``AUDIO_PART_NOTES``)."""
+    from lengthscan.measure.audio.parts import AUDIO_PART_NOTES
     from lengthscan.measure.images import IMAGE_NOTES
     from lengthscan.measure.video import VIDEO_NOTES
 
-    return {**NOTES, **(IMAGE_NOTES if vision else {}), **(VIDEO_NOTES if video else {})}
+    return {**NOTES, **(IMAGE_NOTES if vision else {}), **(VIDEO_NOTES if video else {}),
+            **(AUDIO_PART_NOTES if audio else {})}
 
 
-def chat_specs(column: str, vision: bool = False, video: bool = False) -> tuple[FieldSpec, ...]:
+def chat_specs(column: str, vision: bool = False, video: bool = False, audio: bool = False) -> tuple[FieldSpec, ...]:
     units = {"turns": "turns", "assistant_turns": "turns", "images": "images", "videos": "videos",
-             "video_frames": "frames"}
-    return tuple(FieldSpec("chat", column, units.get(m, "tokens"), metric=m) for m in chat_metrics(vision, video))
+             "video_frames": "frames", "audios": "clips"}
+    return tuple(FieldSpec("chat", column, units.get(m, "tokens"), metric=m)
+                 for m in chat_metrics(vision, video, audio))

@@ -38,6 +38,7 @@ def add_videos(videos, counter, work: dict, texts: list, plain: list, values: di
             continue
         for name in ("videos", "video_tokens", "video_frames"):
             values[name][i] = 0
+        notes["video_ms"][i] = notes["video_file_frames"][i] = 0
         rendering = plain[w.full] if w.conv.text is not None else texts[w.full]
         placeholder = _placeholder(videos, rendering)
         found, wanted = rendering.count(placeholder), len(w.conv.videos or ())

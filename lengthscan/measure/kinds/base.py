@@ -161,6 +161,11 @@ class RoleField:
         return any(s.metric == "video_tokens" for s in self.specs)
 
     @property
+    def audio_parts(self) -> bool:
+        """A conversation field whose audio clips are counted."""
+        return any(s.metric == "audio_tokens" for s in self.specs)
+
+    @property
     def columns(self) -> tuple[str, ...]:
         return (self.column, *self.extra)
 

@@ -43,10 +43,10 @@ class ChatKind(Kind):
     def notes(self, f) -> dict[str, str]:
         from lengthscan.measure.chat.metrics import chat_notes
 
-        return chat_notes(f.vision, f.video)
+        return chat_notes(f.vision, f.video, f.audio_parts)
 
     def cached(self, f) -> bool:
-        return not (f.vision or f.video)  # media tokens depend on files the cache key does not cover
+        return not (f.vision or f.video or f.audio_parts)  # media tokens depend on files the key does not cover
 
     def cache_key(self, fingerprint, f, ctx) -> str:
         return chat_key(fingerprint, f.columns, ctx.chat.signature(), ctx.counter.hash, ctx.counter.max_chars)

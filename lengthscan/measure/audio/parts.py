@@ -1,0 +1,141 @@
+"""Audio inside conversations: each clip's tokens as the model's processor counts them, from the
+samples and rate its header gives (``durations.read_info``), never decoding.
+
+The processor loads a clip at its feature extractor's rate (transformers' ``load_audio``: soundfile,
+then ``soxr`` resampling to exactly ``ceil(frames x rate / file rate)`` samples), and its feature
+extractor turns L samples into mel frames, then the processor into audio tokens:
+
+* **Qwen2-Audio**, **Qwen2.5-Omni**: Whisper features padded to ``max_length`` and truncated to
+  ``n_samples`` (``chunk_length`` seconds: 30 for Qwen2-Audio, 300 for Qwen2.5-Omni):
+  ``m = ceil(min(L, n_samples) / hop)``, tokens ``((m - 1) // 2 + 1 - 2) // 2 + 1`` (25 a second).
+  A longer clip is **cut silently**: the row says how much (``audio_lost_ms``).
+* **Qwen3-Omni**: no truncation, padded to the longest clip of the call (a conversation's clips
+  go through one call): a clip gets ``min(ceil(L / hop), floor(longest / hop))`` frames (the
+  longest ``floor``, the others mostly ``ceil``); tokens per 100-frame window: 13 for each whole one, and the rest's
+  ``((((r - 1) // 2 + 1) - 1) // 2 + 1 - 1) // 2 + 1``.
+* **Phi-4-multimodal**: ``(L - 400) // 160 + 1`` frames, tokens ``ceil(frames / 8)``; never cut.
+
+The processor writes its audio token (the tokenizer's ``audio_token``, else the family's) once per
+audio token, in place of the one the chat template writes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+#: Per-row measurements of a conversation field with audio (lengths.parquet columns, rule metrics).
+AUDIO_PART_METRICS = ("audio_tokens", "audios")
+#: Per-row side columns: the costliest clip's tokens, the clips' length and what the processor cuts off
+#: (milliseconds), and whether it cuts any.
+AUDIO_PART_NOTES = {"max_audio_tokens": "int64", "audio_ms": "int64", "audio_lost_ms": "int64",
+                    "audio_truncated": "bool"}
+#: processor classes -> family
+FAMILIES = {"Qwen2AudioProcessor": "qwen2_audio", "Qwen2_5OmniProcessor": "qwen2_5_omni",
+            "Qwen3OmniMoeProcessor": "qwen3_omni", "Phi4MultimodalProcessor": "phi4"}
+#: the audio token each family's processor writes where the tokenizer names none
+TOKENS = {"qwen2_audio": "<|AUDIO|>", "qwen2_5_omni": "<|AUDIO|>", "qwen3_omni": "<|audio_pad|>",
+          "phi4": "<|endoftext11|>"}
+#: the feature extractor's chunk_length (seconds) where its config gives none (WhisperFeatureExtractor: 30)
+CHUNK_SECONDS = 30
+
+
+class AudioRefused(ValueError):
+    """The processor would refuse this clip (the message says why)."""
+
+
+class AudioConfigError(ValueError):
+    """The model's processor counts no audio lengthscan knows (exit 2)."""
+
+
+@dataclass(frozen=True)
+class ClipCount:
+    samples: int     # at the feature extractor's rate
+    tokens: int
+    lost: int        # samples the processor cuts off
+
+
+class AudioPartsCounter:
+    """Counts a conversation's clips for one model's processor; picklable."""
+
+    def __init__(self, source: str, tokenizer=None):
+        self.source = str(source)
+        configs = _configs(self.source)
+        named = next((c.get("processor_class") for c in (configs.get("processor_config.json"),
+                                                          configs.get("preprocessor_config.json")) if c
+                      and c.get("processor_class")), None)
+        self.processor_type = named
+        self.family = FAMILIES.get(named or "")
+        if self.family is None:
+            raise AudioConfigError(f"{self.source}: {named or 'no processor_class named'}: lengthscan counts the "
+                                   f"audio tokens of {', '.join(sorted(FAMILIES))}")
+        fe = configs.get("preprocessor_config.json") or {}
+        self.rate = int(fe.get("sampling_rate") or 16000)
+        self.hop = int(fe.get("hop_length") or 160)
+        self.n_samples = int(fe.get("chunk_length") or CHUNK_SECONDS) * self.rate  # as WhisperFeatureExtractor sets it
+        self.bind(tokenizer)
+
+    def bind(self, tokenizer) -> None:
+        self.audio_token = getattr(tokenizer, "audio_token", None) or TOKENS[self.family]
+
+    def samples(self, frames: int, rate: int) -> int:
+        """Samples at the feature extractor's rate: ``load_audio``'s ``ceil(frames x rate / file rate)``."""
+        return frames if rate == self.rate else -(-frames * self.rate // rate)
+
+    def count(self, clips: list[tuple[int, int]]) -> list[ClipCount]:
+        """Per clip of one conversation ((frames, file rate)): its count."""
+        lengths = [self.samples(f, r) for f, r in clips]
+        if self.family in ("qwen2_audio", "qwen2_5_omni"):
+            out = []
+            for n in lengths:
+                m = -(-min(n, self.n_samples) // self.hop)
+                out.append(ClipCount(n, ((m - 1) // 2 + 1 - 2) // 2 + 1, max(0, n - self.n_samples)))
+            return out
+        if self.family == "qwen3_omni":  # padded to the longest: its mask keeps floor(longest / hop) columns
+            top = max(lengths) // self.hop
+            return [ClipCount(n, _omni3_tokens(min(-(-n // self.hop), top)), 0) for n in lengths]
+        out = []
+        for n in lengths:  # phi4
+            feat = (n - 400) // 160 + 1
+            if feat <= 0:
+                raise AudioRefused(f"{n} samples: shorter than one 400-sample window")
+            out.append(ClipCount(n, math.ceil(feat / 8), 0))
+        return out
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "processor": self.processor_type, "audio_token": self.audio_token,
+                "sampling_rate": self.rate, "hop_length": self.hop,
+                "max_seconds": self.n_samples / self.rate if self.family in ("qwen2_audio", "qwen2_5_omni") else None}
+
+    def signature(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+def _omni3_tokens(m: int, n_window: int = 50) -> int:
+    """``_get_feat_extract_output_lengths`` of Qwen3-Omni's processor."""
+    chunk = 2 * n_window
+    rest = m % chunk
+    f = (rest - 1) // 2 + 1
+    return ((f - 1) // 2 + 1 - 1) // 2 + 1 + (m // chunk) * 13
+
+
+def _configs(source: str) -> dict:
+    from transformers.utils import cached_file
+
+    out = {}
+    for name in ("processor_config.json", "preprocessor_config.json"):
+        try:
+            path = cached_file(source, name, _raise_exceptions_for_missing_entries=False,
+                               _raise_exceptions_for_connection_errors=False)
+        except OSError:
+            path = None
+        if path:
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    value = json.load(fh)
+            except (OSError, ValueError) as exc:
+                raise AudioConfigError(f"{source}/{name}: not valid JSON ({exc})") from None
+            if isinstance(value, dict):
+                out[name] = value
+    return out

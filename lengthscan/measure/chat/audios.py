@@ -1,0 +1,73 @@
+"""Audio in conversations: each clip's tokens as the model's processor counts them, from its
+header's samples and rate (``measure/audio/parts.py``), added to the row's measurements.
+
+The chat template writes one audio token per clip (Qwen2-Audio: ``<|audio_bos|><|AUDIO|><|audio_eos|>``);
+the processor repeats it once per audio token. So per row: ``audios``, ``audio_tokens``;
+``sequence_tokens`` gains each clip's tokens less the one written; prompt and trained tokens move
+where the clip's message is; side columns: the costliest clip's tokens, the clips' milliseconds,
+and the milliseconds the processor cuts off silently (``audio_truncated``: it cut some).
+
+A row whose rendering holds another number of audio tokens than it has clips, or with a clip that
+is missing or unreadable, gets no length and a reason.
+"""
+
+from __future__ import annotations
+
+from lengthscan.measure.audio.durations import read_info
+from lengthscan.measure.audio.parts import AudioRefused
+from lengthscan.measure.chat.media import apply_added, placed_messages, refuse
+from lengthscan.measure.records import FLAG_CODES, FLAG_INVALID_CONVERSATION
+
+
+def add_audios(audios, work: dict, texts: list, plain: list, values: dict, notes: dict, flags, errors: list, *,
+               train_on: str, base_dir: str | None) -> None:
+    """Add the clips of the measured rows of ``work`` (row -> RowPlan) to ``values`` and ``notes``;
+    ``audios`` is the ``AudioPartsCounter``."""
+    token = audios.audio_token
+    for i, w in work.items():
+        if values["sequence_tokens"][i] < 0:
+            continue
+        values["audios"][i] = values["audio_tokens"][i] = 0
+        notes["audio_ms"][i] = notes["audio_lost_ms"][i] = 0
+        rendering = plain[w.full] if w.conv.text is not None else texts[w.full]
+        refs = list(w.conv.audios or ())
+        found = rendering.count(token)
+        if found != len(refs):
+            refuse(i, values, FLAG_INVALID_CONVERSATION, f"the rendering holds {found} audio token(s) {token!r} for "
+                   f"{len(refs)} clip(s) (the processor refuses such a row)", flags, errors)
+            continue
+        if not refs:
+            continue
+        clips = []
+        for k, ref in enumerate(refs):
+            try:
+                info = read_info(ref, base_dir=base_dir)
+            except TypeError as exc:
+                info = None
+                refuse(i, values, FLAG_CODES["unreadable"], f"clip {k + 1} of {len(refs)}: {exc}", flags, errors)
+                break
+            if info.flag in ("missing", "missing_file", "unreadable") or not info.frames or not info.samplerate:
+                refuse(i, values, FLAG_CODES["missing_file" if info.flag in ("missing", "missing_file") else
+                                             "unreadable"],
+                       f"clip {k + 1} of {len(refs)}: {info.error or 'no samples'}", flags, errors)
+                info = None
+                break
+            clips.append((info.frames, info.samplerate))
+        if len(clips) != len(refs):
+            continue
+        try:
+            counts = audios.count(clips)
+        except AudioRefused as exc:
+            refuse(i, values, FLAG_CODES["unreadable"], f"a clip of {len(refs)}: {audios.processor_type} refuses "
+                                                        f"it: {exc}", flags, errors)
+            continue
+        added = [c.tokens - 1 for c in counts]
+        values["audios"][i] = len(counts)
+        values["audio_tokens"][i] = sum(c.tokens for c in counts)
+        notes["max_audio_tokens"][i] = max(c.tokens for c in counts)
+        notes["audio_ms"][i] = round(sum(c.samples for c in counts) * 1000 / audios.rate)
+        lost = sum(c.lost for c in counts)
+        notes["audio_lost_ms"][i] = round(lost * 1000 / audios.rate)
+        notes["audio_truncated"][i] = lost > 0
+        where = placed_messages(w.conv, len(counts), token, w.conv.audio_messages)
+        apply_added(i, w, sum(added), added, where, values, notes, train_on)
