@@ -30,10 +30,21 @@ def chat_findings(data: dict) -> list[str]:
         for limit, origin in sequence_limits(data, split):
             out.append(_over_sentence(split, limit, origin, where))
         out += _row_sentences(c, where, chat)
+        out += _audio_sentences(c.get("audios"), chat.get("audios") or {}, where)
     out += _kept_sentences(data)
     if chat.get("sharegpt_note"):
         out.append(chat["sharegpt_note"] + ".")
     return out
+
+
+def _audio_sentences(tally: dict | None, counter: dict, where: str) -> list[str]:
+    """The clips the processor cuts off silently (what the model never hears)."""
+    if not tally or not tally["rows_truncated"]:
+        return []
+    return [f"{tally['rows_truncated']:,} conversations{where} have audio {counter.get('processor')} cuts off silently "
+            f"at {counter.get('max_seconds'):g} s: {tally['seconds_lost']:,.1f} s the model never hears (the "
+            "audio_truncated and audio_lost_ms columns name them; split the clips, or drop the rows with "
+            "--limit 'audio_tokens<...')."]
 
 
 def sequence_limits(data: dict, split: dict) -> list[tuple[int, str]]:

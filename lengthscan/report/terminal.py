@@ -42,6 +42,11 @@ def render_summary(data: dict, console: Console) -> None:
                                         f"{im['source']}: image token {im['image_token']}{cap}"))
         if chat.get("videos"):
             _videos(console, chat["videos"], data.get("splits") or [])
+        if chat.get("audios"):
+            au = chat["audios"]
+            cut = f", clips cut at {au['max_seconds']:g} s" if au.get("max_seconds") else ""
+            console.print(Text.assemble(("audio ", "dim"), f"{au['processor']} from {au['source']}: "
+                                        f"{au['sampling_rate']:,} Hz, audio token {au['audio_token']}{cut}"))
     model = data.get("model")
     if model:
         console.print(Text.assemble(("model ", "dim"), f"{model.get('model')} ({model.get('model_type')}, "

@@ -11,6 +11,7 @@ import numpy as np
 
 from lengthscan.measure.chat.metrics import CONTENT_ROLES as ROLE_TOTALS
 from lengthscan.stats.histograms import Histogram, merge_histograms
+from lengthscan.stats.audios import AudioTally
 from lengthscan.stats.images import ImageTally
 from lengthscan.stats.videos import VideoTally
 
@@ -34,6 +35,7 @@ class ChatTally:
     trained_from: Histogram = field(default_factory=Histogram)
     images: ImageTally | None = None  # conversations with images
     videos: VideoTally | None = None  # conversations with videos
+    audios: AudioTally | None = None  # conversations with audio
 
     def add(self, values: dict, notes: dict, rows=None) -> None:
         """One batch: ``values`` metric -> per-row values (-1: none), ``notes`` the side columns,
@@ -46,6 +48,10 @@ class ChatTally:
             if self.videos is None:
                 self.videos = VideoTally()
             self.videos.add(values, notes, rows if rows is not None else np.arange(len(values["video_tokens"])))
+        if "audio_tokens" in values and notes is not None:
+            if self.audios is None:
+                self.audios = AudioTally()
+            self.audios.add(values, notes, rows if rows is not None else np.arange(len(values["audio_tokens"])))
         seq, comp = values["sequence_tokens"], values["completion_tokens"]
         measured, counted = seq >= 0, comp >= 0
         self.measured += int(measured.sum())
@@ -77,6 +83,8 @@ class ChatTally:
             self.images = other.images if self.images is None else self.images.merge(other.images)
         if other.videos is not None:
             self.videos = other.videos if self.videos is None else self.videos.merge(other.videos)
+        if other.audios is not None:
+            self.audios = other.audios if self.audios is None else self.audios.merge(other.audios)
         return self
 
     def to_dict(self) -> dict:
@@ -88,4 +96,5 @@ class ChatTally:
                 "from_sharegpt": self.from_sharegpt,
                 "content_tokens_by_role": dict(self.by_role), "trained_from": self.trained_from.to_dict(),
                 **({"images": self.images.to_dict()} if self.images is not None else {}),
-                **({"videos": self.videos.to_dict()} if self.videos is not None else {})}
+                **({"videos": self.videos.to_dict()} if self.videos is not None else {}),
+                **({"audios": self.audios.to_dict()} if self.audios is not None else {})}

@@ -97,6 +97,15 @@ def test_rows_with_audio_equal_the_processors_input_ids(tmp_path, model, clips, 
     report = json.loads((out / "report.json").read_text())
     assert report["chat"]["audios"]["processor"] == "Qwen2AudioProcessor"
     assert report["chat"]["audios"]["max_seconds"] == 30
+    au = report["splits"][0]["chat"]["audios"]
+    assert au["audio_tokens"] == sum(table["audio_tokens"]) and au["rows_truncated"] == truncated
+    assert au["seconds_lost"] == pytest.approx(sum(table["audio_lost_ms"]) / 1000)
+    from lengthscan.report.findings import findings
+
+    assert any("cuts off silently" in f for f in findings(report)), findings(report)
+    html = (out / "report.html").read_text()
+    assert "cuts off silently" in html  # the finding, where the user reads it
+    assert "Audio</h3>" in html and f"{truncated} rows lose" in html
 
 
 @pytest.mark.parametrize("processor_class,chunk", [("Qwen2_5OmniProcessor", 300), ("Qwen3OmniMoeProcessor", 30),
