@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lengthscan.measure.chat.metrics import CONTENT_ROLES as ROLE_TOTALS
-from lengthscan.stats.histograms import Histogram, merge_histograms
 from lengthscan.stats.audios import AudioTally
+from lengthscan.stats.histograms import Histogram, merge_histograms
 from lengthscan.stats.images import ImageTally
 from lengthscan.stats.videos import VideoTally
 
