@@ -276,9 +276,12 @@ def check_tokenize(setup, src) -> None:
     """``--tokenize`` needs a text column and a tokenizer, and never overwrites a column."""
     if setup.counter is None:
         raise ColumnError("--tokenize needs a text column (--input and/or --target) and a tokenizer")
-    if setup.chat is not None and setup.chat.images is not None:
-        raise ColumnError("--tokenize writes text token ids; with images the processor writes its own (leave out "
-                          "--tokenize, or --images and --processor)")
+    chat = setup.chat
+    media = [name for name, counter in (("images", chat and chat.images), ("videos", chat and chat.videos),
+                                        ("audio", chat and chat.audios)) if counter is not None]
+    if media:
+        raise ColumnError(f"--tokenize writes text token ids; with {' and '.join(media)} the processor writes its own "
+                          "(leave out --tokenize, or --processor and the media columns)")
     for split_src in src.splits:
         clash = [c for c in TOKEN_COLUMNS if c in split_src.column_names]
         if clash:

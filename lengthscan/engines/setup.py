@@ -260,12 +260,15 @@ def prepare_run(measure: MeasureOptions, rules: RuleOptions) -> Prepared:
             raise RuleError("drop-turns cuts conversations by their turns: it needs --messages COL (a "
                             "prompt-completion row has no turns to drop; use drop or truncate)")
     _check_crop_keeps_targets(measure, rules, parsed)
-    if setup.chat is not None and setup.chat.images is not None and (
-            rules.action != "drop" or any(r.action not in (None, "drop") for r in parsed)):
+    chat = setup.chat
+    media = [name for name, counter in (("images", chat and chat.images), ("videos", chat and chat.videos),
+                                        ("audio", chat and chat.audios)) if counter is not None]
+    if media and (rules.action != "drop" or any(r.action not in (None, "drop") for r in parsed)):
         from lengthscan.policy.rules import RuleError
 
-        raise RuleError("conversations with images are dropped whole over a limit: truncate and drop-turns "
-                        "would cut through images (use --action drop, or cap the images with --max-pixels)")
+        raise RuleError(f"conversations with {' and '.join(media)} are dropped whole over a limit: truncate and "
+                        f"drop-turns would cut through them (use --action drop, or count them with a smaller budget: "
+                        f"--max-pixels, --fps, --num-frames)")
     return Prepared(parsed, gate_spec, setup)
 
 

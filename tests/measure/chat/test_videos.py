@@ -153,3 +153,26 @@ def test_a_video_part_without_a_video_processor_is_unsupported(tmp_path, chat_to
                  "--messages", "messages", "--full", "--quiet", "--no-cache", "--out", str(out)]) == 0
     table = pq.read_table(out / "lengths.parquet").to_pydict()
     assert table["chat_flag"] == ["unsupported_content", None] and "--processor" in table["chat_error"][0]
+
+
+def test_clean_drops_rows_by_their_videos_and_refuses_to_cut_them(tmp_path, train_texts, docs, clips, capsys):
+    import datasets
+
+    folder, paths = clips
+    model = vision_dir(tmp_path / "qwen2_5_vl", "qwen2_5_vl", train_texts[:400])
+    rows = _rows(docs, [p.name for p in paths], n=12, seed=9)
+    src = write_jsonl(folder / "clean.jsonl", rows)
+    common = ["--tokenizer", str(model), "--processor", str(model), "--chat-template", str(template_of("qwen2_5_vl")),
+              "--messages", "messages", "--videos", "videos", "--quiet", "--no-cache"]
+    audit = tmp_path / "audit"
+    assert main(["audit", str(src), *common, "--full", "--out", str(audit)]) == 0
+    tokens = pq.read_table(audit / "lengths.parquet")["video_tokens"].to_pylist()
+    cap = sorted(t for t in tokens if t)[len([t for t in tokens if t]) // 2]
+    out = tmp_path / "clean"
+    assert main(["clean", str(src), *common, "--limit", f"video_tokens<={cap}", "--out", str(out)]) == 0
+    kept = datasets.load_from_disk(str(out / "dataset"))
+    assert len(kept) == sum(t <= cap for t in tokens) and len(kept) < len(rows)
+    for flag, message in ((["--action", "truncate", "--limit", "sequence_tokens<=64"], "dropped whole"),
+                          (["--limit", "sequence_tokens<=100000", "--tokenize"], "--tokenize writes")):
+        assert main(["clean", str(src), *common, *flag, "--out", str(tmp_path / "refused")]) == 2
+        assert message in capsys.readouterr().err
