@@ -101,8 +101,7 @@ class EncodingView:
 
 class TiledView:
     """A rendering's tokens as the count-only engine tiles it (``countbpe/tiling.py``): codes
-    and the tokenizer's offsets, proven equal to the tokenizer's on the run's first renderings
-    (no ids: a run that writes them tokenizes with the tokenizer)."""
+    and the tokenizer's offsets, proven equal to the tokenizer's on the run's first renderings."""
 
     has_offsets = True
 
@@ -113,6 +112,13 @@ class TiledView:
 
     def __len__(self) -> int:
         return len(self.codes)
+
+    @property
+    def ids(self) -> np.ndarray:
+        """The tokens' identities for comparing renderings (TRL's common-prefix rule): the engine's
+        codes, equal exactly where the tokenizer's ids are (one code a token's bytes, one an added
+        token); never written out (a run that writes ids tokenizes with the tokenizer)."""
+        return self.codes
 
     def count(self, spans) -> tuple[int, int, int]:
         return offsets_count(self.offsets, spans)

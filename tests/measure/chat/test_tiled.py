@@ -26,7 +26,7 @@ def _audit(src, tok_dir, template, out, *extra) -> dict:
     return json.loads((out / "report.json").read_text())
 
 
-@pytest.mark.parametrize("name", ["qwen3_training", "qwen2_5"])
+@pytest.mark.parametrize("name", ["qwen3_training", "qwen2_5", "llama3_1"])  # llama3_1: the common-prefix rule
 def test_engine_offsets_measure_as_the_tokenizers(tmp_path, chat_tok_dir, chat_tok, rows, name):
     template = trl_template(name)
     src = write_jsonl(tmp_path / "chat.jsonl", rows)
