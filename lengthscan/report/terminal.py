@@ -223,10 +223,13 @@ def _num(value, digits: int = 3) -> str:
 def _videos(console, videos: dict, splits: list) -> None:
     """The video processor's settings, and each split's videos: their tokens and frames."""
     o = videos["options"]
-    sampled = (f"{o['num_frames']} frames" if o.get("num_frames") else f"{o['fps']} fps, {o['min_frames']}-"
-               f"{o['max_frames']} frames") if o["do_sample_frames"] else "every frame (do_sample_frames off)"
+    frames = f", {o['min_frames']}-{o['max_frames']} frames" if "min_frames" in o else ""
+    sampled = (f"{o['num_frames']} frames" if o.get("num_frames") else f"{o['fps']} fps{frames}"
+               ) if o["do_sample_frames"] else "every frame (do_sample_frames off)"
+    size = (f"{o['min_pixels']:,}-{o['max_pixels']:,} pixels" if "min_pixels" in o
+            else f"{o['tokens_per_frame']:,} tokens a frame")
     console.print(Text.assemble(("videos ", "dim"), f"{videos['video_processor']} from {videos['source']}: {sampled}, "
-                                f"{o['min_pixels']:,}-{o['max_pixels']:,} pixels ({videos['config_file']})"))
+                                f"{size} ({videos['config_file']})"))
     for split in splits:
         vd = (split.get("chat") or {}).get("videos")
         if vd and vd["videos"]:

@@ -22,10 +22,15 @@ from lengthscan.measure.video.info import VideoInfo
 from lengthscan.measure.video.qwen import VideoCount, VideoOptions, VideoRefused, count_video
 from lengthscan.measure.video.refs import FRAMES
 
-#: video processor classes (and processor classes) -> the family ``qwen.py`` counts
+#: video processor classes (and processor classes) -> the family that counts them (``qwen.py``, ``llava.py``)
 FAMILIES = {"Qwen2VLVideoProcessor": "qwen2", "Qwen3VLVideoProcessor": "qwen3",
             "Qwen2VLProcessor": "qwen2", "Qwen2_5_VLProcessor": "qwen2", "Qwen2_5OmniProcessor": "qwen2",
-            "Qwen3VLProcessor": "qwen3"}
+            "Qwen3VLProcessor": "qwen3",
+            "LlavaNextVideoVideoProcessor": "llava_next_video", "LlavaNextVideoProcessor": "llava_next_video",
+            "LlavaOnevisionVideoProcessor": "llava_onevision", "LlavaOnevisionProcessor": "llava_onevision"}
+#: the video token a family's processor writes where the tokenizer names none
+VIDEO_TOKENS = {"qwen2": "<|video_pad|>", "qwen3": "<|video_pad|>", "llava_next_video": "<video>",
+                "llava_onevision": "<video>"}
 #: the config files a video processor is read from, in transformers' order
 CONFIG_FILES = ("processor_config.json", "video_preprocessor_config.json", "preprocessor_config.json")
 
@@ -48,14 +53,23 @@ class VideoCounter:
         if self.family is None:
             raise VideoConfigError(f"{self.source}: {named or 'no video processor named'}: lengthscan counts the "
                                    f"video tokens of {', '.join(sorted(n for n in FAMILIES if 'Video' in n))}")
-        self.options = VideoOptions.from_config(self.family, config, fps=fps, num_frames=num_frames,
-                                                max_frames=max_frames, max_pixels=max_pixels)
+        if self.family.startswith("llava"):
+            from lengthscan.measure.video.llava import LlavaVideo
+
+            try:
+                self.options = LlavaVideo.from_config(self.family, config, configs.get("processor_config.json") or {},
+                                                      fps=fps, num_frames=num_frames)
+            except VideoRefused as exc:
+                raise VideoConfigError(f"{self.source}: {exc}") from None
+        else:
+            self.options = VideoOptions.from_config(self.family, config, fps=fps, num_frames=num_frames,
+                                                    max_frames=max_frames, max_pixels=max_pixels)
         self._cache: dict = {}
         self.bind(tokenizer)
 
     def bind(self, tokenizer) -> None:
         """The tokens the processor writes, as it reads them off ``tokenizer`` (its defaults without one)."""
-        self.video_token = getattr(tokenizer, "video_token", None) or "<|video_pad|>"
+        self.video_token = getattr(tokenizer, "video_token", None) or VIDEO_TOKENS[self.family]
         self.start = getattr(tokenizer, "vision_start_token", None) or "<|vision_start|>"
         self.end = getattr(tokenizer, "vision_end_token", None) or "<|vision_end|>"
 
@@ -72,7 +86,10 @@ class VideoCounter:
             if info.container == FRAMES and self.options.do_sample_frames:
                 raise VideoRefused("the processor does not sample frames from a list of images (do_sample_frames is "
                                    "on): give a video file, or turn sampling off")
-            hit = self._cache[key] = count_video(info, self.options)
+            if self.family.startswith("llava"):
+                hit = self._cache[key] = self.options.count(info)
+            else:
+                hit = self._cache[key] = count_video(info, self.options)
         return hit
 
     def replacement(self, count: VideoCount) -> str:
@@ -80,12 +97,15 @@ class VideoCounter:
 
     def to_dict(self) -> dict:
         o = self.options
+        options = {"do_sample_frames": o.do_sample_frames, "fps": o.fps, "num_frames": o.num_frames}
+        if self.family.startswith("llava"):
+            options.update(tokens_per_frame=o.per_frame, tokens_per_video=o.extra)
+        else:
+            options.update(min_frames=o.min_frames, max_frames=o.max_frames, min_pixels=o.min_pixels,
+                           max_pixels=o.max_pixels, patch_size=o.patch_size, temporal_patch_size=o.temporal_patch_size,
+                           merge_size=o.merge_size)
         return {"source": self.source, "video_processor": self.processor_type, "config_file": self.config_file,
-                "video_token": self.video_token,
-                "options": {"do_sample_frames": o.do_sample_frames, "fps": o.fps, "num_frames": o.num_frames,
-                            "min_frames": o.min_frames, "max_frames": o.max_frames, "min_pixels": o.min_pixels,
-                            "max_pixels": o.max_pixels, "patch_size": o.patch_size,
-                            "temporal_patch_size": o.temporal_patch_size, "merge_size": o.merge_size}}
+                "video_token": self.video_token, "options": options}
 
     def signature(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
