@@ -59,7 +59,7 @@ RULE_FORMS = """a limit rule is METRIC OP VALUE[:ACTION]
   METRIC  a measurement: input_tokens, target_tokens, input_seconds, input_samples, input_frames;
           conversations: sequence_tokens, prompt_tokens, completion_tokens, turns, assistant_turns,
           longest_message_tokens; with images: image_tokens, images; with videos: video_tokens,
-          videos, video_frames; with audio: audio_tokens, audios;
+          videos, video_frames, video_seconds; with audio: audio_tokens, audios, audio_seconds;
           or a ratio of two: target_tokens/input_seconds, target_tokens/input_tokens
   OP      <=  <  >=  >            (the rows to keep)
   VALUE   a number (1024, 0.5); pNN (p99, p99.9: that percentile of the train split);

@@ -27,7 +27,7 @@ class AudioTally:
         self.rows_with_audio += int(idx.size)
         self.audios += int(count[idx].sum())
         self.audio_tokens += int(values["audio_tokens"][idx].sum())
-        self.audio_ms += int(notes["audio_ms"][idx].sum())
+        self.audio_ms += int(np.round(np.asarray(values["audio_seconds"], float)[idx] * 1000).sum())
         cut = np.asarray(notes["audio_truncated"], bool)[idx]
         self.rows_truncated += int(cut.sum())
         self.lost_ms += int(notes["audio_lost_ms"][idx].sum())

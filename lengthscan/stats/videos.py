@@ -40,8 +40,9 @@ class VideoTally:
         self.videos += int(count[idx].sum())
         self.video_tokens += int(tokens[idx].sum())
         self.video_frames += int(values["video_frames"][idx].sum())
-        self.video_ms += int(notes["video_ms"][idx].sum())
-        top, frames, ms = notes["max_video_tokens"], notes["max_video_frames"], notes["video_ms"]
+        ms = np.round(np.asarray(values["video_seconds"], float) * 1000).astype(np.int64)
+        self.video_ms += int(ms[idx].sum())
+        top, frames = notes["max_video_tokens"], notes["max_video_frames"]
         for k in idx[np.argsort(-top[idx], kind="stable")[:TOP]]:
             self.costliest.append((int(top[k]), int(rows[k]), int(frames[k]), int(ms[k])))
         for k in idx[np.argsort(-seq[idx], kind="stable")[:TOP]]:

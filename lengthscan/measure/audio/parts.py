@@ -26,11 +26,10 @@ import math
 from dataclasses import dataclass
 
 #: Per-row measurements of a conversation field with audio (lengths.parquet columns, rule metrics).
-AUDIO_PART_METRICS = ("audio_tokens", "audios")
-#: Per-row side columns: the costliest clip's tokens, the clips' length and what the processor cuts off
-#: (milliseconds), and whether it cuts any.
-AUDIO_PART_NOTES = {"max_audio_tokens": "int64", "audio_ms": "int64", "audio_lost_ms": "int64",
-                    "audio_truncated": "bool"}
+AUDIO_PART_METRICS = ("audio_tokens", "audios", "audio_seconds")
+#: Per-row side columns: the costliest clip's tokens, what the processor cuts off (milliseconds), and
+#: whether it cuts any.
+AUDIO_PART_NOTES = {"max_audio_tokens": "int64", "audio_lost_ms": "int64", "audio_truncated": "bool"}
 #: processor classes -> family
 FAMILIES = {"Qwen2AudioProcessor": "qwen2_audio", "Qwen2_5OmniProcessor": "qwen2_5_omni",
             "Qwen3OmniMoeProcessor": "qwen3_omni", "Phi4MultimodalProcessor": "phi4"}

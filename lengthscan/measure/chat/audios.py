@@ -4,8 +4,8 @@ header's samples and rate (``measure/audio/parts.py``), added to the row's measu
 The chat template writes one audio token per clip (Qwen2-Audio: ``<|audio_bos|><|AUDIO|><|audio_eos|>``);
 the processor repeats it once per audio token. So per row: ``audios``, ``audio_tokens``;
 ``sequence_tokens`` gains each clip's tokens less the one written; prompt and trained tokens move
-where the clip's message is; side columns: the costliest clip's tokens, the clips' milliseconds,
-and the milliseconds the processor cuts off silently (``audio_truncated``: it cut some).
+where the clip's message is; ``audio_seconds`` (at the model's rate); side columns: the costliest
+clip's tokens and the milliseconds the processor cuts off silently (``audio_truncated``: it cut some).
 
 A row whose rendering holds another number of audio tokens than it has clips, or with a clip that
 is missing or unreadable, gets no length and a reason.
@@ -27,8 +27,8 @@ def add_audios(audios, work: dict, texts: list, plain: list, values: dict, notes
     for i, w in work.items():
         if values["sequence_tokens"][i] < 0:
             continue
-        values["audios"][i] = values["audio_tokens"][i] = 0
-        notes["audio_ms"][i] = notes["audio_lost_ms"][i] = 0
+        values["audios"][i] = values["audio_tokens"][i] = values["audio_seconds"][i] = 0
+        notes["audio_lost_ms"][i] = 0
         rendering = plain[w.full] if w.conv.text is not None else texts[w.full]
         refs = list(w.conv.audios or ())
         found = rendering.count(token)
@@ -65,7 +65,7 @@ def add_audios(audios, work: dict, texts: list, plain: list, values: dict, notes
         values["audios"][i] = len(counts)
         values["audio_tokens"][i] = sum(c.tokens for c in counts)
         notes["max_audio_tokens"][i] = max(c.tokens for c in counts)
-        notes["audio_ms"][i] = round(sum(c.samples for c in counts) * 1000 / audios.rate)
+        values["audio_seconds"][i] = sum(c.samples for c in counts) / audios.rate
         lost = sum(c.lost for c in counts)
         notes["audio_lost_ms"][i] = round(lost * 1000 / audios.rate)
         notes["audio_truncated"][i] = lost > 0

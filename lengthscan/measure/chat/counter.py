@@ -177,7 +177,7 @@ class ChatCounter:
         n = len(convs)
         vision, video, audio = self.images is not None, self.videos is not None, self.audios is not None
         metrics = chat_metrics(vision, video, audio)
-        values = {m: np.full(n, -1, np.int64) for m in metrics}
+        values = {m: np.full(n, -1.0) if m.endswith("_seconds") else np.full(n, -1, np.int64) for m in metrics}
         notes = {name: np.zeros(n, bool) if kind == "bool" else np.full(n, -1, np.int64)
                  for name, kind in chat_notes(vision, video, audio).items()}
         flags = np.zeros(n, np.int8)

@@ -41,6 +41,6 @@ def chat_notes(vision: bool = False, video: bool = False, audio: bool = False) -
 
 def chat_specs(column: str, vision: bool = False, video: bool = False, audio: bool = False) -> tuple[FieldSpec, ...]:
     units = {"turns": "turns", "assistant_turns": "turns", "images": "images", "videos": "videos",
-             "video_frames": "frames", "audios": "clips"}
+             "video_frames": "frames", "audios": "clips", "video_seconds": "seconds", "audio_seconds": "seconds"}
     return tuple(FieldSpec("chat", column, units.get(m, "tokens"), metric=m)
                  for m in chat_metrics(vision, video, audio))

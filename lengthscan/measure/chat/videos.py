@@ -11,8 +11,8 @@ wrapper, by timestamped temporal patches) and tokenizes the result. So per row:
   repeated (Qwen2-VL, Qwen2.5-VL) adds its count less one; text around the tokens (Qwen3-VL's
   timestamps) is tokenized in place, the placeholders replaced one at a time;
 * ``prompt_tokens``/``completion_tokens``: a video counts where its message does;
-* side columns: the costliest video's tokens and kept frames, the videos' milliseconds and the
-  frames their files hold.
+* ``video_seconds``: the videos' length; side columns: the costliest video's tokens and kept frames,
+  and the frames their files hold.
 
 A row whose rendering holds another number of placeholders than it has videos, with a video that
 is missing or unreadable, or one the processor refuses, gets no length and a reason.
@@ -36,9 +36,9 @@ def add_videos(videos, counter, work: dict, texts: list, plain: list, values: di
     for i, w in work.items():
         if values["sequence_tokens"][i] < 0:
             continue
-        for name in ("videos", "video_tokens", "video_frames"):
+        for name in ("videos", "video_tokens", "video_frames", "video_seconds"):
             values[name][i] = 0
-        notes["video_ms"][i] = notes["video_file_frames"][i] = 0
+        notes["video_file_frames"][i] = 0
         rendering = plain[w.full] if w.conv.text is not None else texts[w.full]
         placeholder = _placeholder(videos, rendering)
         found, wanted = rendering.count(placeholder), len(w.conv.videos or ())
@@ -103,7 +103,7 @@ def _apply(i: int, w, delta: int, added: list, counts: list, infos: list, values
     top = max(range(len(counts)), key=lambda k: (counts[k].tokens, counts[k].frames))
     notes["max_video_tokens"][i] = counts[top].tokens
     notes["max_video_frames"][i] = counts[top].frames
-    notes["video_ms"][i] = round(sum(v.duration for v in infos) * 1000)
+    values["video_seconds"][i] = sum(v.duration for v in infos)
     notes["video_file_frames"][i] = sum(v.frames or 0 for v in infos)
     where = placed_messages(w.conv, len(counts), placeholder, w.conv.video_messages)
     apply_added(i, w, delta, added, where, values, notes, train_on)

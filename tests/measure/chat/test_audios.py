@@ -89,6 +89,7 @@ def test_rows_with_audio_equal_the_processors_input_ids(tmp_path, model, clips, 
         assert table["sequence_tokens"][i] == len(ids), i
         assert table["audio_tokens"][i] == ids.count(audio_id), i
         assert table["audios"][i] == len(row["audios"])
+        assert table["audio_seconds"][i] == pytest.approx(sum(len(a) for a in audio) / 16000)
         lost = sum(max(0, len(a) - 480000) for a in audio)
         assert table["audio_truncated"][i] == (lost > 0)
         assert table["audio_lost_ms"][i] == round(lost * 1000 / 16000)

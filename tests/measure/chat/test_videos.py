@@ -102,6 +102,7 @@ def test_rows_with_videos_equal_the_processors_input_ids(tmp_path, train_texts, 
         assert table["video_tokens"][i] == video_tokens, (family, i)
         assert table["sequence_tokens"][i] == seq, (family, i)
         assert table["videos"][i] == len(row["videos"])
+        assert table["video_seconds"][i] == pytest.approx(sum(_metadata(folder / n).duration for n in row["videos"]))
         assert table["prompt_tokens"][i] + table["completion_tokens"][i] == seq  # videos are on the prompt side
         with_videos += bool(row["videos"])
     assert with_videos >= 8
