@@ -85,6 +85,7 @@ class Measured:
     ids: list | None = None     # token ids per row (None where no length), kept for ``clean --tokenize``
     notes: dict | None = None   # per-row side columns of a chat field (name -> array), see ``RoleField.notes``
     labels: list | None = None  # chat: the labels per row (-100 outside the trained tokens), with ``ids``
+    media: dict | None = None   # chat with videos: row -> its videos' [frames, fps, width, height, rotation]
 
     @property
     def rows(self) -> int:

@@ -13,6 +13,7 @@ from lengthscan.report.actions import DID, WOULD, changed_label, changed_rows, r
 from lengthscan.report.chat_findings import chat_findings
 from lengthscan.report.fmt import count, num, padded_sides, share, times, unit, with_unit
 from lengthscan.report.image_findings import image_findings
+from lengthscan.report.video_findings import video_findings
 from lengthscan.report.packing import packing_findings
 
 #: Flags of rows decide-only mode decided by a proven bound (they have bounds, not lengths).
@@ -41,6 +42,7 @@ def findings(data: dict) -> list[str]:
         out += [before + t for t in _limit_findings(split, own, multi=multi)]
     out += chat_findings(data)
     out += image_findings(data)
+    out += video_findings(data)
     # a clean whose --fail-over gate failed published nothing: what it would have done, not what it did
     published = clean is not None and clean.get("published", True) and not (data.get("decisions") or {}).get("gate")
     out += _decision_findings(data.get("decisions"), cleaned=published)

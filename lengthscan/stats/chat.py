@@ -37,7 +37,7 @@ class ChatTally:
     videos: VideoTally | None = None  # conversations with videos
     audios: AudioTally | None = None  # conversations with audio
 
-    def add(self, values: dict, notes: dict, rows=None) -> None:
+    def add(self, values: dict, notes: dict, rows=None, media: dict | None = None) -> None:
         """One batch: ``values`` metric -> per-row values (-1: none), ``notes`` the side columns,
         ``rows`` the rows' positions in the split."""
         if "image_tokens" in values and notes is not None:
@@ -47,7 +47,8 @@ class ChatTally:
         if "video_tokens" in values and notes is not None:
             if self.videos is None:
                 self.videos = VideoTally()
-            self.videos.add(values, notes, rows if rows is not None else np.arange(len(values["video_tokens"])))
+            self.videos.add(values, notes, rows if rows is not None else np.arange(len(values["video_tokens"])),
+                            media)
         if "audio_tokens" in values and notes is not None:
             if self.audios is None:
                 self.audios = AudioTally()

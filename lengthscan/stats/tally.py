@@ -182,7 +182,7 @@ class SplitTally:
                 self.pairs[:] = [merge_all(self.pairs)]
         if self.chat is not None:
             m = measured[self.fields[0].role]
-            self.chat.add(by_name, m.notes, rows)
+            self.chat.add(by_name, m.notes, rows, media=getattr(m, "media", None))
         for f in self.fields:  # a truncated audio file has a length (the audio it holds): named in the report
             hit = np.flatnonzero(measured[f.role].flags == FLAG_TRUNCATED)
             if len(hit):

@@ -25,10 +25,11 @@ class VideoTally:
     sequence_tokens: int = 0       # over measured rows (with or without videos)
     #: (tokens, row, kept frames, the row's video milliseconds) of each row's costliest video: the TOP costliest
     costliest: list = field(default_factory=list)
-    #: (sequence_tokens, row, video_tokens, videos): the TOP longest rows with videos
+    #: (sequence_tokens, row, video_tokens, videos, their metadata): the TOP longest rows with videos
     longest: list = field(default_factory=list)
 
-    def add(self, values: dict, notes: dict, rows: np.ndarray) -> None:
+    def add(self, values: dict, notes: dict, rows: np.ndarray, media: dict | None = None) -> None:
+        """One batch; ``media``: row position -> its videos' ``[frames, fps, width, height, rotation]``."""
         seq, tokens, count = values["sequence_tokens"], values["video_tokens"], values["videos"]
         measured = seq >= 0
         self.sequence_tokens += int(seq[measured].sum())
@@ -46,7 +47,8 @@ class VideoTally:
         for k in idx[np.argsort(-top[idx], kind="stable")[:TOP]]:
             self.costliest.append((int(top[k]), int(rows[k]), int(frames[k]), int(ms[k])))
         for k in idx[np.argsort(-seq[idx], kind="stable")[:TOP]]:
-            self.longest.append((int(seq[k]), int(rows[k]), int(tokens[k]), int(count[k])))
+            self.longest.append((int(seq[k]), int(rows[k]), int(tokens[k]), int(count[k]),
+                                 tuple((media or {}).get(int(k), ()))))
         self._trim()
 
     def _trim(self) -> None:
@@ -68,5 +70,5 @@ class VideoTally:
                 "sequence_tokens": self.sequence_tokens, "video_share": share,
                 "costliest": [{"row": r, "video_tokens": t, "frames": f, "row_video_seconds": ms / 1000}
                               for t, r, f, ms in self.costliest],
-                "longest": [{"row": r, "sequence_tokens": s, "video_tokens": t, "videos": n}
-                            for s, r, t, n in self.longest]}
+                "longest": [{"row": r, "sequence_tokens": s, "video_tokens": t, "videos": n, "metadata": list(m)}
+                            for s, r, t, n, m in self.longest]}

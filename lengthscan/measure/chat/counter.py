@@ -235,11 +235,12 @@ class ChatCounter:
 
             add_images(self.images, self.counter, work, texts, plain, values, notes, flags, errors,
                        train_on=self.options.train_on, base_dir=base_dir)
+        media = None
         if video:
             from lengthscan.measure.chat.videos import add_videos
 
-            add_videos(self.videos, self.counter, work, texts, plain, values, notes, flags, errors,
-                       train_on=self.options.train_on, base_dir=base_dir)
+            media = add_videos(self.videos, self.counter, work, texts, plain, values, notes, flags, errors,
+                               train_on=self.options.train_on, base_dir=base_dir)
         if audio:
             from lengthscan.measure.chat.audios import add_audios
 
@@ -247,7 +248,7 @@ class ChatCounter:
                        train_on=self.options.train_on, base_dir=base_dir)
         return Measured({spec_of[m]: values[m] for m in metrics}, flags,
                         errors if any(e is not None for e in errors) else None, notes=notes, ids=ids_out,
-                        labels=labels_out)
+                        labels=labels_out, media=media or None)
 
     def sequence_lengths(self, columns: dict) -> np.ndarray:
         """Per row, what ``measure`` gives as ``sequence_tokens`` (-1: none), from the whole

@@ -29,9 +29,11 @@ from lengthscan.measure.video.refs import VideoProblem, video_infos
 
 
 def add_videos(videos, counter, work: dict, texts: list, plain: list, values: dict, notes: dict, flags,
-               errors: list, *, train_on: str, base_dir: str | None) -> None:
+               errors: list, *, train_on: str, base_dir: str | None) -> dict:
     """Add the videos of the measured rows of ``work`` (row -> RowPlan) to ``values`` and ``notes``;
-    ``videos`` is the ``VideoCounter``, ``counter`` the ``TokenCounter``."""
+    ``videos`` is the ``VideoCounter``, ``counter`` the ``TokenCounter``. Returns row -> its videos'
+    metadata ([frames, fps, width, height, rotation] each: the report recounts the longest rows)."""
+    media: dict = {}
     rows, refs = [], []
     for i, w in work.items():
         if values["sequence_tokens"][i] < 0:
@@ -50,7 +52,7 @@ def add_videos(videos, counter, work: dict, texts: list, plain: list, values: di
             rows.append((i, len(refs), wanted, placeholder))
             refs.extend(w.conv.videos)
     if not rows:
-        return
+        return media
     infos = video_infos(refs, base_dir)
     stepped, steps = [], {True: [], False: []}
     for i, start, n, placeholder in rows:
@@ -67,6 +69,7 @@ def add_videos(videos, counter, work: dict, texts: list, plain: list, values: di
                    flags, errors)
             continue
         w = work[i]
+        media[i] = [[v.frames, v.fps, v.width, v.height, v.rotation] for v in row_infos]
         if videos.wrapper is None:  # the video token repeated: each video adds its tokens less one
             added = [c.tokens - 1 for c in counts]
             _apply(i, w, sum(added), added, counts, row_infos, values, notes, train_on, placeholder)
@@ -77,6 +80,7 @@ def add_videos(videos, counter, work: dict, texts: list, plain: list, values: di
         steps[is_plain] += steps_of(plain[w.full] if is_plain else texts[w.full], placeholder, written)
     if stepped:
         _stepped(stepped, steps, counter, work, values, notes, train_on)
+    return media
 
 
 def _placeholder(videos, rendering: str) -> str:

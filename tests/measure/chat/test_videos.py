@@ -177,3 +177,31 @@ def test_clean_drops_rows_by_their_videos_and_refuses_to_cut_them(tmp_path, trai
                           (["--limit", "sequence_tokens<=100000", "--tokenize"], "--tokenize writes")):
         assert main(["clean", str(src), *common, *flag, "--out", str(tmp_path / "refused")]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_the_fps_the_report_proposes_makes_the_longest_rows_fit(tmp_path, train_texts, docs, clips):
+    """A long clip over a sequence limit: the finding's --fps, audited again, brings every one of the
+    longest rows under the limit (end to end, as the image cap is checked)."""
+    from lengthscan.report.findings import findings
+
+    folder, _ = clips
+    long_clip = make_clip(folder / "long.mp4", rate=30, frames=300, size=(320, 240))
+    model = vision_dir(tmp_path / "qwen2_5_vl", "qwen2_5_vl", train_texts[:400])
+    user = [{"type": "video"}, {"type": "text", "text": "What happens?"}]
+    rows = [{"messages": [{"role": "user", "content": user}, {"role": "assistant", "content": docs[i][:80] or "A."}],
+             "videos": [long_clip.name]} for i in range(3)]
+    src = write_jsonl(folder / "long.jsonl", rows)
+    common = ["--tokenizer", str(model), "--processor", str(model), "--chat-template", str(template_of("qwen2_5_vl")),
+              "--messages", "messages", "--videos", "videos", "--full", "--quiet", "--no-cache",
+              "--limit", "sequence_tokens<=4000"]
+    assert main(["audit", str(src), *common, "--out", str(tmp_path / "a")]) == 0
+    report = json.loads((tmp_path / "a" / "report.json").read_text())
+    assert min(pq.read_table(tmp_path / "a" / "lengths.parquet")["sequence_tokens"].to_pylist()) > 4000
+    said = [f for f in findings(report) if "--fps" in f]
+    assert said, findings(report)
+    fps = said[0].split("--fps ")[1].split(";")[0].split(")")[0]
+    assert main(["audit", str(src), *common, "--fps", fps, "--out", str(tmp_path / "b")]) == 0
+    seq = pq.read_table(tmp_path / "b" / "lengths.parquet")["sequence_tokens"].to_pylist()
+    assert max(seq) <= 4000, (fps, seq)
+    html = (tmp_path / "a" / "report.html").read_text()
+    assert f"--fps {fps}" in html  # the finding, where the user reads it
