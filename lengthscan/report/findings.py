@@ -13,8 +13,8 @@ from lengthscan.report.actions import DID, WOULD, changed_label, changed_rows, r
 from lengthscan.report.chat_findings import chat_findings
 from lengthscan.report.fmt import count, num, padded_sides, share, times, unit, with_unit
 from lengthscan.report.image_findings import image_findings
-from lengthscan.report.video_findings import video_findings
 from lengthscan.report.packing import packing_findings
+from lengthscan.report.video_findings import video_findings
 
 #: Flags of rows decide-only mode decided by a proven bound (they have bounds, not lengths).
 BOUNDED_FLAG_NAMES = tuple(FLAG_NAMES[code] for code in BOUNDED_FLAGS)
