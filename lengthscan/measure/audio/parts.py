@@ -25,6 +25,8 @@ import json
 import math
 from dataclasses import dataclass
 
+from lengthscan.measure.model_files import config_files
+
 #: Per-row measurements of a conversation field with audio (lengths.parquet columns, rule metrics).
 AUDIO_PART_METRICS = ("audio_tokens", "audios", "audio_seconds")
 #: Per-row side columns: the costliest clip's tokens, what the processor cuts off (milliseconds), and
@@ -60,7 +62,8 @@ class AudioPartsCounter:
 
     def __init__(self, source: str, tokenizer=None):
         self.source = str(source)
-        configs = _configs(self.source)
+        configs = config_files(self.source, ("processor_config.json", "preprocessor_config.json"),
+                               AudioConfigError)
         named = next((c.get("processor_class") for c in (configs.get("processor_config.json"),
                                                           configs.get("preprocessor_config.json")) if c
                       and c.get("processor_class")), None)
@@ -117,24 +120,3 @@ def _omni3_tokens(m: int, n_window: int = 50) -> int:
     rest = m % chunk
     f = (rest - 1) // 2 + 1
     return ((f - 1) // 2 + 1 - 1) // 2 + 1 + (m // chunk) * 13
-
-
-def _configs(source: str) -> dict:
-    from transformers.utils import cached_file
-
-    out = {}
-    for name in ("processor_config.json", "preprocessor_config.json"):
-        try:
-            path = cached_file(source, name, _raise_exceptions_for_missing_entries=False,
-                               _raise_exceptions_for_connection_errors=False)
-        except OSError:
-            path = None
-        if path:
-            try:
-                with open(path, encoding="utf-8") as fh:
-                    value = json.load(fh)
-            except (OSError, ValueError) as exc:
-                raise AudioConfigError(f"{source}/{name}: not valid JSON ({exc})") from None
-            if isinstance(value, dict):
-                out[name] = value
-    return out

@@ -21,8 +21,7 @@ refuses such a row), or with an image that is missing or unreadable, gets no len
 
 from __future__ import annotations
 
-from lengthscan.measure.chat.encoding import rendered_ids
-from lengthscan.measure.chat.media import apply_added, placed_messages, refuse
+from lengthscan.measure.chat.media import apply_added, placed_messages, refuse, stepped_added
 from lengthscan.measure.chat.media import stepped as steps_of
 from lengthscan.measure.images.processor import ImageRefused
 from lengthscan.measure.images.refs import ImageProblem, image_sizes
@@ -79,12 +78,9 @@ def add_images(images, counter, work: dict, texts: list, plain: list, values: di
         steps[is_plain] += steps_of(plain[w.full] if is_plain else texts[w.full], placeholder, written)
     if not stepped:
         return
-    lengths = {False: iter([len(ids) for ids, _ in rendered_ids(counter, steps[False])]) if steps[False] else None,
-               True: iter([len(ids) for ids in counter.ids(steps[True], "input")]) if steps[True] else None}
-    for i, is_plain, expansions, row_seen in stepped:
-        counts = [next(lengths[is_plain]) for _ in range(len(expansions) + 1)]
-        added = [b - a for a, b in zip(counts, counts[1:])]  # in context: an expansion may merge with its text
-        _apply(i, work[i], counts[-1] - counts[0], added, expansions, row_seen, values, notes, train_on, placeholder)
+    found = stepped_added(counter, steps, [(is_plain, len(expansions)) for _, is_plain, expansions, _ in stepped])
+    for (i, _, expansions, row_seen), (delta, added) in zip(stepped, found):
+        _apply(i, work[i], delta, added, expansions, row_seen, values, notes, train_on, placeholder)
 
 
 def _apply(i: int, w, delta: int, added: list, expansions: list, seen: list, values: dict, notes: dict,

@@ -38,6 +38,21 @@ def stepped(text: str, placeholder: str, written: list[str]) -> list[str]:
     return out
 
 
+def stepped_added(counter, steps: dict, rows: list) -> list[tuple[int, list]]:
+    """Tokenize ``steps`` (plain row? -> the stepped renderings of ``rows``' items, in order) and
+    give per row (its whole delta, each item's tokens added in context): ``rows`` is a list of
+    (plain row?, the number of its items)."""
+    from lengthscan.measure.chat.encoding import rendered_ids
+
+    lengths = {False: iter([len(ids) for ids, _ in rendered_ids(counter, steps[False])]) if steps[False] else None,
+               True: iter([len(ids) for ids in counter.ids(steps[True], "input")]) if steps[True] else None}
+    out = []
+    for is_plain, n in rows:
+        counts = [next(lengths[is_plain]) for _ in range(n + 1)]
+        out.append((counts[-1] - counts[0], [b - a for a, b in zip(counts, counts[1:])]))  # an expansion may merge
+    return out
+
+
 def placed_messages(conv, n: int, placeholder: str, parts_at: list | None) -> list[int]:
     """Per media item, the index of its message: its part's (``parts_at``), or the message whose
     text writes its placeholder (-1: not known)."""

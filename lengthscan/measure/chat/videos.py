@@ -20,8 +20,7 @@ is missing or unreadable, or one the processor refuses, gets no length and a rea
 
 from __future__ import annotations
 
-from lengthscan.measure.chat.encoding import rendered_ids
-from lengthscan.measure.chat.media import apply_added, placed_messages, refuse
+from lengthscan.measure.chat.media import apply_added, placed_messages, refuse, stepped_added
 from lengthscan.measure.chat.media import stepped as steps_of
 from lengthscan.measure.records import FLAG_CODES, FLAG_INVALID_CONVERSATION
 from lengthscan.measure.video.qwen import VideoRefused
@@ -91,12 +90,9 @@ def _placeholder(videos, rendering: str) -> str:
 
 
 def _stepped(stepped: list, steps: dict, counter, work: dict, values: dict, notes: dict, train_on: str) -> None:
-    lengths = {False: iter([len(ids) for ids, _ in rendered_ids(counter, steps[False])]) if steps[False] else None,
-               True: iter([len(ids) for ids in counter.ids(steps[True], "input")]) if steps[True] else None}
-    for i, is_plain, counts, infos, placeholder in stepped:
-        lens = [next(lengths[is_plain]) for _ in range(len(counts) + 1)]
-        added = [b - a for a, b in zip(lens, lens[1:])]  # in context: an expansion may merge with its text
-        _apply(i, work[i], lens[-1] - lens[0], added, counts, infos, values, notes, train_on, placeholder)
+    found = stepped_added(counter, steps, [(is_plain, len(counts)) for _, is_plain, counts, _, _ in stepped])
+    for (i, _, counts, infos, placeholder), (delta, added) in zip(stepped, found):
+        _apply(i, work[i], delta, added, counts, infos, values, notes, train_on, placeholder)
 
 
 def _apply(i: int, w, delta: int, added: list, counts: list, infos: list, values: dict, notes: dict,

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lengthscan.measure.model_files import config_files
+
 #: Processor classes and how their ``replace_image_token`` reads the processed images:
 #: ``repeat``: the placeholder repeated ``num_image_tokens`` times (checked in the tests against the
 #: processor's own output); ``rows_cols``: the tiles' rows and columns; ``crops``: pan-and-scan crops.
@@ -213,23 +215,7 @@ def load_processor(source: str, tokenizer, *, max_pixels: int | None = None):
 
 def _configs(source: str) -> dict:
     """The JSON files that name the processor and its options (absent ones left out)."""
-    from transformers.utils import cached_file
-
-    out = {}
-    for name in ("processor_config.json", "preprocessor_config.json", "config.json"):
-        try:
-            path = cached_file(source, name, _raise_exceptions_for_missing_entries=False,
-                               _raise_exceptions_for_connection_errors=False)
-        except OSError:
-            path = None
-        if path:
-            try:
-                with open(path, encoding="utf-8") as fh:
-                    value = json.load(fh)
-            except (OSError, ValueError) as exc:
-                raise ProcessorError(f"{source}/{name}: not valid JSON ({exc})") from None
-            if isinstance(value, dict):
-                out[name] = value
+    out = config_files(source, ("processor_config.json", "preprocessor_config.json", "config.json"), ProcessorError)
     if "preprocessor_config.json" not in out:
         raise ProcessorError(f"{source}: no preprocessor_config.json (give the model's processor directory or hub "
                              "name with --processor)")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 
+from lengthscan.measure.model_files import config_files
 from lengthscan.measure.video.info import VideoInfo
 from lengthscan.measure.video.qwen import VideoCount, VideoOptions, VideoRefused, count_video
 from lengthscan.measure.video.refs import FRAMES
@@ -45,7 +46,7 @@ class VideoCounter:
     def __init__(self, source: str, tokenizer=None, *, fps: float | None = None, num_frames: int | None = None,
                  max_frames: int | None = None, max_pixels: int | None = None):
         self.source = str(source)
-        configs = _configs(self.source)
+        configs = config_files(self.source, (*CONFIG_FILES, "config.json"), VideoConfigError)
         config, self.config_file = _video_config(configs, self.source)
         named = config.get("video_processor_type") or _processor_class(configs)
         self.processor_type = named
@@ -109,28 +110,6 @@ class VideoCounter:
 
     def signature(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
-
-
-def _configs(source: str) -> dict:
-    """The config files of ``source`` (a folder or a hub name) that say what its video processor is."""
-    from transformers.utils import cached_file
-
-    out = {}
-    for name in (*CONFIG_FILES, "config.json"):
-        try:
-            path = cached_file(source, name, _raise_exceptions_for_missing_entries=False,
-                               _raise_exceptions_for_connection_errors=False)
-        except OSError:
-            path = None
-        if path:
-            try:
-                with open(path, encoding="utf-8") as fh:
-                    value = json.load(fh)
-            except (OSError, ValueError) as exc:
-                raise VideoConfigError(f"{source}/{name}: not valid JSON ({exc})") from None
-            if isinstance(value, dict):
-                out[name] = value
-    return out
 
 
 def _video_config(configs: dict, source: str) -> tuple[dict, str]:
