@@ -10,10 +10,18 @@ import numpy as np
 import pytest
 
 
-def make_clip(path: Path, *, codec: str = "libx264", rate=30, frames: int = 30, size=(160, 96),
-              rotation: int | None = None, options: dict | None = None, pts_ms: list[int] | None = None) -> Path:
-    """Encode ``frames`` frames (a gradient that changes each frame) to ``path`` (the container
-    from its suffix); ``pts_ms``: each frame's time in milliseconds (a variable frame rate)."""
+def frame_image(i: int, width: int, height: int) -> np.ndarray:
+    """A moving gradient: frame ``i`` of a clip."""
+    ramp = np.linspace(0, 255, width)[None, :, None].astype(np.int64)
+    return np.broadcast_to(((ramp + 7 * i) % 256).astype(np.uint8), (height, width, 3)).copy()
+
+
+def make_clip(path: Path, codec: str = "libx264", rate=30, frames: int = 30, size=(160, 96), *,
+              rotation: int | None = None, pts_ms: list[int] | None = None, audio_seconds: float = 0,
+              options: dict | None = None) -> Path:
+    """Encode ``frames`` frames of a moving gradient to ``path`` (the container from its suffix);
+    ``pts_ms``: each frame's time in ms, each packet lasting to the next (a variable frame rate);
+    ``audio_seconds``: an audio track of that length too."""
     av = pytest.importorskip("av")
     width, height = size
     with av.open(str(path), "w", options=options or {}) as out:
@@ -22,19 +30,43 @@ def make_clip(path: Path, *, codec: str = "libx264", rate=30, frames: int = 30, 
         stream.pix_fmt = "yuvj420p" if codec == "mjpeg" else "yuv420p"
         if pts_ms is not None:
             stream.codec_context.time_base = Fraction(1, 1000)
+            ends = dict(zip(pts_ms, pts_ms[1:] + [pts_ms[-1] + 40]))
         if rotation is not None:
             stream.set_display_rotation(rotation)
-        ramp = np.linspace(0, 255, width, dtype=np.uint8)[None, :, None]
+        sound = out.add_stream("mp2" if path.suffix == ".avi" else "aac", rate=48000) if audio_seconds else None
+
+        def mux(packets):
+            for packet in packets:
+                if pts_ms is not None:
+                    packet.duration = ends[packet.pts] - packet.pts
+                out.mux(packet)
+
         for i in range(frames):
-            image = np.broadcast_to(((ramp.astype(np.int64) + 7 * i) % 256).astype(np.uint8), (height, width, 3)).copy()
-            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
+            frame = av.VideoFrame.from_ndarray(frame_image(i, width, height), format="rgb24")
             if pts_ms is not None:
                 frame.pts, frame.time_base = pts_ms[i], Fraction(1, 1000)
-            for packet in stream.encode(frame):
-                out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
+            mux(stream.encode(frame))
+        mux(stream.encode())
+        if not frames:
+            out.start_encoding()  # the header, with the track, and nothing after it
+        if sound is not None:
+            audio_track(out, sound, audio_seconds)
     return path
+
+
+def audio_track(out, stream, seconds: float) -> None:
+    """``seconds`` of a tone on the audio ``stream`` of ``out``."""
+    import av
+
+    samples = int(48000 * seconds)
+    tone = (np.sin(np.arange(samples) / 10) * 8000).astype(np.int16)
+    frame_size = stream.codec_context.frame_size or 1152
+    for start in range(0, samples, frame_size):
+        chunk = tone[start:start + frame_size]
+        frame = av.AudioFrame.from_ndarray(chunk[None, :], format="s16", layout="mono")
+        frame.sample_rate, frame.pts = 48000, start
+        out.mux(stream.encode(frame))
+    out.mux(stream.encode())
 
 
 def decoded(path: Path) -> dict:

@@ -28,6 +28,8 @@ from lengthscan.measure.images.reader import OverBudget, Reader
 from lengthscan.measure.video.avi import avi_info
 from lengthscan.measure.video.info import VideoError, VideoInfo
 from lengthscan.measure.video.matroska import matroska_info
+from tests.support.video import audio_track, make_clip
+from tests.support.video import frame_image as _image
 
 av = pytest.importorskip("av")
 
@@ -37,60 +39,6 @@ TICK = {"matroska": 0.001, "webm": 0.001, "avi": 0.0}
 
 
 # -- making files ----------------------------------------------------------------------------------
-def _image(i: int, width: int, height: int) -> np.ndarray:
-    ramp = np.linspace(0, 255, width)[None, :, None].astype(np.int64)
-    return np.broadcast_to(((ramp + 7 * i) % 256).astype(np.uint8), (height, width, 3)).copy()
-
-
-def make_clip(path: Path, codec: str = "libx264", rate=30, frames: int = 30, size=(160, 96), *,
-              rotation: int | None = None, pts_ms: list[int] | None = None, audio_seconds: float = 0,
-              options: dict | None = None) -> Path:
-    """Encode ``frames`` frames of a moving gradient to ``path`` (the container from its suffix);
-    ``pts_ms``: each frame's time in ms, each packet lasting to the next (a variable frame rate);
-    ``audio_seconds``: an audio track of that length too."""
-    width, height = size
-    with av.open(str(path), "w", options=options or {}) as out:
-        stream = out.add_stream(codec, rate=rate)
-        stream.width, stream.height = width, height
-        stream.pix_fmt = "yuvj420p" if codec == "mjpeg" else "yuv420p"
-        if pts_ms is not None:
-            stream.codec_context.time_base = Fraction(1, 1000)
-            ends = dict(zip(pts_ms, pts_ms[1:] + [pts_ms[-1] + 40]))
-        if rotation is not None:
-            stream.set_display_rotation(rotation)
-        sound = out.add_stream("mp2" if path.suffix == ".avi" else "aac", rate=48000) if audio_seconds else None
-
-        def mux(packets):
-            for packet in packets:
-                if pts_ms is not None:
-                    packet.duration = ends[packet.pts] - packet.pts
-                out.mux(packet)
-
-        for i in range(frames):
-            frame = av.VideoFrame.from_ndarray(_image(i, width, height), format="rgb24")
-            if pts_ms is not None:
-                frame.pts, frame.time_base = pts_ms[i], Fraction(1, 1000)
-            mux(stream.encode(frame))
-        mux(stream.encode())
-        if not frames:
-            out.start_encoding()  # the header, with the track, and nothing after it
-        if sound is not None:
-            _audio(out, sound, audio_seconds)
-    return path
-
-
-def _audio(out, stream, seconds: float) -> None:
-    samples = int(48000 * seconds)
-    tone = (np.sin(np.arange(samples) / 10) * 8000).astype(np.int16)
-    frame_size = stream.codec_context.frame_size or 1152
-    for start in range(0, samples, frame_size):
-        chunk = tone[start:start + frame_size]
-        frame = av.AudioFrame.from_ndarray(chunk[None, :], format="s16", layout="mono")
-        frame.sample_rate, frame.pts = 48000, start
-        out.mux(stream.encode(frame))
-    out.mux(stream.encode())
-
-
 def jpegs(count: int, size=(64, 48)) -> list[bytes]:
     """``count`` JPEG frames (MJPEG packets), to build files by hand."""
     ctx = av.CodecContext.create("mjpeg", "w")
@@ -388,12 +336,12 @@ def test_cut_in_half_counts_the_packets_there(tmp_path, name):
 def test_no_video(tmp_path):
     audio = tmp_path / "audio.mka"
     with av.open(str(audio), "w", format="matroska") as out:
-        _audio(out, out.add_stream("aac", rate=48000), 0.2)
+        audio_track(out, out.add_stream("aac", rate=48000), 0.2)
     with pytest.raises(VideoError, match="no video track"):
         read(audio)
     audio_avi = tmp_path / "audio.avi"
     with av.open(str(audio_avi), "w") as out:
-        _audio(out, out.add_stream("mp2", rate=48000), 0.2)
+        audio_track(out, out.add_stream("mp2", rate=48000), 0.2)
     with pytest.raises(VideoError, match="no video stream"):
         read(audio_avi)
 
