@@ -14,9 +14,11 @@ extractor turns L samples into mel frames, then the processor into audio tokens:
   longest ``floor``, the others mostly ``ceil``); tokens per 100-frame window: 13 for each whole one, and the rest's
   ``((((r - 1) // 2 + 1) - 1) // 2 + 1 - 1) // 2 + 1``.
 * **Phi-4-multimodal**: ``(L - 400) // 160 + 1`` frames, tokens ``ceil(frames / 8)``; never cut.
+* **Gemma 3n**: 188 tokens a clip (``audio_seq_length``), whatever its length; past 30 s cut silently.
 
 The processor writes its audio token (the tokenizer's ``audio_token``, else the family's) once per
-audio token, in place of the one the chat template writes.
+audio token, in place of the one the chat template writes; Gemma 3n writes
+``"\n\n" + <boa> + its tokens + <eoa> + "\n\n"``, whose blank lines are tokenized with the text around them.
 """
 
 from __future__ import annotations
@@ -34,10 +36,13 @@ AUDIO_PART_METRICS = ("audio_tokens", "audios", "audio_seconds")
 AUDIO_PART_NOTES = {"max_audio_tokens": "int64", "audio_lost_ms": "int64", "audio_truncated": "bool"}
 #: processor classes -> family
 FAMILIES = {"Qwen2AudioProcessor": "qwen2_audio", "Qwen2_5OmniProcessor": "qwen2_5_omni",
-            "Qwen3OmniMoeProcessor": "qwen3_omni", "Phi4MultimodalProcessor": "phi4"}
+            "Qwen3OmniMoeProcessor": "qwen3_omni", "Phi4MultimodalProcessor": "phi4", "Gemma3nProcessor": "gemma3n"}
 #: the audio token each family's processor writes where the tokenizer names none
 TOKENS = {"qwen2_audio": "<|AUDIO|>", "qwen2_5_omni": "<|AUDIO|>", "qwen3_omni": "<|audio_pad|>",
-          "phi4": "<|endoftext11|>"}
+          "phi4": "<|endoftext11|>", "gemma3n": "<audio_soft_token>"}
+#: Gemma 3n keeps the first 30 s of a clip (its feature extractor's max_length) and gives every clip
+#: ``audio_seq_length`` tokens between its begin- and end-of-audio tokens, with blank lines around
+GEMMA3N_SAMPLES = 480_000
 #: the feature extractor's chunk_length (seconds) where its config gives none (WhisperFeatureExtractor: 30)
 CHUNK_SECONDS = 30
 
@@ -73,6 +78,7 @@ class AudioPartsCounter:
             raise AudioConfigError(f"{self.source}: {named or 'no processor_class named'}: lengthscan counts the "
                                    f"audio tokens of {', '.join(sorted(FAMILIES))}")
         fe = configs.get("preprocessor_config.json") or {}
+        self.seq_length = int((configs.get("processor_config.json") or {}).get("audio_seq_length") or 188)
         self.rate = int(fe.get("sampling_rate") or 16000)
         self.hop = int(fe.get("hop_length") or 160)
         self.n_samples = int(fe.get("chunk_length") or CHUNK_SECONDS) * self.rate  # as WhisperFeatureExtractor sets it
@@ -80,6 +86,14 @@ class AudioPartsCounter:
 
     def bind(self, tokenizer) -> None:
         self.audio_token = getattr(tokenizer, "audio_token", None) or TOKENS[self.family]
+        self.boa = getattr(tokenizer, "boa_token", None) or "<start_of_audio>"
+        self.eoa = getattr(tokenizer, "eoa_token", None) or "<end_of_audio>"
+
+    def replacement(self, count: ClipCount) -> str | None:
+        """The text the processor writes for a clip's audio token (None: the token repeated)."""
+        if self.family != "gemma3n":
+            return None
+        return f"\n\n{self.boa}{self.audio_token * count.tokens}{self.eoa}\n\n"
 
     def samples(self, frames: int, rate: int) -> int:
         """Samples at the feature extractor's rate: ``load_audio``'s ``ceil(frames x rate / file rate)``."""
@@ -97,6 +111,8 @@ class AudioPartsCounter:
         if self.family == "qwen3_omni":  # padded to the longest: its mask keeps floor(longest / hop) columns
             top = max(lengths) // self.hop
             return [ClipCount(n, _omni3_tokens(min(-(-n // self.hop), top)), 0) for n in lengths]
+        if self.family == "gemma3n":
+            return [ClipCount(n, self.seq_length, max(0, n - GEMMA3N_SAMPLES)) for n in lengths]
         out = []
         for n in lengths:  # phi4
             feat = (n - 400) // 160 + 1
@@ -108,7 +124,8 @@ class AudioPartsCounter:
     def to_dict(self) -> dict:
         return {"source": self.source, "processor": self.processor_type, "audio_token": self.audio_token,
                 "sampling_rate": self.rate, "hop_length": self.hop,
-                "max_seconds": self.n_samples / self.rate if self.family in ("qwen2_audio", "qwen2_5_omni") else None}
+                "max_seconds": (self.n_samples / self.rate if self.family in ("qwen2_audio", "qwen2_5_omni")
+                                else GEMMA3N_SAMPLES / self.rate if self.family == "gemma3n" else None)}
 
     def signature(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)

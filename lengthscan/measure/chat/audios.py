@@ -15,15 +15,17 @@ from __future__ import annotations
 
 from lengthscan.measure.audio.durations import read_info
 from lengthscan.measure.audio.parts import AudioRefused
-from lengthscan.measure.chat.media import apply_added, placed_messages, refuse
+from lengthscan.measure.chat.media import apply_added, placed_messages, refuse, stepped_added
+from lengthscan.measure.chat.media import stepped as steps_of
 from lengthscan.measure.records import FLAG_CODES, FLAG_INVALID_CONVERSATION
 
 
-def add_audios(audios, work: dict, texts: list, plain: list, values: dict, notes: dict, flags, errors: list, *,
-               train_on: str, base_dir: str | None) -> None:
+def add_audios(audios, counter, work: dict, texts: list, plain: list, values: dict, notes: dict, flags,
+               errors: list, *, train_on: str, base_dir: str | None) -> None:
     """Add the clips of the measured rows of ``work`` (row -> RowPlan) to ``values`` and ``notes``;
-    ``audios`` is the ``AudioPartsCounter``."""
+    ``audios`` is the ``AudioPartsCounter``, ``counter`` the ``TokenCounter``."""
     token = audios.audio_token
+    stepped, steps = [], {True: [], False: []}  # rows whose expansions are tokenized in place (Gemma 3n)
     for i, w in work.items():
         if values["sequence_tokens"][i] < 0:
             continue
@@ -43,14 +45,12 @@ def add_audios(audios, work: dict, texts: list, plain: list, values: dict, notes
             try:
                 info = read_info(ref, base_dir=base_dir)
             except TypeError as exc:
-                info = None
                 refuse(i, values, FLAG_CODES["unreadable"], f"clip {k + 1} of {len(refs)}: {exc}", flags, errors)
                 break
             if info.flag in ("missing", "missing_file", "unreadable") or not info.frames or not info.samplerate:
                 refuse(i, values, FLAG_CODES["missing_file" if info.flag in ("missing", "missing_file") else
                                              "unreadable"],
                        f"clip {k + 1} of {len(refs)}: {info.error or 'no samples'}", flags, errors)
-                info = None
                 break
             clips.append((info.frames, info.samplerate))
         if len(clips) != len(refs):
@@ -61,13 +61,27 @@ def add_audios(audios, work: dict, texts: list, plain: list, values: dict, notes
             refuse(i, values, FLAG_CODES["unreadable"], f"a clip of {len(refs)}: {audios.processor_type} refuses "
                                                         f"it: {exc}", flags, errors)
             continue
+        written = [audios.replacement(c) for c in counts]
+        if written[0] is not None:
+            is_plain = w.conv.text is not None
+            stepped.append((i, is_plain, counts))
+            steps[is_plain] += steps_of(rendering, token, written)
+            continue
         added = [c.tokens - 1 for c in counts]
-        values["audios"][i] = len(counts)
-        values["audio_tokens"][i] = sum(c.tokens for c in counts)
-        notes["max_audio_tokens"][i] = max(c.tokens for c in counts)
-        values["audio_seconds"][i] = sum(c.samples for c in counts) / audios.rate
-        lost = sum(c.lost for c in counts)
-        notes["audio_lost_ms"][i] = round(lost * 1000 / audios.rate)
-        notes["audio_truncated"][i] = lost > 0
-        where = placed_messages(w.conv, len(counts), token, w.conv.audio_messages)
-        apply_added(i, w, sum(added), added, where, values, notes, train_on)
+        _apply(i, w, sum(added), added, counts, audios, values, notes, train_on)
+    found = stepped_added(counter, steps, [(is_plain, len(counts)) for _, is_plain, counts in stepped])
+    for (i, _, counts), (delta, added) in zip(stepped, found):
+        _apply(i, work[i], delta, added, counts, audios, values, notes, train_on)
+
+
+def _apply(i: int, w, delta: int, added: list, counts: list, audios, values: dict, notes: dict,
+           train_on: str) -> None:
+    values["audios"][i] = len(counts)
+    values["audio_tokens"][i] = sum(c.tokens for c in counts)
+    notes["max_audio_tokens"][i] = max(c.tokens for c in counts)
+    values["audio_seconds"][i] = sum(c.samples for c in counts) / audios.rate
+    lost = sum(c.lost for c in counts)
+    notes["audio_lost_ms"][i] = round(lost * 1000 / audios.rate)
+    notes["audio_truncated"][i] = lost > 0
+    where = placed_messages(w.conv, len(counts), audios.audio_token, w.conv.audio_messages)
+    apply_added(i, w, delta, added, where, values, notes, train_on)

@@ -244,7 +244,7 @@ class ChatCounter:
         if audio:
             from lengthscan.measure.chat.audios import add_audios
 
-            add_audios(self.audios, work, texts, plain, values, notes, flags, errors,
+            add_audios(self.audios, self.counter, work, texts, plain, values, notes, flags, errors,
                        train_on=self.options.train_on, base_dir=base_dir)
         return Measured({spec_of[m]: values[m] for m in metrics}, flags,
                         errors if any(e is not None for e in errors) else None, notes=notes, ids=ids_out,

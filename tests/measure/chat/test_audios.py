@@ -159,3 +159,58 @@ def test_samples_are_what_load_audio_returns(tmp_path, model, clips):
         info = sf.info(str(path))
         assert counter.samples(info.frames, info.samplerate) == len(load_audio(str(path), sampling_rate=16000,
                                                                                 backend="soundfile")), path.name
+
+
+GEMMA3N_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else "
+                    "m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for c in m['content'] %}"
+                    "{% if c['type'] == 'audio' %}<audio_soft_token>{% elif c['type'] == 'text' %}{{ c['text'] }}"
+                    "{% endif %}{% endfor %}{% endif %}<end_of_turn>\n{% endfor %}")
+GEMMA3N_TOKENS = {"boa_token": "<start_of_audio>", "eoa_token": "<end_of_audio>", "audio_token": "<audio_soft_token>",
+                  "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"}
+
+
+def test_gemma3n_rows_equal_its_processor(tmp_path, train_texts, clips, docs):
+    """Gemma 3n: 188 tokens a clip between its audio marks, blank lines tokenized with the text
+    around them, 30 s kept: against ``Gemma3nProcessor`` itself on the decoded clips."""
+    from tokenizers import AddedToken
+    from transformers import AutoTokenizer, Gemma3nProcessor
+    from transformers.audio_utils import load_audio
+    from transformers.models.gemma3n.feature_extraction_gemma3n import Gemma3nAudioFeatureExtractor
+    from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
+
+    model = tmp_path / "gemma3n"
+    model.mkdir()
+    tok = chat_bpe(train_texts[:400], 2000)
+    tok.add_special_tokens([AddedToken(t, normalized=False, special=True)
+                            for t in [*GEMMA3N_TOKENS.values(), "<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"]])
+    tok.save(str(model / "tokenizer.json"))
+    (model / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
+                                                             "bos_token": "<bos>", "eos_token": "<eos>",
+                                                             "extra_special_tokens": GEMMA3N_TOKENS}))
+    (model / "preprocessor_config.json").write_text(json.dumps({"feature_extractor_type": "Gemma3nAudioFeatureExtractor",
+                                                                "processor_class": "Gemma3nProcessor",
+                                                                "sampling_rate": 16000}))
+    template = tmp_path / "gemma3n.jinja"
+    template.write_text(GEMMA3N_TEMPLATE)
+    folder, paths = clips
+    rows = [{"messages": [{"role": "user", "content": [*({"type": "audio"} for _ in range(k)),
+                                                       {"type": "text", "text": docs[i][:100] or "Hm?"}]},
+                          {"role": "assistant", "content": docs[i + 1][:80] or "Noise."}],
+             "audios": [paths[(i + j) % len(paths)].name for j in range(k)]} for i, k in enumerate([1, 2, 0, 1, 1])]
+    src = write_jsonl(folder / "gemma3n.jsonl", rows)
+    out = tmp_path / "out"
+    assert main(["audit", str(src), "--tokenizer", str(model), "--processor", str(model), "--chat-template",
+                 str(template), "--messages", "messages", "--audios", "audios", "--train-on", "all", "--full",
+                 "--quiet", "--no-cache", "--out", str(out)]) == 0
+    table = pq.read_table(out / "lengths.parquet").to_pydict()
+    tok = AutoTokenizer.from_pretrained(model)
+    processor = Gemma3nProcessor(feature_extractor=Gemma3nAudioFeatureExtractor(),
+                                 image_processor=SiglipImageProcessorPil(), tokenizer=tok)
+    for i, row in enumerate(rows):
+        text = tok.apply_chat_template(row["messages"], chat_template=GEMMA3N_TEMPLATE, tokenize=False)
+        audio = [load_audio(str(folder / n), sampling_rate=16000, backend="soundfile") for n in row["audios"]]
+        ids = list(processor(text=[text], audio=audio or None)["input_ids"][0])
+        assert table["chat_error"][i] is None, table["chat_error"][i]
+        assert table["sequence_tokens"][i] == len(ids), i
+        assert table["audio_tokens"][i] == ids.count(tok.convert_tokens_to_ids("<audio_soft_token>")), i
+        assert table["audio_truncated"][i] == any(len(a) > 480000 for a in audio)
