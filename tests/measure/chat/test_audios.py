@@ -161,8 +161,9 @@ def test_samples_are_what_load_audio_returns(tmp_path, model, clips):
                                                                                 backend="soundfile")), path.name
 
 
-GEMMA3N_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else "
-                    "m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for c in m['content'] %}"
+GEMMA3N_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>"
+                    "{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
+                    "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for c in m['content'] %}"
                     "{% if c['type'] == 'audio' %}<audio_soft_token>{% elif c['type'] == 'text' %}{{ c['text'] }}"
                     "{% endif %}{% endfor %}{% endif %}<end_of_turn>\n{% endfor %}")
 GEMMA3N_TOKENS = {"boa_token": "<start_of_audio>", "eoa_token": "<end_of_audio>", "audio_token": "<audio_soft_token>",
@@ -187,9 +188,9 @@ def test_gemma3n_rows_equal_its_processor(tmp_path, train_texts, clips, docs):
     (model / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
                                                              "bos_token": "<bos>", "eos_token": "<eos>",
                                                              "extra_special_tokens": GEMMA3N_TOKENS}))
-    (model / "preprocessor_config.json").write_text(json.dumps({"feature_extractor_type": "Gemma3nAudioFeatureExtractor",
-                                                                "processor_class": "Gemma3nProcessor",
-                                                                "sampling_rate": 16000}))
+    (model / "preprocessor_config.json").write_text(json.dumps({
+        "feature_extractor_type": "Gemma3nAudioFeatureExtractor", "processor_class": "Gemma3nProcessor",
+        "sampling_rate": 16000}))
     template = tmp_path / "gemma3n.jinja"
     template.write_text(GEMMA3N_TEMPLATE)
     folder, paths = clips
