@@ -7,7 +7,9 @@ every frame), tells the family by its ``video_processor_type`` (or the processor
 with ``qwen.count_video`` (the processors' video classes need torchvision; their rules are
 reproduced there and checked against the processors' own code). Options given to the run
 (``--fps``, ``--num-frames``, ``--max-frames``, ``--max-pixels``) count as if the processor's config
-said them (``fps`` or ``num_frames`` turn frame sampling on, as ``apply_chat_template`` does).
+said them (``fps`` or ``num_frames`` turn frame sampling on, as ``apply_chat_template`` does). The
+Omni processors (Qwen2.5-Omni, Qwen3-Omni) pass their own per-frame pixel bounds at every call,
+which win over the checkpoint's (``FORCED_PIXELS``).
 
 The text: the processor writes its video token (the tokenizer's ``video_token``, else
 ``<|video_pad|>``) once per video token; Qwen3-VL writes each temporal patch's timestamp and its
@@ -26,9 +28,13 @@ from lengthscan.measure.video.refs import FRAMES
 #: video processor classes (and processor classes) -> the family that counts them (``qwen.py``, ``llava.py``)
 FAMILIES = {"Qwen2VLVideoProcessor": "qwen2", "Qwen3VLVideoProcessor": "qwen3",
             "Qwen2VLProcessor": "qwen2", "Qwen2_5_VLProcessor": "qwen2", "Qwen2_5OmniProcessor": "qwen2",
-            "Qwen3VLProcessor": "qwen3",
+            "Qwen3VLProcessor": "qwen3", "Qwen3OmniMoeProcessor": "qwen2",
             "LlavaNextVideoVideoProcessor": "llava_next_video", "LlavaNextVideoProcessor": "llava_next_video",
             "LlavaOnevisionVideoProcessor": "llava_onevision", "LlavaOnevisionProcessor": "llava_onevision"}
+#: the per-frame pixel bounds the Omni processors pass their video processor at every call (their
+#: ``videos_kwargs``), which override the config's
+FORCED_PIXELS = {"Qwen2_5OmniProcessor": (128 * 28 * 28, 768 * 28 * 28),
+                 "Qwen3OmniMoeProcessor": (128 * 32 * 32, 768 * 32 * 32)}
 #: the video token a family's processor writes where the tokenizer names none
 VIDEO_TOKENS = {"qwen2": "<|video_pad|>", "qwen3": "<|video_pad|>", "llava_next_video": "<video>",
                 "llava_onevision": "<video>"}
@@ -63,6 +69,10 @@ class VideoCounter:
             except VideoRefused as exc:
                 raise VideoConfigError(f"{self.source}: {exc}") from None
         else:
+            forced = FORCED_PIXELS.get(_processor_class(configs) or "")
+            if forced is not None:  # the processor's own videos_kwargs win over the config's
+                config = {**config, "size": {"shortest_edge": forced[0], "longest_edge": forced[1]},
+                          "min_pixels": None, "max_pixels": None}
             self.options = VideoOptions.from_config(self.family, config, fps=fps, num_frames=num_frames,
                                                     max_frames=max_frames, max_pixels=max_pixels)
         self._cache: dict = {}

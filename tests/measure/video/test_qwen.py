@@ -165,3 +165,30 @@ def test_the_float_step_keeps_one_frame_more():
     got = count_video(info, VideoOptions.from_config("qwen2", {}, num_frames=14))
     assert got.frames == len(torch.arange(0, 17, 17 / 14)) == 15
     assert got.grid[0] == 8
+
+
+@pytest.mark.parametrize("processor_class,patch,pixels", [
+    ("Qwen2_5OmniProcessor", 14, (128 * 28 * 28, 768 * 28 * 28)),
+    ("Qwen3OmniMoeProcessor", 16, (128 * 32 * 32, 768 * 32 * 32))])
+def test_the_omni_processors_bound_frames_by_their_own_sizes(tmp_path, processor_class, patch, pixels):
+    """The Omni processors pass their video processor per-frame bounds at every call (``videos_kwargs``),
+    which win over the checkpoint's min/max_pixels: counted as they say."""
+    import json
+
+    from transformers import Qwen2_5OmniProcessor, Qwen3OmniMoeProcessor
+
+    from lengthscan.measure.video.counter import VideoCounter
+
+    theirs = {"Qwen2_5OmniProcessor": Qwen2_5OmniProcessor, "Qwen3OmniMoeProcessor": Qwen3OmniMoeProcessor}
+    size = theirs[processor_class].videos_kwargs["size"]
+    assert (size["shortest_edge"], size["longest_edge"]) == pixels
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(
+        {"min_pixels": 3136, "max_pixels": 12845056, "patch_size": patch, "temporal_patch_size": 2, "merge_size": 2,
+         "processor_class": processor_class}))
+    counter = VideoCounter(str(tmp_path))
+    o = counter.options
+    assert (counter.family, o.patch_size, o.min_pixels, o.max_pixels) == ("qwen2", patch, *pixels)
+    got = counter.count(VideoInfo(2.0, 60, 30.0, 1280, 720))
+    source = _qwen2_source()
+    h, w = source["smart_resize"](720, 1280, patch * 2, *pixels)
+    assert (got.height, got.width, got.tokens) == (h, w, 30 * (h // patch) * (w // patch) // 4)
