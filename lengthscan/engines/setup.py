@@ -107,17 +107,13 @@ def _video_counter(fmt, processor, m: MeasureOptions):
 def _has_image_processor(source: str) -> bool:
     """The processor has an image processor: its preprocessor_config.json names one, or names no
     feature extractor (an audio model's names one and no image processor)."""
-    import json
-
-    from transformers.utils import cached_file
+    from lengthscan.measure.model_files import config_files
 
     try:
-        path = cached_file(source, "preprocessor_config.json", _raise_exceptions_for_missing_entries=False,
-                           _raise_exceptions_for_connection_errors=False)
-        config = json.loads(Path(path).read_text(encoding="utf-8")) if path else {}
-    except (OSError, ValueError):
+        config = config_files(source, ("preprocessor_config.json",)).get("preprocessor_config.json", {})
+    except ValueError:
         return True  # the image processor's own loading says what is wrong
-    return not isinstance(config, dict) or "image_processor_type" in config or "feature_extractor_type" not in config
+    return "image_processor_type" in config or "feature_extractor_type" not in config
 
 
 def _audio_counter(fmt, processor, audios_column):
