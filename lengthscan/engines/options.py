@@ -81,6 +81,8 @@ class MeasureOptions:
                                    "image tokens as it expands them (default: --model)", metavar="DIR_OR_NAME")
     max_pixels: int | None = option(None, "--max-pixels", "count images as if the image processor's max_pixels "
                                     "were N (try a cap before setting it)", type=int, metavar="N")
+    pan_and_scan: bool = option(False, "--pan-and-scan", "count Gemma 3's images as the processor called with "
+                                "do_pan_and_scan=True crops them (its default: no crops)", action="store_true")
     videos: str | None = option(None, "--videos", "column of per-row video lists (paths relative to the data file, "
                                 "bytes, or lists of frame images), one per video part {\"type\": \"video\"} in "
                                 "order", metavar="COL")

@@ -21,13 +21,13 @@ if TYPE_CHECKING:
 def prepare(m: MeasureOptions) -> Setup:
     """Load the model's context, choose the fields and their measurements, the counter and limits."""
     fmt = _chat_format(m.messages, m.prompt, m.completion, m.tools, m.chat_template, m.images,
-                       m.processor or m.max_pixels or m.videos or m.audios)
+                       m.processor or m.max_pixels or m.pan_and_scan or m.videos or m.audios)
     processor = _processor_source(fmt, m.processor, m.model)
     videos, audios = _video_counter(fmt, processor, m), _audio_counter(fmt, processor, m.audios)
     if fmt is not None and processor is not None:
         from dataclasses import replace
 
-        vision = bool(m.images or m.max_pixels) or _has_image_processor(processor)
+        vision = bool(m.images or m.max_pixels or m.pan_and_scan) or _has_image_processor(processor)
         fmt = replace(fmt, vision=vision, videos=m.videos if videos else None, video=videos is not None,
                       audios=m.audios if audios else None, audio=audios is not None)
     ctx = _model_context(m.model, m.tokenizer)
@@ -36,7 +36,8 @@ def prepare(m: MeasureOptions) -> Setup:
     # a run proves the count-only engine beside its counting (measure/text/beside.py)
     counter = _counter(fields, m.tokenizer, m.model, ctx, dict(max_chars=m.max_chars, count_engine=m.count_engine,
                                                               verify_counts=m.verify_counts, prove_beside=True))
-    chat = _chat_counter(counter, fmt, m.chat_template, m.train_on, processor, m.max_pixels, videos, audios)
+    chat = _chat_counter(counter, fmt, m.chat_template, m.train_on, processor,
+                         {"max_pixels": m.max_pixels, "pan_and_scan": m.pan_and_scan}, videos, audios)
     model_limits = _model_limits(ctx)
     if fmt is not None and model_limits is not None:  # a conversation is the decoder's whole input
         model_limits = model_limits.for_conversations()
@@ -133,8 +134,8 @@ def _audio_counter(fmt, processor, audios_column):
         return None
 
 
-def _chat_counter(counter, fmt, chat_template, train_on: str, processor=None, max_pixels=None, videos=None,
-                  audios=None):
+def _chat_counter(counter, fmt, chat_template, train_on: str, processor=None, image_options: dict | None = None,
+                  videos=None, audios=None):
     if fmt is None:
         return None
     from lengthscan.measure.chat.counter import ChatCounter, ChatOptions
@@ -146,7 +147,7 @@ def _chat_counter(counter, fmt, chat_template, train_on: str, processor=None, ma
     if processor is not None and fmt.vision:
         from lengthscan.measure.images.processor import ImageCounter
 
-        images = ImageCounter(processor, counter.tokenizer, max_pixels=max_pixels)
+        images = ImageCounter(processor, counter.tokenizer, **(image_options or {}))
     for media in (videos, audios):
         if media is not None:
             media.bind(counter.tokenizer)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import random
 from pathlib import Path
 
@@ -62,7 +63,75 @@ FAMILIES = {
                                  "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
                                  "image_processor_type": "Gemma3ImageProcessor", "processor_class": "Gemma3Processor"},
                    processor={"image_seq_length": 256, "processor_class": "Gemma3Processor"}),
+    "gemma3_pan_and_scan": dict(
+        tokens=["<start_of_image>", "<end_of_image>", "<image_soft_token>"], template="gemma3",
+        extra={"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"},
+        preprocessor={"do_pan_and_scan": True, "pan_and_scan_min_crop_size": 256, "pan_and_scan_max_num_crops": 4,
+                      "pan_and_scan_min_ratio_to_activate": 1.2, "size": {"height": 896, "width": 896}, "resample": 2,
+                      "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+                      "image_processor_type": "Gemma3ImageProcessor", "processor_class": "Gemma3Processor"},
+        processor={"image_seq_length": 256, "processor_class": "Gemma3Processor"},
+        call={"do_pan_and_scan": True}, args=["--pan-and-scan"]),
+    # the families whose released chat templates TRL does not ship: a template writing their placeholder
+    "pixtral": dict(tokens=["[IMG]", "[IMG_BREAK]", "[IMG_END]"], placeholder="[IMG]", preprocessor={
+        "do_convert_rgb": True, "do_normalize": True, "do_rescale": True, "do_resize": True, **_MEAN,
+        "patch_size": {"height": 16, "width": 16}, "resample": 3, "rescale_factor": 0.00392156862745098,
+        "size": {"longest_edge": 1024}, "image_processor_type": "PixtralImageProcessor",
+        "processor_class": "PixtralProcessor"},
+        processor={"image_break_token": "[IMG_BREAK]", "image_end_token": "[IMG_END]", "image_token": "[IMG]",
+                   "patch_size": 16, "processor_class": "PixtralProcessor"}),
+    "mistral3": dict(tokens=["[IMG]", "[IMG_BREAK]", "[IMG_END]"], placeholder="[IMG]", preprocessor={
+        "do_convert_rgb": True, "do_normalize": True, "do_rescale": True, "do_resize": True, **_MEAN,
+        "patch_size": {"height": 14, "width": 14}, "resample": 3, "rescale_factor": 0.00392156862745098,
+        "size": {"longest_edge": 1540}, "image_processor_type": "PixtralImageProcessor",
+        "processor_class": "PixtralProcessor"},
+        processor={"image_break_token": "[IMG_BREAK]", "image_end_token": "[IMG_END]", "image_token": "[IMG]",
+                   "patch_size": 14, "spatial_merge_size": 2, "processor_class": "PixtralProcessor"}),
+    "internvl": dict(tokens=["<img>", "</img>", "<IMG_CONTEXT>", "<video>"], placeholder="<IMG_CONTEXT>",
+                     extra={"start_image_token": "<img>", "end_image_token": "</img>",
+                            "context_image_token": "<IMG_CONTEXT>", "video_token": "<video>"},
+                     preprocessor={"crop_to_patches": False, "do_convert_rgb": True, "do_normalize": True,
+                                   "do_rescale": True, "do_resize": True, "image_mean": [0.485, 0.456, 0.406],
+                                   "image_std": [0.229, 0.224, 0.225], "max_patches": 12, "min_patches": 1,
+                                   "resample": 3, "rescale_factor": 0.00392156862745098,
+                                   "size": {"height": 448, "width": 448},
+                                   "image_processor_type": "GotOcr2ImageProcessorFast",
+                                   "processor_class": "InternVLProcessor"},
+                     processor={"image_seq_length": 256, "processor_class": "InternVLProcessor"}),
+    "mllama": dict(tokens=["<|image|>"], placeholder="<|image|>", bos="<|begin_of_text|>", preprocessor={
+        "do_convert_rgb": True, "do_normalize": True, "do_pad": True, "do_rescale": True, "do_resize": True, **_MEAN,
+        "max_image_tiles": 4, "resample": 2, "rescale_factor": 0.00392156862745098,
+        "size": {"height": 560, "width": 560}, "image_processor_type": "MllamaImageProcessor",
+        "processor_class": "MllamaProcessor"}),
+    "paligemma": dict(tokens=["<image>"], placeholder="<image>", preprocessor={
+        "do_normalize": True, "do_rescale": True, "do_resize": True, "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5], "image_seq_length": 256, "resample": 3,
+        "rescale_factor": 0.00392156862745098, "size": {"height": 224, "width": 224},
+        "image_processor_type": "SiglipImageProcessor", "processor_class": "PaliGemmaProcessor"}),
+    "idefics2": dict(tokens=_IDEFICS, placeholder="<image>", preprocessor={
+        "do_convert_rgb": True, "do_image_splitting": True, "do_normalize": True, "do_pad": True, "do_rescale": True,
+        "do_resize": True, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "resample": 2,
+        "rescale_factor": 0.00392156862745098, "size": {"longest_edge": 980, "shortest_edge": 378},
+        "image_processor_type": "Idefics2ImageProcessor", "processor_class": "Idefics2Processor"},
+        processor={"image_seq_len": 64, "processor_class": "Idefics2Processor"}),
+    "llava_onevision": dict(tokens=["<image>", "<video>"], placeholder="<image>", preprocessor={
+        "do_convert_rgb": True, "do_normalize": True, "do_pad": True, "do_rescale": True, "do_resize": True,
+        "image_grid_pinpoints": [[384 * a, 384 * b] for a in range(1, 7) for b in range(1, 7)],
+        "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "resample": 3,
+        "rescale_factor": 0.00392156862745098, "size": {"height": 384, "width": 384},
+        "image_processor_type": "LlavaOnevisionImageProcessor", "processor_class": "LlavaOnevisionProcessor"},
+        processor={"image_token": "<image>", "num_image_tokens": 729, "video_token": "<video>",
+                   "vision_aspect_ratio": "anyres_max_9", "vision_feature_select_strategy": "full",
+                   "processor_class": "LlavaOnevisionProcessor"}),
 }
+
+#: A ChatML template writing ``PLACEHOLDER`` for each image part (for the families whose released
+#: templates TRL does not ship: what is checked is the processor's expansion, not the template).
+_PLACEHOLDER_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.content is string %}{{ m.content }}{% else %}"
+    "{% for p in m.content %}{% if p.type == 'image' %}PLACEHOLDER{% elif p.type == 'text' %}{{ p.text }}"
+    "{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
 def system_images(limit: int = 300) -> list:
@@ -129,7 +198,7 @@ def vision_dir(out: Path, family: str, train_texts: list[str]) -> Path:
     tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in spec["tokens"]])
     tok.save(str(out / "tokenizer.json"))
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
-              "bos_token": "<bos>"}
+              "bos_token": spec.get("bos", "<bos>")}
     if spec.get("extra"):
         config["extra_special_tokens"] = spec["extra"]
     (out / "tokenizer_config.json").write_text(json.dumps(config))
@@ -140,7 +209,18 @@ def vision_dir(out: Path, family: str, train_texts: list[str]) -> Path:
 
 
 def template_of(family: str) -> Path:
-    return trl_template(FAMILIES[family]["template"])
+    spec = FAMILIES[family]
+    if "placeholder" not in spec:
+        return trl_template(spec["template"])
+    import tempfile
+
+    path = Path(tempfile.gettempdir()) / f"lengthscan-test-template-{family}.jinja"
+    text = spec.get("bos", "") + _PLACEHOLDER_TEMPLATE.replace("PLACEHOLDER", spec["placeholder"])
+    if not path.is_file() or path.read_text() != text:  # written whole: the test workers share it
+        part = path.with_name(f"{path.name}.{os.getpid()}")
+        part.write_text(text)
+        os.replace(part, path)
+    return path
 
 
 def reference_processor(folder: Path, family: str):
@@ -151,7 +231,7 @@ def reference_processor(folder: Path, family: str):
     from transformers import AutoImageProcessor, AutoTokenizer
 
     name = (FAMILIES[family].get("processor") or FAMILIES[family]["preprocessor"])["processor_class"]
-    cls = getattr(transformers, name)
+    cls = pixtral_processor_class() if name == "PixtralProcessor" else getattr(transformers, name)
     params = inspect.signature(cls.__init__).parameters
     others = {k: None for k in ("video_processor",) if k in params}
 
@@ -162,9 +242,58 @@ def reference_processor(folder: Path, family: str):
 
     images_only = type(name, (cls,), {"__init__": __init__})
     kwargs = {k: v for k, v in (FAMILIES[family].get("processor") or {}).items() if k != "processor_class"}
-    return images_only(image_processor=AutoImageProcessor.from_pretrained(folder),
+    made = images_only(image_processor=AutoImageProcessor.from_pretrained(folder),
                        tokenizer=AutoTokenizer.from_pretrained(folder),
                        chat_template=template_of(family).read_text(), **kwargs)
+    made.test_family = family
+    return made
+
+
+def pixtral_processor_class():
+    """PixtralProcessor compiled from the installed file with its one torchvision import (the
+    resize function) taken from the Pillow image processor's module, after checking that the two
+    modules' functions are the same code."""
+    import ast
+    import types
+
+    import transformers
+
+    folder = Path(transformers.__file__).parent / "models" / "pixtral"
+
+    def functions(name: str) -> dict:
+        tree = ast.parse((folder / name).read_text())
+        out = {}
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name in ("get_resize_output_image_size", "_num_image_tokens"):
+                node.body = node.body[1:] if isinstance(node.body[0], ast.Expr) else node.body  # the docstring
+                out[node.name] = ast.dump(node)
+        return out
+
+    assert functions("image_processing_pixtral.py") == functions("image_processing_pil_pixtral.py")
+    path = folder / "processing_pixtral.py"
+    source = path.read_text().replace("from .image_processing_pixtral import",
+                                      "from .image_processing_pil_pixtral import")
+    import sys
+
+    name = "transformers.models.pixtral.processing_pixtral_source"
+    if name in sys.modules:
+        return sys.modules[name].PixtralProcessor
+    module = types.ModuleType(name)
+    module.__package__, module.__file__ = "transformers.models.pixtral", str(path)
+    sys.modules[name] = module  # where inspect finds the class's file
+    exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102 - the installed source
+    return module.PixtralProcessor
+
+
+def processor_ids(processor, text: str, pics: list):
+    """The processor's input_ids for one text and its decoded images, called as TRL's collator
+    calls it (the row's images as one list in a list: LLaVA-OneVision counts a row of several images
+    otherwise than an image alone), with the call options the family's test names."""
+    family = getattr(processor, "test_family", None)
+    call = FAMILIES[family].get("call", {}) if family else {}
+    if not pics and family == "paligemma":  # the processor refuses a text without images: its tokenizer's ids
+        return processor.tokenizer(text)["input_ids"]
+    return processor(text=[text], images=[pics] if pics else None, **call)["input_ids"][0]
 
 
 def reference(processor, messages: list, images: list) -> tuple[int, int]:
@@ -176,8 +305,7 @@ def reference(processor, messages: list, images: list) -> tuple[int, int]:
     # the base class's rendering: SmolVLM's own override reads its video processor's options first
     text = ProcessorMixin.apply_chat_template(processor, messages, tokenize=False)
     pics = [load_image(str(p)) for p in images]
-    enc = processor(text=text, images=pics or None)
-    ids = list(enc["input_ids"][0])
+    ids = list(processor_ids(processor, text, pics))
     image_ids = {processor.image_token_id} if hasattr(processor, "image_token_id") else set()
     return len(ids), sum(1 for t in ids if t in image_ids)
 

@@ -68,14 +68,15 @@ def add_images(images, counter, work: dict, texts: list, plain: list, values: di
             refuse(i, values, FLAG_CODES["unreadable"], f"image {exc.index + 1} of {n}: {exc}", flags, errors)
             continue
         w = work[i]
-        if images.family == "repeat":  # runs of one added token: each image adds its tokens less one
+        if images.repeats:  # runs of one added token: each image adds its tokens less one
             added = [e.added for e in expansions]
             _apply(i, w, sum(added), added, expansions, row_seen, values, notes, train_on, placeholder)
             continue
         is_plain = w.conv.text is not None
         stepped.append((i, is_plain, expansions, row_seen))
         written = [e.replacement if e.replacement is not None else placeholder * e.tokens for e in expansions]
-        steps[is_plain] += steps_of(plain[w.full] if is_plain else texts[w.full], placeholder, written)
+        unexpanded, *expanded = steps_of(plain[w.full] if is_plain else texts[w.full], placeholder, written)
+        steps[is_plain] += [unexpanded, *map(images.finish, expanded)]  # the processor's edits come with the images
     if not stepped:
         return
     found = stepped_added(counter, steps, [(is_plain, len(expansions)) for _, is_plain, expansions, _ in stepped])

@@ -6,38 +6,29 @@ processor class (``processor_class`` in ``processor_config.json`` or ``preproces
 else the one processor class that uses this image processor), with the processor's own options
 (``processor_config.json``: ``image_seq_len``, ``patch_size``, ...). The processor is built on the
 run's tokenizer with its image processor only (no video processor: that needs torchvision), so its
-own code answers:
+own code answers (``families.py``: what each family's processor is asked, by size):
 
 * how many image tokens an image of a size becomes: the processor's ``_get_num_multimodal_tokens``
-  (what vLLM uses; the image processor's ``get_number_of_image_patches`` inside), or for the tiling
-  processors (Idefics3, SmolVLM) the image token's positions in the expansion ``replace_image_token``
-  writes (their counting functions came late and changed across transformers releases);
+  (what vLLM uses; the image processor's ``get_number_of_image_patches`` inside), or the image
+  token's positions in the expansion ``replace_image_token`` writes (tiles, crops, grids);
 * the text the processor writes in place of the image placeholder: ``replace_image_token``, called
-  with the values it reads (``FAMILIES``) computed from the size, not from pixels.
+  with the values it reads computed from the size, not from pixels.
 
 ``expand`` gives, per image size, (image tokens, the replacement text or None where it is the
-placeholder repeated once per image token).
+placeholder repeated once per image token). ``--pan-and-scan`` counts Gemma 3 as called with
+``do_pan_and_scan=True`` (its processor's default, False, wins over the config's value).
 """
 
 from __future__ import annotations
 
 import inspect
 import json
-from dataclasses import dataclass
 
 import numpy as np
 
+from lengthscan.measure.images.families import FAMILIES, Expansion, PixtralRule, expansion, finish, processor_name
 from lengthscan.measure.model_files import config_files
 
-#: Processor classes and how their ``replace_image_token`` reads the processed images:
-#: ``repeat``: the placeholder repeated ``num_image_tokens`` times (checked in the tests against the
-#: processor's own output); ``rows_cols``: the tiles' rows and columns; ``crops``: pan-and-scan crops.
-FAMILIES = {
-    "Qwen2VLProcessor": "repeat", "Qwen2_5_VLProcessor": "repeat", "Qwen3VLProcessor": "repeat",
-    "LlavaProcessor": "repeat", "LlavaNextProcessor": "repeat",
-    "Idefics3Processor": "rows_cols", "SmolVLMProcessor": "rows_cols",
-    "Gemma3Processor": "crops",
-}
 #: Sub-processors a processor takes besides the image processor and tokenizer: built without them.
 _OTHERS = ("video_processor", "feature_extractor", "audio_processor", "audio_tokenizer")
 
@@ -53,22 +44,14 @@ class ImageRefused(ValueError):
     index: int = 0
 
 
-@dataclass(frozen=True)
-class Expansion:
-    """One image as the processor expands it."""
-
-    tokens: int                 # image tokens (the processor's own count)
-    replacement: str | None     # the text written for the placeholder; None: the placeholder * tokens
-    added: int = 0              # the tokens it adds in place of the placeholder (one token), tokenized alone
-
-
 class ImageCounter:
     """The image-token rule of one processor on one tokenizer; picklable (the processor is rebuilt)."""
 
-    def __init__(self, source: str, tokenizer, *, max_pixels: int | None = None):
+    def __init__(self, source: str, tokenizer, *, max_pixels: int | None = None, pan_and_scan: bool = False):
         self.source = str(source)
         self.tokenizer = tokenizer
         self.max_pixels = max_pixels
+        self.pan_and_scan = pan_and_scan
         self._processor = None
         self._cache: dict = {}
 
@@ -81,7 +64,12 @@ class ImageCounter:
 
     @property
     def family(self) -> str:
-        return FAMILIES[type(self.processor).__name__]
+        return FAMILIES[processor_name(self.processor)]
+
+    @property
+    def repeats(self) -> bool:
+        """Whether every expansion is the placeholder repeated, the text around it left as it is."""
+        return self.family in ("repeat", "single_anyres")
 
     @property
     def placeholder(self) -> str:
@@ -95,12 +83,12 @@ class ImageCounter:
         if len(ids) != 2 or ids[0] != ids[1]:
             raise ProcessorError(f"the tokenizer does not hold the processor's image token {proc.image_token!r} as "
                                  "one token: give the model's own tokenizer")
-        if self.family == "crops" and getattr(proc.image_processor, "do_pan_and_scan", False):
-            raise ProcessorError("pan-and-scan (do_pan_and_scan) crops are not counted from image sizes yet")
+        if self.pan_and_scan and self.family != "crops":
+            raise ProcessorError(f"--pan-and-scan: {processor_name(proc)} has no pan-and-scan crops (Gemma 3 has)")
         try:
             self.expand([(448, 448)])
         except ImageRefused as exc:
-            raise ProcessorError(f"{type(proc).__name__} cannot count a 448x448 image: {exc}") from None
+            raise ProcessorError(f"{processor_name(proc)} cannot count a 448x448 image: {exc}") from None
 
     def to_dict(self) -> dict:
         """What the report says of the processor."""
@@ -108,15 +96,17 @@ class ImageCounter:
         ip = proc.image_processor
         options = {k: _plain(getattr(ip, k)) for k in ("size", "min_pixels", "max_pixels", "patch_size",
                                                          "merge_size", "do_image_splitting", "max_image_size",
-                                                         "crop_size", "image_grid_pinpoints", "do_pan_and_scan")
+                                                         "crop_size", "image_grid_pinpoints", "do_pan_and_scan",
+                                                         "min_patches", "max_patches", "max_image_tiles")
                    if getattr(ip, k, None) is not None}
         options.update({k: _plain(getattr(proc, k)) for k in ("image_seq_len", "image_seq_length", "patch_size",
                                                                "num_additional_image_tokens",
-                                                               "vision_feature_select_strategy")
+                                                               "vision_feature_select_strategy", "num_image_tokens",
+                                                               "vision_aspect_ratio", "spatial_merge_size")
                         if getattr(proc, k, None) is not None})
-        return {"source": self.source, "processor": type(proc).__name__, "image_processor": type(ip).__name__,
+        return {"source": self.source, "processor": processor_name(proc), "image_processor": type(ip).__name__,
                 "image_token": proc.image_token, "family": self.family, "max_pixels": self.max_pixels,
-                "options": options}
+                "pan_and_scan": self.pan_and_scan, "options": options}
 
     def signature(self) -> str:
         from importlib.metadata import version
@@ -130,48 +120,35 @@ class ImageCounter:
 
     # -- counting -------------------------------------------------------------------------------
     def expand(self, sizes: list[tuple[int, int]]) -> list[Expansion]:
-        """Per (height, width): the image's ``Expansion``."""
+        """Per (height, width) of one row's images: the image's ``Expansion`` (LLaVA-OneVision
+        expands an image alone in its row otherwise than one of several)."""
         out = []
+        row = len(sizes) if self.family == "single_anyres" else 1
         for k, size in enumerate(sizes):
-            hit = self._cache.get(size)
+            hit = self._cache.get((size, row))
             if hit is None:
                 try:
-                    hit = self._cache[size] = self._expand(size)
+                    hit = self._cache[(size, row)] = self._expand(size, row)
                 except ImageRefused as exc:
                     exc.index = k
                     raise
             out.append(hit)
         return out
 
-    def _expand(self, size: tuple[int, int]) -> Expansion:
+    def finish(self, text: str) -> str:
+        """The processor's edits of a text once its images are expanded (``families.finish``)."""
+        return finish(self.processor, self.family, text)
+
+    def _expand(self, size: tuple[int, int], row: int) -> Expansion:
+        call = {"do_pan_and_scan": True} if self.pan_and_scan else {}
         try:
-            return self._expansion(size)
+            return expansion(self.processor, self.family, size, self.tokenizer, call, row)
         except (ValueError, ZeroDivisionError, OverflowError) as exc:
-            raise ImageRefused(f"{type(self.processor).__name__} refuses a {size[1]}x{size[0]} image: "
+            raise ImageRefused(f"{processor_name(self.processor)} refuses a {size[1]}x{size[0]} image: "
                                f"{_first_line(exc)}") from None
         except (TypeError, AttributeError, KeyError) as exc:  # an option the configs do not give
-            raise ProcessorError(f"{type(self.processor).__name__} cannot count images with the options of "
+            raise ProcessorError(f"{processor_name(self.processor)} cannot count images with the options of "
                                  f"{self.source} ({_first_line(exc)}): is its processor_config.json there?") from None
-
-    def _expansion(self, size: tuple[int, int]) -> Expansion:
-        proc = self.processor
-        family = self.family
-        tokens = None
-        if family != "rows_cols":
-            tokens = int(proc._get_num_multimodal_tokens(image_sizes=[list(size)]).num_image_tokens[0])
-        if family == "repeat":
-            return Expansion(tokens, None, tokens - 1)
-        if family == "rows_cols":
-            _, rows, cols = proc.image_processor.get_number_of_image_patches(*size, {})
-            inputs = {"rows": [[int(rows)]], "cols": [[int(cols)]]}
-        else:
-            inputs = {"num_crops": [0]}
-        replacement = proc.replace_image_token(inputs, 0)
-        ids = self.tokenizer(replacement, add_special_tokens=False)["input_ids"]
-        if family == "rows_cols":  # the image token's positions in its tiles' expansion (what the vision
-            # encoder fills), whether or not this transformers has a counting function for the class
-            tokens = ids.count(self.tokenizer.convert_tokens_to_ids(proc.image_token))
-        return Expansion(tokens, replacement, len(ids) - 1)
 
 
 def load_processor(source: str, tokenizer, *, max_pixels: int | None = None):
@@ -208,7 +185,8 @@ def load_processor(source: str, tokenizer, *, max_pixels: int | None = None):
     import copy
 
     try:  # a copy: some processors add their tokens to the tokenizer they are given
-        return _images_only(cls)(image_processor=image_processor, tokenizer=copy.deepcopy(tokenizer), **kwargs)
+        made = cls if cls is PixtralRule else _images_only(cls)
+        return made(image_processor=image_processor, tokenizer=copy.deepcopy(tokenizer), **kwargs)
     except Exception as exc:  # noqa: BLE001 - the processor's own complaint, one line
         raise ProcessorError(f"{cls.__name__} does not build on this tokenizer: {_first_line(exc)}") from None
 
@@ -237,7 +215,7 @@ def _processor_class(source: str, configs: dict, image_processor: str):
     if named not in FAMILIES:
         raise ProcessorError(f"{named}: lengthscan does not count its image tokens yet (counted: "
                              f"{', '.join(sorted(FAMILIES))})")
-    return getattr(transformers, named)
+    return PixtralRule if named == "PixtralProcessor" else getattr(transformers, named)
 
 
 def _only_user(source: str, image_processor: str, image_names: dict, processor_names: dict) -> str:

@@ -17,6 +17,7 @@ from tests.factories import write_jsonl
 from tests.support.vision import (
     FAMILIES,
     image_conversations,
+    processor_ids,
     reference,
     reference_processor,
     template_of,
@@ -62,21 +63,23 @@ def _loaded(row: dict, folder) -> list:
 def _image_tokens_reference(processor, family: str, messages, images) -> int:
     """The image tokens in the processor's own ``input_ids`` for the row's decoded images: its
     placeholder repeated (Qwen, LLaVA), its soft tokens (Gemma 3), the image token of each tile
-    (Idefics3, SmolVLM: the tile and row markers around them are not image tokens)."""
+    (Idefics3, SmolVLM, InternVL: the tile and row markers around them are not image tokens), the
+    grid's ``[IMG]`` (Pixtral: not its breaks)."""
     from transformers.image_utils import load_image
     from transformers.processing_utils import ProcessorMixin
 
     pics = [load_image(str(p)) for p in images]
     text = ProcessorMixin.apply_chat_template(processor, messages, tokenize=False)
-    ids = list(processor(text=text, images=pics or None)["input_ids"][0])
-    token = "<image_soft_token>" if family == "gemma3" else processor.image_token
+    ids = list(processor_ids(processor, text, pics))
+    token = "<image_soft_token>" if family.startswith("gemma3") else processor.image_token
     return ids.count(processor.tokenizer.convert_tokens_to_ids(token))
 
 
 def _check_family(family, folder, rows, src, tmp_path, pictures_dir):
     out = tmp_path / "out"
     assert _audit(src, "--tokenizer", folder, "--chat-template", template_of(family), "--messages", "messages",
-                  "--images", "images", "--processor", folder, "--full", "--out", out) == 0
+                  "--images", "images", "--processor", folder, "--full", "--out", out,
+                  *FAMILIES[family].get("args", [])) == 0
     table = pq.read_table(out / "lengths.parquet").to_pydict()
     processor = reference_processor(folder, family)
     with_images = 0
