@@ -215,3 +215,66 @@ def test_gemma3n_rows_equal_its_processor(tmp_path, train_texts, clips, docs):
         assert table["sequence_tokens"][i] == len(ids), i
         assert table["audio_tokens"][i] == ids.count(tok.convert_tokens_to_ids("<audio_soft_token>")), i
         assert table["audio_truncated"][i] == any(len(a) > 480000 for a in audio)
+
+
+OMNI_TOKENS = {"image_token": "<|IMAGE|>", "audio_token": "<|AUDIO|>", "video_token": "<|VIDEO|>",
+               "vision_bos_token": "<|vision_bos|>", "vision_eos_token": "<|vision_eos|>",
+               "audio_bos_token": "<|audio_bos|>", "audio_eos_token": "<|audio_eos|>"}
+OMNI_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.content is string %}{{ m.content }}"
+                 "{% else %}{% for p in m.content %}{% if p.type == 'audio' %}<|audio_bos|><|AUDIO|><|audio_eos|>"
+                 "{% elif p.type == 'text' %}{{ p.text }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}")
+
+
+def test_qwen2_5_omni_rows_equal_its_processor(tmp_path, train_texts, clips, docs):
+    """Qwen2.5-Omni: Whisper frames of up to 300 s (its released feature extractor), two stride-2
+    steps: against ``Qwen2_5OmniProcessor`` itself on the decoded clips (built without its video
+    processor, which needs torchvision), a clip over 300 s among them."""
+    from tokenizers import AddedToken
+    from transformers import AutoTokenizer, Qwen2_5OmniProcessor, WhisperFeatureExtractor
+    from transformers.audio_utils import load_audio
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    model = tmp_path / "omni"
+    model.mkdir()
+    tok = chat_bpe(train_texts[:400], 2000)
+    tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in OMNI_TOKENS.values()])
+    tok.save(str(model / "tokenizer.json"))
+    (model / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+        "extra_special_tokens": OMNI_TOKENS}))
+    config = {**QWEN2_AUDIO, "chunk_length": 300, "n_samples": 4800000, "nb_max_frames": 30000,
+              "processor_class": "Qwen2_5OmniProcessor"}
+    (model / "preprocessor_config.json").write_text(json.dumps(config))
+    template = tmp_path / "omni.jinja"
+    template.write_text(OMNI_TEMPLATE)
+    folder, paths = clips
+    sf.write(folder / "lecture.wav", np.zeros(8000 * 301 + 3, np.int16), 8000, subtype="PCM_16")  # over 300 s
+    names = [p.name for p in paths] + ["lecture.wav"]
+    rows = [{"messages": [{"role": "user", "content": [*({"type": "audio"} for _ in range(k)),
+                                                       {"type": "text", "text": docs[i][:100] or "Hm?"}]},
+                          {"role": "assistant", "content": docs[i + 1][:80] or "Noise."}],
+             "audios": [names[(i + j) % len(names)] for j in range(k)]} for i, k in enumerate([1, 2, 0, 1, 1, 2, 1])]
+    src = write_jsonl(folder / "omni.jsonl", rows)
+    out = tmp_path / "out"
+    assert main(["audit", str(src), "--tokenizer", str(model), "--processor", str(model), "--chat-template",
+                 str(template), "--messages", "messages", "--audios", "audios", "--train-on", "all", "--full",
+                 "--quiet", "--no-cache", "--out", str(out)]) == 0
+    table = pq.read_table(out / "lengths.parquet").to_pydict()
+    tok = AutoTokenizer.from_pretrained(model)
+
+    class AudioOnly(Qwen2_5OmniProcessor):
+        def check_argument_for_proper_class(self, name, argument):  # no video processor
+            return None if argument is None else super().check_argument_for_proper_class(name, argument)
+
+    fe = WhisperFeatureExtractor(**{k: v for k, v in config.items() if k != "processor_class"})
+    processor = AudioOnly(image_processor=Qwen2VLImageProcessorPil(), video_processor=None, feature_extractor=fe,
+                          tokenizer=tok, chat_template=OMNI_TEMPLATE)
+    audio_id = tok.convert_tokens_to_ids("<|AUDIO|>")
+    for i, row in enumerate(rows):
+        text = tok.apply_chat_template(row["messages"], chat_template=OMNI_TEMPLATE, tokenize=False)
+        audio = [load_audio(str(folder / n), sampling_rate=16000, backend="soundfile") for n in row["audios"]]
+        ids = list(processor(text=[text], audio=audio or None)["input_ids"][0])
+        assert table["chat_error"][i] is None, table["chat_error"][i]
+        assert (table["sequence_tokens"][i], table["audio_tokens"][i]) == (len(ids), ids.count(audio_id)), i
+        assert table["audio_truncated"][i] == any(len(a) > 4800000 for a in audio), i
+    assert any(table["audio_truncated"]) and max(table["audio_tokens"]) >= 7500
