@@ -224,7 +224,9 @@ def _videos(console, videos: dict, splits: list) -> None:
     """The video processor's settings, and each split's videos: their tokens and frames."""
     o = videos["options"]
     frames = f", {o['min_frames']}-{o['max_frames']} frames" if "min_frames" in o else ""
-    sampled = (f"{o['num_frames']} frames" if o.get("num_frames") else f"{o['fps']} fps{frames}"
+    if o.get("num_frames") and o.get("fps"):  # SmolVLM2 samples by both
+        frames = f", at most {o['num_frames']} frames"
+    sampled = (f"{o['num_frames']} frames" if o.get("num_frames") and not o.get("fps") else f"{o['fps']} fps{frames}"
                ) if o["do_sample_frames"] else "every frame (do_sample_frames off)"
     size = (f"{o['min_pixels']:,}-{o['max_pixels']:,} pixels" if "min_pixels" in o
             else f"{o['tokens_per_frame']:,} tokens a frame")

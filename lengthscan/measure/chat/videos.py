@@ -69,7 +69,7 @@ def add_videos(videos, counter, work: dict, texts: list, plain: list, values: di
             continue
         w = work[i]
         media[i] = [[v.frames, v.fps, v.width, v.height, v.rotation] for v in row_infos]
-        if videos.wrapper is None:  # the video token repeated: each video adds its tokens less one
+        if videos.repeats:  # the video token repeated: each video adds its tokens less one
             added = [c.tokens - 1 for c in counts]
             _apply(i, w, sum(added), added, counts, row_infos, values, notes, train_on, placeholder)
             continue

@@ -4,8 +4,8 @@
 (``processor_config.json``'s ``video_processor``, else ``video_preprocessor_config.json``, else the
 image processor's ``preprocessor_config.json``, whose ``min_pixels``/``max_pixels`` then apply to
 every frame), tells the family by its ``video_processor_type`` (or the processor class), and counts
-with ``qwen.count_video`` (the processors' video classes need torchvision; their rules are
-reproduced there and checked against the processors' own code). Options given to the run
+with ``qwen.count_video``, ``llava.py`` or ``smolvlm.py`` (the processors' video classes need
+torchvision; their rules are reproduced there and checked against the processors' own code). Options given to the run
 (``--fps``, ``--num-frames``, ``--max-frames``, ``--max-pixels``) count as if the processor's config
 said them (``fps`` or ``num_frames`` turn frame sampling on, as ``apply_chat_template`` does). The
 Omni processors (Qwen2.5-Omni, Qwen3-Omni) pass their own per-frame pixel bounds at every call,
@@ -30,14 +30,18 @@ FAMILIES = {"Qwen2VLVideoProcessor": "qwen2", "Qwen3VLVideoProcessor": "qwen3",
             "Qwen2VLProcessor": "qwen2", "Qwen2_5_VLProcessor": "qwen2", "Qwen2_5OmniProcessor": "qwen2",
             "Qwen3VLProcessor": "qwen3", "Qwen3OmniMoeProcessor": "qwen2",
             "LlavaNextVideoVideoProcessor": "llava_next_video", "LlavaNextVideoProcessor": "llava_next_video",
-            "LlavaOnevisionVideoProcessor": "llava_onevision", "LlavaOnevisionProcessor": "llava_onevision"}
+            "LlavaOnevisionVideoProcessor": "llava_onevision", "LlavaOnevisionProcessor": "llava_onevision",
+            "SmolVLMVideoProcessor": "smolvlm", "SmolVLMProcessor": "smolvlm"}
 #: the per-frame pixel bounds the Omni processors pass their video processor at every call (their
 #: ``videos_kwargs``), which override the config's
 FORCED_PIXELS = {"Qwen2_5OmniProcessor": (128 * 28 * 28, 768 * 28 * 28),
                  "Qwen3OmniMoeProcessor": (128 * 32 * 32, 768 * 32 * 32)}
 #: the video token a family's processor writes where the tokenizer names none
 VIDEO_TOKENS = {"qwen2": "<|video_pad|>", "qwen3": "<|video_pad|>", "llava_next_video": "<video>",
-                "llava_onevision": "<video>"}
+                "llava_onevision": "<video>", "smolvlm": "<video>"}
+#: SmolVLM2's frame tokens, as its processor reads them off the tokenizer (with these defaults)
+SMOLVLM_TOKENS = {"fake_image_token": "<fake_token_around_image>", "image_token": "<image>",
+                  "global_image_token": "<global-img>"}
 #: the config files a video processor is read from, in transformers' order
 CONFIG_FILES = ("processor_config.json", "video_preprocessor_config.json", "preprocessor_config.json")
 
@@ -60,7 +64,12 @@ class VideoCounter:
         if self.family is None:
             raise VideoConfigError(f"{self.source}: {named or 'no video processor named'}: lengthscan counts the "
                                    f"video tokens of {', '.join(sorted(n for n in FAMILIES if 'Video' in n))}")
-        if self.family.startswith("llava"):
+        if self.family == "smolvlm":
+            from lengthscan.measure.video.smolvlm import SmolVideo
+
+            self.options = SmolVideo.from_config(config, configs.get("processor_config.json") or {}, fps=fps,
+                                                 num_frames=num_frames, max_frames=max_frames)
+        elif self.family.startswith("llava"):
             from lengthscan.measure.video.llava import LlavaVideo
 
             try:
@@ -83,21 +92,30 @@ class VideoCounter:
         self.video_token = getattr(tokenizer, "video_token", None) or VIDEO_TOKENS[self.family]
         self.start = getattr(tokenizer, "vision_start_token", None) or "<|vision_start|>"
         self.end = getattr(tokenizer, "vision_end_token", None) or "<|vision_end|>"
+        self.frame_tokens = {k: getattr(tokenizer, k, None) or v for k, v in SMOLVLM_TOKENS.items()}
 
     @property
     def wrapper(self) -> str | None:
         """What the processor collapses to its video token before expanding (Qwen3-VL), or None."""
         return self.start + self.video_token + self.end if self.family == "qwen3" else None
 
+    @property
+    def repeats(self) -> bool:
+        """Whether the processor writes its video token repeated and nothing else (not Qwen3-VL's
+        timestamps, nor SmolVLM2's frame lines)."""
+        return self.family not in ("qwen3", "smolvlm")
+
     def count(self, info: VideoInfo) -> VideoCount:
         """The processor's count for one video (``VideoRefused`` where it would refuse it)."""
-        key = (info.frames, info.fps, info.width, info.height, info.rotation, info.container)
+        key = (info.frames, info.fps, info.duration, info.width, info.height, info.rotation, info.container)
         hit = self._cache.get(key)
         if hit is None:
             if info.container == FRAMES and self.options.do_sample_frames:
                 raise VideoRefused("the processor does not sample frames from a list of images (do_sample_frames is "
                                    "on): give a video file, or turn sampling off")
-            if self.family.startswith("llava"):
+            if self.family == "smolvlm":
+                hit = self._cache[key] = self.options.count(info, self.frame_tokens)
+            elif self.family.startswith("llava"):
                 hit = self._cache[key] = self.options.count(info)
             else:
                 hit = self._cache[key] = count_video(info, self.options)
@@ -109,7 +127,9 @@ class VideoCounter:
     def to_dict(self) -> dict:
         o = self.options
         options = {"do_sample_frames": o.do_sample_frames, "fps": o.fps, "num_frames": o.num_frames}
-        if self.family.startswith("llava"):
+        if self.family == "smolvlm":
+            options.update(tokens_per_frame=o.image_seq_len, image_seq_len=o.image_seq_len, skip_secs=o.skip_secs)
+        elif self.family.startswith("llava"):
             options.update(tokens_per_frame=o.per_frame, tokens_per_video=o.extra)
         else:
             options.update(min_frames=o.min_frames, max_frames=o.max_frames, min_pixels=o.min_pixels,

@@ -109,10 +109,13 @@ class VideoCount:
     width: int
     bound: str                   # what set the frames kept: all frames, fps, num_frames, min_frames, max_frames
     timestamps: tuple[float, ...] = ()  # Qwen3-VL: per temporal patch, the time it writes (seconds)
+    text: str | None = None      # the whole replacement where the family writes its own (SmolVLM2)
 
     def replacement(self, video_token: str, start: str, end: str) -> str:
         """The text the processor writes for the video's placeholder (Qwen3-VL: for the template's
         ``start + video_token + end``, which it collapses first)."""
+        if self.text is not None:
+            return self.text
         if not self.timestamps:
             return video_token * self.tokens
         per_patch = self.tokens // self.grid[0]
