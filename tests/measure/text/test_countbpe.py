@@ -422,3 +422,18 @@ def test_the_shipped_code_point_probes_are_what_the_installed_libraries_give(tmp
     fresh = codepoints.write_shipped(tmp_path / "probed.json")
     assert codepoints.shipped()[key] == fresh
     assert set(fresh) >= {"class \\p{L}", "class \\s", "folds", "normalizer NFC"}
+
+
+def test_a_pair_listed_twice_ranks_by_its_last_index():
+    """A tokenizer.json listing a pair twice: tokenizers' merge map keeps its last index, and so does
+    the rank table (by either of derive's two ways of reading the spans)."""
+    import json
+
+    from tokenizers import Tokenizer
+
+    spec = json.loads(byte_level_tokenizer([("a", "b"), ("c", "d"), ("x", "y")]).to_str())
+    spec["model"]["merges"] = [["a", "b"], ["c", "d"], ["a", "b"], ["x", "y"]]
+    derived = derive(json.dumps(spec))
+    assert (derived.ranks[b"ab"], derived.ranks[b"cd"], derived.ranks[b"xy"]) == (256 + 2, 256 + 1, 256 + 3)
+    tok = Tokenizer.from_str(json.dumps(spec))
+    assert json.loads(tok.to_str())["model"]["merges"] == [["c", "d"], ["a", "b"], ["x", "y"]]  # as it reads them

@@ -86,6 +86,10 @@ class Refused(ValueError):
 
 
 def _merge_pairs(merges: list) -> list[tuple[str, str]]:
+    if merges and set(map(type, merges)) == {list}:  # the newer format: pairs as lists, read in one piece
+        pairs = list(map(tuple, merges))
+        if set(map(len, pairs)) == {2}:
+            return pairs
     out = []
     for m in merges:
         if isinstance(m, str):
@@ -138,16 +142,7 @@ def derive_model(model: dict, bpe=None) -> Derived:
     if missing:
         raise Refused(f"{len(missing)} of the 256 byte-level characters are not in the vocabulary")
     pairs = _merge_pairs(model.get("merges") or [])
-    index: dict[tuple[str, str], int] = {}
-    for i, pair in enumerate(pairs):
-        index[pair] = i  # later duplicates win, as in tokenizers' merge map
-    spans: dict[str, list[int]] = {}
-    for (a, b), i in index.items():
-        span = spans.get(a + b)
-        if span is None:
-            spans[a + b] = [i, i]
-        else:
-            span[0], span[1] = min(span[0], i), max(span[1], i)
+    lo, hi = _spans(pairs)
     to_bytes = str.maketrans({c: chr(b) for c, b in alphabet.items()})  # a word's bytes, as latin-1 text
     outside = re.compile(f"[^{''.join(re.escape(c) for c in alphabet)}]")
     words = [t for t in vocab if len(t) >= 2 and not outside.search(t)]
@@ -166,16 +161,45 @@ def derive_model(model: dict, bpe=None) -> Derived:
                 raise Refused(f"under ignore_merges, {word!r} is a vocabulary entry whose own merges stop at two "
                               "tokens that are not a listed merge (tiktoken would merge them)")
             others.append(word)
-    order = sorted(merged, key=lambda w: spans[w][0])
-    for prev, word in zip(order, order[1:]):
-        if spans[prev][1] >= spans[word][0]:
-            raise Refused(f"the merges making {prev!r} and {word!r} are interleaved in the merge list")
-    for word in order:
-        ranks[word.translate(to_bytes).encode("latin-1")] = 256 + spans[word][0]
+    order = sorted(merged, key=lo.__getitem__)
+    if hi is not lo:  # a token made by several listed merges: their spans must not interleave
+        for prev, word in zip(order, order[1:]):
+            if hi[prev] >= lo[word]:
+                raise Refused(f"the merges making {prev!r} and {word!r} are interleaved in the merge list")
+    ranks.update(zip(_as_bytes(order, to_bytes), [256 + lo[w] for w in order]))
     top = 256 + len(pairs)
-    for j, word in enumerate(others):
-        ranks[word.translate(to_bytes).encode("latin-1")] = top + j
+    ranks.update(zip(_as_bytes(others, to_bytes), range(top, top + len(others))))
     return Derived(ranks=ranks, merged=len(merged), whole_only=len(others), ignore_merges=ignore)
+
+
+def _spans(pairs: list[tuple[str, str]]) -> tuple[dict[str, int], dict[str, int]]:
+    """Per concatenation of a listed merge, the lowest and highest index of the merges that make it
+    (a pair listed twice keeps its last index, as in tokenizers' merge map). Where every pair and
+    every concatenation is listed once (the usual case) both are the one index, and the same dict."""
+    cats = [a + b for a, b in pairs]
+    if len(set(pairs)) == len(pairs) and len(set(cats)) == len(cats):
+        lo = dict(zip(cats, range(len(cats))))
+        return lo, lo
+    import numpy as np
+
+    index = dict(zip(pairs, range(len(pairs))))  # later duplicates win
+    at = np.fromiter(index.values(), np.int64, len(index))
+    order = np.argsort(at, kind="stable").tolist()
+    made = [a + b for a, b in index]
+    cats, spots = [made[k] for k in order], at[order].tolist()
+    hi = dict(zip(cats, spots))  # in index order: the last (highest) index of each token stays
+    lo = dict(zip(reversed(cats), reversed(spots)))
+    return lo, hi
+
+
+def _as_bytes(words: list[str], to_bytes: dict) -> list[bytes]:
+    """Each byte-level word's bytes (one character a byte), translated in one piece."""
+    blob = "".join(words).translate(to_bytes).encode("latin-1")
+    out, at = [], 0
+    for w in words:
+        out.append(blob[at:at + len(w)])
+        at += len(w)
+    return out
 
 
 def _iso_sizes(bpe, words: list[str]) -> list[int]:
