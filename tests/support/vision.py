@@ -123,6 +123,47 @@ FAMILIES = {
         processor={"image_token": "<image>", "num_image_tokens": 729, "video_token": "<video>",
                    "vision_aspect_ratio": "anyres_max_9", "vision_feature_select_strategy": "full",
                    "processor_class": "LlavaOnevisionProcessor"}),
+    "gemma4": dict(tokens=["<start_of_image>", "<end_of_image>", "<image_soft_token>", "<start_of_audio>",
+                           "<end_of_audio>", "<audio_soft_token>"], placeholder="<image_soft_token>",
+                   extra={"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
+                          "image_token": "<image_soft_token>", "boa_token": "<start_of_audio>",
+                          "eoa_token": "<end_of_audio>", "audio_token": "<audio_soft_token>"},
+                   preprocessor={"patch_size": 16, "max_soft_tokens": 280, "pooling_kernel_size": 3,
+                                 "image_processor_type": "Gemma4ImageProcessor", "processor_class": "Gemma4Processor"},
+                   processor={"image_seq_length": 280, "processor_class": "Gemma4Processor"}),
+    "gemma3n": dict(tokens=["<start_of_image>", "<end_of_image>", "<image_soft_token>", "<start_of_audio>",
+                            "<end_of_audio>", "<audio_soft_token>"], placeholder="<image_soft_token>",
+                    extra={"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
+                           "image_token": "<image_soft_token>", "boa_token": "<start_of_audio>",
+                           "eoa_token": "<end_of_audio>", "audio_token": "<audio_soft_token>"},
+                    preprocessor={"do_normalize": False, "do_rescale": True, "do_resize": True,
+                                  "size": {"height": 768, "width": 768}, "resample": 2,
+                                  "image_processor_type": "SiglipImageProcessor", "processor_class": "Gemma3nProcessor"},
+                    processor={"image_seq_length": 256, "audio_seq_length": 188, "processor_class": "Gemma3nProcessor"}),
+    "glm4v": dict(tokens=["<|image|>", "<|begin_of_image|>", "<|end_of_image|>", "<|video|>"], placeholder="<|image|>",
+                  preprocessor={"size": {"shortest_edge": 12544, "longest_edge": 9633792}, "patch_size": 14,
+                                "temporal_patch_size": 2, "merge_size": 2, **_MEAN,
+                                "image_processor_type": "Glm4vImageProcessor", "processor_class": "Glm4vProcessor"}),
+    "qwen2_5_omni": dict(tokens=["<|IMAGE|>", "<|AUDIO|>", "<|VIDEO|>", "<|vision_bos|>", "<|vision_eos|>",
+                                 "<|audio_bos|>", "<|audio_eos|>"], placeholder="<|vision_bos|><|IMAGE|><|vision_eos|>",
+                         extra={"image_token": "<|IMAGE|>", "audio_token": "<|AUDIO|>", "video_token": "<|VIDEO|>",
+                                "vision_bos_token": "<|vision_bos|>", "vision_eos_token": "<|vision_eos|>",
+                                "audio_bos_token": "<|audio_bos|>", "audio_eos_token": "<|audio_eos|>"},
+                         preprocessor={"min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14,
+                                       "temporal_patch_size": 2, "merge_size": 2, **_MEAN,
+                                       "image_processor_type": "Qwen2VLImageProcessor",
+                                       "processor_class": "Qwen2_5OmniProcessor"}),
+    "qwen3_omni": dict(tokens=["<|image_pad|>", "<|audio_pad|>", "<|video_pad|>", "<|vision_start|>",
+                               "<|vision_end|>", "<|audio_start|>", "<|audio_end|>"],
+                       placeholder="<|vision_start|><|image_pad|><|vision_end|>",
+                       extra={"image_token": "<|image_pad|>", "audio_token": "<|audio_pad|>",
+                              "video_token": "<|video_pad|>", "vision_bos_token": "<|vision_start|>",
+                              "vision_eos_token": "<|vision_end|>", "audio_bos_token": "<|audio_start|>",
+                              "audio_eos_token": "<|audio_end|>"},
+                       preprocessor={"min_pixels": 3136, "max_pixels": 12845056, "patch_size": 16,
+                                     "temporal_patch_size": 2, "merge_size": 2, "image_mean": [0.5, 0.5, 0.5],
+                                     "image_std": [0.5, 0.5, 0.5], "image_processor_type": "Qwen2VLImageProcessor",
+                                     "processor_class": "Qwen3OmniMoeProcessor"}),
 }
 
 #: A ChatML template writing ``PLACEHOLDER`` for each image part (for the families whose released
@@ -233,14 +274,20 @@ def reference_processor(folder: Path, family: str):
     name = (FAMILIES[family].get("processor") or FAMILIES[family]["preprocessor"])["processor_class"]
     cls = pixtral_processor_class() if name == "PixtralProcessor" else getattr(transformers, name)
     params = inspect.signature(cls.__init__).parameters
-    others = {k: None for k in ("video_processor",) if k in params}
+    others = {k: None for k in ("video_processor", "feature_extractor") if k in params}
 
     def __init__(self, image_processor=None, tokenizer=None, **kwargs):
         cls.__init__(self, image_processor=image_processor, tokenizer=tokenizer, **others, **kwargs)
         for name in others:  # read (as None) by some processors' __call__
             setattr(self, name, None)
 
-    images_only = type(name, (cls,), {"__init__": __init__})
+    __init__.__signature__ = inspect.signature(cls.__init__)  # the sub-processors ProcessorMixin reads off it
+
+    def check_argument_for_proper_class(self, argument_name, argument):
+        return None if argument is None else cls.check_argument_for_proper_class(self, argument_name, argument)
+
+    images_only = type(name, (cls,), {"__init__": __init__,
+                                      "check_argument_for_proper_class": check_argument_for_proper_class})
     kwargs = {k: v for k, v in (FAMILIES[family].get("processor") or {}).items() if k != "processor_class"}
     made = images_only(image_processor=AutoImageProcessor.from_pretrained(folder),
                        tokenizer=AutoTokenizer.from_pretrained(folder),

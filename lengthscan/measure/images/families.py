@@ -4,7 +4,13 @@ called with what they read from processed images, computed from the size (never 
 Family names (``FAMILIES``, by processor class):
 
 * ``repeat``: the placeholder repeated once per image token; the count is the processor's
-  ``_get_num_multimodal_tokens`` (Qwen2-VL and successors, LLaVA, LLaVA-NeXT);
+  ``_get_num_multimodal_tokens`` (Qwen2-VL and successors, the Qwen Omni models, GLM-4V, LLaVA,
+  LLaVA-NeXT);
+* ``soft``: Gemma 4: that many soft tokens (its aspect-ratio-preserving resize within
+  ``max_soft_tokens``) between its begin and end of image tokens (``replace_image_token`` reading
+  ``num_soft_tokens_per_image``);
+* ``fixed_text``: Gemma 3n: the same text for every image (``image_seq_length`` soft tokens
+  between blank lines and its image marks);
 * ``prefix_lm``: PaliGemma: ``repeat``, and the processor writes its BOS after the last image and a
   newline at the end of a text with images (``finish``);
 * ``single_anyres``: LLaVA-OneVision: a conversation with one image is counted as ``repeat`` (its
@@ -43,7 +49,8 @@ FAMILIES = {
     "LlavaOnevisionProcessor": "single_anyres", "MllamaProcessor": "kept",
     "Idefics3Processor": "rows_cols", "SmolVLMProcessor": "rows_cols",
     "Gemma3Processor": "crops", "InternVLProcessor": "patches", "Idefics2Processor": "fixed",
-    "PixtralProcessor": "grid",
+    "PixtralProcessor": "grid", "Glm4vProcessor": "repeat", "Qwen2_5OmniProcessor": "repeat",
+    "Qwen3OmniMoeProcessor": "repeat", "Gemma4Processor": "soft", "Gemma3nProcessor": "fixed_text",
 }
 
 
@@ -75,6 +82,11 @@ def expansion(proc, family: str, size: tuple[int, int], tokenizer, call: dict, r
     elif family == "patches":
         patches = proc._get_num_multimodal_tokens(image_sizes=[list(size)], **call).num_image_patches[0]
         replacement = proc.replace_image_token({"num_patches": [int(patches)]}, 0)
+    elif family == "soft":
+        soft = proc._get_num_multimodal_tokens(image_sizes=[list(size)], **call).num_image_tokens[0]
+        replacement = proc.replace_image_token({"num_soft_tokens_per_image": [int(soft)]}, 0)
+    elif family == "fixed_text":
+        replacement = proc.replace_image_token({}, 0)
     elif family == "fixed":
         if proc.image_processor.do_image_splitting and size[0] < 2:  # a crop of no height: its resize divides by it
             raise ZeroDivisionError("an image 1 pixel high splits into crops 0 pixels high")

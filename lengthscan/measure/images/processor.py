@@ -253,7 +253,11 @@ def _images_only(cls):
     def __init__(self, image_processor=None, tokenizer=None, **kwargs):
         cls.__init__(self, image_processor=image_processor, tokenizer=tokenizer, **missing, **kwargs)
 
+    __init__.__signature__ = inspect.signature(cls.__init__)  # the sub-processors ProcessorMixin reads off it
+
     def check_argument_for_proper_class(self, argument_name, argument):
+        if argument is None and argument_name in missing:  # built without it
+            return None
         try:
             return cls.check_argument_for_proper_class(self, argument_name, argument)
         except ImportError:  # an optional tokenizer backend that does not import (mistral-common without
