@@ -21,7 +21,7 @@ import json
 import math
 import re
 
-from lengthscan.sources.nesting import first_deep_line, nesting
+from lengthscan.sources.nesting import deep_line_in, first_deep_line, nesting
 
 #: The deepest nesting of objects and arrays a row may have, its own object counted.
 MAX_NESTING = 32
@@ -101,20 +101,10 @@ def _layout(open_stream, block: int) -> tuple:
     import pyarrow.json as pj
 
     read_options = pj.ReadOptions(block_size=block)
-    with open_stream() as fh:
-        guard = _Guard(fh)
-        try:
-            reader = pj.open_json(guard, read_options=read_options)
-            rows = sum(batch.num_rows for batch in reader)
-            schema, lines = reader.schema, fh.filled_lines
-        except _Heavy:
-            schema = None
-    if schema is None:  # a line of many brackets: read on only once it is known not too deep
-        check_nesting(None, open_stream)
-        with open_stream() as fh:
-            reader = pj.open_json(fh, read_options=read_options)
-            rows = sum(batch.num_rows for batch in reader)
-            schema, lines = reader.schema, fh.filled_lines
+    with open_stream() as fh:  # a line of many brackets is read on only once it is known not too deep
+        reader = pj.open_json(_Guard(fh), read_options=read_options)
+        rows = sum(batch.num_rows for batch in reader)
+        schema, lines = reader.schema, fh.filled_lines
     if rows != lines:
         raise SeveralValues(f"{rows:,} rows in {lines:,} lines: a line holds more than one JSON value")
     check_nesting(schema, open_stream)
@@ -141,21 +131,27 @@ def checked(open_stream):
     return opened
 
 
-class _Heavy(Exception):
-    """A block read holds a line of more than ``_HEAVY`` opening brackets."""
-
-
 class _Guard:
-    """The stream pyarrow's JSON reader reads through: it stops the reader (``_Heavy``) at a block
-    that holds a line of more than ``_HEAVY`` opening brackets, before the reader spends minutes on it."""
+    """The stream pyarrow's JSON reader reads through. Where a read holds a line of more than
+    ``_HEAVY`` opening brackets, its whole lines' depth is found (``nesting.deep_line_in``: numpy,
+    strings skipped) before the reader gets them: a line too deep is a ``NestingError`` naming it,
+    before the reader spends minutes on it; the others read on in the same pass. A line the read
+    cuts is checked with the read that ends it (the reader parses no line before its end)."""
 
     def __init__(self, inner):
         self.inner, self.closed = inner, False
+        self.tail, self.lines = b"", 0  # the line begun and not ended yet; the lines ended before it
 
     def read(self, nbytes: int = -1) -> bytes:
         data = self.inner.read(nbytes)
-        if heavy_line(data):
-            raise _Heavy
+        seen = self.tail + data if self.tail else data
+        end = seen.rfind(b"\n") + 1 if data else len(seen)  # at the end of the file, its last line too
+        if heavy_line(seen):
+            found = deep_line_in(seen[:end], MAX_NESTING)
+            if found is not None:
+                raise too_deep(f"line {self.lines + found + 1}")
+        self.lines += seen.count(b"\n", 0, end)
+        self.tail = seen[end:]
         return data
 
     def readable(self) -> bool:
@@ -227,9 +223,12 @@ def check_nesting(schema, open_stream) -> None:
     line = first_deep_line(open_stream, MAX_NESTING)
     if line is None and schema is None:
         return
-    where = f"line {line}" if line is not None else "a row"
-    raise NestingError(f"{where} nests objects and arrays more than {MAX_NESTING} levels deep; flatten it or "
-                       "store the value as a JSON string")
+    raise too_deep(f"line {line}" if line is not None else "a row")
+
+
+def too_deep(where: str) -> NestingError:
+    return NestingError(f"{where} nests objects and arrays more than {MAX_NESTING} levels deep; flatten it or "
+                        "store the value as a JSON string")
 
 
 def looks_like_lines(path: str) -> bool:

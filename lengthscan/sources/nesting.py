@@ -56,6 +56,12 @@ def first_deep_line(open_stream, limit: int) -> int | None:
             first += block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
 
 
+def deep_line_in(lines: bytes, limit: int) -> int | None:
+    """The index (from 0) of the first of ``lines`` (whole lines of a JSON Lines file) whose
+    objects and arrays nest more than ``limit`` levels; None when none does."""
+    return _block(lines, 0, limit)[0]
+
+
 def _block(block: bytes, depth: int, limit: int) -> tuple[int | None, int]:
     """(index of the first line of ``block`` that reaches past ``limit``, or None; the depth at its end)."""
     data = np.frombuffer(block, np.uint8)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import random
 
 import pytest
@@ -52,3 +53,27 @@ def test_json_lines_with_brackets_in_strings_are_shallow(tmp_path):
     path.write_text(row * 50 + '{"deep": ' + "[" * 40 + "]" * 40 + "}\n", encoding="utf-8")
     assert by_lines(path.read_bytes(), 32) == 51
     assert first_deep_line(lambda: open(path, "rb"), 32) == 51
+
+
+@pytest.mark.parametrize("newline_at_end", [True, False])
+def test_a_deep_line_cut_by_the_readers_blocks_is_named(tmp_path, newline_at_end):
+    """The layout's one pass checks a line of many brackets with the read that ends it: one cut by
+    the JSON reader's 1 MiB blocks, or the last line of a file without a line break, is named by
+    its number; lines of many brackets inside strings (shallow) read on in the same pass."""
+    from lengthscan.sources.json_lines import BLOCK, NestingError, json_lines_layout
+    from lengthscan.sources.streams import open_text
+
+    shallow = json.dumps({"text": "usage: cmd " + "[-x] {a|b} " * 150})  # 300 brackets, all in the string
+    lines = [shallow] * (BLOCK // len(shallow) + 3)
+    deep = '{"text": "y", "m": ' + "[" * 2000 + "]" * 2000 + "}"
+    src = tmp_path / "man.jsonl"
+    src.write_text("\n".join(lines) + "\n" + "\n".join(lines[:5]) + "\n")
+    assert json_lines_layout(lambda: open_text(src))[0] == len(lines) + 5
+    cut = BLOCK // (len(shallow) + 1)  # the line that starts in the first block and ends in the second
+    body = lines[:cut] + [deep] + lines[cut:]
+    src.write_text("\n".join(body) + ("\n" if newline_at_end else ""))
+    with pytest.raises(NestingError, match=f"^line {cut + 1} nests"):
+        json_lines_layout(lambda: open_text(src))
+    src.write_text("\n".join(lines + [deep]) + ("\n" if newline_at_end else ""))
+    with pytest.raises(NestingError, match=f"^line {len(lines) + 1} nests"):
+        json_lines_layout(lambda: open_text(src))
