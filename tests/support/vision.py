@@ -20,6 +20,17 @@ _IDEFICS = ["<fake_token_around_image>", "<image>", "<global-img>", "<end_of_utt
 _QWEN = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 _MEAN = {"image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711]}
 
+def _pixtral(longest_edge: int, patch: int, merge: int) -> dict:
+    """A Pixtral-family processor's released values (Pixtral, Mistral 3)."""
+    return dict(tokens=["[IMG]", "[IMG_BREAK]", "[IMG_END]"], placeholder="[IMG]", preprocessor={
+        "do_convert_rgb": True, "do_normalize": True, "do_rescale": True, "do_resize": True, **_MEAN,
+        "patch_size": {"height": patch, "width": patch}, "resample": 3, "rescale_factor": 0.00392156862745098,
+        "size": {"longest_edge": longest_edge}, "image_processor_type": "PixtralImageProcessor",
+        "processor_class": "PixtralProcessor"},
+        processor={"image_break_token": "[IMG_BREAK]", "image_end_token": "[IMG_END]", "image_token": "[IMG]",
+                   "patch_size": patch, "spatial_merge_size": merge, "processor_class": "PixtralProcessor"})
+
+
 #: family -> what its processor directory holds and its template: the values of the released configs
 FAMILIES = {
     "qwen2_vl": dict(tokens=_QWEN, template="qwen2_5_vl", preprocessor={
@@ -73,20 +84,8 @@ FAMILIES = {
         processor={"image_seq_length": 256, "processor_class": "Gemma3Processor"},
         call={"do_pan_and_scan": True}, args=["--pan-and-scan"]),
     # the families whose released chat templates TRL does not ship: a template writing their placeholder
-    "pixtral": dict(tokens=["[IMG]", "[IMG_BREAK]", "[IMG_END]"], placeholder="[IMG]", preprocessor={
-        "do_convert_rgb": True, "do_normalize": True, "do_rescale": True, "do_resize": True, **_MEAN,
-        "patch_size": {"height": 16, "width": 16}, "resample": 3, "rescale_factor": 0.00392156862745098,
-        "size": {"longest_edge": 1024}, "image_processor_type": "PixtralImageProcessor",
-        "processor_class": "PixtralProcessor"},
-        processor={"image_break_token": "[IMG_BREAK]", "image_end_token": "[IMG_END]", "image_token": "[IMG]",
-                   "patch_size": 16, "processor_class": "PixtralProcessor"}),
-    "mistral3": dict(tokens=["[IMG]", "[IMG_BREAK]", "[IMG_END]"], placeholder="[IMG]", preprocessor={
-        "do_convert_rgb": True, "do_normalize": True, "do_rescale": True, "do_resize": True, **_MEAN,
-        "patch_size": {"height": 14, "width": 14}, "resample": 3, "rescale_factor": 0.00392156862745098,
-        "size": {"longest_edge": 1540}, "image_processor_type": "PixtralImageProcessor",
-        "processor_class": "PixtralProcessor"},
-        processor={"image_break_token": "[IMG_BREAK]", "image_end_token": "[IMG_END]", "image_token": "[IMG]",
-                   "patch_size": 14, "spatial_merge_size": 2, "processor_class": "PixtralProcessor"}),
+    "pixtral": _pixtral(1024, 16, 1),        # Pixtral-12B
+    "mistral3": _pixtral(1540, 14, 2),       # Mistral Small 3.1
     "internvl": dict(tokens=["<img>", "</img>", "<IMG_CONTEXT>", "<video>"], placeholder="<IMG_CONTEXT>",
                      extra={"start_image_token": "<img>", "end_image_token": "</img>",
                             "context_image_token": "<IMG_CONTEXT>", "video_token": "<video>"},

@@ -161,6 +161,21 @@ def test_samples_are_what_load_audio_returns(tmp_path, model, clips):
                                                                                 backend="soundfile")), path.name
 
 
+def _audio_rows(docs: list, names: list, counts: list) -> list:
+    """Conversations whose first message has ``counts[i]`` audio parts (the names in turn)."""
+    return [{"messages": [{"role": "user", "content": [*({"type": "audio"} for _ in range(k)),
+                                                       {"type": "text", "text": docs[i][:100] or "Hm?"}]},
+                          {"role": "assistant", "content": docs[i + 1][:80] or "Noise."}],
+             "audios": [names[(i + j) % len(names)] for j in range(k)]} for i, k in enumerate(counts)]
+
+
+def _audited(src, model, template, out) -> dict:
+    assert main(["audit", str(src), "--tokenizer", str(model), "--processor", str(model), "--chat-template",
+                 str(template), "--messages", "messages", "--audios", "audios", "--train-on", "all", "--full",
+                 "--quiet", "--no-cache", "--out", str(out)]) == 0
+    return pq.read_table(out / "lengths.parquet").to_pydict()
+
+
 GEMMA3N_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>"
                     "{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
                     "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for c in m['content'] %}"
@@ -194,16 +209,8 @@ def test_gemma3n_rows_equal_its_processor(tmp_path, train_texts, clips, docs):
     template = tmp_path / "gemma3n.jinja"
     template.write_text(GEMMA3N_TEMPLATE)
     folder, paths = clips
-    rows = [{"messages": [{"role": "user", "content": [*({"type": "audio"} for _ in range(k)),
-                                                       {"type": "text", "text": docs[i][:100] or "Hm?"}]},
-                          {"role": "assistant", "content": docs[i + 1][:80] or "Noise."}],
-             "audios": [paths[(i + j) % len(paths)].name for j in range(k)]} for i, k in enumerate([1, 2, 0, 1, 1])]
-    src = write_jsonl(folder / "gemma3n.jsonl", rows)
-    out = tmp_path / "out"
-    assert main(["audit", str(src), "--tokenizer", str(model), "--processor", str(model), "--chat-template",
-                 str(template), "--messages", "messages", "--audios", "audios", "--train-on", "all", "--full",
-                 "--quiet", "--no-cache", "--out", str(out)]) == 0
-    table = pq.read_table(out / "lengths.parquet").to_pydict()
+    rows = _audio_rows(docs, [p.name for p in paths], [1, 2, 0, 1, 1])
+    table = _audited(write_jsonl(folder / "gemma3n.jsonl", rows), model, template, tmp_path / "out")
     tok = AutoTokenizer.from_pretrained(model)
     processor = Gemma3nProcessor(feature_extractor=Gemma3nAudioFeatureExtractor(),
                                  image_processor=SiglipImageProcessorPil(), tokenizer=tok)
@@ -250,16 +257,8 @@ def test_qwen2_5_omni_rows_equal_its_processor(tmp_path, train_texts, clips, doc
     folder, paths = clips
     sf.write(folder / "lecture.wav", np.zeros(8000 * 301 + 3, np.int16), 8000, subtype="PCM_16")  # over 300 s
     names = [p.name for p in paths] + ["lecture.wav"]
-    rows = [{"messages": [{"role": "user", "content": [*({"type": "audio"} for _ in range(k)),
-                                                       {"type": "text", "text": docs[i][:100] or "Hm?"}]},
-                          {"role": "assistant", "content": docs[i + 1][:80] or "Noise."}],
-             "audios": [names[(i + j) % len(names)] for j in range(k)]} for i, k in enumerate([1, 2, 0, 1, 1, 2, 1])]
-    src = write_jsonl(folder / "omni.jsonl", rows)
-    out = tmp_path / "out"
-    assert main(["audit", str(src), "--tokenizer", str(model), "--processor", str(model), "--chat-template",
-                 str(template), "--messages", "messages", "--audios", "audios", "--train-on", "all", "--full",
-                 "--quiet", "--no-cache", "--out", str(out)]) == 0
-    table = pq.read_table(out / "lengths.parquet").to_pydict()
+    rows = _audio_rows(docs, names, [1, 2, 0, 1, 1, 2, 1])
+    table = _audited(write_jsonl(folder / "omni.jsonl", rows), model, template, tmp_path / "out")
     tok = AutoTokenizer.from_pretrained(model)
 
     class AudioOnly(Qwen2_5OmniProcessor):
