@@ -15,10 +15,14 @@ extractor turns L samples into mel frames, then the processor into audio tokens:
   ``((((r - 1) // 2 + 1) - 1) // 2 + 1 - 1) // 2 + 1``.
 * **Phi-4-multimodal**: ``(L - 400) // 160 + 1`` frames, tokens ``ceil(frames / 8)``; never cut.
 * **Gemma 3n**: 188 tokens a clip (``audio_seq_length``), whatever its length; past 30 s cut silently.
+* **Gemma 4**: the mel frames whose whole window is real audio (``(L + frame // 2 - frame - 1) // hop
+  + 1``, 20 ms frames every 10 ms, ``L`` cut at 30 s), halved twice (``ceil``) by its two stride-2
+  convolutions, at most ``audio_seq_length`` (750): 25 a second; past 30 s cut silently.
 
 The processor writes its audio token (the tokenizer's ``audio_token``, else the family's) once per
 audio token, in place of the one the chat template writes; Gemma 3n writes
-``"\n\n" + <boa> + its tokens + <eoa> + "\n\n"``, whose blank lines are tokenized with the text around them.
+``"\n\n" + <boa> + its tokens + <eoa> + "\n\n"``, whose blank lines are tokenized with the text around them,
+Gemma 4 ``<boa> + its tokens + <eoa>``.
 """
 
 from __future__ import annotations
@@ -36,13 +40,17 @@ AUDIO_PART_METRICS = ("audio_tokens", "audios", "audio_seconds")
 AUDIO_PART_NOTES = {"max_audio_tokens": "int64", "audio_lost_ms": "int64", "audio_truncated": "bool"}
 #: processor classes -> family
 FAMILIES = {"Qwen2AudioProcessor": "qwen2_audio", "Qwen2_5OmniProcessor": "qwen2_5_omni",
-            "Qwen3OmniMoeProcessor": "qwen3_omni", "Phi4MultimodalProcessor": "phi4", "Gemma3nProcessor": "gemma3n"}
+            "Qwen3OmniMoeProcessor": "qwen3_omni", "Phi4MultimodalProcessor": "phi4", "Gemma3nProcessor": "gemma3n",
+            "Gemma4Processor": "gemma4"}
 #: the audio token each family's processor writes where the tokenizer names none
 TOKENS = {"qwen2_audio": "<|AUDIO|>", "qwen2_5_omni": "<|AUDIO|>", "qwen3_omni": "<|audio_pad|>",
-          "phi4": "<|endoftext11|>", "gemma3n": "<audio_soft_token>"}
-#: Gemma 3n keeps the first 30 s of a clip (its feature extractor's max_length) and gives every clip
-#: ``audio_seq_length`` tokens between its begin- and end-of-audio tokens, with blank lines around
-GEMMA3N_SAMPLES = 480_000
+          "phi4": "<|endoftext11|>", "gemma3n": "<audio_soft_token>", "gemma4": "<audio_soft_token>"}
+#: Gemma 3n and Gemma 4 keep the first 30 s of a clip (their feature extractors' max_length); Gemma 3n
+#: gives every clip ``audio_seq_length`` tokens between its begin- and end-of-audio tokens, with blank
+#: lines around
+GEMMA_SAMPLES = 480_000
+#: the processors' own ``audio_seq_length`` defaults
+SEQ_LENGTHS = {"gemma3n": 188, "gemma4": 750}
 #: the feature extractor's chunk_length (seconds) where its config gives none (WhisperFeatureExtractor: 30)
 CHUNK_SECONDS = 30
 
@@ -77,10 +85,15 @@ class AudioPartsCounter:
         if self.family is None:
             raise AudioConfigError(f"{self.source}: {named or 'no processor_class named'}: lengthscan counts the "
                                    f"audio tokens of {', '.join(sorted(FAMILIES))}")
-        fe = configs.get("preprocessor_config.json") or {}
-        self.seq_length = int((configs.get("processor_config.json") or {}).get("audio_seq_length") or 188)
+        nested = (configs.get("processor_config.json") or {}).get("feature_extractor")
+        fe = nested if isinstance(nested, dict) else configs.get("preprocessor_config.json") or {}
+        self.seq_length = int((configs.get("processor_config.json") or {}).get("audio_seq_length")
+                              or SEQ_LENGTHS.get(self.family, 0))
         self.rate = int(fe.get("sampling_rate") or 16000)
         self.hop = int(fe.get("hop_length") or 160)
+        if self.family == "gemma4":  # its feature extractor's frames, in milliseconds
+            self.frame = int(round(self.rate * float(fe.get("frame_length_ms") or 20.0) / 1000.0))
+            self.hop = int(round(self.rate * float(fe.get("hop_length_ms") or 10.0) / 1000.0))
         self.n_samples = int(fe.get("chunk_length") or CHUNK_SECONDS) * self.rate  # as WhisperFeatureExtractor sets it
         self.bind(tokenizer)
 
@@ -91,6 +104,8 @@ class AudioPartsCounter:
 
     def replacement(self, count: ClipCount) -> str | None:
         """The text the processor writes for a clip's audio token (None: the token repeated)."""
+        if self.family == "gemma4":
+            return f"{self.boa}{self.audio_token * count.tokens}{self.eoa}"
         if self.family != "gemma3n":
             return None
         return f"\n\n{self.boa}{self.audio_token * count.tokens}{self.eoa}\n\n"
@@ -112,7 +127,10 @@ class AudioPartsCounter:
             top = max(lengths) // self.hop
             return [ClipCount(n, _omni3_tokens(min(-(-n // self.hop), top)), 0) for n in lengths]
         if self.family == "gemma3n":
-            return [ClipCount(n, self.seq_length, max(0, n - GEMMA3N_SAMPLES)) for n in lengths]
+            return [ClipCount(n, self.seq_length, max(0, n - GEMMA_SAMPLES)) for n in lengths]
+        if self.family == "gemma4":
+            return [ClipCount(n, self._gemma4_tokens(min(n, GEMMA_SAMPLES)), max(0, n - GEMMA_SAMPLES))
+                    for n in lengths]
         out = []
         for n in lengths:  # phi4
             feat = (n - 400) // 160 + 1
@@ -121,11 +139,18 @@ class AudioPartsCounter:
             out.append(ClipCount(n, math.ceil(feat / 8), 0))
         return out
 
+    def _gemma4_tokens(self, n: int) -> int:
+        """Gemma 4's frames whose window is all real audio, through its two stride-2 convolutions."""
+        valid = max(0, (n + self.frame // 2 - self.frame - 1) // self.hop + 1)
+        for _ in range(2):
+            valid = (valid + 1) // 2
+        return min(valid, self.seq_length)
+
     def to_dict(self) -> dict:
         return {"source": self.source, "processor": self.processor_type, "audio_token": self.audio_token,
                 "sampling_rate": self.rate, "hop_length": self.hop,
                 "max_seconds": (self.n_samples / self.rate if self.family in ("qwen2_audio", "qwen2_5_omni")
-                                else GEMMA3N_SAMPLES / self.rate if self.family == "gemma3n" else None)}
+                                else GEMMA_SAMPLES / self.rate if self.family in ("gemma3n", "gemma4") else None)}
 
     def signature(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)

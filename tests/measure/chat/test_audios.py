@@ -277,3 +277,33 @@ def test_qwen2_5_omni_rows_equal_its_processor(tmp_path, train_texts, clips, doc
         assert (table["sequence_tokens"][i], table["audio_tokens"][i]) == (len(ids), ids.count(audio_id)), i
         assert table["audio_truncated"][i] == any(len(a) > 4800000 for a in audio), i
     assert any(table["audio_truncated"]) and max(table["audio_tokens"]) >= 7500
+
+
+def test_gemma4_rows_equal_its_processor(tmp_path, train_texts, clips, docs):
+    """Gemma 4: the mel frames whose window is all real audio, halved twice, at most 750 (30 s):
+    against ``Gemma4Processor`` itself (its image processor and audio feature extractor) on the
+    decoded clips, a clip over 30 s and one of a few milliseconds among them."""
+    from transformers.audio_utils import load_audio
+    from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
+
+    from tests.support.vision import reference_processor, vision_dir
+
+    model = vision_dir(tmp_path / "gemma4", "gemma4", train_texts[:400])
+    template = tmp_path / "gemma4.jinja"
+    template.write_text(OMNI_TEMPLATE.replace("<|audio_bos|><|AUDIO|><|audio_eos|>", "<audio_soft_token>"))
+    folder, paths = clips
+    sf.write(folder / "blip.wav", np.zeros(150, np.int16), 16000, subtype="PCM_16")  # under one frame: 0 tokens
+    rows = _audio_rows(docs, [p.name for p in paths] + ["blip.wav"], [1, 2, 0, 1, 1, 2, 1, 1])
+    table = _audited(write_jsonl(folder / "gemma4.jsonl", rows), model, template, tmp_path / "out")
+    processor = reference_processor(model, "gemma4")
+    processor.feature_extractor = Gemma4AudioFeatureExtractor()
+    token = processor.audio_token_id
+    for i, row in enumerate(rows):
+        text = processor.tokenizer.apply_chat_template(row["messages"], chat_template=template.read_text(),
+                                                        tokenize=False)
+        audio = [load_audio(str(folder / n), sampling_rate=16000, backend="soundfile") for n in row["audios"]]
+        ids = list(processor(text=[text], audio=audio or None)["input_ids"][0])
+        assert table["chat_error"][i] is None, table["chat_error"][i]
+        assert (table["sequence_tokens"][i], table["audio_tokens"][i]) == (len(ids), ids.count(token)), i
+        assert table["audio_truncated"][i] == any(len(a) > 480000 for a in audio), i
+    assert any(table["audio_truncated"]) and 750 in table["max_audio_tokens"]
