@@ -1,8 +1,13 @@
 """Video metadata from headers against PyAV: how long lengthscan takes to learn what each video
 holds (``measure.video.headers.video_info_from``: frames, the span of their presentation times,
 coded size, rotation) against what a user's script pays for the same: opening each file with PyAV
-and counting its packets (``container.demux``: what torchcodec's exact scan does, no decoding), and
-decoding every frame (what the processor's decoder pays before it counts anything).
+and counting its packets (``container.demux``: what torchcodec's exact scan does, no decoding),
+decoding every frame (what the processor's decoder pays before it counts anything), and the script
+that counts tokens by running the processor: every frame decoded, the frames kept at 2 a second
+(``--fps 2``) resized and normalized by Qwen2-VL's image processor (Pillow backend; the video
+processor class needs torchvision, which this machine has not: its per-frame pixels are the image
+processor's) and their grids summed as video tokens, against lengthscan's count from the headers
+with the same options (``count_video``), whose tokens are printed beside it.
 
     python bench/video_bench.py                # 60 clips, about a minute on 2 cores
     python bench/video_bench.py --clips 20
@@ -80,6 +85,34 @@ def decoded(paths: list[Path]) -> list[int]:
     return out
 
 
+def processed(paths: list[Path]) -> list[int]:
+    """The user's script: decode, keep 2 frames a second, run the image processor, sum the grids."""
+    import av
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    proc = Qwen2VLImageProcessorPil(min_pixels=128 * 28 * 28, max_pixels=768 * 28 * 28)
+    out = []
+    for p in paths:
+        with av.open(str(p)) as c:
+            stream = c.streams.video[0]
+            frames = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+            rate = float(stream.average_rate or 24)
+        step = max(1, round(rate / 2))
+        kept = frames[::step][: len(frames[::step]) // 2 * 2] or frames[:1]
+        grid = proc(images=kept, return_tensors="np")["image_grid_thw"]
+        out.append(int(sum(int(t) * int(h) * int(w) for t, h, w in grid) // 4 // 2))  # frame pairs merge
+    return out
+
+
+def counted(paths: list[Path]) -> list[int]:
+    """lengthscan's count of the same, from the headers (2 frames a second, the same pixel bounds)."""
+    from lengthscan.measure.video.headers import video_info_from
+    from lengthscan.measure.video.qwen import VideoOptions, count_video
+
+    options = VideoOptions.from_config("qwen2", {"min_pixels": 128 * 28 * 28, "max_pixels": 768 * 28 * 28}, fps=2)
+    return [count_video(video_info_from(p), options).tokens for p in paths]
+
+
 def timed(fn, paths, repeats: int) -> tuple[float, object]:
     times, result = [], None
     for _ in range(repeats):
@@ -100,6 +133,8 @@ def main(argv=None) -> int:
     t_head, infos = timed(headers, paths, args.repeats)
     t_demux, packets = timed(demuxed, paths, args.repeats)
     t_decode, frames = timed(decoded, paths, 1)
+    t_script, script_tokens = timed(processed, paths, 1)
+    t_count, tokens = timed(counted, paths, args.repeats)
     same = all(i.frames == n == f and abs(i.duration - span) < 1e-6
                for i, (n, span), f in zip(infos, packets, frames))
     total = sum(frames)
@@ -108,9 +143,13 @@ def main(argv=None) -> int:
     print("| side | seconds | files/s |")
     print("|---|---:|---:|")
     for name, t in (("lengthscan headers (video_info_from)", t_head), ("PyAV: open and demux every packet", t_demux),
-                    ("PyAV: decode every frame", t_decode)):
+                    ("PyAV: decode every frame", t_decode),
+                    ("lengthscan video tokens (headers + count_video, fps 2)", t_count),
+                    ("the user's script: decode, 2 frames a second through the image processor", t_script)):
         print(f"| {name} | {t:.3f} | {len(paths) / t:,.0f} |")
-    print(f"\nheaders vs demuxing: {t_demux / t_head:.1f}x; vs decoding: {t_decode / t_head:.0f}x")
+    print(f"\nheaders vs demuxing: {t_demux / t_head:.1f}x; vs decoding: {t_decode / t_head:.0f}x; "
+          f"token counts vs the user's script: {t_script / t_count:.0f}x "
+          f"({sum(tokens):,} tokens counted; the script's grids: {sum(script_tokens):,})")
     return 0 if same else 1
 
 
