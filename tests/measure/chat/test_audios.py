@@ -279,6 +279,7 @@ def test_qwen2_5_omni_rows_equal_its_processor(tmp_path, train_texts, clips, doc
     assert any(table["audio_truncated"]) and max(table["audio_tokens"]) >= 7500
 
 
+@pytest.mark.slow
 def test_gemma4_rows_equal_its_processor(tmp_path, train_texts, clips, docs):
     """Gemma 4: the mel frames whose window is all real audio, halved twice, at most 750 (30 s):
     against ``Gemma4Processor`` itself (its image processor and audio feature extractor) on the

@@ -121,6 +121,7 @@ def test_idefics2_adjacent_images_and_a_word_after_one(tmp_path, dirs):
         assert t["image_tokens"][i] == ids.count(processor.image_token_id) == 64 * 5 * len(row["images"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["pixtral", "mistral3", "internvl"])
 def test_grids_and_tiles_follow_the_size(tmp_path, dirs, family):
     """Pixtral's [IMG] rows and breaks over the resized size (its processor compiled from the

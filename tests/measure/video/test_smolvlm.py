@@ -69,7 +69,8 @@ def _expected(processor, template: str, row: dict, folder: Path, num_frames: int
     return processor.tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-@pytest.mark.parametrize("extra,num_frames,fps", [([], 64, 1), (["--num-frames", "8", "--fps", "2"], 8, 2)])
+@pytest.mark.parametrize("extra,num_frames,fps", [([], 64, 1), pytest.param(["--num-frames", "8", "--fps", "2"], 8, 2,
+                                                                            marks=pytest.mark.slow)])
 def test_smolvlm2_rows_equal_the_processors_text(tmp_path, model, clips, docs, extra, num_frames, fps):
     from transformers.models.smolvlm.processing_smolvlm import DEFAULT_CHAT_TEMPLATE
 
