@@ -151,6 +151,13 @@ def _chat_counter(counter, fmt, chat_template, train_on: str, processor=None, im
     for media in (videos, audios):
         if media is not None:
             media.bind(counter.tokenizer)
+    if videos is not None:
+        from lengthscan.measure.video.counter import VideoConfigError
+
+        try:
+            videos.check(counter.tokenizer)
+        except VideoConfigError as exc:
+            raise ColumnError(str(exc)) from None
     chat = ChatCounter(counter, ChatOptions(fmt, str(chat_template) if chat_template else None, train_on),
                        images=images, videos=videos, audios=audios)
     chat.check()  # the template (and offsets where spans are needed) now, before any row is read

@@ -229,6 +229,7 @@ def _videos(console, videos: dict, splits: list) -> None:
     sampled = (f"{o['num_frames']} frames" if o.get("num_frames") and not o.get("fps") else f"{o['fps']} fps{frames}"
                ) if o["do_sample_frames"] else "every frame (do_sample_frames off)"
     size = (f"{o['min_pixels']:,}-{o['max_pixels']:,} pixels" if "min_pixels" in o
+            else f"at most {o['max_soft_tokens']:,} soft tokens a frame" if "max_soft_tokens" in o
             else f"{o['tokens_per_frame']:,} tokens a frame")
     console.print(Text.assemble(("videos ", "dim"), f"{videos['video_processor']} from {videos['source']}: {sampled}, "
                                 f"{size} ({videos['config_file']})"))

@@ -123,7 +123,7 @@ FAMILIES = {
                    "vision_aspect_ratio": "anyres_max_9", "vision_feature_select_strategy": "full",
                    "processor_class": "LlavaOnevisionProcessor"}),
     "gemma4": dict(tokens=["<start_of_image>", "<end_of_image>", "<image_soft_token>", "<start_of_audio>",
-                           "<end_of_audio>", "<audio_soft_token>"], placeholder="<image_soft_token>",
+                           "<end_of_audio>", "<audio_soft_token>", "<|video|>"], placeholder="<image_soft_token>",
                    extra={"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
                           "image_token": "<image_soft_token>", "boa_token": "<start_of_audio>",
                           "eoa_token": "<end_of_audio>", "audio_token": "<audio_soft_token>"},

@@ -4,7 +4,7 @@
 (``processor_config.json``'s ``video_processor``, else ``video_preprocessor_config.json``, else the
 image processor's ``preprocessor_config.json``, whose ``min_pixels``/``max_pixels`` then apply to
 every frame), tells the family by its ``video_processor_type`` (or the processor class), and counts
-with ``qwen.count_video``, ``llava.py`` or ``smolvlm.py`` (the processors' video classes need
+with ``qwen.count_video``, ``llava.py``, ``smolvlm.py`` or ``gemma4.py`` (the processors' video classes need
 torchvision; their rules are reproduced there and checked against the processors' own code). Options given to the run
 (``--fps``, ``--num-frames``, ``--max-frames``, ``--max-pixels``) count as if the processor's config
 said them (``fps`` or ``num_frames`` turn frame sampling on, as ``apply_chat_template`` does). The
@@ -31,14 +31,15 @@ FAMILIES = {"Qwen2VLVideoProcessor": "qwen2", "Qwen3VLVideoProcessor": "qwen3",
             "Qwen3VLProcessor": "qwen3", "Qwen3OmniMoeProcessor": "qwen2",
             "LlavaNextVideoVideoProcessor": "llava_next_video", "LlavaNextVideoProcessor": "llava_next_video",
             "LlavaOnevisionVideoProcessor": "llava_onevision", "LlavaOnevisionProcessor": "llava_onevision",
-            "SmolVLMVideoProcessor": "smolvlm", "SmolVLMProcessor": "smolvlm"}
+            "SmolVLMVideoProcessor": "smolvlm", "SmolVLMProcessor": "smolvlm",
+            "Gemma4VideoProcessor": "gemma4", "Gemma4Processor": "gemma4"}
 #: the per-frame pixel bounds the Omni processors pass their video processor at every call (their
 #: ``videos_kwargs``), which override the config's
 FORCED_PIXELS = {"Qwen2_5OmniProcessor": (128 * 28 * 28, 768 * 28 * 28),
                  "Qwen3OmniMoeProcessor": (128 * 32 * 32, 768 * 32 * 32)}
 #: the video token a family's processor writes where the tokenizer names none
 VIDEO_TOKENS = {"qwen2": "<|video_pad|>", "qwen3": "<|video_pad|>", "llava_next_video": "<video>",
-                "llava_onevision": "<video>", "smolvlm": "<video>"}
+                "llava_onevision": "<video>", "smolvlm": "<video>", "gemma4": "<|video|>"}
 #: SmolVLM2's frame tokens, as its processor reads them off the tokenizer (with these defaults)
 SMOLVLM_TOKENS = {"fake_image_token": "<fake_token_around_image>", "image_token": "<image>",
                   "global_image_token": "<global-img>"}
@@ -64,7 +65,11 @@ class VideoCounter:
         if self.family is None:
             raise VideoConfigError(f"{self.source}: {named or 'no video processor named'}: lengthscan counts the "
                                    f"video tokens of {', '.join(sorted(n for n in FAMILIES if 'Video' in n))}")
-        if self.family == "smolvlm":
+        if self.family == "gemma4":
+            from lengthscan.measure.video.gemma4 import Gemma4Video
+
+            self.options = Gemma4Video.from_config(config, fps=fps, num_frames=num_frames, max_frames=max_frames)
+        elif self.family == "smolvlm":
             from lengthscan.measure.video.smolvlm import SmolVideo
 
             self.options = SmolVideo.from_config(config, configs.get("processor_config.json") or {}, fps=fps,
@@ -90,9 +95,24 @@ class VideoCounter:
     def bind(self, tokenizer) -> None:
         """The tokens the processor writes, as it reads them off ``tokenizer`` (its defaults without one)."""
         self.video_token = getattr(tokenizer, "video_token", None) or VIDEO_TOKENS[self.family]
+        if self.family == "gemma4":  # its processor writes "<|video|>" whatever the tokenizer says
+            self.video_token = VIDEO_TOKENS["gemma4"]
         self.start = getattr(tokenizer, "vision_start_token", None) or "<|vision_start|>"
         self.end = getattr(tokenizer, "vision_end_token", None) or "<|vision_end|>"
         self.frame_tokens = {k: getattr(tokenizer, k, None) or v for k, v in SMOLVLM_TOKENS.items()}
+        self.frame_tokens.update(video_token=self.video_token, boi_token=getattr(tokenizer, "boi_token", None),
+                                 eoi_token=getattr(tokenizer, "eoi_token", None))
+
+    def check(self, tokenizer) -> None:
+        """Fail now (exit 2) where the tokenizer does not hold the video token the processor writes
+        as one token: Gemma 4's processor adds ``<|video|>`` to its own tokenizer at load."""
+        if self.family != "gemma4":
+            return
+        ids = tokenizer(self.video_token * 2, add_special_tokens=False)["input_ids"]
+        if len(ids) != 2 or ids[0] != ids[1]:
+            raise VideoConfigError(f"the tokenizer does not hold {self.video_token!r} as one token, which "
+                                   f"{self.processor_type} writes once per video token (its processor adds it to "
+                                   "its own tokenizer at load): give the processor's tokenizer, saved after loading")
 
     @property
     def wrapper(self) -> str | None:
@@ -103,7 +123,7 @@ class VideoCounter:
     def repeats(self) -> bool:
         """Whether the processor writes its video token repeated and nothing else (not Qwen3-VL's
         timestamps, nor SmolVLM2's frame lines)."""
-        return self.family not in ("qwen3", "smolvlm")
+        return self.family not in ("qwen3", "smolvlm", "gemma4")
 
     def count(self, info: VideoInfo) -> VideoCount:
         """The processor's count for one video (``VideoRefused`` where it would refuse it)."""
@@ -113,7 +133,7 @@ class VideoCounter:
             if info.container == FRAMES and self.options.do_sample_frames:
                 raise VideoRefused("the processor does not sample frames from a list of images (do_sample_frames is "
                                    "on): give a video file, or turn sampling off")
-            if self.family == "smolvlm":
+            if self.family in ("smolvlm", "gemma4"):
                 hit = self._cache[key] = self.options.count(info, self.frame_tokens)
             elif self.family.startswith("llava"):
                 hit = self._cache[key] = self.options.count(info)
@@ -129,6 +149,9 @@ class VideoCounter:
         options = {"do_sample_frames": o.do_sample_frames, "fps": o.fps, "num_frames": o.num_frames}
         if self.family == "smolvlm":
             options.update(tokens_per_frame=o.image_seq_len, image_seq_len=o.image_seq_len, skip_secs=o.skip_secs)
+        elif self.family == "gemma4":
+            options.update(max_soft_tokens=o.max_soft_tokens, patch_size=o.patch_size,
+                           pooling_kernel_size=o.pooling_kernel_size)
         elif self.family.startswith("llava"):
             options.update(tokens_per_frame=o.per_frame, tokens_per_video=o.extra)
         else:
