@@ -21,7 +21,7 @@ refuses such a row), or with an image that is missing or unreadable, gets no len
 
 from __future__ import annotations
 
-from lengthscan.measure.chat.media import apply_added, placed_messages, refuse, stepped_added
+from lengthscan.measure.chat.media import apply_added, placed_messages, refuse, refuse_unread, stepped_added
 from lengthscan.measure.chat.media import stepped as steps_of
 from lengthscan.measure.images.processor import ImageRefused
 from lengthscan.measure.images.refs import ImageProblem, image_sizes
@@ -57,10 +57,7 @@ def add_images(images, counter, work: dict, texts: list, plain: list, values: di
     steps: dict = {True: [], False: []}  # plain row? -> texts
     for i, start, n in rows:
         row_seen = seen[start:start + n]
-        bad = next((k for k, s in enumerate(row_seen) if isinstance(s, ImageProblem)), None)
-        if bad is not None:
-            problem = row_seen[bad]
-            refuse(i, values, FLAG_CODES[problem.flag], f"image {bad + 1} of {n}: {problem.reason}", flags, errors)
+        if refuse_unread(i, row_seen, ImageProblem, "image", values, flags, errors):
             continue
         try:
             expansions = images.expand([(s.height, s.width) for s in row_seen])

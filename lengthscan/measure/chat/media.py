@@ -5,6 +5,8 @@ belongs to, and refusing a row."""
 
 from __future__ import annotations
 
+from lengthscan.measure.records import FLAG_CODES
+
 
 def apply_added(i: int, w, delta: int, added: list, where: list, values: dict, notes: dict, train_on: str) -> None:
     """Row ``i`` (its ``RowPlan`` ``w``) gains ``delta`` tokens in all, ``added[k]`` of them where
@@ -83,6 +85,17 @@ def trained_messages(conv, train_on: str) -> set[int]:
     if train_on == "last":
         return set(assistant[-1:])
     return set(assistant)
+
+
+def refuse_unread(i: int, found: list, problem_type, noun: str, values: dict, flags, errors: list) -> bool:
+    """Refuse row ``i`` where one of its media items ``found`` (headers read, or a ``problem_type``
+    saying why not) is a problem, naming the first; whether it was refused."""
+    bad = next((k for k, item in enumerate(found) if isinstance(item, problem_type)), None)
+    if bad is None:
+        return False
+    problem = found[bad]
+    refuse(i, values, FLAG_CODES[problem.flag], f"{noun} {bad + 1} of {len(found)}: {problem.reason}", flags, errors)
+    return True
 
 
 def refuse(i: int, values: dict, code: int, reason: str, flags, errors: list) -> None:

@@ -20,7 +20,7 @@ is missing or unreadable, or one the processor refuses, gets no length and a rea
 
 from __future__ import annotations
 
-from lengthscan.measure.chat.media import apply_added, placed_messages, refuse, stepped_added
+from lengthscan.measure.chat.media import apply_added, placed_messages, refuse, refuse_unread, stepped_added
 from lengthscan.measure.chat.media import stepped as steps_of
 from lengthscan.measure.records import FLAG_CODES, FLAG_INVALID_CONVERSATION
 from lengthscan.measure.video.qwen import VideoRefused
@@ -56,10 +56,7 @@ def add_videos(videos, counter, work: dict, texts: list, plain: list, values: di
     stepped, steps = [], {True: [], False: []}
     for i, start, n, placeholder in rows:
         row_infos = infos[start:start + n]
-        bad = next((k for k, v in enumerate(row_infos) if isinstance(v, VideoProblem)), None)
-        if bad is not None:
-            problem = row_infos[bad]
-            refuse(i, values, FLAG_CODES[problem.flag], f"video {bad + 1} of {n}: {problem.reason}", flags, errors)
+        if refuse_unread(i, row_infos, VideoProblem, "video", values, flags, errors):
             continue
         try:
             counts = [videos.count(v) for v in row_infos]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lengthscan.measure.video.info import VideoInfo
+from lengthscan.measure.video.info import VideoInfo, minutes_seconds
 from lengthscan.measure.video.qwen import VideoCount, VideoRefused
 
 
@@ -73,7 +73,7 @@ class Gemma4Video:
         per_frame = (h // self.patch_size) * (w // self.patch_size) // self.pooling_kernel_size ** 2
         rate = info.fps or 24  # the processor's own fallback for frames without a rate
         frame = f"{tokens['boi_token']}{tokens['video_token'] * per_frame}{tokens['eoi_token']}"
-        text = " ".join(f"{int(i / rate // 60):02d}:{int(i / rate % 60):02d} {frame}" for i in indices)
+        text = " ".join(f"{minutes_seconds(i / rate)} {frame}" for i in indices)
         bound = "num_frames" if self.do_sample_frames and self.num_frames else (
             "fps" if self.do_sample_frames and self.fps else "all frames")
         return VideoCount(len(indices), (len(indices), h // self.patch_size, w // self.patch_size),

@@ -42,4 +42,9 @@ class VideoInfo:
         return (self.height, self.width) if self.rotation in (90, 270) else (self.width, self.height)
 
 
-__all__ = ["CutShort", "OverBudget", "VideoError", "VideoInfo"]
+def minutes_seconds(seconds: float) -> str:
+    """``MM:SS`` of a frame's time, as the processors that write frame times (SmolVLM2, Gemma 4) write it."""
+    return f"{int(seconds // 60):02d}:{int(seconds % 60):02d}"
+
+
+__all__ = ["CutShort", "OverBudget", "VideoError", "VideoInfo", "minutes_seconds"]

@@ -24,7 +24,7 @@ from datetime import timedelta
 
 import numpy as np
 
-from lengthscan.measure.video.info import VideoInfo
+from lengthscan.measure.video.info import VideoInfo, minutes_seconds
 from lengthscan.measure.video.qwen import VideoCount, VideoRefused
 
 INTRO = "You are provided the following series of {frame_count} frames from a {video_duration} [H:MM:SS] video.\n"
@@ -83,7 +83,7 @@ class SmolVideo:
         image = (tokens["fake_image_token"] + tokens["global_image_token"]
                  + tokens["image_token"] * self.image_seq_len + tokens["fake_image_token"])
         for t in times:
-            text += FRAME.format(timestamp=f"{int(t // 60):02d}:{int(t % 60):02d}") + image
+            text += FRAME.format(timestamp=minutes_seconds(t)) + image
         bound = "all frames" if not self.do_sample_frames else (
             "num_frames" if len(indices) >= self.num_frames else "fps")
         return VideoCount(len(indices), (len(indices), 1, 1), len(indices) * self.image_seq_len, 0, 0, bound,

@@ -34,6 +34,19 @@ def _kept(info: VideoInfo, sample: bool, call: dict) -> int:
     return len(default_sample_indices_fn(VideoMetadata(total_num_frames=info.frames, fps=info.fps), **call))
 
 
+def _kept_or_refused(options: LlavaVideo, infos: list, call: dict):
+    """Each video the processor keeps frames of, with their number; the ones it refuses (asked for
+    more frames than it has) must be refused by ``options`` too."""
+    for info in infos:
+        try:
+            kept = _kept(info, bool(call), call)
+        except ValueError:
+            with pytest.raises(VideoRefused):
+                options.count(info)
+            continue
+        yield info, kept
+
+
 @pytest.mark.parametrize("call", [{}, {"fps": 1}, {"num_frames": 8}, {"fps": 0.5}])
 @pytest.mark.parametrize("crop,patch", [(224, 14), (336, 14), (336, 16)])
 def test_llava_next_video_equals_its_processor(call, crop, patch):
@@ -42,13 +55,7 @@ def test_llava_next_video_equals_its_processor(call, crop, patch):
     options = LlavaVideo.from_config("llava_next_video", {"crop_size": {"height": crop, "width": crop}},
                                      {"patch_size": patch}, **call)
     host = SimpleNamespace(patch_size=patch, video_token="<video>")
-    for info in _videos(60, crop + patch):
-        try:
-            kept = _kept(info, bool(call), call)
-        except ValueError:
-            with pytest.raises(VideoRefused):
-                options.count(info)
-            continue
+    for info, kept in _kept_or_refused(options, _videos(60, crop + patch), call):
         frames = np.zeros((kept, 3, crop, crop), np.float32)  # the processed frames' shape: center-cropped
         theirs = LlavaNextVideoProcessor.replace_video_token(host, {"pixel_values_videos": [frames]}, 0)
         got = options.count(info)
@@ -62,13 +69,7 @@ def test_llava_onevision_equals_its_processor(call, image_tokens):
 
     options = LlavaVideo.from_config("llava_onevision", {}, {"num_image_tokens": image_tokens}, **call)
     host = SimpleNamespace(num_image_tokens=image_tokens, video_token="<video>")
-    for info in _videos(60, image_tokens):
-        try:
-            kept = _kept(info, bool(call), call)
-        except ValueError:
-            with pytest.raises(VideoRefused):
-                options.count(info)
-            continue
+    for info, kept in _kept_or_refused(options, _videos(60, image_tokens), call):
         theirs = LlavaOnevisionProcessor.replace_video_token(host, {"pixel_values_videos": [[0] * kept]}, 0)
         got = options.count(info)
         assert got.frames == kept and got.tokens == theirs.count("<video>"), info
