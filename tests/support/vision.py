@@ -18,6 +18,7 @@ from tests.support.chat import chat_bpe, trl_template
 _IDEFICS = ["<fake_token_around_image>", "<image>", "<global-img>", "<end_of_utterance>"] + [
     f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7)]
 _QWEN = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+_GLM = ["<|image|>", "<|begin_of_image|>", "<|end_of_image|>", "<|video|>", "<|begin_of_video|>", "<|end_of_video|>"]
 _MEAN = {"image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711]}
 
 def _pixtral(longest_edge: int, patch: int, merge: int) -> dict:
@@ -141,10 +142,14 @@ FAMILIES = {
                                   "processor_class": "Gemma3nProcessor"},
                     processor={"image_seq_length": 256, "audio_seq_length": 188,
                                "processor_class": "Gemma3nProcessor"}),
-    "glm4v": dict(tokens=["<|image|>", "<|begin_of_image|>", "<|end_of_image|>", "<|video|>"], placeholder="<|image|>",
+    "glm4v": dict(tokens=_GLM, placeholder="<|image|>",
                   preprocessor={"size": {"shortest_edge": 12544, "longest_edge": 9633792}, "patch_size": 14,
                                 "temporal_patch_size": 2, "merge_size": 2, **_MEAN,
                                 "image_processor_type": "Glm4vImageProcessor", "processor_class": "Glm4vProcessor"}),
+    "glm46v": dict(tokens=_GLM, placeholder="<|image|>",
+                   preprocessor={"size": {"shortest_edge": 12544, "longest_edge": 9633792}, "patch_size": 14,
+                                 "temporal_patch_size": 2, "merge_size": 2, **_MEAN,
+                                 "image_processor_type": "Glm46VImageProcessor", "processor_class": "Glm46VProcessor"}),
     "qwen2_5_omni": dict(tokens=["<|IMAGE|>", "<|AUDIO|>", "<|VIDEO|>", "<|vision_bos|>", "<|vision_eos|>",
                                  "<|audio_bos|>", "<|audio_eos|>"], placeholder="<|vision_bos|><|IMAGE|><|vision_eos|>",
                          extra={"image_token": "<|IMAGE|>", "audio_token": "<|AUDIO|>", "video_token": "<|VIDEO|>",

@@ -49,7 +49,8 @@ FAMILIES = {
     "LlavaOnevisionProcessor": "single_anyres", "MllamaProcessor": "kept",
     "Idefics3Processor": "rows_cols", "SmolVLMProcessor": "rows_cols",
     "Gemma3Processor": "crops", "InternVLProcessor": "patches", "Idefics2Processor": "fixed",
-    "PixtralProcessor": "grid", "Glm4vProcessor": "repeat", "Qwen2_5OmniProcessor": "repeat",
+    "PixtralProcessor": "grid", "Glm4vProcessor": "repeat", "Glm46VProcessor": "repeat",
+    "Qwen2_5OmniProcessor": "repeat",
     "Qwen3OmniMoeProcessor": "repeat", "Gemma4Processor": "soft", "Gemma3nProcessor": "fixed_text",
 }
 

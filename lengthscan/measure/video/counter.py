@@ -4,7 +4,7 @@
 (``processor_config.json``'s ``video_processor``, else ``video_preprocessor_config.json``, else the
 image processor's ``preprocessor_config.json``, whose ``min_pixels``/``max_pixels`` then apply to
 every frame), tells the family by its ``video_processor_type`` (or the processor class), and counts
-with ``qwen.count_video``, ``llava.py``, ``smolvlm.py`` or ``gemma4.py`` (the processors' video classes need
+with ``qwen.count_video``, ``llava.py``, ``smolvlm.py``, ``gemma4.py`` or ``glm.py`` (the processors' video classes need
 torchvision; their rules are reproduced there and checked against the processors' own code). Options given to the run
 (``--fps``, ``--num-frames``, ``--max-frames``, ``--max-pixels``) count as if the processor's config
 said them (``fps`` or ``num_frames`` turn frame sampling on, as ``apply_chat_template`` does). The
@@ -32,14 +32,17 @@ FAMILIES = {"Qwen2VLVideoProcessor": "qwen2", "Qwen3VLVideoProcessor": "qwen3",
             "LlavaNextVideoVideoProcessor": "llava_next_video", "LlavaNextVideoProcessor": "llava_next_video",
             "LlavaOnevisionVideoProcessor": "llava_onevision", "LlavaOnevisionProcessor": "llava_onevision",
             "SmolVLMVideoProcessor": "smolvlm", "SmolVLMProcessor": "smolvlm",
-            "Gemma4VideoProcessor": "gemma4", "Gemma4Processor": "gemma4"}
+            "Gemma4VideoProcessor": "gemma4", "Gemma4Processor": "gemma4",
+            "Glm4vVideoProcessor": "glm4v", "Glm4vProcessor": "glm4v",
+            "Glm46VVideoProcessor": "glm46v", "Glm46VProcessor": "glm46v"}
 #: the per-frame pixel bounds the Omni processors pass their video processor at every call (their
 #: ``videos_kwargs``), which override the config's
 FORCED_PIXELS = {"Qwen2_5OmniProcessor": (128 * 28 * 28, 768 * 28 * 28),
                  "Qwen3OmniMoeProcessor": (128 * 32 * 32, 768 * 32 * 32)}
 #: the video token a family's processor writes where the tokenizer names none
 VIDEO_TOKENS = {"qwen2": "<|video_pad|>", "qwen3": "<|video_pad|>", "llava_next_video": "<video>",
-                "llava_onevision": "<video>", "smolvlm": "<video>", "gemma4": "<|video|>"}
+                "llava_onevision": "<video>", "smolvlm": "<video>", "gemma4": "<|video|>", "glm4v": "<|video|>",
+                "glm46v": "<|video|>"}
 #: SmolVLM2's frame tokens, as its processor reads them off the tokenizer (with these defaults)
 SMOLVLM_TOKENS = {"fake_image_token": "<fake_token_around_image>", "image_token": "<image>",
                   "global_image_token": "<global-img>"}
@@ -65,7 +68,15 @@ class VideoCounter:
         if self.family is None:
             raise VideoConfigError(f"{self.source}: {named or 'no video processor named'}: lengthscan counts the "
                                    f"video tokens of {', '.join(sorted(n for n in FAMILIES if 'Video' in n))}")
-        if self.family == "gemma4":
+        if self.family.startswith("glm"):
+            from lengthscan.measure.video.glm import GlmVideo
+
+            try:
+                self.options = GlmVideo.from_config(self.family, config, fps=fps, num_frames=num_frames,
+                                                    max_frames=max_frames)
+            except VideoRefused as exc:
+                raise VideoConfigError(f"{self.source}: {exc}") from None
+        elif self.family == "gemma4":
             from lengthscan.measure.video.gemma4 import Gemma4Video
 
             self.options = Gemma4Video.from_config(config, fps=fps, num_frames=num_frames, max_frames=max_frames)
@@ -99,7 +110,8 @@ class VideoCounter:
             self.video_token = VIDEO_TOKENS["gemma4"]
         self.start = getattr(tokenizer, "vision_start_token", None) or "<|vision_start|>"
         self.end = getattr(tokenizer, "vision_end_token", None) or "<|vision_end|>"
-        self.frame_tokens = {k: getattr(tokenizer, k, None) or v for k, v in SMOLVLM_TOKENS.items()}
+        defaults = {**SMOLVLM_TOKENS, "image_token": "<|image|>"} if self.family.startswith("glm") else SMOLVLM_TOKENS
+        self.frame_tokens = {k: getattr(tokenizer, k, None) or v for k, v in defaults.items()}
         self.frame_tokens.update(video_token=self.video_token, boi_token=getattr(tokenizer, "boi_token", None),
                                  eoi_token=getattr(tokenizer, "eoi_token", None))
 
@@ -123,7 +135,7 @@ class VideoCounter:
     def repeats(self) -> bool:
         """Whether the processor writes its video token repeated and nothing else (not Qwen3-VL's
         timestamps, nor SmolVLM2's frame lines)."""
-        return self.family not in ("qwen3", "smolvlm", "gemma4")
+        return self.family not in ("qwen3", "smolvlm", "gemma4", "glm4v", "glm46v")
 
     def count(self, info: VideoInfo) -> VideoCount:
         """The processor's count for one video (``VideoRefused`` where it would refuse it)."""
@@ -133,7 +145,7 @@ class VideoCounter:
             if info.container == FRAMES and self.options.do_sample_frames:
                 raise VideoRefused("the processor does not sample frames from a list of images (do_sample_frames is "
                                    "on): give a video file, or turn sampling off")
-            if self.family in ("smolvlm", "gemma4"):
+            if self.family in ("smolvlm", "gemma4", "glm4v", "glm46v"):
                 hit = self._cache[key] = self.options.count(info, self.frame_tokens)
             elif self.family.startswith("llava"):
                 hit = self._cache[key] = self.options.count(info)
@@ -154,6 +166,9 @@ class VideoCounter:
                            pooling_kernel_size=o.pooling_kernel_size)
         elif self.family.startswith("llava"):
             options.update(tokens_per_frame=o.per_frame, tokens_per_video=o.extra)
+        elif self.family.startswith("glm"):
+            options.update(max_duration=o.max_duration, min_pixels=o.min_pixels, max_pixels=o.max_pixels,
+                           patch_size=o.patch_size, temporal_patch_size=o.temporal_patch_size, merge_size=o.merge_size)
         else:
             options.update(min_frames=o.min_frames, max_frames=o.max_frames, min_pixels=o.min_pixels,
                            max_pixels=o.max_pixels, patch_size=o.patch_size, temporal_patch_size=o.temporal_patch_size,
