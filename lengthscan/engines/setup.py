@@ -37,7 +37,8 @@ def prepare(m: MeasureOptions) -> Setup:
     counter = _counter(fields, m.tokenizer, m.model, ctx, dict(max_chars=m.max_chars, count_engine=m.count_engine,
                                                               verify_counts=m.verify_counts, prove_beside=True))
     chat = _chat_counter(counter, fmt, m.chat_template, m.train_on, processor,
-                         {"max_pixels": m.max_pixels, "pan_and_scan": m.pan_and_scan}, videos, audios)
+                         {"max_pixels": m.max_pixels, "pan_and_scan": m.pan_and_scan}, videos, audios,
+                         tokenizer_source=m.tokenizer)
     model_limits = _model_limits(ctx)
     if fmt is not None and model_limits is not None:  # a conversation is the decoder's whole input
         model_limits = model_limits.for_conversations()
@@ -135,7 +136,7 @@ def _audio_counter(fmt, processor, audios_column):
 
 
 def _chat_counter(counter, fmt, chat_template, train_on: str, processor=None, image_options: dict | None = None,
-                  videos=None, audios=None):
+                  videos=None, audios=None, tokenizer_source=None):
     if fmt is None:
         return None
     from lengthscan.measure.chat.counter import ChatCounter, ChatOptions
@@ -158,10 +159,43 @@ def _chat_counter(counter, fmt, chat_template, train_on: str, processor=None, im
             videos.check(counter.tokenizer)
         except VideoConfigError as exc:
             raise ColumnError(str(exc)) from None
+    mistral = _mistral_file(tokenizer_source, processor, audios, chat_template, counter)
+    if mistral is not None:
+        from lengthscan.measure.chat.mistral import MistralChat
+
+        if images is not None or videos is not None:
+            raise ColumnError("images and videos with a mistral-common tokenizer are not counted yet: give the "
+                              "model's Hugging Face tokenizer and chat template, or leave out the media columns")
+        chat = MistralChat(counter, ChatOptions(fmt, None, train_on), mistral, audios=audios)
+        chat.check()
+        return chat
     chat = ChatCounter(counter, ChatOptions(fmt, str(chat_template) if chat_template else None, train_on),
                        images=images, videos=videos, audios=audios)
     chat.check()  # the template (and offsets where spans are needed) now, before any row is read
     return chat
+
+
+def _mistral_file(source, processor, audios, chat_template, counter) -> str | None:
+    """The mistral-common tokenizer file that encodes the conversations, where it does: Voxtral's
+    (its processor encodes with mistral-common), or a tokenizer without a chat template that is
+    mistral-common's own (tekken.json, tokenizer.model.vN) when no --chat-template is given."""
+    voxtral = audios is not None and audios.family == "voxtral"
+    if chat_template is not None:
+        if voxtral:
+            raise ColumnError("Voxtral's processor encodes conversations with mistral-common, not a Jinja template: "
+                              "leave out --chat-template")
+        return None
+    if not voxtral and getattr(counter.tokenizer, "chat_template", None):
+        return None
+    from lengthscan.measure.chat.mistral import mistral_tokenizer_file
+
+    for where in (source, processor):
+        if isinstance(where, (str, Path)) and (found := mistral_tokenizer_file(where)):
+            return found
+    if voxtral:
+        raise ColumnError("Voxtral's conversations are encoded by mistral-common: give the model's tekken.json "
+                          "(--tokenizer DIR holding it)")
+    return None
 
 
 def _model_context(model, tokenizer):

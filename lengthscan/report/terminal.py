@@ -45,6 +45,8 @@ def render_summary(data: dict, console: Console) -> None:
         if chat.get("audios"):
             au = chat["audios"]
             cut = f", clips cut at {au['max_seconds']:g} s" if au.get("max_seconds") else ""
+            if au.get("chunk_seconds"):
+                cut = f", {au['tokens_per_chunk']:,} tokens per {au['chunk_seconds']:g}-s chunk (never cut)"
             console.print(Text.assemble(("audio ", "dim"), f"{au['processor']} from {au['source']}: "
                                         f"{au['sampling_rate']:,} Hz, audio token {au['audio_token']}{cut}"))
     model = data.get("model")

@@ -15,6 +15,11 @@ extractor turns L samples into mel frames, then the processor into audio tokens:
   ``((((r - 1) // 2 + 1) - 1) // 2 + 1 - 1) // 2 + 1``.
 * **Phi-4-multimodal**: ``(L - 400) // 160 + 1`` frames, tokens ``ceil(frames / 8)``; never cut.
 * **Gemma 3n**: 188 tokens a clip (``audio_seq_length``), whatever its length; past 30 s cut silently.
+* **Voxtral** (mistral-common's audio encoder, which ``VoxtralProcessor.apply_chat_template``
+  calls): the clip resampled with ``soxr`` to ``round(frames x rate / file rate)`` samples, padded
+  to whole 30-second chunks (``chunk_length_s``), ``[BEGIN_AUDIO]`` and one ``[AUDIO]`` per
+  ``sampling_rate / frame_rate`` samples (12.5 a second): 375 a chunk; never cut. The tokenizer's
+  ``audio`` config (``tekken.json``) sets the figures (``MistralChat`` passes them).
 * **Gemma 4**: the mel frames whose whole window is real audio (``(L + frame // 2 - frame - 1) // hop
   + 1``, 20 ms frames every 10 ms, ``L`` cut at 30 s), halved twice (``ceil``) by its two stride-2
   convolutions, at most ``audio_seq_length`` (750): 25 a second; past 30 s cut silently.
@@ -41,10 +46,11 @@ AUDIO_PART_NOTES = {"max_audio_tokens": "int64", "audio_lost_ms": "int64", "audi
 #: processor classes -> family
 FAMILIES = {"Qwen2AudioProcessor": "qwen2_audio", "Qwen2_5OmniProcessor": "qwen2_5_omni",
             "Qwen3OmniMoeProcessor": "qwen3_omni", "Phi4MultimodalProcessor": "phi4", "Gemma3nProcessor": "gemma3n",
-            "Gemma4Processor": "gemma4"}
+            "Gemma4Processor": "gemma4", "VoxtralProcessor": "voxtral"}
 #: the audio token each family's processor writes where the tokenizer names none
 TOKENS = {"qwen2_audio": "<|AUDIO|>", "qwen2_5_omni": "<|AUDIO|>", "qwen3_omni": "<|audio_pad|>",
-          "phi4": "<|endoftext11|>", "gemma3n": "<audio_soft_token>", "gemma4": "<audio_soft_token>"}
+          "phi4": "<|endoftext11|>", "gemma3n": "<audio_soft_token>", "gemma4": "<audio_soft_token>",
+          "voxtral": "[AUDIO]"}
 #: Gemma 3n and Gemma 4 keep the first 30 s of a clip (their feature extractors' max_length); Gemma 3n
 #: gives every clip ``audio_seq_length`` tokens between its begin- and end-of-audio tokens, with blank
 #: lines around
@@ -95,6 +101,7 @@ class AudioPartsCounter:
             self.frame = int(round(self.rate * float(fe.get("frame_length_ms") or 20.0) / 1000.0))
             self.hop = int(round(self.rate * float(fe.get("hop_length_ms") or 10.0) / 1000.0))
         self.n_samples = int(fe.get("chunk_length") or CHUNK_SECONDS) * self.rate  # as WhisperFeatureExtractor sets it
+        self.per_token = 8  # Voxtral: mel frames a token (16 kHz / 12.5 Hz / hop 160), until set_chunks
         self.bind(tokenizer)
 
     def bind(self, tokenizer) -> None:
@@ -111,8 +118,18 @@ class AudioPartsCounter:
         return f"\n\n{self.boa}{self.audio_token * count.tokens}{self.eoa}\n\n"
 
     def samples(self, frames: int, rate: int) -> int:
-        """Samples at the feature extractor's rate: ``load_audio``'s ``ceil(frames x rate / file rate)``."""
-        return frames if rate == self.rate else -(-frames * self.rate // rate)
+        """Samples at the feature extractor's rate: ``load_audio``'s ``ceil(frames x rate / file rate)``
+        (Voxtral: mistral-common's ``soxr.resample``, which rounds half up)."""
+        if rate == self.rate:
+            return frames
+        if self.family == "voxtral":
+            return (2 * frames * self.rate + rate) // (2 * rate)
+        return -(-frames * self.rate // rate)
+
+    def set_chunks(self, rate: int, chunk_seconds: float, hop: int, per_token: int) -> None:
+        """Voxtral: the figures of the tokenizer's audio config (mistral-common's ``AudioConfig``)."""
+        self.rate, self.hop, self.per_token = rate, hop, per_token
+        self.n_samples = int(chunk_seconds * rate)
 
     def count(self, clips: list[tuple[int, int]]) -> list[ClipCount]:
         """Per clip of one conversation ((frames, file rate)): its count."""
@@ -128,6 +145,8 @@ class AudioPartsCounter:
             return [ClipCount(n, _omni3_tokens(min(-(-n // self.hop), top)), 0) for n in lengths]
         if self.family == "gemma3n":
             return [ClipCount(n, self.seq_length, max(0, n - GEMMA_SAMPLES)) for n in lengths]
+        if self.family == "voxtral":
+            return [ClipCount(n, self.voxtral_tokens(n), 0) for n in lengths]
         if self.family == "gemma4":
             return [ClipCount(n, self._gemma4_tokens(min(n, GEMMA_SAMPLES)), max(0, n - GEMMA_SAMPLES))
                     for n in lengths]
@@ -138,6 +157,13 @@ class AudioPartsCounter:
                 raise AudioRefused(f"{n} samples: shorter than one 400-sample window")
             out.append(ClipCount(n, math.ceil(feat / 8), 0))
         return out
+
+    def voxtral_tokens(self, n: int) -> int:
+        """``[AUDIO]`` tokens of ``n`` samples: padded to whole chunks, in mel frames, a token per
+        ``per_token`` frames (mistral-common's ``_encode_audio_tokens``)."""
+        padded = -(-max(n, 1) // self.n_samples) * self.n_samples
+        frames = math.ceil(padded / self.hop - 1) if padded % self.hop else padded // self.hop
+        return math.ceil(frames / self.per_token)
 
     def _gemma4_tokens(self, n: int) -> int:
         """Gemma 4's frames whose window is all real audio, through its two stride-2 convolutions."""
@@ -150,7 +176,9 @@ class AudioPartsCounter:
         return {"source": self.source, "processor": self.processor_type, "audio_token": self.audio_token,
                 "sampling_rate": self.rate, "hop_length": self.hop,
                 "max_seconds": (self.n_samples / self.rate if self.family in ("qwen2_audio", "qwen2_5_omni")
-                                else GEMMA_SAMPLES / self.rate if self.family in ("gemma3n", "gemma4") else None)}
+                                else GEMMA_SAMPLES / self.rate if self.family in ("gemma3n", "gemma4") else None),
+                **({"chunk_seconds": self.n_samples / self.rate,
+                    "tokens_per_chunk": self.voxtral_tokens(self.n_samples)} if self.family == "voxtral" else {})}
 
     def signature(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)

@@ -40,20 +40,9 @@ def add_audios(audios, counter, work: dict, texts: list, plain: list, values: di
             continue
         if not refs:
             continue
-        clips = []
-        for k, ref in enumerate(refs):
-            try:
-                info = read_info(ref, base_dir=base_dir)
-            except TypeError as exc:
-                refuse(i, values, FLAG_CODES["unreadable"], f"clip {k + 1} of {len(refs)}: {exc}", flags, errors)
-                break
-            if info.flag in ("missing", "missing_file", "unreadable") or not info.frames or not info.samplerate:
-                refuse(i, values, FLAG_CODES["missing_file" if info.flag in ("missing", "missing_file") else
-                                             "unreadable"],
-                       f"clip {k + 1} of {len(refs)}: {info.error or 'no samples'}", flags, errors)
-                break
-            clips.append((info.frames, info.samplerate))
-        if len(clips) != len(refs):
+        clips = read_clips(refs, base_dir)
+        if isinstance(clips, tuple):
+            refuse(i, values, *clips, flags, errors)
             continue
         try:
             counts = audios.count(clips)
@@ -74,6 +63,21 @@ def add_audios(audios, counter, work: dict, texts: list, plain: list, values: di
         _apply(i, work[i], delta, added, counts, audios, values, notes, train_on)
 
 
+def read_clips(refs: list, base_dir: str | None) -> list | tuple[int, str]:
+    """(frames, file rate) per clip from its header, or the first unreadable one's (flag code, reason)."""
+    clips = []
+    for k, ref in enumerate(refs):
+        try:
+            info = read_info(ref, base_dir=base_dir)
+        except TypeError as exc:
+            return FLAG_CODES["unreadable"], f"clip {k + 1} of {len(refs)}: {exc}"
+        if info.flag in ("missing", "missing_file", "unreadable") or not info.frames or not info.samplerate:
+            flag = "missing_file" if info.flag in ("missing", "missing_file") else "unreadable"
+            return FLAG_CODES[flag], f"clip {k + 1} of {len(refs)}: {info.error or 'no samples'}"
+        clips.append((info.frames, info.samplerate))
+    return clips
+
+
 def _apply(i: int, w, delta: int, added: list, counts: list, audios, values: dict, notes: dict,
            train_on: str) -> None:
     values["audios"][i] = len(counts)
@@ -84,4 +88,4 @@ def _apply(i: int, w, delta: int, added: list, counts: list, audios, values: dic
     notes["audio_lost_ms"][i] = round(lost * 1000 / audios.rate)
     notes["audio_truncated"][i] = lost > 0
     where = placed_messages(w.conv, len(counts), audios.audio_token, w.conv.audio_messages)
-    apply_added(i, w, delta, added, where, values, notes, train_on)
+    apply_added(i, w.conv, delta, added, where, values, notes, train_on)

@@ -89,4 +89,4 @@ def _apply(i: int, w, delta: int, added: list, expansions: list, seen: list, val
     notes["max_image_tokens"][i] = expansions[top].tokens
     notes["max_image_width"][i], notes["max_image_height"][i] = seen[top].width, seen[top].height
     where = placed_messages(w.conv, len(expansions), placeholder, w.conv.image_messages)
-    apply_added(i, w, delta, added, where, values, notes, train_on)
+    apply_added(i, w.conv, delta, added, where, values, notes, train_on)

@@ -8,12 +8,12 @@ from __future__ import annotations
 from lengthscan.measure.records import FLAG_CODES
 
 
-def apply_added(i: int, w, delta: int, added: list, where: list, values: dict, notes: dict, train_on: str) -> None:
-    """Row ``i`` (its ``RowPlan`` ``w``) gains ``delta`` tokens in all, ``added[k]`` of them where
+def apply_added(i: int, conv, delta: int, added: list, where: list, values: dict, notes: dict, train_on: str) -> None:
+    """Row ``i`` (its conversation ``conv``) gains ``delta`` tokens in all, ``added[k]`` of them where
     its k-th placeholder's message ``where[k]`` is: the trained and prompt tokens, where training
     starts and where the last trained token's end-of-turn is move with them."""
     values["sequence_tokens"][i] += delta
-    trained = trained_messages(w.conv, train_on)
+    trained = trained_messages(conv, train_on)
     if values["completion_tokens"][i] >= 0:
         in_trained = sum(a for a, m in zip(added, where) if m in trained)
         values["completion_tokens"][i] += in_trained

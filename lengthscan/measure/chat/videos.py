@@ -103,4 +103,4 @@ def _apply(i: int, w, delta: int, added: list, counts: list, infos: list, values
     values["video_seconds"][i] = sum(v.duration for v in infos)
     notes["video_file_frames"][i] = sum(v.frames or 0 for v in infos)
     where = placed_messages(w.conv, len(counts), placeholder, w.conv.video_messages)
-    apply_added(i, w, delta, added, where, values, notes, train_on)
+    apply_added(i, w.conv, delta, added, where, values, notes, train_on)
