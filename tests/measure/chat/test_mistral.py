@@ -142,6 +142,18 @@ def test_text_conversations_with_a_tekken_tokenizer_and_no_template(tmp_path, mo
     tokens, _, trained = _reference(model, tmp_path, rows[0])
     assert (table["sequence_tokens"][0], table["completion_tokens"][0]) == (tokens, trained)
     assert table["sequence_tokens"][1] is None and "mistral-common refuses" in table["chat_error"][1]
+    assert main(["clean", str(src), "--tokenizer", str(model), "--messages", "messages", "--tokenize", "--quiet",
+                 "--no-cache", "--out", str(tmp_path / "clean")]) == 0
+    from datasets import load_from_disk
+    from mistral_common.protocol.instruct.request import ChatCompletionRequest
+    from mistral_common.protocol.instruct.validator import ValidationMode
+    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+
+    kept = load_from_disk(str(tmp_path / "clean" / "dataset"))
+    ids = MistralTokenizer.from_file(str(model / "tekken.json"), mode=ValidationMode.finetuning).encode_chat_completion(
+        ChatCompletionRequest.from_openai(rows[0]["messages"])).tokens
+    assert len(kept) == 1 and kept[0]["input_ids"] == ids
+    assert sum(1 for t in kept[0]["labels"] if t != -100) == trained and kept[0]["labels"][-1] == ids[-1]
 
 
 def test_a_chat_template_with_voxtral_exits_2(tmp_path, model, clips, capsys):
