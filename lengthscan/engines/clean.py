@@ -276,6 +276,9 @@ def check_tokenize(setup, src) -> None:
     """``--tokenize`` needs a text column and a tokenizer, and never overwrites a column."""
     if setup.counter is None:
         raise ColumnError("--tokenize needs a text column (--input and/or --target) and a tokenizer")
+    if setup.pairs is not None:
+        raise ColumnError("--tokenize with preference pairs (DPOTrainer's prompt_ids, chosen_ids, rejected_ids) is not "
+                          "written yet: leave out --tokenize")
     chat = setup.chat
     media = [name for name, counter in (("images", chat and chat.images), ("videos", chat and chat.videos),
                                         ("audio", chat and chat.audios)) if counter is not None]

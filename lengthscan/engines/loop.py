@@ -200,7 +200,8 @@ class LocalEngine:
 
         def here(batch: Batch) -> dict:
             return measure_batch(batch, fields, layout, counter=setup.counter, audio=setup.settings,
-                                 decide_caps=setup.decide_caps, with_ids=with_ids, chat=setup.chat)
+                                 decide_caps=setup.decide_caps, with_ids=with_ids, chat=setup.chat,
+                                 pairs=setup.pairs)
 
         if workers <= 1 or not fields:
             yield from measure_here(batches, setup.counter, here)
@@ -349,7 +350,8 @@ def worker_measure(batch: Batch) -> tuple:
     job = _WORKER[0]
     counter = job.setup.counter
     measured = measure_batch(batch, job.fields, job.layout, counter=counter, audio=job.setup.settings,
-                             decide_caps=job.setup.decide_caps, with_ids=job.with_ids, chat=job.setup.chat)
+                             decide_caps=job.setup.decide_caps, with_ids=job.with_ids, chat=job.setup.chat,
+                             pairs=job.setup.pairs)
     counting = (counter.methods(), counter.counting()) if counter is not None else None
     _glibc_call("malloc_trim", 0)  # a batch's encodings freed: their pages back to the system
     return measured, os.getpid(), counting

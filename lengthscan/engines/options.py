@@ -69,6 +69,16 @@ class MeasureOptions:
     prompt: str | None = option(None, "--prompt", "TRL's prompt-completion form: the prompt column (messages or "
                                 "text), with --completion", metavar="COL")
     completion: str | None = option(None, "--completion", "the completion column, with --prompt", metavar="COL")
+    chosen: str | None = option(None, "--chosen", "preference pairs (DPO): the chosen answers' column (strings or "
+                                "message lists), with --rejected and optionally --prompt (else implicit, as TRL "
+                                "extracts it)", metavar="COL")
+    rejected: str | None = option(None, "--rejected", "preference pairs: the rejected answers' column, with --chosen",
+                                  metavar="COL")
+    pair_max_length: int | None = option(None, "--pair-max-length", "preference pairs: DPOConfig.max_length, each "
+                                         "sequence cut to N tokens by the collator (the pairs it collapses are "
+                                         "flagged)", type=int, metavar="N")
+    truncation_mode: str = option("keep_start", "--truncation-mode", "preference pairs: DPOConfig.truncation_mode, "
+                                  "which end of a sequence --max-length keeps", choices=("keep_start", "keep_end"))
     tools: str | None = option(None, "--tools", "column of per-row tool definitions (a list or a JSON string)",
                                metavar="COL")
     chat_template: str | None = option(None, "--chat-template", "a Jinja chat template to render conversations "

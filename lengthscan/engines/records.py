@@ -40,6 +40,7 @@ class AuditResult:
     decisions: DecisionReport | None = None  # with --limit
     batches: BatchReport | None = None       # the source's batches as the Trainer builds them
     chat: dict | None = None           # how conversations were measured (template, format, rule)
+    preference: dict | None = None     # how preference pairs were measured (trainer, columns, truncation)
     longest_rows: tuple = ()           # an audit's longest rows per measurement, with previews (write.longest)
     packing: dict | None = None        # --packing: the packs' figures (pack.run.simulate_packing)
     source_io: dict | None = None      # where the source lives, bytes read of bytes total, the sampling unit
@@ -76,6 +77,7 @@ class AuditResult:
             "model": self.model.to_dict() if self.model is not None else None,
             "audio": self.audio,
             **({"chat": self._chat()} if self.chat is not None else {}),
+            **({"preference": self.preference} if self.preference is not None else {}),
             "seed": self.seed,
             "sample_size": self.rows_measured,
             "cache_hits": self.cache_hits,

@@ -28,6 +28,7 @@ def audit_result(src, setup: Setup, measurement: Measurement, *, tokenizer, seed
         seconds=time.perf_counter() - started if started is not None else 0.0,
         model=setup.model_limits, audio=setup.audio_dict(), decisions=decisions,
         chat=setup.chat.to_dict() if setup.chat is not None else None,
+        preference=setup.pairs.to_dict() if setup.pairs is not None else None,
         batches=simulate_batches(src, measurement.tallies, setup, seed, of="source"), longest_rows=longest,
         packing=packing, source_io=source_account(src, measurement, seed),
     )

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 def prepare(m: MeasureOptions) -> Setup:
     """Load the model's context, choose the fields and their measurements, the counter and limits."""
+    if m.chosen or m.rejected:
+        return _prepare_pairs(m)
     fmt = _chat_format(m.messages, m.prompt, m.completion, m.tools, m.chat_template, m.images,
                        m.processor or m.max_pixels or m.pan_and_scan or m.videos or m.audios)
     processor = _processor_source(fmt, m.processor, m.model)
@@ -43,6 +45,35 @@ def prepare(m: MeasureOptions) -> Setup:
     if fmt is not None and model_limits is not None:  # a conversation is the decoder's whole input
         model_limits = model_limits.for_conversations()
     return Setup(fields, counter, settings, model_limits, _limits(fields, counter, model_limits), chat=chat)
+
+
+def _prepare_pairs(m: MeasureOptions) -> Setup:
+    """Preference pairs: one field measured as TRL's DPOTrainer prepares it."""
+    from lengthscan.measure.preference.counter import PairCounter
+    from lengthscan.measure.preference.pairs import PairFormat
+
+    if not (m.chosen and m.rejected):
+        raise ColumnError("preference pairs need both --chosen COL and --rejected COL")
+    others = [name for name, value in (("--messages", m.messages), ("--completion", m.completion),
+                                       ("--input", m.input), ("--target", m.target), ("--audio", m.audio),
+                                       ("--images", m.images), ("--videos", m.videos), ("--audios", m.audios))
+              if value]
+    if others:
+        raise ColumnError(f"preference pairs (--chosen, --rejected, --prompt) are measured alone: leave out "
+                          f"{', '.join(others)}")
+    if m.pair_max_length is not None and m.pair_max_length < 1:
+        raise ColumnError(f"--pair-max-length {m.pair_max_length}: give a positive number of tokens")
+    fmt = PairFormat(m.chosen, m.rejected, m.prompt, m.tools, m.pair_max_length, m.truncation_mode)
+    fields = role_fields(pairs=fmt)
+    ctx = _model_context(m.model, m.tokenizer)
+    counter = _counter(fields, m.tokenizer, m.model, ctx, dict(max_chars=m.max_chars, count_engine=m.count_engine,
+                                                              verify_counts=m.verify_counts, prove_beside=True))
+    pairs = PairCounter(counter, fmt, str(m.chat_template) if m.chat_template else None)
+    pairs.check()
+    model_limits = _model_limits(ctx)
+    if model_limits is not None:  # each side is one sequence, as a conversation is
+        model_limits = model_limits.for_conversations()
+    return Setup(fields, counter, AudioSettings(), model_limits, _limits(fields, counter, model_limits), pairs=pairs)
 
 
 def with_identity(setup: Setup, src, id_column: str | None) -> Setup:
@@ -298,6 +329,11 @@ def prepare_run(measure: MeasureOptions, rules: RuleOptions) -> Prepared:
             raise RuleError("drop-turns cuts conversations by their turns: it needs --messages COL (a "
                             "prompt-completion row has no turns to drop; use drop or truncate)")
     _check_crop_keeps_targets(measure, rules, parsed)
+    if setup.pairs is not None and (rules.action != "drop" or any(r.action not in (None, "drop") for r in parsed)):
+        from lengthscan.policy.rules import RuleError
+
+        raise RuleError("preference pairs are dropped whole over a limit: a pair-aware truncate is not written yet "
+                        "(use --action drop; --pair-max-length shows what DPOTrainer's own cut does to each pair)")
     chat = setup.chat
     media = [name for name, counter in (("images", chat and chat.images), ("videos", chat and chat.videos),
                                         ("audio", chat and chat.audios)) if counter is not None]

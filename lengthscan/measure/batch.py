@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lengthscan.measure.columns import ColumnError
-from lengthscan.measure.kinds import AUDIO, CHAT, TEXT, MeasureContext
+from lengthscan.measure.kinds import AUDIO, CHAT, PREFERENCE, TEXT, MeasureContext
 from lengthscan.measure.kinds.base import AudioSettings, RoleField
 from lengthscan.measure.records import FieldSpec, Measured
 from lengthscan.sources.scan import Batch
@@ -26,9 +26,18 @@ __all__ = ["AudioSettings", "RoleField", "role_fields", "measure_batch", "Column
 
 
 def role_fields(*, input: str | None = None, target: str | None = None, audio: str | None = None,
-                audio_settings: AudioSettings = AudioSettings(), chat=None) -> tuple[RoleField, ...]:
-    """The measured fields for ``--input``/``--audio`` and ``--target`` column names, or for a
-    conversation (``chat``: a ``measure.chat.conversations.ChatFormat``)."""
+                audio_settings: AudioSettings = AudioSettings(), chat=None, pairs=None) -> tuple[RoleField, ...]:
+    """The measured fields for ``--input``/``--audio`` and ``--target`` column names, for a
+    conversation (``chat``: a ``measure.chat.conversations.ChatFormat``) or for preference pairs
+    (``pairs``: a ``measure.preference.pairs.PairFormat``)."""
+    if pairs is not None:
+        from lengthscan.measure.preference import pair_specs
+
+        named = (("--tools", pairs.tools), ("--prompt", pairs.prompt), ("--rejected", pairs.rejected),
+                 ("--chosen", pairs.chosen))
+        flags = tuple(dict((column, flag) for flag, column in named if column).items())
+        extra = tuple(c for c in pairs.columns if c != pairs.chosen)
+        return (RoleField("pair", pairs.chosen, PREFERENCE, pair_specs(pairs.chosen), extra, flags),)
     if input and audio:
         raise ColumnError("give the input as text (--input) or as audio (--audio), not both")
     if chat is not None:
@@ -60,13 +69,14 @@ def role_fields(*, input: str | None = None, target: str | None = None, audio: s
 def measure_batch(batch: Batch, fields: tuple[RoleField, ...], split_src: SplitSource | SplitLayout, *,
                   counter: TokenCounter | None = None, audio: AudioSettings = AudioSettings(),
                   decide_caps: dict[str, int] | None = None, with_ids: bool = False,
-                  chat: ChatCounter | None = None) -> dict[str, Measured]:
+                  chat: ChatCounter | None = None, pairs=None) -> dict[str, Measured]:
     """Measure every field of ``batch``: role -> ``Measured``.
 
     ``split_src`` is a ``SplitSource`` or its picklable ``SplitLayout`` (for error messages and
     relative audio paths). ``decide_caps`` (role -> upper token limit) turns on decide-only
     counting for those roles: rows proven within or over the limit keep a bound, not a length.
-    ``with_ids`` keeps the token ids of text roles (``Measured.ids``).
+    ``with_ids`` keeps the token ids of text roles (``Measured.ids``); ``pairs``: the preference
+    field's ``PairCounter``.
     """
-    ctx = MeasureContext(counter, audio, chat, decide_caps or {}, with_ids)
+    ctx = MeasureContext(counter, audio, chat, decide_caps or {}, with_ids, pairs)
     return {f.role: f.kind.measure(batch, f, split_src, ctx) for f in fields}

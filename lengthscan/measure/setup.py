@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from lengthscan.measure.chat.counter import ChatCounter
+    from lengthscan.measure.preference.counter import PairCounter
     from lengthscan.measure.text.counter import TokenCounter
 
 
@@ -28,6 +29,7 @@ class Setup:
     ceilings: list[Ceiling]      # the upper bounds the audit counts rows over (the model's limits)
     decide_caps: dict[str, int] = field(default_factory=dict)  # role -> upper token limit (decide-only mode)
     chat: ChatCounter | None = None  # for a conversation field
+    pairs: PairCounter | None = None  # for a preference field
     identity: pa.Field | None = None  # --id COL's field, carried into lengths.parquet (see ``with_identity``)
 
     @property

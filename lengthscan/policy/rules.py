@@ -264,7 +264,7 @@ def decide(base: dict[str, np.ndarray], flags: dict[str, np.ndarray], rules, *, 
     if "target_tokens" in base and not keep_empty_targets and "target" in special:
         t = base["target_tokens"]
         fail((t >= 0) & (t <= special["target"]), "empty_target", "drop")
-    if SEQUENCE in base:
+    if SEQUENCE in base and "completion_tokens" in base:  # a conversation (not a preference pair)
         chat_conditions(base, fail, keep_empty_targets)
 
     truncate_to = {role: np.full(n, -1, np.int64) for role in ("input", "target") if f"{role}_tokens" in base}

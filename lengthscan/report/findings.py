@@ -14,6 +14,7 @@ from lengthscan.report.chat_findings import chat_findings
 from lengthscan.report.fmt import count, num, padded_sides, share, times, unit, with_unit
 from lengthscan.report.image_findings import image_findings
 from lengthscan.report.packing import packing_findings
+from lengthscan.report.preference_findings import preference_findings
 from lengthscan.report.video_findings import video_findings
 
 #: Flags of rows decide-only mode decided by a proven bound (they have bounds, not lengths).
@@ -43,6 +44,7 @@ def findings(data: dict) -> list[str]:
     out += chat_findings(data)
     out += image_findings(data)
     out += video_findings(data)
+    out += preference_findings(data)
     # a clean whose --fail-over gate failed published nothing: what it would have done, not what it did
     published = clean is not None and clean.get("published", True) and not (data.get("decisions") or {}).get("gate")
     out += _decision_findings(data.get("decisions"), cleaned=published)

@@ -206,6 +206,7 @@ class SplitAudit:
     chat: dict | None = None  # ``stats.chat.ChatTally.to_dict()`` of a conversation field
     design: dict | None = None  # a block sample: measurement -> ``stats.design.block_summary``
     truncated: dict | None = None  # role -> [(row, length)]: the first truncated audio files, measured
+    preference: dict | None = None  # ``stats.preference.PairTally.to_dict()`` of a preference field
 
     def _roles(self) -> dict:
         """Per role (input, target): its column and why rows have no length (the flags it shares);
@@ -247,4 +248,5 @@ class SplitAudit:
             "pair": self.pair.to_dict(sampled) if self.pair else None,
             "limits": [c.to_dict() for c in self.limits],
             **({"chat": self.chat} if self.chat is not None else {}),
+            **({"preference": self.preference} if self.preference is not None else {}),
         }

@@ -24,6 +24,7 @@ from lengthscan.stats.histograms import (
     ratio_units,
     ratio_units_of,
 )
+from lengthscan.stats.preference import PairTally
 from lengthscan.stats.records import CeilingCheck, FieldStats, PairStats, SampleInfo, SplitAudit
 
 #: Longest rows kept per limit for the report (all of them are in ``lengths.parquet``).
@@ -137,6 +138,7 @@ class SplitTally:
     ceiling_tallies: list[CeilingTally] = field(default_factory=list)
     ratio_parts: dict = field(default_factory=dict)
     chat: ChatTally | None = None  # conversation counts (a chat field)
+    preference: PairTally | None = None  # preference pair counts (a pair field)
     keep_positions: np.ndarray | None = None  # which measured rows to keep lengths of (None: all)
     kept: list = field(default_factory=list)  # (rows, input values, target values) per batch
     seen: int = 0
@@ -146,8 +148,10 @@ class SplitTally:
 
     def __post_init__(self):
         self.ceiling_tallies = [CeilingTally(limit) for limit in self.ceilings]
-        if self.chat is None and any(f.notes for f in self.fields):  # side columns: a conversation's
+        if self.chat is None and any(f.role == "chat" for f in self.fields):
             self.chat = ChatTally()
+        if self.preference is None and any(f.role == "pair" for f in self.fields):
+            self.preference = PairTally()
 
     def _pair_fields(self):
         """The (x, y) measurements of the pair statistics: input x target, or a conversation's
@@ -183,6 +187,8 @@ class SplitTally:
         if self.chat is not None:
             m = measured[self.fields[0].role]
             self.chat.add(by_name, m.notes, rows, media=getattr(m, "media", None))
+        if self.preference is not None:
+            self.preference.add(by_name, measured[self.fields[0].role].notes)
         for f in self.fields:  # a truncated audio file has a length (the audio it holds): named in the report
             hit = np.flatnonzero(measured[f.role].flags == FLAG_TRUNCATED)
             if len(hit):
@@ -212,6 +218,8 @@ class SplitTally:
                 bucket[:] = [merge_histograms(bucket)]
         if self.chat is not None and other.chat is not None:
             self.chat.merge(other.chat)
+        if self.preference is not None and other.preference is not None:
+            self.preference.merge(other.preference)
         for spec, pieces in other.by_block.items():
             self.by_block.setdefault(spec, []).extend(pieces)
         for role, (r, v) in other.truncated.items():
@@ -290,7 +298,9 @@ class SplitTally:
         limits = tuple(lt.check(sample, _effective(by_block, lt.limit.measure)) for lt in self.ceiling_tallies)
         chat = self.chat.to_dict() if self.chat is not None else None
         truncated = {role: [(int(r), _plain(v)) for r, v in zip(*rv)] for role, rv in self.truncated.items()}
-        return SplitAudit(name, sample, stats, pair, limits, chat=chat, design=by_block, truncated=truncated or None)
+        preference = self.preference.to_dict() if self.preference is not None else None
+        return SplitAudit(name, sample, stats, pair, limits, chat=chat, design=by_block, truncated=truncated or None,
+                          preference=preference)
 
 
 def _effective(by_block: dict | None, measure: str) -> float | None:

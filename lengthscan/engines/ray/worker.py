@@ -87,7 +87,8 @@ class Worker:
         for batch in read_part(split_src.name, part, job.columns, indices=take, batch_rows=job.batch_rows,
                                raw=job.raw, span=(task.lo, task.hi)):
             measured = measure_batch(batch, job.fields, job.layout, counter=setup.counter, audio=setup.settings,
-                                     decide_caps=setup.decide_caps, with_ids=job.with_ids, chat=setup.chat)
+                                     decide_caps=setup.decide_caps, with_ids=job.with_ids, chat=setup.chat,
+                                     pairs=setup.pairs)
             table = batch.table if job.keep_columns else batch.table.select([identity.name]) if identity else None
             pieces.append((batch.rows, measured, table))
         return pieces, spent(part, before)

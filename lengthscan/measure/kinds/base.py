@@ -16,6 +16,7 @@ from lengthscan.measure.records import FieldSpec
 if TYPE_CHECKING:
     from lengthscan.measure.audio.durations import FrameRule
     from lengthscan.measure.chat.counter import ChatCounter
+    from lengthscan.measure.preference.counter import PairCounter
     from lengthscan.measure.records import Measured
     from lengthscan.measure.text.counter import TokenCounter
     from lengthscan.sources.scan import Batch
@@ -40,13 +41,15 @@ class AudioSettings:
 @dataclass(frozen=True)
 class MeasureContext:
     """What measuring a batch needs beside the batch: the token counter, the audio settings, the
-    conversation counter, decide-only's caps (role -> upper token count) and whether token ids are kept."""
+    conversation counter, decide-only's caps (role -> upper token count), whether token ids are kept,
+    and the preference pairs' counter."""
 
     counter: TokenCounter | None = None
     audio: AudioSettings | None = None
     chat: ChatCounter | None = None
     decide_caps: dict = field(default_factory=dict)
     with_ids: bool = False
+    pairs: PairCounter | None = None
 
 
 class Kind:

@@ -1,0 +1,37 @@
+"""A preference pair: prompt, chosen and rejected as TRL's DPOTrainer tokenizes them
+(``measure.preference``)."""
+
+from __future__ import annotations
+
+from lengthscan.measure.columns import column_values
+from lengthscan.measure.kinds.base import Kind, MeasureContext
+from lengthscan.measure.records import Measured
+
+
+class PreferenceKind(Kind):
+    name = "preference"
+    tokenized = True
+    errors_in_reasons = True
+    python_bound = True
+
+    def pair(self, f):
+        return self._spec(f, "chosen_tokens"), self._spec(f, "rejected_tokens")
+
+    @staticmethod
+    def _spec(f, name: str):
+        return next(s for s in f.specs if s.name == name)
+
+    def measure(self, batch, f, split_src, ctx: MeasureContext) -> Measured:
+        columns = {c: batch.raw[c] if batch.raw and c in batch.raw else column_values(batch, c) for c in f.columns}
+        return ctx.pairs.measure(columns, {s.name: s for s in f.specs})
+
+    def notes(self, f) -> dict[str, str]:
+        from lengthscan.measure.preference import PAIR_NOTES
+
+        return dict(PAIR_NOTES)
+
+    def raw_columns(self, f) -> tuple[str, ...]:
+        return f.columns  # conversations as the file has them
+
+    def named_by(self, f) -> str:
+        return "--chosen"

@@ -1,0 +1,147 @@
+"""Preference pairs measured as TRL's ``DPOTrainer`` prepares them (trl 1.16's ``_prepare_dataset``
+and ``DataCollatorForPreference``), from one batch tokenizer call for all their texts:
+
+* **String rows**: the tokenizer's EOS text appended to chosen and rejected (unless they end with
+  it); ``prompt``, ``prompt + chosen`` and ``prompt + rejected`` tokenized as ``tokenizer(text)``
+  does (its special tokens: BOS at the prompt's start);
+* **Conversational rows**: the prompt rendered with ``add_generation_prompt=True``, ``prompt +
+  chosen`` and ``prompt + rejected`` without, by the chat template, tokenized with
+  ``add_special_tokens=False`` (``apply_chat_template(tokenize=True)``), the row's tools passed;
+* the prompt is the common start of the tokenized prompt and both sequences (where the template or
+  a merge across the boundary changes the prompt's end, the completion starts where they differ);
+  ``chosen_tokens``/``rejected_tokens`` the rest; ``sequence_tokens`` the longer side,
+  ``pair_tokens`` twice it (chosen and rejected go through one forward, padded to the longest);
+* with ``max_length`` (``DPOConfig.max_length``): the collator keeps each sequence's first
+  ``max_length`` tokens (``keep_start``) or its last (``keep_end``); a pair whose two sequences are
+  the same after the cut collapses (no preference left to learn; also a pair equal to begin with);
+  with ``keep_start`` DPOTrainer drops the rows whose prompt alone fills ``max_length``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lengthscan.measure.chat.conversations import RowProblem
+from lengthscan.measure.chat.encoding import rendered_ids
+from lengthscan.measure.chat.spans import common_prefix
+from lengthscan.measure.preference import PAIR_METRICS, PAIR_NOTES
+from lengthscan.measure.preference.pairs import PairFormat, pair_rows
+from lengthscan.measure.records import FLAG_CODES, FLAG_MISSING, FLAG_TOO_LONG, Measured
+
+
+class PairCounter:
+    """Measures preference pairs for one tokenizer (a ``TokenCounter``) and template; picklable."""
+
+    def __init__(self, counter, fmt: PairFormat, template: str | None = None):
+        self.counter = counter
+        self.format = fmt
+        self.template = template
+        self._renderer = None
+
+    @property
+    def renderer(self):
+        if self._renderer is None:
+            from lengthscan.measure.chat.template import Renderer, load_template
+
+            tok = self.counter.tokenizer
+            self._renderer = Renderer(load_template(tok, self.template, optional=True), tok.special_tokens_map,
+                                      max_chars=self.counter.max_chars)
+        return self._renderer
+
+    def check(self) -> None:
+        """Fail early (exit 2): a template file that cannot be read."""
+        self.renderer  # noqa: B018 - loads the template now
+
+    def to_dict(self) -> dict:
+        fmt = self.format
+        return {"trainer": "DPOTrainer", "columns": {k: v for k, v in (
+                    ("prompt", fmt.prompt), ("chosen", fmt.chosen), ("rejected", fmt.rejected), ("tools", fmt.tools))
+                    if v},
+                "prompt": "explicit" if fmt.prompt else "implicit (TRL's extract_prompt)",
+                "template": self.renderer.template.to_dict(), "eos_token": self.counter.tokenizer.eos_token,
+                "max_length": fmt.max_length, "truncation_mode": fmt.truncation_mode}
+
+    def signature(self) -> str:
+        fmt = self.format
+        return (f"{self.renderer.template.hash}|{fmt.prompt}|{fmt.chosen}|{fmt.rejected}|{fmt.tools}|"
+                f"{fmt.max_length}|{fmt.truncation_mode}")
+
+    def measure(self, columns: dict, spec_of: dict) -> Measured:
+        pairs = pair_rows(columns, self.format)
+        n = len(pairs)
+        values = {m: np.full(n, -1, np.int64) for m in PAIR_METRICS}
+        notes = {k: np.zeros(n, bool) if t == "bool" else np.full(n, -1, np.int64) for k, t in PAIR_NOTES.items()}
+        flags = np.zeros(n, np.int8)
+        errors: list = [None] * n
+        texts: dict = {True: [], False: []}  # conversational? -> texts, three a row
+        jobs = {}
+        for i, pair in enumerate(pairs):
+            if pair is None:
+                flags[i] = FLAG_MISSING
+                continue
+            try:
+                if isinstance(pair, RowProblem):
+                    raise pair
+                row = self._texts(pair)
+            except RowProblem as exc:
+                flags[i], errors[i] = FLAG_CODES[exc.flag], str(exc)
+                continue
+            if max(map(len, row)) > self.counter.max_chars:
+                flags[i], errors[i] = FLAG_TOO_LONG, f"a text over --max-chars ({self.counter.max_chars:,})"
+                continue
+            jobs[i] = (pair.conversational, len(texts[pair.conversational]))
+            texts[pair.conversational] += row
+            notes["implicit_prompt"][i] = pair.implicit
+        ids = {False: self.counter.ids(texts[False], "input") if texts[False] else [],
+               True: [found for found, _ in rendered_ids(self.counter, texts[True])] if texts[True] else []}
+        for i, (conversational, start) in jobs.items():
+            self._fill(i, *ids[conversational][start:start + 3], values, notes)
+        return Measured({spec_of[m]: values[m] for m in PAIR_METRICS}, flags,
+                        errors if any(e is not None for e in errors) else None, notes=notes)
+
+    def _texts(self, pair) -> list[str]:
+        """The row's prompt, prompt + chosen and prompt + rejected texts as DPOTrainer tokenizes them."""
+        if not pair.conversational:
+            eos = self.counter.tokenizer.eos_token
+            if eos is None:
+                raise RowProblem("template_error", "the tokenizer has no EOS token, which DPOTrainer appends to "
+                                                   "string completions")
+            chosen = pair.chosen if pair.chosen.endswith(eos) else pair.chosen + eos
+            rejected = pair.rejected if pair.rejected.endswith(eos) else pair.rejected + eos
+            return [pair.prompt, pair.prompt + chosen, pair.prompt + rejected]
+        from lengthscan.measure.chat.template import RenderTimeout
+
+        try:
+            render = self.renderer.render
+            return [render(pair.prompt, pair.tools, add_generation_prompt=True)[0],
+                    render(pair.prompt + pair.chosen, pair.tools)[0],
+                    render(pair.prompt + pair.rejected, pair.tools)[0]]
+        except RenderTimeout as exc:
+            raise RowProblem("template_error", str(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - the template's own message, per row
+            text = (str(exc).strip() or type(exc).__name__).splitlines()[0][:300]
+            raise RowProblem("template_error", text) from None
+
+    def _fill(self, i: int, prompt, with_chosen, with_rejected, values: dict, notes: dict) -> None:
+        plen = min(common_prefix(prompt, with_chosen), common_prefix(prompt, with_rejected))
+        chosen, rejected = len(with_chosen) - plen, len(with_rejected) - plen
+        longer = plen + max(chosen, rejected)
+        for name, value in (("prompt_tokens", plen), ("chosen_tokens", chosen), ("rejected_tokens", rejected),
+                            ("sequence_tokens", longer), ("pair_tokens", 2 * longer)):
+            values[name][i] = value
+        notes["shared_tokens"][i] = common_prefix(with_chosen[plen:], with_rejected[plen:])
+        limit, mode = self.format.max_length, self.format.truncation_mode
+        if limit is None:
+            notes["pair_collapsed"][i] = list(with_chosen) == list(with_rejected)
+            return
+        if mode == "keep_start":
+            cut_chosen, cut_rejected = with_chosen[:limit], with_rejected[:limit]
+            notes["chosen_kept"][i] = max(0, min(limit, len(with_chosen)) - plen)
+            notes["rejected_kept"][i] = max(0, min(limit, len(with_rejected)) - plen)
+            notes["trainer_drops"][i] = plen >= limit
+        else:
+            cut_chosen, cut_rejected = with_chosen[-limit:], with_rejected[-limit:]
+            notes["chosen_kept"][i], notes["rejected_kept"][i] = min(chosen, limit), min(rejected, limit)
+            notes["prompt_cut"][i] = longer > limit
+        notes["pair_collapsed"][i] = not notes["trainer_drops"][i] and list(cut_chosen) == list(cut_rejected)
+

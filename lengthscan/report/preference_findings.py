@@ -1,0 +1,59 @@
+"""Plain-language findings about preference pairs, from ``report.json``'s dict: what the trainer's
+``max_length`` does to them (pairs it collapses, rows DPOTrainer drops, prompts it cuts,
+completions it shortens), the pairs that are equal as given, and how much of the pair the two
+answers share."""
+
+from __future__ import annotations
+
+from lengthscan.report.fmt import share
+
+
+def preference_findings(data: dict) -> list[str]:
+    """Sentences about the report's preference pairs (``[]`` without them)."""
+    how = data.get("preference")
+    if not how:
+        return []
+    splits = [s for s in data.get("splits", []) if s.get("preference")]
+    multi = len(splits) > 1
+    limit, mode = how.get("max_length"), how.get("truncation_mode")
+    out: list[str] = []
+    for split in splits:
+        p = split["preference"]
+        n = p["measured"]
+        if not n:
+            continue
+        where = f" in split {split['split']}" if multi else ""
+        if limit is None:
+            if p["collapsed"]:
+                out.append(f"{_n(p['collapsed'], 'pair')}{where} ({share(p['collapsed'], n)}) have the same chosen and "
+                           f"rejected tokens: they teach nothing (lengths.parquet's pair_collapsed column lists "
+                           f"them).")
+            out.append("No --pair-max-length given: pass DPOConfig.max_length to see the pairs its truncation "
+                       "collapses and the rows DPOTrainer drops.")
+        else:
+            cut = f"truncating at {limit:,} tokens ({mode})"
+            if p["collapsed"]:
+                out.append(f"{cut.capitalize()} collapses {_n(p['collapsed'], 'pair')}{where} "
+                           f"({share(p['collapsed'], n)}): chosen and rejected become the same sequence, a pair "
+                           f"that teaches nothing (lengths.parquet's pair_collapsed column lists them); raise "
+                           f"max_length or drop them.")
+            if p["trainer_drops"]:
+                out.append(f"{_n(p['trainer_drops'], 'row')}{where} ({share(p['trainer_drops'], n)}) have a prompt of "
+                           f"{limit:,} tokens or more: DPOTrainer drops them before training (keep_start).")
+            if p["prompt_cut"]:
+                out.append(f"{_n(p['prompt_cut'], 'row')}{where} ({share(p['prompt_cut'], n)}) lose the start of their "
+                           f"prompt to {cut}.")
+            if p["completion_cut"]:
+                out.append(f"{_n(p['completion_cut'], 'pair')}{where} ({share(p['completion_cut'], n)}) lose "
+                           f"completion tokens to {cut}.")
+            if not (p["collapsed"] or p["trainer_drops"] or p["prompt_cut"] or p["completion_cut"]):
+                out.append(f"{cut.capitalize()} cuts no pair{where}.")
+        if p["completion_tokens"]:
+            out.append(f"Chosen and rejected{where} share {share(2 * p['shared_tokens'], p['completion_tokens'])} of "
+                       f"their completion tokens (their common first tokens); each pair costs "
+                       f"{p['pair_tokens'] / n:,.0f} tokens on average in the padded chosen+rejected forward.")
+    return out
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"

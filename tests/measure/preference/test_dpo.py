@@ -1,0 +1,153 @@
+"""Preference pairs against TRL's own DPOTrainer, built on CPU with a tiny random Llama: per row,
+the lengths of the ``prompt_ids``, ``chosen_ids`` and ``rejected_ids`` its dataset preparation makes
+(string rows with the tokenizer's BOS and the EOS text it appends; conversations through a chat
+template TRL ships; explicit and implicit prompts), the rows it drops under ``max_length`` and the
+pairs its collator leaves identical (``DataCollatorForPreference`` with ``keep_start`` and
+``keep_end``)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from lengthscan.cli.main import main
+from tests.support.chat import trl_template, write_jsonl
+
+pytest.importorskip("trl")
+pytest.importorskip("torch")
+
+
+def _trainer(tokenizer_dir, rows: list[dict], template: str | None, max_length: int | None, mode: str):
+    """DPOTrainer's prepared dataset and collator for ``rows`` (a ``row`` column keeps their order)."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from trl import DPOConfig, DPOTrainer
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    tok.chat_template = template
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32,
+                                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                                         max_position_embeddings=4096))
+    import tempfile
+
+    args = DPOConfig(output_dir=tempfile.mkdtemp(), use_cpu=True, bf16=False, report_to="none",
+                     gradient_checkpointing=False, max_length=max_length, truncation_mode=mode)
+    data = Dataset.from_list([{**r, "row": i} for i, r in enumerate(rows)])
+    trainer = DPOTrainer(model=model, ref_model=copy.deepcopy(model), args=args, train_dataset=data,
+                         processing_class=tok)
+    return trainer.train_dataset, trainer.data_collator
+
+
+def _collapsed(collator, prepared_row) -> bool:
+    """Whether the collator's chosen and rejected sequences of the row are the same."""
+    batch = collator([prepared_row])
+    ids, mask = batch["input_ids"].tolist(), batch["attention_mask"].tolist()
+    chosen = [t for t, m in zip(ids[0], mask[0]) if m]
+    rejected = [t for t, m in zip(ids[1], mask[1]) if m]
+    return chosen == rejected
+
+
+def _string_rows(docs: list[str]) -> list[dict]:
+    rows = []
+    for k in range(12):
+        text = docs[k * 3][:160] or "An empty document."
+        cut = max(1, len(text) // 2)
+        prompt, answer = text[:cut], text[cut:] or " done."
+        other = (docs[k * 3 + 1][:40] or "no") if k % 4 else answer[: len(answer) // 2] + " but otherwise."
+        rows.append({"prompt": prompt, "chosen": answer, "rejected": " " + other})
+    rows.append({"prompt": "Same answers:", "chosen": " yes", "rejected": " yes"})  # equal: collapsed as given
+    long = " ".join(d for d in docs[60:80] if d)[:400]
+    rows.append({"prompt": long, "chosen": " yes", "rejected": " no"})  # the prompt alone fills 48 tokens
+    rows.append({"prompt": "Q:", "chosen": " " + long + " A", "rejected": " " + long + " B"})  # differ at the end
+    rows.append({"prompt": "Q:", "chosen": " A " + long, "rejected": " B " + long})  # differ at the start
+    return rows
+
+
+@pytest.mark.parametrize("max_length,mode", [(None, "keep_start"), (48, "keep_start"), (40, "keep_end")])
+def test_string_pairs_equal_dpotrainers_ids(tmp_path, mistral_spm_dir, docs, max_length, mode):
+    rows = _string_rows(docs)
+    src = write_jsonl(tmp_path / "pairs.jsonl", rows)
+    out = tmp_path / "out"
+    extra = ["--pair-max-length", str(max_length), "--truncation-mode", mode] if max_length else []
+    assert main(["audit", str(src), "--tokenizer", str(mistral_spm_dir), "--prompt", "prompt", "--chosen", "chosen",
+                 "--rejected", "rejected", "--full", "--quiet", "--no-cache", "--out", str(out), *extra]) == 0
+    table = pq.read_table(out / "lengths.parquet").to_pydict()
+    prepared, collator = _trainer(mistral_spm_dir, rows, None, max_length, mode)
+    kept = {r["row"]: r for r in prepared}
+    for i in range(len(rows)):
+        assert table["pair_error"][i] is None, table["pair_error"][i]
+        assert table["trainer_drops"][i] == (i not in kept), i
+        if i not in kept:
+            continue
+        r = kept[i]
+        assert (table["prompt_tokens"][i], table["chosen_tokens"][i], table["rejected_tokens"][i]) == \
+            (len(r["prompt_ids"]), len(r["chosen_ids"]), len(r["rejected_ids"])), i
+        longer = len(r["prompt_ids"]) + max(len(r["chosen_ids"]), len(r["rejected_ids"]))
+        assert (table["sequence_tokens"][i], table["pair_tokens"][i]) == (longer, 2 * longer)
+        assert table["pair_collapsed"][i] == _collapsed(collator, r), i
+    assert table["pair_collapsed"][12]
+    if max_length == 48:
+        assert table["trainer_drops"][13] and table["pair_collapsed"][14] and not table["pair_collapsed"][15]
+    if max_length == 40:  # keep_end
+        assert table["prompt_cut"][13] and table["pair_collapsed"][15] and not table["pair_collapsed"][14]
+    report = json.loads((out / "report.json").read_text())
+    assert report["preference"]["trainer"] == "DPOTrainer"
+
+
+def test_implicit_prompts_and_conversations(tmp_path, chat_tok_dir, docs):
+    """Rows without a prompt column: TRL's extract_prompt finds it (strings by characters, with its
+    trailing space rule; conversations by messages); conversations rendered by TRL's qwen3 template."""
+    template = trl_template("qwen3").read_text()
+    convs = []
+    for k in range(8):
+        q = docs[k][:80] or "Why?"
+        user = {"role": "user", "content": q}
+        convs.append({"chosen": [user, {"role": "assistant", "content": docs[k + 20][:90]}],
+                      "rejected": [user, {"role": "assistant", "content": docs[k + 40][:30]}]})
+    src = write_jsonl(tmp_path / "conv.jsonl", convs)
+    out = tmp_path / "conv"
+    path = tmp_path / "qwen3.jinja"
+    path.write_text(template)
+    assert main(["audit", str(src), "--tokenizer", str(chat_tok_dir), "--chat-template", str(path), "--chosen",
+                 "chosen", "--rejected", "rejected", "--full", "--quiet", "--no-cache", "--out", str(out)]) == 0
+    table = pq.read_table(out / "lengths.parquet").to_pydict()
+    prepared, _ = _trainer(chat_tok_dir, convs, template, None, "keep_start")
+    for r in prepared:
+        i = r["row"]
+        assert table["pair_error"][i] is None, table["pair_error"][i]
+        assert (table["prompt_tokens"][i], table["chosen_tokens"][i], table["rejected_tokens"][i]) == \
+            (len(r["prompt_ids"]), len(r["chosen_ids"]), len(r["rejected_ids"])), i
+        assert table["implicit_prompt"][i]
+    strings = [{"chosen": "The answer is blue", "rejected": "The answer is green"},
+               {"chosen": "Same start, then x", "rejected": "Same start, then y"}]
+    src = write_jsonl(tmp_path / "implicit.jsonl", strings)
+    assert main(["audit", str(src), "--tokenizer", str(chat_tok_dir), "--chosen", "chosen", "--rejected", "rejected",
+                 "--full", "--quiet", "--no-cache", "--out", str(tmp_path / "implicit")]) == 0
+    table = pq.read_table(tmp_path / "implicit" / "lengths.parquet").to_pydict()
+    prepared, _ = _trainer(chat_tok_dir, strings, None, None, "keep_start")
+    for r in prepared:
+        i = r["row"]
+        assert (table["prompt_tokens"][i], table["chosen_tokens"][i], table["rejected_tokens"][i]) == \
+            (len(r["prompt_ids"]), len(r["chosen_ids"]), len(r["rejected_ids"])), i
+
+
+def test_bad_rows_and_options(tmp_path, chat_tok_dir, capsys):
+    rows = [{"prompt": "p", "chosen": "a", "rejected": None},
+            {"prompt": "p", "chosen": [{"role": "assistant", "content": "a"}], "rejected": "b"}]
+    src = write_jsonl(tmp_path / "bad.jsonl", rows)
+    out = tmp_path / "bad"
+    assert main(["audit", str(src), "--tokenizer", str(chat_tok_dir), "--prompt", "prompt", "--chosen", "chosen",
+                 "--rejected", "rejected", "--full", "--quiet", "--no-cache", "--out", str(out)]) == 0
+    table = pq.read_table(out / "lengths.parquet").to_pydict()
+    assert table["pair_flag"] == ["missing", "invalid_conversation"]
+    assert main(["audit", str(src), "--tokenizer", str(chat_tok_dir), "--chosen", "chosen", "--quiet",
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "need both --chosen COL and --rejected COL" in capsys.readouterr().err
+    assert main(["audit", str(src), "--tokenizer", str(chat_tok_dir), "--chosen", "chosen", "--rejected", "rejected",
+                 "--messages", "m", "--quiet", "--out", str(tmp_path / "o")]) == 2
+    assert "leave out --messages" in capsys.readouterr().err
