@@ -79,6 +79,12 @@ class MeasureOptions:
                                          "flagged)", type=int, metavar="N")
     truncation_mode: str = option("keep_start", "--truncation-mode", "preference pairs: DPOConfig.truncation_mode, "
                                   "which end of a sequence --max-length keeps", choices=("keep_start", "keep_end"))
+    rl: str | None = option(None, "--rl", "RL prompts: --prompt COL measured as TRL's GRPOTrainer tokenizes them, "
+                            "with the completion budget", choices=("grpo",))
+    max_completion_length: int = option(512, "--max-completion-length", "with --rl: GRPOConfig.max_completion_length "
+                                        "(default 512)", type=int, metavar="N")
+    num_generations: int = option(8, "--num-generations", "with --rl: GRPOConfig.num_generations, completions per "
+                                  "prompt (default 8)", type=int, metavar="G")
     tools: str | None = option(None, "--tools", "column of per-row tool definitions (a list or a JSON string)",
                                metavar="COL")
     chat_template: str | None = option(None, "--chat-template", "a Jinja chat template to render conversations "

@@ -22,6 +22,8 @@ def prepare(m: MeasureOptions) -> Setup:
     """Load the model's context, choose the fields and their measurements, the counter and limits."""
     if m.chosen or m.rejected:
         return _prepare_pairs(m)
+    if m.rl:
+        return _prepare_prompts(m)
     fmt = _chat_format(m.messages, m.prompt, m.completion, m.tools, m.chat_template, m.images,
                        m.processor or m.max_pixels or m.pan_and_scan or m.videos or m.audios)
     processor = _processor_source(fmt, m.processor, m.model)
@@ -40,7 +42,7 @@ def prepare(m: MeasureOptions) -> Setup:
                                                               verify_counts=m.verify_counts, prove_beside=True))
     chat = _chat_counter(counter, fmt, m.chat_template, m.train_on, processor,
                          {"max_pixels": m.max_pixels, "pan_and_scan": m.pan_and_scan}, videos, audios,
-                         tokenizer_source=m.tokenizer)
+                         tokenizer_source=m.tokenizer or m.model)
     model_limits = _model_limits(ctx)
     if fmt is not None and model_limits is not None:  # a conversation is the decoder's whole input
         model_limits = model_limits.for_conversations()
@@ -56,7 +58,8 @@ def _prepare_pairs(m: MeasureOptions) -> Setup:
         raise ColumnError("preference pairs need both --chosen COL and --rejected COL")
     others = [name for name, value in (("--messages", m.messages), ("--completion", m.completion),
                                        ("--input", m.input), ("--target", m.target), ("--audio", m.audio),
-                                       ("--images", m.images), ("--videos", m.videos), ("--audios", m.audios))
+                                       ("--images", m.images), ("--videos", m.videos), ("--audios", m.audios),
+                                       ("--rl", m.rl))
               if value]
     if others:
         raise ColumnError(f"preference pairs (--chosen, --rejected, --prompt) are measured alone: leave out "
@@ -74,6 +77,34 @@ def _prepare_pairs(m: MeasureOptions) -> Setup:
     if model_limits is not None:  # each side is one sequence, as a conversation is
         model_limits = model_limits.for_conversations()
     return Setup(fields, counter, AudioSettings(), model_limits, _limits(fields, counter, model_limits), pairs=pairs)
+
+
+def _prepare_prompts(m: MeasureOptions) -> Setup:
+    """RL prompts: one field measured as TRL's GRPOTrainer tokenizes it, with the completion budget."""
+    from lengthscan.measure.preference.prompts import PromptCounter, PromptFormat
+
+    if not m.prompt:
+        raise ColumnError(f"--rl {m.rl} measures prompts: give --prompt COL")
+    others = [name for name, value in (("--messages", m.messages), ("--completion", m.completion),
+                                       ("--input", m.input), ("--target", m.target), ("--audio", m.audio),
+                                       ("--images", m.images), ("--videos", m.videos), ("--audios", m.audios))
+              if value]
+    if others:
+        raise ColumnError(f"RL prompts (--rl, --prompt) are measured alone: leave out {', '.join(others)}")
+    if m.max_completion_length < 1 or m.num_generations < 1:
+        raise ColumnError("--max-completion-length and --num-generations: give positive numbers")
+    fmt = PromptFormat(m.prompt, m.rl, m.tools, m.max_completion_length, m.num_generations)
+    fields = role_fields(prompts=fmt)
+    ctx = _model_context(m.model, m.tokenizer)
+    counter = _counter(fields, m.tokenizer, m.model, ctx, dict(max_chars=m.max_chars, count_engine=m.count_engine,
+                                                              verify_counts=m.verify_counts, prove_beside=True))
+    prompts = PromptCounter(counter, fmt, str(m.chat_template) if m.chat_template else None)
+    prompts.check()
+    model_limits = _model_limits(ctx)
+    if model_limits is not None:  # a prompt and its completion are one sequence
+        model_limits = model_limits.for_conversations()
+    return Setup(fields, counter, AudioSettings(), model_limits, _limits(fields, counter, model_limits),
+                 pairs=prompts)
 
 
 def with_identity(setup: Setup, src, id_column: str | None) -> Setup:
@@ -329,6 +360,12 @@ def prepare_run(measure: MeasureOptions, rules: RuleOptions) -> Prepared:
             raise RuleError("drop-turns cuts conversations by their turns: it needs --messages COL (a "
                             "prompt-completion row has no turns to drop; use drop or truncate)")
     _check_crop_keeps_targets(measure, rules, parsed)
+    unmeasured = getattr(setup.chat, "unmeasured", ())
+    if any(part in unmeasured for r in parsed for part in r.parts):
+        from lengthscan.policy.rules import RuleError
+
+        raise RuleError(f"{', '.join(unmeasured)}: not measured for conversations mistral-common encodes; limit "
+                        "another metric")
     if setup.pairs is not None and (rules.action != "drop" or any(r.action not in (None, "drop") for r in parsed)):
         from lengthscan.policy.rules import RuleError
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lengthscan.measure.columns import ColumnError
-from lengthscan.measure.kinds import AUDIO, CHAT, PREFERENCE, TEXT, MeasureContext
+from lengthscan.measure.kinds import AUDIO, CHAT, PREFERENCE, RL_PROMPT, TEXT, MeasureContext
 from lengthscan.measure.kinds.base import AudioSettings, RoleField
 from lengthscan.measure.records import FieldSpec, Measured
 from lengthscan.sources.scan import Batch
@@ -26,10 +26,19 @@ __all__ = ["AudioSettings", "RoleField", "role_fields", "measure_batch", "Column
 
 
 def role_fields(*, input: str | None = None, target: str | None = None, audio: str | None = None,
-                audio_settings: AudioSettings = AudioSettings(), chat=None, pairs=None) -> tuple[RoleField, ...]:
+                audio_settings: AudioSettings = AudioSettings(), chat=None, pairs=None,
+                prompts=None) -> tuple[RoleField, ...]:
     """The measured fields for ``--input``/``--audio`` and ``--target`` column names, for a
     conversation (``chat``: a ``measure.chat.conversations.ChatFormat``) or for preference pairs
-    (``pairs``: a ``measure.preference.pairs.PairFormat``)."""
+    (``pairs``: a ``measure.preference.pairs.PairFormat``) or RL prompts (``prompts``: a
+    ``measure.preference.prompts.PromptFormat``)."""
+    if prompts is not None:
+        from lengthscan.measure.preference.prompts import rl_specs
+
+        flags = tuple(dict((column, flag) for flag, column in (("--tools", prompts.tools), ("--prompt", prompts.prompt))
+                           if column).items())
+        extra = (prompts.tools,) if prompts.tools else ()
+        return (RoleField("rl", prompts.prompt, RL_PROMPT, rl_specs(prompts.prompt), extra, flags),)
     if pairs is not None:
         from lengthscan.measure.preference import pair_specs
 

@@ -87,7 +87,11 @@ def _row_sentences(c: dict, where: str, chat: dict) -> list[str]:
         eot = chat.get("end_of_turn_token") or "the end-of-turn token"
         out.append(f"{_rows(c['without_final_eot'])}{where} do not close their last trained turn with "
                    f"{eot}: a model trained on them does not learn to stop.")
-    if c["rewrites_history"]:
+    if c["rewrites_history"] and chat["template"]["origin"].startswith("mistral-common"):
+        out.append(f"{_rows(c['rewrites_history'])}{where} have no completion count: mistral-common encodes earlier "
+                   f"turns differently once later turns follow (tokenizers before v7 put the system prompt in the "
+                   f"last user turn), so no per-turn prefix matches.")
+    elif c["rewrites_history"]:
         out.append(f"{_rows(c['rewrites_history'])}{where} have no completion count: the template renders "
                    f"earlier turns differently once later turns follow (Qwen3 keeps <think> only on the last turn), "
                    f"so no per-turn prefix matches; measure with a training template that has {{% generation %}} "

@@ -13,6 +13,8 @@ def preference_findings(data: dict) -> list[str]:
     how = data.get("preference")
     if not how:
         return []
+    if how.get("trainer") == "GRPOTrainer":
+        return _rl_findings(data, how)
     splits = [s for s in data.get("splits", []) if s.get("preference")]
     multi = len(splits) > 1
     limit, mode = how.get("max_length"), how.get("truncation_mode")
@@ -57,3 +59,22 @@ def preference_findings(data: dict) -> list[str]:
 
 def _n(count: int, noun: str) -> str:
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+def _rl_findings(data: dict, how: dict) -> list[str]:
+    """Sentences about RL prompts: the longest prompt, the sequence and group budgets, no truncation."""
+    out: list[str] = []
+    splits = data.get("splits", [])
+    budget, group = how["max_completion_length"], how["num_generations"]
+    for split in splits:
+        fields = split.get("fields") or {}
+        prompt = fields.get("prompt_tokens")
+        if not prompt or not prompt.get("count"):
+            continue
+        where = f" in split {split['split']}" if len(splits) > 1 else ""
+        longest = prompt["max"]
+        out.append(f"Prompts{where} run to {longest:,} tokens (p99 {prompt['percentiles']['p99']:,}); "
+                   f"{how['trainer']} never truncates them (this TRL has no max_prompt_length), so with "
+                   f"max_completion_length {budget:,} a sequence reaches {longest + budget:,} tokens and a "
+                   f"prompt's group of {group} generations {group * (longest + budget):,}.")
+    return out

@@ -161,7 +161,7 @@ class AudioPartsCounter:
     def voxtral_tokens(self, n: int) -> int:
         """``[AUDIO]`` tokens of ``n`` samples: padded to whole chunks, in mel frames, a token per
         ``per_token`` frames (mistral-common's ``_encode_audio_tokens``)."""
-        padded = -(-max(n, 1) // self.n_samples) * self.n_samples
+        padded = -(-n // self.n_samples) * self.n_samples
         frames = math.ceil(padded / self.hop - 1) if padded % self.hop else padded // self.hop
         return math.ceil(frames / self.per_token)
 

@@ -48,17 +48,23 @@ SENTENCEPIECE = ("tokenizer.model.v13", "tokenizer.model.v11", "tokenizer.model.
 
 
 def mistral_tokenizer_file(source) -> str | None:
-    """The mistral-common tokenizer file of ``source`` (a folder or a hub name), None without one."""
-    from transformers.utils import cached_file
-
+    """The mistral-common tokenizer file of ``source``, None without one: a folder's own, or a hub
+    repository's as the local hub cache holds it (loading the tokenizer downloads it; never a network
+    look-up here, which offline would retry for minutes)."""
+    folder = Path(str(source))
     for name in (TEKKEN, *SENTENCEPIECE):
+        if folder.is_dir():
+            if (folder / name).is_file():
+                return str(folder / name)
+            continue
         try:
-            path = cached_file(str(source), name, _raise_exceptions_for_missing_entries=False,
-                               _raise_exceptions_for_connection_errors=False)
-        except OSError:
-            path = None
-        if path:
-            return str(path)
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(str(source), name)
+        except Exception:  # noqa: BLE001 - not a repository name
+            return None
+        if isinstance(found, str):
+            return found
     return None
 
 
@@ -75,6 +81,8 @@ class MistralChat:
 
     images = None
     videos = None
+    #: metrics it leaves unmeasured (-1): rules on them are refused at set-up
+    unmeasured = ("longest_message_tokens",)
 
     def __init__(self, counter, options, path: str, audios=None):
         self.counter = counter
@@ -191,7 +199,8 @@ class MistralChat:
         return np.asarray(self.measure(columns, specs).values["sequence_tokens"], np.int64)
 
     def _row(self, conv, base_dir):
-        """(the whole encoding, its trained spans or None, the clips' counts and messages) of one row."""
+        """(the whole encoding, its trained spans (None: an encoding rewrites history; a string: why
+        there are none), the clips' counts and messages) of one row."""
         if conv is None:
             return None
         if isinstance(conv, RowProblem):
@@ -202,7 +211,10 @@ class MistralChat:
         full, prompt, silent = self.encoders
         messages = [_message(m, silent) for m in conv.messages]
         whole = _encode(full, messages, conv.tools)
-        spans = self._spans(conv, messages, whole, full, prompt)
+        try:
+            spans = self._spans(conv, messages, whole, full, prompt)
+        except RowProblem as exc:  # a prefix mistral-common refuses: the row is kept, without a completion count
+            spans = f"no completion count: a prefix of the conversation is refused ({exc})"
         clips = self._clips(conv, base_dir) if self.audios is not None else None
         return whole, spans, clips
 
@@ -241,7 +253,9 @@ class MistralChat:
         values["assistant_turns"][i] = sum(1 for m in msgs if m.get("role") == "assistant")
         notes["from_sharegpt"][i] = conv.sharegpt
         eos = self.encoders[0].instruct_tokenizer.tokenizer.eos_id
-        if spans is None:
+        if isinstance(spans, str):
+            errors[i] = spans
+        elif spans is None:
             notes["rewrites_history"][i] = True
         else:
             trained = sum(b - a for a, b in spans)
@@ -251,7 +265,7 @@ class MistralChat:
                 at = spans[-1][1] - 1
                 notes["final_eot_at"][i] = at if whole[at] == eos else -1
                 notes["ends_with_eot"][i] = whole[at] == eos
-            if ids_out is not None:
+            if ids_out is not None and not (clips and clips[0]):  # a clip's ids are its silent stand-in's
                 ids_out[i] = list(whole)
                 labels = np.full(len(whole), -100, np.int64)
                 for a, b in spans:

@@ -1,5 +1,5 @@
-"""A preference pair: prompt, chosen and rejected as TRL's DPOTrainer tokenizes them
-(``measure.preference``)."""
+"""A preference pair: prompt, chosen and rejected as TRL's DPOTrainer tokenizes them; an RL
+prompt as GRPOTrainer tokenizes it (``measure.preference``)."""
 
 from __future__ import annotations
 
@@ -35,3 +35,20 @@ class PreferenceKind(Kind):
 
     def named_by(self, f) -> str:
         return "--chosen"
+
+
+class RLPromptKind(Kind):
+    name = "rl_prompt"
+    tokenized = True
+    errors_in_reasons = True
+    python_bound = True
+
+    def measure(self, batch, f, split_src, ctx: MeasureContext) -> Measured:
+        columns = {c: batch.raw[c] if batch.raw and c in batch.raw else column_values(batch, c) for c in f.columns}
+        return ctx.pairs.measure(columns, {s.name: s for s in f.specs})
+
+    def raw_columns(self, f) -> tuple[str, ...]:
+        return f.columns  # conversations as the file has them
+
+    def named_by(self, f) -> str:
+        return "--prompt"

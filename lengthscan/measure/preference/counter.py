@@ -26,31 +26,16 @@ from lengthscan.measure.chat.encoding import rendered_ids
 from lengthscan.measure.chat.spans import common_prefix
 from lengthscan.measure.preference import PAIR_METRICS, PAIR_NOTES
 from lengthscan.measure.preference.pairs import PairFormat, pair_rows
+from lengthscan.measure.preference.render import TemplateRows
 from lengthscan.measure.records import FLAG_CODES, FLAG_MISSING, FLAG_TOO_LONG, Measured
 
 
-class PairCounter:
+class PairCounter(TemplateRows):
     """Measures preference pairs for one tokenizer (a ``TokenCounter``) and template; picklable."""
 
     def __init__(self, counter, fmt: PairFormat, template: str | None = None):
-        self.counter = counter
+        super().__init__(counter, template)
         self.format = fmt
-        self.template = template
-        self._renderer = None
-
-    @property
-    def renderer(self):
-        if self._renderer is None:
-            from lengthscan.measure.chat.template import Renderer, load_template
-
-            tok = self.counter.tokenizer
-            self._renderer = Renderer(load_template(tok, self.template, optional=True), tok.special_tokens_map,
-                                      max_chars=self.counter.max_chars)
-        return self._renderer
-
-    def check(self) -> None:
-        """Fail early (exit 2): a template file that cannot be read."""
-        self.renderer  # noqa: B018 - loads the template now
 
     def to_dict(self) -> dict:
         fmt = self.format
@@ -109,18 +94,9 @@ class PairCounter:
             chosen = pair.chosen if pair.chosen.endswith(eos) else pair.chosen + eos
             rejected = pair.rejected if pair.rejected.endswith(eos) else pair.rejected + eos
             return [pair.prompt, pair.prompt + chosen, pair.prompt + rejected]
-        from lengthscan.measure.chat.template import RenderTimeout
-
-        try:
-            render = self.renderer.render
-            return [render(pair.prompt, pair.tools, add_generation_prompt=True)[0],
-                    render(pair.prompt + pair.chosen, pair.tools)[0],
-                    render(pair.prompt + pair.rejected, pair.tools)[0]]
-        except RenderTimeout as exc:
-            raise RowProblem("template_error", str(exc)) from None
-        except Exception as exc:  # noqa: BLE001 - the template's own message, per row
-            text = (str(exc).strip() or type(exc).__name__).splitlines()[0][:300]
-            raise RowProblem("template_error", text) from None
+        render = self.render
+        return [render(pair.prompt, pair.tools, add_generation_prompt=True),
+                render(pair.prompt + pair.chosen, pair.tools), render(pair.prompt + pair.rejected, pair.tools)]
 
     def _fill(self, i: int, prompt, with_chosen, with_rejected, values: dict, notes: dict) -> None:
         plen = min(common_prefix(prompt, with_chosen), common_prefix(prompt, with_rejected))

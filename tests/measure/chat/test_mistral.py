@@ -156,6 +156,24 @@ def test_text_conversations_with_a_tekken_tokenizer_and_no_template(tmp_path, mo
     assert sum(1 for t in kept[0]["labels"] if t != -100) == trained and kept[0]["labels"][-1] == ids[-1]
 
 
+def test_a_refused_prefix_keeps_the_row_and_unmeasured_metrics_are_refused(tmp_path, model, capsys):
+    """With --train-on last, [user, assistant, assistant]'s prompt [user, assistant] is refused by
+    mistral-common: the row keeps its length, without a completion count, and says why."""
+    rows = [{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."},
+                          {"role": "assistant", "content": "Anything else?"}]}]
+    src = write_jsonl(tmp_path / "last.jsonl", rows)
+    out = tmp_path / "out"
+    assert main(["audit", str(src), "--tokenizer", str(model), "--messages", "messages", "--train-on", "last",
+                 "--full", "--quiet", "--no-cache", "--out", str(out)]) == 0
+    table = pq.read_table(out / "lengths.parquet").to_pydict()
+    tokens, _, _ = _reference(model, tmp_path, rows[0])
+    assert table["sequence_tokens"] == [tokens] and table["completion_tokens"] == [None]
+    assert "no completion count" in table["chat_error"][0]
+    assert main(["clean", str(src), "--tokenizer", str(model), "--messages", "messages", "--limit",
+                 "longest_message_tokens<=100", "--quiet", "--out", str(tmp_path / "c")]) == 2
+    assert "not measured for conversations mistral-common encodes" in capsys.readouterr().err
+
+
 def test_a_chat_template_with_voxtral_exits_2(tmp_path, model, clips, capsys):
     src = write_jsonl(tmp_path / "one.jsonl", [{"messages": [{"role": "user", "content": [{"type": "audio"}]}],
                                                 "audios": [str(clips / "a.wav")]}])

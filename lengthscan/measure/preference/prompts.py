@@ -1,0 +1,107 @@
+"""RL prompts measured as TRL's ``GRPOTrainer`` tokenizes them (trl 1.16's ``_tokenize_prompts``):
+a conversation through the chat template with ``add_generation_prompt=True`` (tokenized with
+``add_special_tokens=False``, as ``apply_chat_template(tokenize=True)`` does), a string as
+``tokenizer(text)`` does. This TRL never truncates a prompt (its ``GRPOConfig`` has no
+``max_prompt_length``); each prompt is generated ``num_generations`` times, up to
+``max_completion_length`` new tokens each. So per row:
+
+* ``prompt_tokens``;
+* ``sequence_tokens``: the longest sequence the prompt can become, prompt + ``max_completion_length``;
+* ``group_tokens``: its ``num_generations`` sequences together, what one prompt's group costs the
+  policy's forward at most.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lengthscan.measure.chat.conversations import RowProblem, parse_tools
+from lengthscan.measure.chat.encoding import rendered_ids
+from lengthscan.measure.preference.render import TemplateRows
+from lengthscan.measure.records import FLAG_CODES, FLAG_MISSING, FLAG_TOO_LONG, FieldSpec, Measured
+
+#: Per-row measurements of an RL prompt field, primary first
+RL_METRICS = ("sequence_tokens", "prompt_tokens", "group_tokens")
+#: the RL trainers lengthscan measures prompts for -> the TRL class
+TRAINERS = {"grpo": "GRPOTrainer"}
+
+
+def rl_specs(column: str) -> tuple[FieldSpec, ...]:
+    return tuple(FieldSpec("rl", column, "tokens", metric=m) for m in RL_METRICS)
+
+
+@dataclass(frozen=True)
+class PromptFormat:
+    prompt: str
+    trainer: str = "grpo"
+    tools: str | None = None
+    max_completion_length: int = 512  # GRPOConfig's default
+    num_generations: int = 8          # GRPOConfig's default
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(c for c in (self.prompt, self.tools) if c)
+
+
+class PromptCounter(TemplateRows):
+    """Measures RL prompts for one tokenizer (a ``TokenCounter``) and template; picklable."""
+
+    def __init__(self, counter, fmt: PromptFormat, template: str | None = None):
+        super().__init__(counter, template)
+        self.format = fmt
+
+    def to_dict(self) -> dict:
+        fmt = self.format
+        return {"trainer": TRAINERS[fmt.trainer], "columns": {k: v for k, v in (("prompt", fmt.prompt),
+                                                                                ("tools", fmt.tools)) if v},
+                "template": self.renderer.template.to_dict(), "max_completion_length": fmt.max_completion_length,
+                "num_generations": fmt.num_generations, "max_prompt_length": None,
+                "prompt_truncation": "none: this TRL's GRPOTrainer never truncates a prompt"}
+
+    def signature(self) -> str:
+        fmt = self.format
+        return (f"{self.renderer.template.hash}|{fmt.prompt}|{fmt.tools}|{fmt.max_completion_length}|"
+                f"{fmt.num_generations}")
+
+    def measure(self, columns: dict, spec_of: dict) -> Measured:
+        fmt = self.format
+        prompts = columns[fmt.prompt]
+        tools = columns.get(fmt.tools) if fmt.tools else None
+        n = len(prompts)
+        values = {m: np.full(n, -1, np.int64) for m in RL_METRICS}
+        flags = np.zeros(n, np.int8)
+        errors: list = [None] * n
+        texts: dict = {True: [], False: []}  # conversational? -> texts
+        jobs = {}
+        for i, prompt in enumerate(prompts):
+            if prompt is None:
+                flags[i] = FLAG_MISSING
+                continue
+            try:
+                text, conversational = self._text(prompt, tools[i] if tools is not None else None)
+            except RowProblem as exc:
+                flags[i], errors[i] = FLAG_CODES[exc.flag], str(exc)
+                continue
+            if len(text) > self.counter.max_chars:
+                flags[i], errors[i] = FLAG_TOO_LONG, f"a prompt over --max-chars ({self.counter.max_chars:,})"
+                continue
+            jobs[i] = (conversational, len(texts[conversational]))
+            texts[conversational].append(text)
+        ids = {False: self.counter.ids(texts[False], "input") if texts[False] else [],
+               True: [found for found, _ in rendered_ids(self.counter, texts[True])] if texts[True] else []}
+        for i, (conversational, k) in jobs.items():
+            size = len(ids[conversational][k])
+            values["prompt_tokens"][i] = size
+            values["sequence_tokens"][i] = size + fmt.max_completion_length
+            values["group_tokens"][i] = fmt.num_generations * (size + fmt.max_completion_length)
+        return Measured({spec_of[m]: values[m] for m in RL_METRICS}, flags,
+                        errors if any(e is not None for e in errors) else None)
+
+    def _text(self, prompt, tools) -> tuple[str, bool]:
+        if isinstance(prompt, str):
+            return prompt, False
+        if not (isinstance(prompt, (list, tuple)) and all(isinstance(m, dict) and "role" in m for m in prompt)):
+            raise RowProblem("invalid_conversation", "the prompt is neither a string nor a list of messages")
+        return self.render([dict(m) for m in prompt], parse_tools(tools), add_generation_prompt=True), True

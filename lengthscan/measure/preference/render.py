@@ -1,0 +1,41 @@
+"""What the preference and RL counters share: the chat template they render conversations with
+(``--chat-template``, else the tokenizer's; none needed for string rows), loaded once, and a row's
+rendering failure as the row's reason."""
+
+from __future__ import annotations
+
+from lengthscan.measure.chat.conversations import RowProblem
+
+
+class TemplateRows:
+    """A counter of rows rendered by one template for one tokenizer (a ``TokenCounter``)."""
+
+    def __init__(self, counter, template: str | None = None):
+        self.counter = counter
+        self.template = template
+        self._renderer = None
+
+    @property
+    def renderer(self):
+        if self._renderer is None:
+            from lengthscan.measure.chat.template import Renderer, load_template
+
+            tok = self.counter.tokenizer
+            self._renderer = Renderer(load_template(tok, self.template, optional=True), tok.special_tokens_map,
+                                      max_chars=self.counter.max_chars)
+        return self._renderer
+
+    def check(self) -> None:
+        """Fail early (exit 2): a template file that cannot be read."""
+        self.renderer  # noqa: B018 - loads the template now
+
+    def render(self, messages: list, tools, *, add_generation_prompt: bool = False) -> str:
+        """The rendering, or ``RowProblem`` with the template's own message."""
+        from lengthscan.measure.chat.template import RenderTimeout
+
+        try:
+            return self.renderer.render(messages, tools, add_generation_prompt=add_generation_prompt)[0]
+        except RenderTimeout as exc:
+            raise RowProblem("template_error", str(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - the template's own message, per row
+            raise RowProblem("template_error", (str(exc).strip() or type(exc).__name__).splitlines()[0][:300]) from None
