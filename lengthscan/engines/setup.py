@@ -7,12 +7,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lengthscan.engines.model_context import (
+    ceilings,
+    counting_settings,
+    model_context,
+    model_limits_for,
+    token_counter,
+)
 from lengthscan.engines.options import MeasureOptions, RuleOptions
+from lengthscan.engines.trainers import prepare_pairs, prepare_prompts
 from lengthscan.measure.batch import AudioSettings, role_fields
 from lengthscan.measure.columns import ColumnError
-from lengthscan.measure.limits import Ceiling
 from lengthscan.measure.setup import Setup
-from lengthscan.measure.text.counter import TokenCounter
 
 if TYPE_CHECKING:
     from lengthscan.policy.rules import Rule
@@ -21,9 +27,9 @@ if TYPE_CHECKING:
 def prepare(m: MeasureOptions) -> Setup:
     """Load the model's context, choose the fields and their measurements, the counter and limits."""
     if m.chosen or m.rejected:
-        return _prepare_pairs(m)
+        return prepare_pairs(m)
     if m.rl:
-        return _prepare_prompts(m)
+        return prepare_prompts(m)
     fmt = _chat_format(m.messages, m.prompt, m.completion, m.tools, m.chat_template, m.images,
                        m.processor or m.max_pixels or m.pan_and_scan or m.videos or m.audios)
     processor = _processor_source(fmt, m.processor, m.model)
@@ -34,77 +40,17 @@ def prepare(m: MeasureOptions) -> Setup:
         vision = bool(m.images or m.max_pixels or m.pan_and_scan) or _has_image_processor(processor)
         fmt = replace(fmt, vision=vision, videos=m.videos if videos else None, video=videos is not None,
                       audios=m.audios if audios else None, audio=audios is not None)
-    ctx = _model_context(m.model, m.tokenizer)
+    ctx = model_context(m.model, m.tokenizer)
     settings = _audio_settings(ctx, m.sampling_rate) if m.audio else AudioSettings()
     fields = role_fields(input=m.input, target=m.target, audio=m.audio, audio_settings=settings, chat=fmt)
-    # a run proves the count-only engine beside its counting (measure/text/beside.py)
-    counter = _counter(fields, m.tokenizer, m.model, ctx, dict(max_chars=m.max_chars, count_engine=m.count_engine,
-                                                              verify_counts=m.verify_counts, prove_beside=True))
+    counter = token_counter(fields, m.tokenizer, m.model, ctx, counting_settings(m))
     chat = _chat_counter(counter, fmt, m.chat_template, m.train_on, processor,
                          {"max_pixels": m.max_pixels, "pan_and_scan": m.pan_and_scan}, videos, audios,
                          tokenizer_source=m.tokenizer or m.model)
-    model_limits = _model_limits(ctx)
+    model_limits = model_limits_for(ctx)
     if fmt is not None and model_limits is not None:  # a conversation is the decoder's whole input
         model_limits = model_limits.for_conversations()
-    return Setup(fields, counter, settings, model_limits, _limits(fields, counter, model_limits), chat=chat)
-
-
-def _prepare_pairs(m: MeasureOptions) -> Setup:
-    """Preference pairs: one field measured as TRL's DPOTrainer prepares it."""
-    from lengthscan.measure.preference.counter import PairCounter
-    from lengthscan.measure.preference.pairs import PairFormat
-
-    if not (m.chosen and m.rejected):
-        raise ColumnError("preference pairs need both --chosen COL and --rejected COL")
-    others = [name for name, value in (("--messages", m.messages), ("--completion", m.completion),
-                                       ("--input", m.input), ("--target", m.target), ("--audio", m.audio),
-                                       ("--images", m.images), ("--videos", m.videos), ("--audios", m.audios),
-                                       ("--rl", m.rl))
-              if value]
-    if others:
-        raise ColumnError(f"preference pairs (--chosen, --rejected, --prompt) are measured alone: leave out "
-                          f"{', '.join(others)}")
-    if m.pair_max_length is not None and m.pair_max_length < 1:
-        raise ColumnError(f"--pair-max-length {m.pair_max_length}: give a positive number of tokens")
-    fmt = PairFormat(m.chosen, m.rejected, m.prompt, m.tools, m.pair_max_length, m.truncation_mode)
-    fields = role_fields(pairs=fmt)
-    ctx = _model_context(m.model, m.tokenizer)
-    counter = _counter(fields, m.tokenizer, m.model, ctx, dict(max_chars=m.max_chars, count_engine=m.count_engine,
-                                                              verify_counts=m.verify_counts, prove_beside=True))
-    pairs = PairCounter(counter, fmt, str(m.chat_template) if m.chat_template else None)
-    pairs.check()
-    model_limits = _model_limits(ctx)
-    if model_limits is not None:  # each side is one sequence, as a conversation is
-        model_limits = model_limits.for_conversations()
-    return Setup(fields, counter, AudioSettings(), model_limits, _limits(fields, counter, model_limits), pairs=pairs)
-
-
-def _prepare_prompts(m: MeasureOptions) -> Setup:
-    """RL prompts: one field measured as TRL's GRPOTrainer tokenizes it, with the completion budget."""
-    from lengthscan.measure.preference.prompts import PromptCounter, PromptFormat
-
-    if not m.prompt:
-        raise ColumnError(f"--rl {m.rl} measures prompts: give --prompt COL")
-    others = [name for name, value in (("--messages", m.messages), ("--completion", m.completion),
-                                       ("--input", m.input), ("--target", m.target), ("--audio", m.audio),
-                                       ("--images", m.images), ("--videos", m.videos), ("--audios", m.audios))
-              if value]
-    if others:
-        raise ColumnError(f"RL prompts (--rl, --prompt) are measured alone: leave out {', '.join(others)}")
-    if m.max_completion_length < 1 or m.num_generations < 1:
-        raise ColumnError("--max-completion-length and --num-generations: give positive numbers")
-    fmt = PromptFormat(m.prompt, m.rl, m.tools, m.max_completion_length, m.num_generations)
-    fields = role_fields(prompts=fmt)
-    ctx = _model_context(m.model, m.tokenizer)
-    counter = _counter(fields, m.tokenizer, m.model, ctx, dict(max_chars=m.max_chars, count_engine=m.count_engine,
-                                                              verify_counts=m.verify_counts, prove_beside=True))
-    prompts = PromptCounter(counter, fmt, str(m.chat_template) if m.chat_template else None)
-    prompts.check()
-    model_limits = _model_limits(ctx)
-    if model_limits is not None:  # a prompt and its completion are one sequence
-        model_limits = model_limits.for_conversations()
-    return Setup(fields, counter, AudioSettings(), model_limits, _limits(fields, counter, model_limits),
-                 pairs=prompts)
+    return Setup(fields, counter, settings, model_limits, ceilings(fields, counter, model_limits), chat=chat)
 
 
 def with_identity(setup: Setup, src, id_column: str | None) -> Setup:
@@ -260,23 +206,6 @@ def _mistral_file(source, processor, audios, chat_template, counter) -> str | No
     return None
 
 
-def _model_context(model, tokenizer):
-    if model is None:
-        return None
-    from lengthscan.policy.model_loading import load_model_context
-
-    tok = tokenizer.tokenizer if isinstance(tokenizer, TokenCounter) else tokenizer
-    return load_model_context(str(model), tokenizer=tok)
-
-
-def _model_limits(ctx):
-    if ctx is None:
-        return None
-    from lengthscan.policy.model_limits import model_limits
-
-    return model_limits(ctx)
-
-
 def _audio_settings(ctx, sampling_rate: int | None) -> AudioSettings:
     from lengthscan.measure.audio.durations import MAX_AUDIO_RATE, MIN_RATE, frame_rule
 
@@ -292,37 +221,6 @@ def _audio_settings(ctx, sampling_rate: int | None) -> AudioSettings:
     rate = sampling_rate or (getattr(ctx.feature_extractor, "sampling_rate", None) if ctx else None) \
         or (rule.sampling_rate if rule else None)
     return AudioSettings(rate, rule)
-
-
-def _counter(fields, tokenizer, model, ctx, settings: dict):
-    """The token counter text fields need: the given tokenizer, else the model's own."""
-    if not any(f.kind.tokenized for f in fields):
-        return None
-    if isinstance(tokenizer, TokenCounter):
-        return tokenizer
-    if ctx is not None and ctx.tokenizer is not None:
-        name = tokenizer if isinstance(tokenizer, (str, Path)) else model
-        return TokenCounter(ctx.tokenizer, name=str(name), **settings)
-    if tokenizer is None:
-        raise ColumnError("text columns and conversations need a tokenizer: --tokenizer DIR_OR_NAME (or a --model "
-                          "that has one)")
-    return TokenCounter(tokenizer, **settings)
-
-
-def _limits(fields, counter, model_limits) -> list[Ceiling]:
-    measured = {s.name for f in fields for s in f.specs}
-    limits = []
-    if model_limits is not None:
-        limits += [Ceiling(m.name, m.value, m.origin) for m in model_limits.limits if m.name in measured]
-        sequence = model_limits.get("sequence_tokens") if "sequence_tokens" in measured else None
-        if sequence is not None:  # a decoder-only model sees the rendered conversation as its input
-            limits.append(Ceiling("sequence_tokens", sequence.value, sequence.origin))
-    elif counter is not None and measured & {"input_tokens", "sequence_tokens"}:
-        max_len = counter.model_max_length()
-        if max_len is not None:
-            name = "input_tokens" if "input_tokens" in measured else "sequence_tokens"
-            limits.append(Ceiling(name, max_len, "tokenizer.model_max_length"))
-    return limits
 
 
 @dataclass(frozen=True)
