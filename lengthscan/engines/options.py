@@ -77,6 +77,9 @@ class MeasureOptions:
     pair_max_length: int | None = option(None, "--pair-max-length", "preference pairs: DPOConfig.max_length, each "
                                          "sequence cut to N tokens by the collator (the pairs it collapses are "
                                          "flagged)", type=int, metavar="N")
+    pair_trainer: str = option("dpo", "--pair-trainer", "preference pairs: measured as TRL's DPOTrainer prepares them "
+                               "(dpo, default) or its RewardTrainer (reward: each side whole, rows over "
+                               "--pair-max-length dropped)", choices=("dpo", "reward"))
     truncation_mode: str = option("keep_start", "--truncation-mode", "preference pairs: DPOConfig.truncation_mode, "
                                   "which end of a sequence --max-length keeps", choices=("keep_start", "keep_end"))
     rl: str | None = option(None, "--rl", "RL prompts: --prompt COL measured as TRL's GRPOTrainer tokenizes them, "

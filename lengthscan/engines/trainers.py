@@ -26,7 +26,7 @@ def prepare_pairs(m: MeasureOptions) -> Setup:
     _alone(m, "preference pairs (--chosen, --rejected, --prompt)", rl=True)
     if m.pair_max_length is not None and m.pair_max_length < 1:
         raise ColumnError(f"--pair-max-length {m.pair_max_length}: give a positive number of tokens")
-    fmt = PairFormat(m.chosen, m.rejected, m.prompt, m.tools, m.pair_max_length, m.truncation_mode)
+    fmt = PairFormat(m.chosen, m.rejected, m.prompt, m.tools, m.pair_max_length, m.truncation_mode, m.pair_trainer)
     return _setup(m, role_fields(pairs=fmt), lambda counter, template: PairCounter(counter, fmt, template))
 
 

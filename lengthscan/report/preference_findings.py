@@ -15,6 +15,8 @@ def preference_findings(data: dict) -> list[str]:
         return []
     if how.get("trainer") == "GRPOTrainer":
         return _rl_findings(data, how)
+    if how.get("trainer") == "RewardTrainer":
+        return _reward_findings(data, how)
     splits = [s for s in data.get("splits", []) if s.get("preference")]
     multi = len(splits) > 1
     limit, mode = how.get("max_length"), how.get("truncation_mode")
@@ -77,4 +79,24 @@ def _rl_findings(data: dict, how: dict) -> list[str]:
                    f"{how['trainer']} never truncates them (this TRL has no max_prompt_length), so with "
                    f"max_completion_length {budget:,} a sequence reaches {longest + budget:,} tokens and a "
                    f"prompt's group of {group} generations {group * (longest + budget):,}.")
+    return out
+
+
+def _reward_findings(data: dict, how: dict) -> list[str]:
+    """Sentences about reward-model pairs: equal pairs, the pairs RewardTrainer drops over max_length."""
+    out: list[str] = []
+    splits = [s for s in data.get("splits", []) if s.get("preference")]
+    limit = how.get("max_length")
+    for split in splits:
+        p, where = split["preference"], f" in split {split['split']}" if len(splits) > 1 else ""
+        if not p["measured"]:
+            continue
+        if p["collapsed"]:
+            out.append(f"{_n(p['collapsed'], 'pair')}{where} ({share(p['collapsed'], p['measured'])}) have the same "
+                       f"chosen and rejected tokens: they teach the reward model nothing.")
+        if limit is not None:
+            dropped = p["trainer_drops"]
+            out.append(f"{_n(dropped, 'pair')}{where} ({share(dropped, p['measured'])}) have a side over {limit:,} "
+                       f"tokens: RewardTrainer drops them (it filters, never truncates)." if dropped else
+                       f"No pair{where} has a side over {limit:,} tokens: RewardTrainer keeps every pair.")
     return out

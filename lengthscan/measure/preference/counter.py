@@ -39,17 +39,19 @@ class PairCounter(TemplateRows):
 
     def to_dict(self) -> dict:
         fmt = self.format
-        return {"trainer": "DPOTrainer", "columns": {k: v for k, v in (
+        reward = fmt.trainer == "reward"
+        return {"trainer": "RewardTrainer" if reward else "DPOTrainer", "columns": {k: v for k, v in (
                     ("prompt", fmt.prompt), ("chosen", fmt.chosen), ("rejected", fmt.rejected), ("tools", fmt.tools))
                     if v},
-                "prompt": "explicit" if fmt.prompt else "implicit (TRL's extract_prompt)",
+                "prompt": "explicit" if fmt.prompt else "none (each side whole)" if reward else
+                "implicit (TRL's extract_prompt)",
                 "template": self.renderer.template.to_dict(), "eos_token": self.counter.tokenizer.eos_token,
-                "max_length": fmt.max_length, "truncation_mode": fmt.truncation_mode}
+                "max_length": fmt.max_length, "truncation_mode": None if reward else fmt.truncation_mode}
 
     def signature(self) -> str:
         fmt = self.format
         return (f"{self.renderer.template.hash}|{fmt.prompt}|{fmt.chosen}|{fmt.rejected}|{fmt.tools}|"
-                f"{fmt.max_length}|{fmt.truncation_mode}")
+                f"{fmt.max_length}|{fmt.truncation_mode}|{fmt.trainer}")
 
     def measure(self, columns: dict, spec_of: dict) -> Measured:
         pairs = pair_rows(columns, self.format)
@@ -95,10 +97,15 @@ class PairCounter(TemplateRows):
             rejected = pair.rejected if pair.rejected.endswith(eos) else pair.rejected + eos
             return [pair.prompt, pair.prompt + chosen, pair.prompt + rejected]
         render = self.render
+        if self.format.trainer == "reward":  # each side whole, no generation prompt: the prompt is not split off
+            return ["", render(pair.prompt + pair.chosen, pair.tools), render(pair.prompt + pair.rejected, pair.tools)]
         return [render(pair.prompt, pair.tools, add_generation_prompt=True),
                 render(pair.prompt + pair.chosen, pair.tools), render(pair.prompt + pair.rejected, pair.tools)]
 
     def _fill(self, i: int, prompt, with_chosen, with_rejected, values: dict, notes: dict) -> None:
+        if self.format.trainer == "reward":
+            self._fill_reward(i, with_chosen, with_rejected, values, notes)
+            return
         plen = min(common_prefix(prompt, with_chosen), common_prefix(prompt, with_rejected))
         chosen, rejected = len(with_chosen) - plen, len(with_rejected) - plen
         longer = plen + max(chosen, rejected)
@@ -121,3 +128,17 @@ class PairCounter(TemplateRows):
             notes["prompt_cut"][i] = longer > limit
         notes["pair_collapsed"][i] = not notes["trainer_drops"][i] and list(cut_chosen) == list(cut_rejected)
 
+    def _fill_reward(self, i: int, chosen, rejected, values: dict, notes: dict) -> None:
+        """RewardTrainer: each side one sequence (its prompt in it); ``prompt_tokens`` the tokens both
+        start with; ``max_length`` drops a pair with either side over it (nothing is cut)."""
+        shared = common_prefix(chosen, rejected)
+        longer = max(len(chosen), len(rejected))
+        sizes = {"prompt_tokens": shared, "chosen_tokens": len(chosen), "rejected_tokens": len(rejected),
+                 "sequence_tokens": longer, "pair_tokens": 2 * longer}
+        for name, value in sizes.items():
+            values[name][i] = value
+        notes["shared_tokens"][i] = shared
+        notes["pair_collapsed"][i] = list(chosen) == list(rejected)
+        limit = self.format.max_length
+        if limit is not None:
+            notes["trainer_drops"][i] = longer > limit

@@ -23,6 +23,7 @@ class PairFormat:
     tools: str | None = None
     max_length: int | None = None       # DPOConfig.max_length (None: not cut)
     truncation_mode: str = "keep_start"  # DPOConfig.truncation_mode
+    trainer: str = "dpo"                 # "dpo" (DPOTrainer) or "reward" (RewardTrainer)
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -51,13 +52,14 @@ def pair_rows(columns: dict, fmt: PairFormat) -> list:
     for i in range(len(chosen)):
         try:
             out.append(_row(prompts[i] if prompts is not None else None, chosen[i], rejected[i],
-                            tools[i] if tools is not None else None, explicit=prompts is not None))
+                            tools[i] if tools is not None else None, explicit=prompts is not None,
+                            extract=fmt.trainer == "dpo"))
         except RowProblem as problem:
             out.append(problem)
     return out
 
 
-def _row(prompt, chosen, rejected, tools, *, explicit: bool):
+def _row(prompt, chosen, rejected, tools, *, explicit: bool, extract: bool = True):
     if chosen is None or rejected is None or (explicit and prompt is None):
         return None
     values = [chosen, rejected, *([prompt] if explicit else [])]
@@ -71,9 +73,11 @@ def _row(prompt, chosen, rejected, tools, *, explicit: bool):
                 raise RowProblem("invalid_conversation", f"the {what} is not a list of messages {{role, content}}")
         chosen, rejected = [dict(m) for m in chosen], [dict(m) for m in rejected]
         prompt = [dict(m) for m in prompt] if prompt is not None else None
-    if not explicit:
+    if not explicit and extract:
         prompt, chosen, rejected = extract_prompt(chosen, rejected)
-    return Pair(prompt, chosen, rejected, parse_tools(tools), implicit=not explicit)
+    elif not explicit:  # RewardTrainer takes each side whole
+        prompt = "" if isinstance(chosen, str) else []
+    return Pair(prompt, chosen, rejected, parse_tools(tools), implicit=not explicit and extract)
 
 
 def _messages(value) -> bool:

@@ -151,3 +151,57 @@ def test_bad_rows_and_options(tmp_path, chat_tok_dir, capsys):
     assert main(["audit", str(src), "--tokenizer", str(chat_tok_dir), "--chosen", "chosen", "--rejected", "rejected",
                  "--messages", "m", "--quiet", "--out", str(tmp_path / "o")]) == 2
     assert "leave out --messages" in capsys.readouterr().err
+
+
+def _reward_prepared(tokenizer_dir, rows: list[dict], template: str | None, max_length: int | None):
+    """RewardTrainer's prepared dataset (a tiny random Llama scoring model; a ``row`` column)."""
+    import tempfile
+
+    from datasets import Dataset
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForSequenceClassification
+    from trl import RewardConfig, RewardTrainer
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    tok.chat_template = template
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    model = LlamaForSequenceClassification(LlamaConfig(
+        vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, num_labels=1, pad_token_id=tok.pad_token_id))
+    args = RewardConfig(output_dir=tempfile.mkdtemp(), use_cpu=True, bf16=False, report_to="none",
+                        gradient_checkpointing=False, max_length=max_length)
+    data = Dataset.from_list([{**r, "row": i} for i, r in enumerate(rows)])
+    return RewardTrainer(model=model, args=args, train_dataset=data, processing_class=tok).train_dataset
+
+
+@pytest.mark.parametrize("conversational", [False, True])
+def test_reward_pairs_equal_rewardtrainers_ids(tmp_path, chat_tok_dir, mistral_spm_dir, docs, conversational):
+    """--pair-trainer reward: each side tokenized whole (the prompt prepended), EOS text on string
+    sides; the pairs RewardTrainer drops over max_length (it filters, never cuts)."""
+    if conversational:
+        tok_dir, template = chat_tok_dir, trl_template("qwen3").read_text()
+        rows = [{"prompt": [{"role": "user", "content": docs[k][:90] or "Why?"}],
+                 "chosen": [{"role": "assistant", "content": docs[k + 30][:150] or "Yes."}],
+                 "rejected": [{"role": "assistant", "content": docs[k + 50][:40] or "No."}]} for k in range(8)]
+    else:
+        tok_dir, template = mistral_spm_dir, None
+        rows = [{"prompt": docs[k][:80] or "Q", "chosen": " " + (" ".join(docs[k + 30:k + 34])[:k * 60] or "yes"),
+                 "rejected": " " + (docs[k + 50][:40] or "no")} for k in range(8)]
+    src = write_jsonl(tmp_path / "reward.jsonl", rows)
+    extra = ["--chat-template", str(tmp_path / "t.jinja")] if template else []
+    if template:
+        (tmp_path / "t.jinja").write_text(template)
+    out = tmp_path / "out"
+    assert main(["audit", str(src), "--tokenizer", str(tok_dir), "--prompt", "prompt", "--chosen", "chosen",
+                 "--rejected", "rejected", "--pair-trainer", "reward", "--pair-max-length", "60", "--full", "--quiet",
+                 "--no-cache", "--out", str(out), *extra]) == 0
+    table = pq.read_table(out / "lengths.parquet").to_pydict()
+    every = {r["row"]: r for r in _reward_prepared(tok_dir, rows, template, None)}
+    kept = {r["row"] for r in _reward_prepared(tok_dir, rows, template, 60)}
+    for i in range(len(rows)):
+        r = every[i]
+        assert (table["chosen_tokens"][i], table["rejected_tokens"][i]) == (len(r["chosen_ids"]),
+                                                                          len(r["rejected_ids"])), i
+        assert table["trainer_drops"][i] == (i not in kept), i
+    assert 0 < len(kept) < len(rows)
+    assert json.loads((out / "report.json").read_text())["preference"]["trainer"] == "RewardTrainer"
