@@ -45,11 +45,11 @@ def build(folder: Path, rows: int) -> tuple[Path, Path, Path]:
     corpus = folder / f"pairs{rows}.jsonl"
     tok = folder / "chat-tok"
     template = Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja"
+    if corpus.exists() and (tok / "tokenizer.json").exists():  # built before (seed 0: the same)
+        return corpus, tok, template
     texts = [r["text"] for r in bench_data.text_rows(max(rows, 20_000))]
     if not (tok / "tokenizer.json").exists():
         _train(texts[:20_000], tok)
-    if corpus.exists():  # built before (seed 0: the same)
-        return corpus, tok, template
     rng = random.Random(0)
     lines = []
     for i in range(rows):
