@@ -32,7 +32,7 @@ import numpy as np
 from lengthscan.measure.chat import template as template_module
 from lengthscan.measure.chat.conversations import ChatFormat, RowProblem, conversations, part_texts
 from lengthscan.measure.chat.encoding import rendered_ids
-from lengthscan.measure.chat.metrics import CONTENT_ROLES, chat_metrics, chat_notes
+from lengthscan.measure.chat.metrics import CONTENT_ROLES, empty_measurements
 from lengthscan.measure.chat.pipeline import plan_and_encode
 from lengthscan.measure.chat.plan import RowPlan, TooLong, plan_row
 from lengthscan.measure.chat.ranges import message_ranges
@@ -176,10 +176,7 @@ class ChatCounter:
         convs = conversations(columns, self.options.format)
         n = len(convs)
         vision, video, audio = self.images is not None, self.videos is not None, self.audios is not None
-        metrics = chat_metrics(vision, video, audio)
-        values = {m: np.full(n, -1.0) if m.endswith("_seconds") else np.full(n, -1, np.int64) for m in metrics}
-        notes = {name: np.zeros(n, bool) if kind == "bool" else np.full(n, -1, np.int64)
-                 for name, kind in chat_notes(vision, video, audio).items()}
+        metrics, values, notes = empty_measurements(n, vision, video, audio)
         flags = np.zeros(n, np.int8)
         errors: list = [None] * n
         texts: list[str] = []          # rendered chat texts (tokenized without special tokens)

@@ -44,3 +44,16 @@ def chat_specs(column: str, vision: bool = False, video: bool = False, audio: bo
              "video_frames": "frames", "audios": "clips", "video_seconds": "seconds", "audio_seconds": "seconds"}
     return tuple(FieldSpec("chat", column, units.get(m, "tokens"), metric=m)
                  for m in chat_metrics(vision, video, audio))
+
+
+def empty_measurements(n: int, vision: bool = False, video: bool = False, audio: bool = False) -> tuple:
+    """(metrics, values, notes) for ``n`` rows of a conversation field, nothing measured yet: -1
+    (NaN-free -1.0 for seconds) and False."""
+    import numpy as np
+
+    metrics = chat_metrics(vision, video, audio)
+    values = {m: np.full(n, -1.0) if m.endswith("_seconds") else np.full(n, -1, np.int64) for m in metrics}
+    notes = {name: np.zeros(n, bool) if kind == "bool" else np.full(n, -1, np.int64)
+             for name, kind in chat_notes(vision, video, audio).items()}
+    return metrics, values, notes
+

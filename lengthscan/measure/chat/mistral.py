@@ -36,7 +36,7 @@ import numpy as np
 
 from lengthscan.measure.chat.conversations import RowProblem, conversations
 from lengthscan.measure.chat.media import apply_added, trained_messages
-from lengthscan.measure.chat.metrics import chat_metrics, chat_notes
+from lengthscan.measure.chat.metrics import chat_metrics, empty_measurements
 from lengthscan.measure.chat.spans import common_prefix
 from lengthscan.measure.chat.template import ChatTemplateError
 from lengthscan.measure.records import FLAG_CODES, FLAG_MISSING, Measured
@@ -170,11 +170,7 @@ class MistralChat:
     def measure(self, columns: dict, spec_of: dict, *, with_ids: bool = False, base_dir: str | None = None) -> Measured:
         convs = conversations(columns, self.options.format)
         n = len(convs)
-        audio = self.audios is not None
-        metrics = chat_metrics(False, False, audio)
-        values = {m: np.full(n, -1.0) if m.endswith("_seconds") else np.full(n, -1, np.int64) for m in metrics}
-        notes = {name: np.zeros(n, bool) if kind == "bool" else np.full(n, -1, np.int64)
-                 for name, kind in chat_notes(False, False, audio).items()}
+        metrics, values, notes = empty_measurements(n, audio=self.audios is not None)
         flags = np.zeros(n, np.int8)
         errors: list = [None] * n
         ids_out: list | None = [None] * n if with_ids else None

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lengthscan.measure.video.info import VideoInfo
-from lengthscan.measure.video.qwen import VideoCount, VideoRefused
+from lengthscan.measure.video.qwen import VideoCount, VideoRefused, frames_resize
 
 #: the processors' sampling constants (``Glm46VVideoProcessor.sample_frames``)
 DYNAMIC_FPS = ((30, 3), (300, 1), (2400, 0.5))
@@ -115,24 +115,8 @@ class GlmVideo:
 
     def resize(self, frames: int, height: int, width: int) -> tuple[int, int]:
         """The video module's ``smart_resize`` over ``frames`` frames of ``height`` x ``width``."""
-        t_factor, factor = self.temporal_patch_size, self.patch_size * self.merge_size
-        if frames < t_factor:
-            raise VideoRefused(f"{frames} frame(s) kept, under the temporal patch of {t_factor}")
-        if height < factor or width < factor:
-            scale = max(factor / height, factor / width)
-            height, width = int(height * scale), int(width * scale)
-        if max(height, width) / min(height, width) > 200:
-            raise VideoRefused(f"an aspect ratio of {max(height, width) / min(height, width):.0f}, over 200")
-        h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
-        t_bar = round(frames / t_factor) * t_factor
-        if t_bar * h_bar * w_bar > self.max_pixels:
-            beta = math.sqrt((frames * height * width) / self.max_pixels)
-            h_bar = max(factor, math.floor(height / beta / factor) * factor)
-            w_bar = max(factor, math.floor(width / beta / factor) * factor)
-        elif t_bar * h_bar * w_bar < self.min_pixels:
-            beta = math.sqrt(self.min_pixels / (frames * height * width))
-            h_bar, w_bar = math.ceil(height * beta / factor) * factor, math.ceil(width * beta / factor) * factor
-        return h_bar, w_bar
+        return frames_resize(frames, height, width, self.patch_size * self.merge_size, self.temporal_patch_size,
+                             self.min_pixels, self.max_pixels)
 
     def count(self, info: VideoInfo, tokens: dict) -> VideoCount:
         """The video's count and text; ``tokens``: the processor's ``image_token``."""

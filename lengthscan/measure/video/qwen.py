@@ -219,26 +219,35 @@ def _qwen3_indices(total: int, vfps: float | None, o: VideoOptions) -> tuple[lis
 
 
 def _qwen3_resize(frames: int, height: int, width: int, o: VideoOptions) -> tuple[int, int]:
-    factor, t = o.patch_size * o.merge_size, o.temporal_patch_size
+    factor = o.patch_size * o.merge_size
     max_pixels = o.max_pixels
     if o.cap_pixels_per_frame:
         per_frame = max(min(o.max_video_tokens * factor * factor, o.max_pixels // frames), int(o.min_pixels * 1.05))
         max_pixels = per_frame * frames
-    if frames < t:
-        raise VideoRefused(f"{frames} frame(s), fewer than the temporal patch of {t}")
+    return frames_resize(frames, height, width, factor, o.temporal_patch_size, o.min_pixels, max_pixels)
+
+
+def frames_resize(frames: int, height: int, width: int, factor: int, temporal: int, min_pixels: int,
+                  max_pixels: int) -> tuple[int, int]:
+    """The ``smart_resize`` of the video processors that bound all the frames' pixels together
+    (Qwen3-VL, GLM-4V): each side a multiple of ``factor``, ``frames x height x width`` within
+    ``[min_pixels, max_pixels]``; sides under ``factor`` scaled up first, fewer frames than the
+    temporal patch or an aspect ratio over 200 refused."""
+    if frames < temporal:
+        raise VideoRefused(f"{frames} frame(s), fewer than the temporal patch of {temporal}")
     if height < factor or width < factor:
         scale = max(factor / height, factor / width)
         height, width = int(height * scale), int(width * scale)
     if max(height, width) / min(height, width) > 200:
         raise VideoRefused(f"an aspect ratio of {max(height, width) / min(height, width):.0f} (over 200)")
     h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
-    t_bar = round(frames / t) * t
+    t_bar = round(frames / temporal) * temporal
     if t_bar * h_bar * w_bar > max_pixels:
         beta = math.sqrt(frames * height * width / max_pixels)
         h_bar = max(factor, math.floor(height / beta / factor) * factor)
         w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif t_bar * h_bar * w_bar < o.min_pixels:
-        beta = math.sqrt(o.min_pixels / (frames * height * width))
+    elif t_bar * h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (frames * height * width))
         h_bar = math.ceil(height * beta / factor) * factor
         w_bar = math.ceil(width * beta / factor) * factor
     return h_bar, w_bar

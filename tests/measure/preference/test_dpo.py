@@ -15,6 +15,7 @@ import pytest
 
 from lengthscan.cli.main import main
 from tests.support.chat import trl_template, write_jsonl
+from tests.support.trainers import cpu_config, tiny_llama, trainer_tokenizer, with_row_ids
 
 pytest.importorskip("trl")
 pytest.importorskip("torch")
@@ -22,24 +23,12 @@ pytest.importorskip("torch")
 
 def _trainer(tokenizer_dir, rows: list[dict], template: str | None, max_length: int | None, mode: str):
     """DPOTrainer's prepared dataset and collator for ``rows`` (a ``row`` column keeps their order)."""
-    from datasets import Dataset
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
     from trl import DPOConfig, DPOTrainer
 
-    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
-    tok.chat_template = template
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32,
-                                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                                         max_position_embeddings=4096))
-    import tempfile
-
-    args = DPOConfig(output_dir=tempfile.mkdtemp(), use_cpu=True, bf16=False, report_to="none",
-                     gradient_checkpointing=False, max_length=max_length, truncation_mode=mode)
-    data = Dataset.from_list([{**r, "row": i} for i, r in enumerate(rows)])
-    trainer = DPOTrainer(model=model, ref_model=copy.deepcopy(model), args=args, train_dataset=data,
-                         processing_class=tok)
+    tok = trainer_tokenizer(tokenizer_dir, template)
+    model = tiny_llama(tok)
+    trainer = DPOTrainer(model=model, ref_model=copy.deepcopy(model), train_dataset=with_row_ids(rows),
+                         args=cpu_config(DPOConfig, max_length=max_length, truncation_mode=mode), processing_class=tok)
     return trainer.train_dataset, trainer.data_collator
 
 
@@ -155,23 +144,11 @@ def test_bad_rows_and_options(tmp_path, chat_tok_dir, capsys):
 
 def _reward_prepared(tokenizer_dir, rows: list[dict], template: str | None, max_length: int | None):
     """RewardTrainer's prepared dataset (a tiny random Llama scoring model; a ``row`` column)."""
-    import tempfile
-
-    from datasets import Dataset
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForSequenceClassification
     from trl import RewardConfig, RewardTrainer
 
-    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
-    tok.chat_template = template
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    model = LlamaForSequenceClassification(LlamaConfig(
-        vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, num_labels=1, pad_token_id=tok.pad_token_id))
-    args = RewardConfig(output_dir=tempfile.mkdtemp(), use_cpu=True, bf16=False, report_to="none",
-                        gradient_checkpointing=False, max_length=max_length)
-    data = Dataset.from_list([{**r, "row": i} for i, r in enumerate(rows)])
-    return RewardTrainer(model=model, args=args, train_dataset=data, processing_class=tok).train_dataset
+    tok = trainer_tokenizer(tokenizer_dir, template)
+    return RewardTrainer(model=tiny_llama(tok, scoring=True), args=cpu_config(RewardConfig, max_length=max_length),
+                         train_dataset=with_row_ids(rows), processing_class=tok).train_dataset
 
 
 @pytest.mark.parametrize("conversational", [False, True])

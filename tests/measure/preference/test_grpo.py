@@ -6,34 +6,26 @@ them from GRPOConfig's ``max_completion_length`` and ``num_generations``."""
 from __future__ import annotations
 
 import json
-import tempfile
 
 import pyarrow.parquet as pq
 import pytest
 
 from lengthscan.cli.main import main
 from tests.support.chat import trl_template, write_jsonl
+from tests.support.trainers import cpu_config, tiny_llama, trainer_tokenizer, with_row_ids
 
 pytest.importorskip("trl")
 pytest.importorskip("torch")
 
 
 def _tokenized(tokenizer_dir, template: str, prompts: list) -> list[int]:
-    from datasets import Dataset
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
-    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
-    tok.chat_template = template
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32,
-                                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
-    args = GRPOConfig(output_dir=tempfile.mkdtemp(), use_cpu=True, bf16=False, report_to="none",
-                      gradient_checkpointing=False, per_device_train_batch_size=2, num_generations=2,
-                      max_completion_length=8)
-    trainer = GRPOTrainer(model=model, reward_funcs=lambda completions, **kw: [0.0] * len(completions), args=args,
-                          train_dataset=Dataset.from_list([{"prompt": "x"}, {"prompt": "y"}]), processing_class=tok)
+    tok = trainer_tokenizer(tokenizer_dir, template)
+    args = cpu_config(GRPOConfig, per_device_train_batch_size=2, num_generations=2, max_completion_length=8)
+    trainer = GRPOTrainer(model=tiny_llama(tok), reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+                          args=args, train_dataset=with_row_ids([{"prompt": "x"}, {"prompt": "y"}]),
+                          processing_class=tok)
     out = []
     for prompt in prompts:  # one at a time: a batch is all conversations or all strings
         ids, _, _ = trainer._tokenize_prompts([prompt])

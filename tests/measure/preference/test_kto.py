@@ -6,33 +6,25 @@ conversations through TRL's qwen3 template and for strings (the EOS text on the 
 from __future__ import annotations
 
 import copy
-import tempfile
 
 import pyarrow.parquet as pq
 import pytest
 
 from lengthscan.cli.main import main
 from tests.support.chat import trl_template, write_jsonl
+from tests.support.trainers import cpu_config, tiny_llama, trainer_tokenizer, with_row_ids
 
 pytest.importorskip("trl")
 pytest.importorskip("torch")
 
 
 def _kto_prepared(tokenizer_dir, rows: list[dict], template: str | None):
-    from datasets import Dataset
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
     from trl import KTOConfig, KTOTrainer
 
-    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
-    tok.chat_template = template
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32,
-                                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
-    args = KTOConfig(output_dir=tempfile.mkdtemp(), use_cpu=True, bf16=False, report_to="none",
-                     gradient_checkpointing=False, max_length=None, per_device_train_batch_size=2)
-    data = Dataset.from_list([{**r, "row": i} for i, r in enumerate(rows)])
-    return KTOTrainer(model=model, ref_model=copy.deepcopy(model), args=args, train_dataset=data,
+    tok = trainer_tokenizer(tokenizer_dir, template)
+    model = tiny_llama(tok)
+    args = cpu_config(KTOConfig, max_length=None, per_device_train_batch_size=2)
+    return KTOTrainer(model=model, ref_model=copy.deepcopy(model), args=args, train_dataset=with_row_ids(rows),
                       processing_class=tok).train_dataset
 
 
