@@ -114,6 +114,9 @@ class MeasureOptions:
                                     "each (apply_chat_template's num_frames)", type=int, metavar="N")
     max_frames: int | None = option(None, "--max-frames", "count videos as if the video processor's max_frames "
                                     "were N", type=int, metavar="N")
+    reasoning: bool = option(False, "--reasoning", "count the reasoning of assistant turns (reasoning_content, "
+                             "thinking, <think> blocks): reasoning_tokens trained, and the spans the template drops",
+                             action="store_true")
     train_on: str = option("assistant", "--train-on", "which tokens of a conversation are trained: every assistant "
                            "message (default), the last one, or all tokens", choices=TRAIN_ON)
     tokenizer: str | Path | PreTrainedTokenizerBase | TokenCounter | None = option(

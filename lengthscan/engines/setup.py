@@ -31,7 +31,7 @@ def prepare(m: MeasureOptions) -> Setup:
     if m.rl:
         return prepare_prompts(m)
     fmt = _chat_format(m.messages, m.prompt, m.completion, m.tools, m.chat_template, m.images,
-                       m.processor or m.max_pixels or m.pan_and_scan or m.videos or m.audios)
+                       m.processor or m.max_pixels or m.pan_and_scan or m.videos or m.audios, m.reasoning)
     processor = _processor_source(fmt, m.processor, m.model)
     videos, audios = _video_counter(fmt, processor, m), _audio_counter(fmt, processor, m.audios)
     if fmt is not None and processor is not None:
@@ -67,12 +67,12 @@ def with_identity(setup: Setup, src, id_column: str | None) -> Setup:
     return replace(setup, identity=identity_field(src, id_column, reserved))
 
 
-def _chat_format(messages, prompt, completion, tools, chat_template, images=None, vision=None):
+def _chat_format(messages, prompt, completion, tools, chat_template, images=None, vision=None, reasoning=False):
     """The conversation columns asked for (None: no conversation field)."""
     if not (messages or prompt or completion):
-        if tools or chat_template or images or vision:
-            raise ColumnError("--tools, --chat-template, --images and --processor go with a conversation: "
-                              "--messages COL, or --prompt COL --completion COL")
+        if tools or chat_template or images or vision or reasoning:
+            raise ColumnError("--tools, --chat-template, --images, --processor and --reasoning go with a "
+                              "conversation: --messages COL, or --prompt COL --completion COL")
         return None
     if messages and (prompt or completion):
         raise ColumnError("give --messages COL, or --prompt COL with --completion COL, not both")
@@ -81,7 +81,7 @@ def _chat_format(messages, prompt, completion, tools, chat_template, images=None
     from lengthscan.measure.chat.conversations import ChatFormat
 
     return ChatFormat(messages=messages, prompt=prompt, completion=completion, tools=tools, images=images,
-                      vision=bool(images or vision))
+                      vision=bool(images or vision), reasoning=bool(reasoning))
 
 
 def _processor_source(fmt, processor, model):
@@ -171,9 +171,9 @@ def _chat_counter(counter, fmt, chat_template, train_on: str, processor=None, im
     if mistral is not None:
         from lengthscan.measure.chat.mistral import MistralChat
 
-        if images is not None or videos is not None:
-            raise ColumnError("images and videos with a mistral-common tokenizer are not counted yet: give the "
-                              "model's Hugging Face tokenizer and chat template, or leave out the media columns")
+        if images is not None or videos is not None or fmt.reasoning:
+            raise ColumnError("images, videos and --reasoning with a mistral-common tokenizer are not counted yet: "
+                              "give the model's Hugging Face tokenizer and chat template, or leave them out")
         chat = MistralChat(counter, ChatOptions(fmt, None, train_on), mistral, audios=audios)
         chat.check()
         return chat

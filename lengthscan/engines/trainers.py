@@ -47,7 +47,7 @@ def _alone(m: MeasureOptions, what: str, *, rl: bool = False) -> None:
     others = [name for name, value in (("--messages", m.messages), ("--completion", m.completion),
                                        ("--input", m.input), ("--target", m.target), ("--audio", m.audio),
                                        ("--images", m.images), ("--videos", m.videos), ("--audios", m.audios),
-                                       ("--rl", m.rl if rl else None)) if value]
+                                       ("--rl", m.rl if rl else None), ("--reasoning", m.reasoning)) if value]
     if others:
         raise ColumnError(f"{what} are measured alone: leave out {', '.join(others)}")
 

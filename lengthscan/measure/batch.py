@@ -60,7 +60,7 @@ def role_fields(*, input: str | None = None, target: str | None = None, audio: s
                  ("--tools", chat.tools), ("--completion", chat.completion), ("--prompt", chat.prompt),
                  ("--messages", chat.messages))  # the first option naming it last
         flags = tuple(dict((column, flag) for flag, column in named if column).items())
-        specs = chat_specs(chat.column, chat.vision, chat.video, chat.audio)
+        specs = chat_specs(chat.column, chat.vision, chat.video, chat.audio, chat.reasoning)
         return (RoleField("chat", chat.column, CHAT, specs, extra, flags),)
     fields = []
     if input:

@@ -96,6 +96,8 @@ def _row_sentences(c: dict, where: str, chat: dict) -> list[str]:
                    f"earlier turns differently once later turns follow (Qwen3 keeps <think> only on the last turn), "
                    f"so no per-turn prefix matches; measure with a training template that has {{% generation %}} "
                    f"blocks (TRL's trl/chat_templates/*_training.jinja) via --chat-template.")
+    if c.get("reasoning"):
+        out += _reasoning_findings(c, where)
     if c["parts_not_rendered"]:
         out.append(f"{_rows(c['parts_not_rendered'])}{where} have content parts the template does not "
                    f"render as text (content_parts_not_rendered): their lengths miss that text.")
@@ -126,3 +128,18 @@ def _kept_sentences(data: dict) -> list[str]:
 
 def _rows(n: int) -> str:
     return f"{n:,} conversation" + ("" if n == 1 else "s")
+
+
+def _reasoning_findings(c: dict, where: str) -> list[str]:
+    """--reasoning: the trained tokens that are reasoning, and the reasoning the template drops."""
+    r, out = c["reasoning"], []
+    if r["rows_with_reasoning"]:
+        out.append(f"Reasoning{where} is {share(r['reasoning_tokens'], c['completion_tokens'])} of the trained tokens "
+                   f"({r['reasoning_tokens']:,} of {c['completion_tokens']:,}), in {_rows(r['rows_with_reasoning'])} "
+                   f"(a limit: --limit 'reasoning_tokens<=N').")
+    if r["spans_dropped"]:
+        out.append(f"The template drops {r['spans_dropped']:,} reasoning spans in {_rows(r['rows_dropping'])}{where} "
+                   f"(it renders the thinking of some turns only, as Qwen3 keeps it after the last user turn): "
+                   f"those tokens are never trained; split such conversations per turn to train on them.")
+    return out
+

@@ -36,6 +36,7 @@ class ChatTally:
     images: ImageTally | None = None  # conversations with images
     videos: VideoTally | None = None  # conversations with videos
     audios: AudioTally | None = None  # conversations with audio
+    reasoning: dict | None = None     # --reasoning: trained reasoning tokens (counted rows), spans dropped, rows
 
     def add(self, values: dict, notes: dict, rows=None, media: dict | None = None) -> None:
         """One batch: ``values`` metric -> per-row values (-1: none), ``notes`` the side columns,
@@ -55,6 +56,8 @@ class ChatTally:
             self.audios.add(values, notes, rows if rows is not None else np.arange(len(values["audio_tokens"])))
         seq, comp = values["sequence_tokens"], values["completion_tokens"]
         measured, counted = seq >= 0, comp >= 0
+        if "reasoning_tokens" in values and notes is not None:
+            self._add_reasoning(values["reasoning_tokens"], notes, counted)
         self.measured += int(measured.sum())
         self.counted += int(counted.sum())
         self.sequence_tokens += int(seq[counted].sum())
@@ -73,6 +76,15 @@ class ChatTally:
             if column is not None:
                 self.by_role[role] += int(np.maximum(column, 0).sum())
 
+    def _add_reasoning(self, tokens, notes: dict, counted) -> None:
+        dropped = np.maximum(notes["reasoning_dropped"], 0)
+        mine = self.reasoning or {"reasoning_tokens": 0, "rows_with_reasoning": 0, "spans_dropped": 0,
+                                  "rows_dropping": 0}
+        add = {"reasoning_tokens": int(np.maximum(tokens, 0)[counted].sum()),
+               "rows_with_reasoning": int((notes["max_reasoning_tokens"] > 0).sum()),
+               "spans_dropped": int(dropped.sum()), "rows_dropping": int((dropped > 0).sum())}
+        self.reasoning = {k: mine[k] + add[k] for k in mine}
+
     def merge(self, other: "ChatTally") -> "ChatTally":
         for name in ("measured", "counted", "sequence_tokens", "completion_tokens", "no_trained_tokens",
                      "without_final_eot", "rewrites_history", "parts_not_rendered", "from_sharegpt"):
@@ -86,6 +98,9 @@ class ChatTally:
             self.videos = other.videos if self.videos is None else self.videos.merge(other.videos)
         if other.audios is not None:
             self.audios = other.audios if self.audios is None else self.audios.merge(other.audios)
+        if other.reasoning is not None:
+            mine = self.reasoning or dict.fromkeys(other.reasoning, 0)
+            self.reasoning = {k: mine[k] + other.reasoning[k] for k in other.reasoning}
         return self
 
     def to_dict(self) -> dict:
@@ -98,4 +113,5 @@ class ChatTally:
                 "content_tokens_by_role": dict(self.by_role), "trained_from": self.trained_from.to_dict(),
                 **({"images": self.images.to_dict()} if self.images is not None else {}),
                 **({"videos": self.videos.to_dict()} if self.videos is not None else {}),
-                **({"audios": self.audios.to_dict()} if self.audios is not None else {})}
+                **({"audios": self.audios.to_dict()} if self.audios is not None else {}),
+                **({"reasoning": dict(self.reasoning)} if self.reasoning is not None else {})}

@@ -51,6 +51,7 @@ class ChatFormat:
     video: bool = False             # video parts are measured (the processor has a video processor)
     audios: str | None = None       # a column of per-row audio lists
     audio: bool = False             # audio parts are measured (the processor counts audio)
+    reasoning: bool = False         # reasoning spans are counted (--reasoning)
 
     @property
     def columns(self) -> tuple[str, ...]:

@@ -124,7 +124,8 @@ class ChatCounter:
         videos = f"|{fmt.videos}|{self.videos.signature()}" if self.videos is not None else ""
         audios = f"|{fmt.audios}|{self.audios.signature()}" if self.audios is not None else ""
         return (f"{self.template.hash}|{self.options.train_on}|{fmt.messages}|{fmt.prompt}|{fmt.completion}|"
-                f"{fmt.tools}|transformers {version('transformers')}{images}{videos}{audios}")
+                f"{fmt.tools}|transformers {version('transformers')}{images}{videos}{audios}"
+                f"{'|reasoning' if fmt.reasoning else ''}")
 
     def check(self) -> None:
         """Fail early (exit 2) on what no row can fix: no template, no offsets where spans are needed."""
@@ -176,7 +177,8 @@ class ChatCounter:
         convs = conversations(columns, self.options.format)
         n = len(convs)
         vision, video, audio = self.images is not None, self.videos is not None, self.audios is not None
-        metrics, values, notes = empty_measurements(n, vision, video, audio)
+        reasoning = self.options.format.reasoning
+        metrics, values, notes = empty_measurements(n, vision, video, audio, reasoning)
         flags = np.zeros(n, np.int8)
         errors: list = [None] * n
         texts: list[str] = []          # rendered chat texts (tokenized without special tokens)
@@ -227,6 +229,10 @@ class ChatCounter:
             if with_ids:
                 ids_out[i] = list(view.ids)
                 labels_out[i] = np.where(mask.astype(bool), np.asarray(view.ids, np.int64), -100).tolist()
+        if reasoning:
+            from lengthscan.measure.chat.reasoning import add_reasoning
+
+            add_reasoning(self.counter, work, encoded, values, notes, self.options.train_on)
         if vision:
             from lengthscan.measure.chat.images import add_images
 

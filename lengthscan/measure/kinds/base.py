@@ -164,6 +164,11 @@ class RoleField:
         return any(s.metric == "video_tokens" for s in self.specs)
 
     @property
+    def reasoning(self) -> bool:
+        """A conversation field whose reasoning spans are counted (--reasoning)."""
+        return any(s.metric == "reasoning_tokens" for s in self.specs)
+
+    @property
     def audio_parts(self) -> bool:
         """A conversation field whose audio clips are counted."""
         return any(s.metric == "audio_tokens" for s in self.specs)

@@ -43,7 +43,7 @@ class ChatKind(Kind):
     def notes(self, f) -> dict[str, str]:
         from lengthscan.measure.chat.metrics import chat_notes
 
-        return chat_notes(f.vision, f.video, f.audio_parts)
+        return chat_notes(f.vision, f.video, f.audio_parts, f.reasoning)
 
     def cached(self, f) -> bool:
         return not (f.vision or f.video or f.audio_parts)  # media tokens depend on files the key does not cover
