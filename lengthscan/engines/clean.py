@@ -276,9 +276,10 @@ def check_tokenize(setup, src) -> None:
     """``--tokenize`` needs a text column and a tokenizer, and never overwrites a column."""
     if setup.counter is None:
         raise ColumnError("--tokenize needs a text column (--input and/or --target) and a tokenizer")
-    if setup.pairs is not None:
-        raise ColumnError("--tokenize with preference pairs (DPOTrainer's prompt_ids, chosen_ids, rejected_ids) is not "
-                          "written yet: leave out --tokenize")
+    pairs = getattr(setup.pairs, "id_columns", None)
+    if setup.pairs is not None and pairs is None:
+        raise ColumnError("--tokenize with RL prompts: GRPOTrainer tokenizes its prompts itself at every step; "
+                          "leave out --tokenize")
     chat = setup.chat
     media = [name for name, counter in (("images", chat and chat.images), ("videos", chat and chat.videos),
                                         ("audio", chat and chat.audios)) if counter is not None]
@@ -286,6 +287,6 @@ def check_tokenize(setup, src) -> None:
         raise ColumnError(f"--tokenize writes text token ids; with {' and '.join(media)} the processor writes its own "
                           "(leave out --tokenize, or --processor and the media columns)")
     for split_src in src.splits:
-        clash = [c for c in TOKEN_COLUMNS if c in split_src.column_names]
+        clash = [c for c in (pairs or TOKEN_COLUMNS) if c in split_src.column_names]
         if clash:
             raise ColumnError(f"{src.spec}: already has {', '.join(clash)}; --tokenize would overwrite them")

@@ -87,6 +87,10 @@ def clean_batch(spec: CleanSpec, layout, rows: np.ndarray, table: pa.Table, meas
     if d.crop_seconds is not None:
         out = _cropped(spec, out, d, final, layout.base_dir(rows))
     keep = d.decision != DROP
+    if spec.tokenize and setup.pairs is not None and not (ids or {}).get("pair"):  # the write pass: measured again
+        columns = {c: raw[c] if raw and c in raw else table.column(c).to_pylist() for c in setup.pairs.format.columns}
+        specs = {s.name: s.name for s in setup.fields[0].specs}
+        ids = {**(ids or {}), "pair": setup.pairs.measure(columns, specs, with_ids=True).ids}
     kept = _with_columns(spec, out.filter(pa.array(keep)), d, keep, final, ids, chat_tokens)
     rejects = rejects_table(out.filter(pa.array(~keep)), rows[~keep], d, ~keep, layout)
     return CleanedBatch(rows, lengths_with_decisions(spec, measured, d, final), kept, rejects, d, base, final,
@@ -135,6 +139,12 @@ def _with_columns(spec: CleanSpec, kept: pa.Table, d: Decisions, keep: np.ndarra
     """The kept rows with the length column and, with ``tokenize``, the token columns."""
     if spec.length_from:
         kept = kept.append_column(spec.length_column, pa.array(final[spec.length_from][keep]))
+    if spec.tokenize and spec.setup.pairs is not None:
+        from lengthscan.write.token_columns import pair_columns
+
+        index = np.flatnonzero(keep)
+        return pair_columns(kept, spec.setup.pairs.id_columns, [ids["pair"][i] for i in index],
+                            {n: v[keep] for n, v in final.items()})
     if spec.tokenize and chat_tokens is not None:
         from lengthscan.write.chat_rows import token_columns
 
@@ -232,6 +242,8 @@ def output_features(spec: CleanSpec, source_features: dict, *, multi_file: bool,
         from lengthscan.write.token_columns import token_features
 
         features.update(token_features(spec.fields))
+        if spec.setup.pairs is not None:
+            features.update({name: list_of(value("int32")) for name in spec.setup.pairs.id_columns})
         if spec.setup.chat is not None:
             features.update({"input_ids": list_of(value("int32")), "attention_mask": list_of(value("int8")),
                              "labels": list_of(value("int32"))})

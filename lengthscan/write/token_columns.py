@@ -67,3 +67,23 @@ def token_features(fields) -> dict:
     if "target" in roles:
         out["labels"] = list_of(value("int32"))
     return out
+
+
+#: which measurement each preference id column's length must equal
+PAIR_LENGTHS = {"prompt_ids": "prompt_tokens", "chosen_ids": "chosen_tokens", "rejected_ids": "rejected_tokens"}
+
+
+def pair_columns(kept: pa.Table, names: tuple, rows: list, lengths: dict) -> pa.Table:
+    """``kept`` with a preference trainer's prepared id columns (``names``: each row's tuple of ids in
+    ``rows``), each checked against the row's measured length (RewardTrainer's sides are whole
+    sequences: checked against the chosen and rejected tokens the same way)."""
+    for k, name in enumerate(names):
+        ids = [row[k] for row in rows]
+        expected = lengths[PAIR_LENGTHS[name]]
+        bad = next((i for i, (a, n) in enumerate(zip(ids, expected)) if len(a) != n), None)
+        if bad is not None:
+            raise RuntimeError(f"--tokenize: {name} of a kept pair has {len(ids[bad])} ids, measured {expected[bad]}: "
+                               "refusing to write inconsistent data")
+        kept = kept.append_column(name, id_lists(ids)[0])
+    return kept
+

@@ -23,7 +23,7 @@ class PreferenceKind(Kind):
 
     def measure(self, batch, f, split_src, ctx: MeasureContext) -> Measured:
         columns = {c: batch.raw[c] if batch.raw and c in batch.raw else column_values(batch, c) for c in f.columns}
-        return ctx.pairs.measure(columns, {s.name: s for s in f.specs})
+        return ctx.pairs.measure(columns, {s.name: s for s in f.specs}, with_ids=ctx.with_ids)
 
     def notes(self, f) -> dict[str, str]:
         from lengthscan.measure.preference import PAIR_NOTES

@@ -53,7 +53,14 @@ class PairCounter(TemplateRows):
         return (f"{self.renderer.template.hash}|{fmt.prompt}|{fmt.chosen}|{fmt.rejected}|{fmt.tools}|"
                 f"{fmt.max_length}|{fmt.truncation_mode}|{fmt.trainer}")
 
-    def measure(self, columns: dict, spec_of: dict) -> Measured:
+    @property
+    def id_columns(self) -> tuple[str, ...]:
+        """The columns ``clean --tokenize`` writes, as the trainer names its prepared ids."""
+        return ("chosen_ids", "rejected_ids") if self.format.trainer == "reward" else (
+            "prompt_ids", "chosen_ids", "rejected_ids")
+
+    def measure(self, columns: dict, spec_of: dict, *, with_ids: bool = False) -> Measured:
+        """One batch; ``with_ids`` keeps each row's ids as the trainer prepares them (``id_columns``)."""
         pairs = pair_rows(columns, self.format)
         n = len(pairs)
         values = {m: np.full(n, -1, np.int64) for m in PAIR_METRICS}
@@ -81,10 +88,21 @@ class PairCounter(TemplateRows):
             notes["implicit_prompt"][i] = pair.implicit
         ids = {False: self.counter.ids(texts[False], "input") if texts[False] else [],
                True: [found for found, _ in rendered_ids(self.counter, texts[True])] if texts[True] else []}
+        kept: list | None = [None] * n if with_ids else None
         for i, (conversational, start) in jobs.items():
-            self._fill(i, *ids[conversational][start:start + 3], values, notes)
+            found = ids[conversational][start:start + 3]
+            self._fill(i, *found, values, notes)
+            if kept is not None:
+                kept[i] = self._prepared(*found)
         return Measured({spec_of[m]: values[m] for m in PAIR_METRICS}, flags,
-                        errors if any(e is not None for e in errors) else None, notes=notes)
+                        errors if any(e is not None for e in errors) else None, notes=notes, ids=kept)
+
+    def _prepared(self, prompt, with_chosen, with_rejected) -> tuple:
+        """The row's ids as the trainer's prepared dataset holds them (``id_columns``)."""
+        if self.format.trainer == "reward":
+            return list(with_chosen), list(with_rejected)
+        plen = min(common_prefix(prompt, with_chosen), common_prefix(prompt, with_rejected))
+        return list(prompt[:plen]), list(with_chosen[plen:]), list(with_rejected[plen:])
 
     def _texts(self, pair) -> list[str]:
         """The row's prompt, prompt + chosen and prompt + rejected texts as DPOTrainer tokenizes them."""

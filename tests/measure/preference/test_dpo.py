@@ -182,3 +182,35 @@ def test_reward_pairs_equal_rewardtrainers_ids(tmp_path, chat_tok_dir, mistral_s
         assert table["trainer_drops"][i] == (i not in kept), i
     assert 0 < len(kept) < len(rows)
     assert json.loads((out / "report.json").read_text())["preference"]["trainer"] == "RewardTrainer"
+
+
+@pytest.mark.parametrize("trainer,limit", [("dpo", "p50"), ("reward", "p50"), ("dpo", "1000"), ("reward", "1000")])
+def test_tokenize_writes_the_trainers_prepared_ids(tmp_path, chat_tok_dir, docs, trainer, limit):
+    """clean --tokenize writes the ids the trainer's own preparation makes (DPO: prompt_ids,
+    chosen_ids, rejected_ids; reward: chosen_ids, rejected_ids, which RewardTrainer takes as
+    prepared), for the kept pairs; a pair over the limit is dropped with its reason."""
+    from datasets import load_from_disk
+
+    template = trl_template("qwen3").read_text()
+    (tmp_path / "t.jinja").write_text(template)
+    rows = [{"prompt": [{"role": "user", "content": docs[k][:90] or "Why?"}],
+             "chosen": [{"role": "assistant", "content": docs[k + 30][:40 + 30 * k] or "Yes."}],
+             "rejected": [{"role": "assistant", "content": docs[k + 50][:40] or "No."}]} for k in range(6)]
+    src = write_jsonl(tmp_path / "pairs.jsonl", rows)
+    out = tmp_path / "clean"
+    assert main(["clean", str(src), "--tokenizer", str(chat_tok_dir), "--chat-template", str(tmp_path / "t.jinja"),
+                 "--prompt", "prompt", "--chosen", "chosen", "--rejected", "rejected", "--pair-trainer", trainer,
+                 "--tokenize", "--limit", f"sequence_tokens<={limit}", "--quiet", "--no-cache", "--out", str(out)]) == 0
+    kept = load_from_disk(str(out / "dataset"))
+    rejects = load_from_disk(str(out / "rejects"))
+    assert len(kept) and len(kept) + len(rejects) == len(rows) and (len(rejects) > 0) == (limit == "p50")
+    if trainer == "dpo":
+        prepared = {r["row"]: r for r in _trainer(chat_tok_dir, rows, template, None, "keep_start")[0]}
+        names = ("prompt_ids", "chosen_ids", "rejected_ids")
+    else:
+        prepared = {r["row"]: r for r in _reward_prepared(chat_tok_dir, rows, template, None)}
+        names = ("chosen_ids", "rejected_ids")
+    kept_rows = sorted(set(range(len(rows))) - set(rejects["row"]))
+    for k, i in enumerate(kept_rows):
+        for name in names:
+            assert kept[k][name] == prepared[i][name], (i, name)
