@@ -67,6 +67,9 @@ def plan_dataset(prepared: Prepared, src, rules: RuleOptions, dataset: DatasetOp
     length_from = length_source(setup, dataset.length_column, dataset.length_from, src)
     if dataset.tokenize:
         check_tokenize(setup, src)
+    elif setup.pairs is not None and "truncate" in {rules.action, *(r.action for r in prepared.rules)}:
+        raise ColumnError("truncating preference pairs cuts their token ids: give --tokenize (the text of a "
+                          "conversation is not cut)")
     if dataset.embed_audio:
         _warn_path_columns(setup, src)
     caps = decide_caps(prepared.rules, setup, rules.action, wanted=dataset.decide_only and not dataset.tokenize

@@ -186,7 +186,8 @@ class RuleOptions:
     action: str = option("drop", "--action", "what a row over an upper token limit gets (default drop); drop-turns: "
                          "a conversation keeps its longest prefix ending with an assistant message that fits",
                          choices=ACTIONS)
-    keep_empty_targets: bool = option(False, "--keep-empty-targets", "keep rows whose target has no content tokens "
+    keep_empty_targets: bool = option(False, "--keep-empty-targets", "keep rows whose target has no content tokens, "
+                                      "conversations without a trained token and collapsed preference pairs "
                                       "(dropped by default)", action="store_true")
     crop_audio: bool = option(False, "--crop-audio", "crop audio over an input_seconds limit instead of dropping "
                               "the row (classification)", action="store_true")

@@ -264,11 +264,14 @@ def prepare_run(measure: MeasureOptions, rules: RuleOptions) -> Prepared:
 
         raise RuleError(f"{', '.join(unmeasured)}: not measured for conversations mistral-common encodes; limit "
                         "another metric")
-    if setup.pairs is not None and (rules.action != "drop" or any(r.action not in (None, "drop") for r in parsed)):
+    actions = {rules.action, *(r.action for r in parsed if r.action)}
+    dpo = setup.pairs is not None and setup.pairs.format.trainer == "dpo"
+    if setup.pairs is not None and actions - ({"drop", "truncate"} if dpo else {"drop"}):
         from lengthscan.policy.rules import RuleError
 
-        raise RuleError("preference pairs are dropped whole over a limit: a pair-aware truncate is not written yet "
-                        "(use --action drop; --pair-max-length shows what DPOTrainer's own cut does to each pair)")
+        raise RuleError("preference pairs are dropped whole, or truncated as DPO pairs (--action truncate with "
+                        "--tokenize: each pair's ids cut at the limit, a pair that would collapse dropped); "
+                        "RewardTrainer filters long pairs and RL prompts are never cut: use --action drop")
     chat = setup.chat
     media = [name for name, counter in (("images", chat and chat.images), ("videos", chat and chat.videos),
                                         ("audio", chat and chat.audios)) if counter is not None]

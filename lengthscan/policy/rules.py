@@ -266,10 +266,13 @@ def decide(base: dict[str, np.ndarray], flags: dict[str, np.ndarray], rules, *, 
         fail((t >= 0) & (t <= special["target"]), "empty_target", "drop")
     if SEQUENCE in base and "completion_tokens" in base:  # a conversation (not a preference pair)
         chat_conditions(base, fail, keep_empty_targets)
+    if "pair_collapsed" in base and not keep_empty_targets:  # a pair with nothing to learn (as the trainer cuts it)
+        fail(base["pair_collapsed"] > 0, "pair_collapsed", "drop")
 
+    pairs = "chosen_tokens" in base  # a preference field: its sequences cut as pairs (policy/pairs.py)
     truncate_to = {role: np.full(n, -1, np.int64) for role in ("input", "target") if f"{role}_tokens" in base}
     if SEQUENCE in base:
-        truncate_to["chat"] = np.full(n, -1, np.int64)
+        truncate_to["pair" if pairs else "chat"] = np.full(n, -1, np.int64)
     turns = np.zeros(n, bool)
     crop = np.full(n, np.nan)
     for r in rules:
@@ -284,11 +287,15 @@ def decide(base: dict[str, np.ndarray], flags: dict[str, np.ndarray], rules, *, 
         if not bad.any():
             continue
         if r.action in ("truncate", "drop-turns"):
-            role = "chat" if r.rule.metric == SEQUENCE else r.rule.metric.split("_")[0]
+            role = ("pair" if pairs else "chat") if r.rule.metric == SEQUENCE else r.rule.metric.split("_")[0]
             cap = int_cap(r.threshold, r.rule.op)
             if cap < special.get(role, 0):
                 fail(bad, f"{r.rule.text} (below the {special[role]} special tokens)", "drop")
                 continue
+            if r.action == "truncate" and role == "pair":
+                from lengthscan.policy.pairs import pair_truncation
+
+                bad = pair_truncation(base, bad, cap, fail)
             if r.action == "truncate" and role == "chat":
                 # as TRL slices: a conversation whose trained tokens all lie past the cut is dropped
                 start = base["trained_from"]

@@ -79,6 +79,10 @@ def clean_batch(spec: CleanSpec, layout, rows: np.ndarray, table: pa.Table, meas
     source = table
     out = _truncated(spec, _absolute_paths(spec, table, layout.base_dir(rows)), d, final)
     chat_tokens = None
+    if setup.pairs is not None and d.truncate_to.get("pair") is not None:
+        from lengthscan.write.token_columns import cut_pairs
+
+        cut_pairs(d.truncate_to["pair"], final)
     if setup.chat is not None:
         from lengthscan.write.chat_rows import clean_chat
 
@@ -144,7 +148,7 @@ def _with_columns(spec: CleanSpec, kept: pa.Table, d: Decisions, keep: np.ndarra
 
         index = np.flatnonzero(keep)
         return pair_columns(kept, spec.setup.pairs.id_columns, [ids["pair"][i] for i in index],
-                            {n: v[keep] for n, v in final.items()})
+                            {n: v[keep] for n, v in final.items()}, cut=(d.decision == TRUNCATE)[keep])
     if spec.tokenize and chat_tokens is not None:
         from lengthscan.write.chat_rows import token_columns
 

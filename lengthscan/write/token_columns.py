@@ -73,12 +73,29 @@ def token_features(fields) -> dict:
 PAIR_LENGTHS = {"prompt_ids": "prompt_tokens", "chosen_ids": "chosen_tokens", "rejected_ids": "rejected_tokens"}
 
 
-def pair_columns(kept: pa.Table, names: tuple, rows: list, lengths: dict) -> pa.Table:
+def cut_pairs(caps: np.ndarray, final: dict) -> None:
+    """A DPO pair cut to ``caps`` (-1: not cut) keeps each sequence's first tokens: its answers
+    shortened, its prompt whole (a prompt that fills the cap was dropped instead)."""
+    cut = caps >= 0
+    if not cut.any():
+        return
+    prompt = final["prompt_tokens"][cut]
+    for side in ("chosen_tokens", "rejected_tokens"):
+        final[side][cut] = np.minimum(final[side][cut], caps[cut] - prompt)
+    longer = prompt + np.maximum(final["chosen_tokens"][cut], final["rejected_tokens"][cut])
+    final["sequence_tokens"][cut], final["pair_tokens"][cut] = longer, 2 * longer
+
+
+def pair_columns(kept: pa.Table, names: tuple, rows: list, lengths: dict, cut: np.ndarray | None = None) -> pa.Table:
     """``kept`` with a preference trainer's prepared id columns (``names``: each row's tuple of ids in
-    ``rows``), each checked against the row's measured length (RewardTrainer's sides are whole
-    sequences: checked against the chosen and rejected tokens the same way)."""
+    ``rows``; the ``cut`` rows' answers shortened to their lengths after truncation), each checked
+    against the row's length (RewardTrainer's sides are whole sequences: checked against the chosen
+    and rejected tokens the same way)."""
     for k, name in enumerate(names):
         ids = [row[k] for row in rows]
+        if cut is not None and name != "prompt_ids":
+            expected = lengths[PAIR_LENGTHS[name]]
+            ids = [a[:expected[i]] if cut[i] else a for i, a in enumerate(ids)]
         expected = lengths[PAIR_LENGTHS[name]]
         bad = next((i for i, (a, n) in enumerate(zip(ids, expected)) if len(a) != n), None)
         if bad is not None:

@@ -214,3 +214,33 @@ def test_tokenize_writes_the_trainers_prepared_ids(tmp_path, chat_tok_dir, docs,
     for k, i in enumerate(kept_rows):
         for name in names:
             assert kept[k][name] == prepared[i][name], (i, name)
+
+
+def test_truncate_cuts_pairs_and_drops_the_ones_it_would_collapse(tmp_path, mistral_spm_dir, docs):
+    """--action truncate with --tokenize: each kept pair's sequences are DPOTrainer's, cut to the
+    limit as its collator cuts them (keep_start); a pair the cut would collapse, or whose prompt
+    fills the limit, is dropped with that reason."""
+    from datasets import load_from_disk
+
+    rows = _string_rows(docs)
+    src = write_jsonl(tmp_path / "pairs.jsonl", rows)
+    out = tmp_path / "clean"
+    assert main(["clean", str(src), "--tokenizer", str(mistral_spm_dir), "--prompt", "prompt", "--chosen", "chosen",
+                 "--rejected", "rejected", "--tokenize", "--limit", "sequence_tokens<=48", "--action", "truncate",
+                 "--quiet", "--no-cache", "--out", str(out)]) == 0
+    prepared, collator = _trainer(mistral_spm_dir, rows, None, 48, "keep_start")
+    prepared = {r["row"]: r for r in prepared}
+    kept, rejects = load_from_disk(str(out / "dataset")), load_from_disk(str(out / "rejects"))
+    reasons = dict(zip(rejects["row"], rejects["reason"]))
+    assert reasons[13].startswith("prompt_fills_limit") and reasons[14].startswith("pair_collapsed")
+    assert reasons[12] == "pair_collapsed"  # equal answers: dropped whatever the limit (--keep-empty-targets keeps)
+    kept_rows = [i for i in range(len(rows)) if i not in reasons]
+    assert len(kept_rows) == len(kept)
+    for k, i in enumerate(kept_rows):
+        r = prepared[i]
+        assert kept[k]["prompt_ids"] + kept[k]["chosen_ids"] == (r["prompt_ids"] + r["chosen_ids"])[:48], i
+        assert kept[k]["prompt_ids"] + kept[k]["rejected_ids"] == (r["prompt_ids"] + r["rejected_ids"])[:48], i
+        assert not _collapsed(collator, r), i
+    for i, reason in reasons.items():
+        if reason.startswith("pair_collapsed"):
+            assert i not in prepared or _collapsed(collator, prepared[i]), i
