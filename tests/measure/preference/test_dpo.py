@@ -244,3 +244,32 @@ def test_truncate_cuts_pairs_and_drops_the_ones_it_would_collapse(tmp_path, mist
     for i, reason in reasons.items():
         if reason.startswith("pair_collapsed"):
             assert i not in prepared or _collapsed(collator, prepared[i]), i
+
+
+def test_pairs_with_tools_and_reasoning(tmp_path, chat_tok_dir, docs):
+    """Conversational pairs with each row's tools (a JSON string, as TRL parses it) and reasoning in
+    the answers: the ids DPOTrainer prepares through TRL's qwen3 template."""
+    from tests.support.chat import TOOLS
+
+    template = trl_template("qwen3").read_text()
+    (tmp_path / "t.jinja").write_text(template)
+    rows = []
+    for k in range(6):
+        call = {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}
+        rows.append({"prompt": [{"role": "user", "content": docs[k][:80] or "Weather?"}],
+                     "chosen": [call] if k % 2 else [{"role": "assistant", "content": docs[k + 40][:60] or "Sun.",
+                                                      "reasoning_content": docs[k + 60][:120] or "Think."}],
+                     "rejected": [{"role": "assistant", "content": docs[k + 20][:50] or "Rain."}],
+                     "tools": json.dumps(TOOLS)})
+    src = write_jsonl(tmp_path / "tools.jsonl", rows)
+    out = tmp_path / "out"
+    assert main(["audit", str(src), "--tokenizer", str(chat_tok_dir), "--chat-template", str(tmp_path / "t.jinja"),
+                 "--prompt", "prompt", "--chosen", "chosen", "--rejected", "rejected", "--tools", "tools", "--full",
+                 "--quiet", "--no-cache", "--out", str(out)]) == 0
+    table = pq.read_table(out / "lengths.parquet").to_pydict()
+    for r in _trainer(chat_tok_dir, rows, template, None, "keep_start")[0]:
+        i = r["row"]
+        assert table["pair_error"][i] is None, table["pair_error"][i]
+        assert (table["prompt_tokens"][i], table["chosen_tokens"][i], table["rejected_tokens"][i]) == \
+            (len(r["prompt_ids"]), len(r["chosen_ids"]), len(r["rejected_ids"])), i
