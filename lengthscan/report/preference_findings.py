@@ -29,9 +29,10 @@ def preference_findings(data: dict) -> list[str]:
         where = f" in split {split['split']}" if multi else ""
         if limit is None:
             if p["collapsed"]:
-                out.append(f"{_n(p['collapsed'], 'pair')}{where} ({share(p['collapsed'], n)}) have the same chosen and "
-                           f"rejected tokens: they teach nothing (lengths.parquet's pair_collapsed column lists "
-                           f"them).")
+                out.append(f"{_n(p['collapsed'], 'pair')}{where} ({share(p['collapsed'], n)}) "
+                           f"{_verb(p['collapsed'], 'has', 'have')} the same chosen and rejected tokens: nothing to "
+                           f"learn (lengths.parquet's pair_collapsed column lists them; clean drops them unless "
+                           f"--keep-empty-targets).")
             out.append("No --pair-max-length given: pass DPOConfig.max_length to see the pairs its truncation "
                        "collapses and the rows DPOTrainer drops.")
         else:
@@ -42,14 +43,16 @@ def preference_findings(data: dict) -> list[str]:
                            f"that teaches nothing (lengths.parquet's pair_collapsed column lists them); raise "
                            f"max_length or drop them.")
             if p["trainer_drops"]:
-                out.append(f"{_n(p['trainer_drops'], 'row')}{where} ({share(p['trainer_drops'], n)}) have a prompt of "
-                           f"{limit:,} tokens or more: DPOTrainer drops them before training (keep_start).")
+                out.append(f"{_n(p['trainer_drops'], 'row')}{where} ({share(p['trainer_drops'], n)}) "
+                           f"{_verb(p['trainer_drops'], 'has', 'have')} a prompt of {limit:,} tokens or more: "
+                           f"DPOTrainer drops them before training (keep_start).")
             if p["prompt_cut"]:
-                out.append(f"{_n(p['prompt_cut'], 'row')}{where} ({share(p['prompt_cut'], n)}) lose the start of their "
-                           f"prompt to {cut}.")
+                out.append(f"{_n(p['prompt_cut'], 'row')}{where} ({share(p['prompt_cut'], n)}) "
+                           f"{_verb(p['prompt_cut'], 'loses the start of its', 'lose the start of their')} prompt to "
+                           f"{cut}.")
             if p["completion_cut"]:
-                out.append(f"{_n(p['completion_cut'], 'pair')}{where} ({share(p['completion_cut'], n)}) lose "
-                           f"completion tokens to {cut}.")
+                out.append(f"{_n(p['completion_cut'], 'pair')}{where} ({share(p['completion_cut'], n)}) "
+                           f"{_verb(p['completion_cut'], 'loses', 'lose')} completion tokens to {cut}.")
             if not (p["collapsed"] or p["trainer_drops"] or p["prompt_cut"] or p["completion_cut"]):
                 out.append(f"{cut.capitalize()} cuts no pair{where}.")
         if p["completion_tokens"]:
@@ -92,11 +95,18 @@ def _reward_findings(data: dict, how: dict) -> list[str]:
         if not p["measured"]:
             continue
         if p["collapsed"]:
-            out.append(f"{_n(p['collapsed'], 'pair')}{where} ({share(p['collapsed'], p['measured'])}) have the same "
-                       f"chosen and rejected tokens: they teach the reward model nothing.")
+            out.append(f"{_n(p['collapsed'], 'pair')}{where} ({share(p['collapsed'], p['measured'])}) "
+                       f"{_verb(p['collapsed'], 'has', 'have')} the same chosen and rejected tokens: they teach the "
+                       f"reward model nothing.")
         if limit is not None:
             dropped = p["trainer_drops"]
-            out.append(f"{_n(dropped, 'pair')}{where} ({share(dropped, p['measured'])}) have a side over {limit:,} "
-                       f"tokens: RewardTrainer drops them (it filters, never truncates)." if dropped else
+            out.append(f"{_n(dropped, 'pair')}{where} ({share(dropped, p['measured'])}) "
+                       f"{_verb(dropped, 'has', 'have')} a side over {limit:,} tokens: RewardTrainer drops them "
+                       f"(it filters, never truncates)." if dropped else
                        f"No pair{where} has a side over {limit:,} tokens: RewardTrainer keeps every pair.")
     return out
+
+
+def _verb(count: int, one: str, many: str) -> str:
+    return one if count == 1 else many
+
