@@ -86,6 +86,9 @@ class MeasureOptions:
                             "with the completion budget", choices=("grpo",))
     max_completion_length: int = option(512, "--max-completion-length", "with --rl: GRPOConfig.max_completion_length "
                                         "(default 512)", type=int, metavar="N")
+    max_prompt_length: int | None = option(None, "--max-prompt-length", "with --rl: a max_prompt_length as earlier TRL "
+                                           "releases cut prompts (from the left; the installed GRPOTrainer has "
+                                           "none)", type=int, metavar="N")
     num_generations: int = option(8, "--num-generations", "with --rl: GRPOConfig.num_generations, completions per "
                                   "prompt (default 8)", type=int, metavar="G")
     tools: str | None = option(None, "--tools", "column of per-row tool definitions (a list or a JSON string)",

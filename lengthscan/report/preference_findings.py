@@ -77,11 +77,21 @@ def _rl_findings(data: dict, how: dict) -> list[str]:
         if not prompt or not prompt.get("count"):
             continue
         where = f" in split {split['split']}" if len(splits) > 1 else ""
-        longest = prompt["max"]
-        out.append(f"Prompts{where} run to {longest:,} tokens (p99 {prompt['percentiles']['p99']:,}); "
-                   f"{how['trainer']} never truncates them (this TRL has no max_prompt_length), so with "
-                   f"max_completion_length {budget:,} a sequence reaches {longest + budget:,} tokens and a "
-                   f"prompt's group of {group} generations {group * (longest + budget):,}.")
+        longest, cap = prompt["max"], how.get("max_prompt_length")
+        if cap is None:
+            out.append(f"Prompts{where} run to {longest:,} tokens (p99 {prompt['percentiles']['p99']:,}); "
+                       f"{how['trainer']} never truncates them (this TRL has no max_prompt_length), so with "
+                       f"max_completion_length {budget:,} a sequence reaches {longest + budget:,} tokens and a "
+                       f"prompt's group of {group} generations {group * (longest + budget):,}.")
+            continue
+        hist = prompt.get("histogram") or {}
+        over = sum(c for v, c in zip(hist.get("values", []), hist.get("counts", [])) if v > cap)
+        kept = min(longest, cap)
+        out.append(f"{over:,} of {prompt['count']:,} prompts{where} ({share(over, prompt['count'])}) exceed "
+                   f"max_prompt_length {cap:,}: cut from the left, they lose their start (the instructions "
+                   f"or the question), silently; a sequence reaches {kept + budget:,} tokens and a group of "
+                   f"{group} generations {group * (kept + budget):,}." if over else
+                   f"No prompt{where} exceeds max_prompt_length {cap:,} (the longest: {longest:,} tokens).")
     return out
 
 

@@ -9,6 +9,10 @@ a conversation through the chat template with ``add_generation_prompt=True`` (to
 * ``sequence_tokens``: the longest sequence the prompt can become, prompt + ``max_completion_length``;
 * ``group_tokens``: its ``num_generations`` sequences together, what one prompt's group costs the
   policy's forward at most.
+
+``max_prompt_length`` (``--max-prompt-length``: earlier TRL releases and the experimental trainers,
+whose tokenizer cuts prompts from the left) keeps a prompt's last N tokens: the budgets then count
+the kept tokens, and ``prompt_tokens`` stays the whole prompt (the rows over N are the ones cut).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ class PromptFormat:
     tools: str | None = None
     max_completion_length: int = 512  # GRPOConfig's default
     num_generations: int = 8          # GRPOConfig's default
+    max_prompt_length: int | None = None  # a cut from the left (not in the installed TRL's GRPOConfig)
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -57,13 +62,14 @@ class PromptCounter(TemplateRows):
         return {"trainer": TRAINERS[fmt.trainer], "columns": {k: v for k, v in (("prompt", fmt.prompt),
                                                                                 ("tools", fmt.tools)) if v},
                 "template": self.renderer.template.to_dict(), "max_completion_length": fmt.max_completion_length,
-                "num_generations": fmt.num_generations, "max_prompt_length": None,
-                "prompt_truncation": "none: this TRL's GRPOTrainer never truncates a prompt"}
+                "num_generations": fmt.num_generations, "max_prompt_length": fmt.max_prompt_length,
+                "prompt_truncation": "none: this TRL's GRPOTrainer never truncates a prompt"
+                if fmt.max_prompt_length is None else "left: a prompt keeps its last max_prompt_length tokens"}
 
     def signature(self) -> str:
         fmt = self.format
         return (f"{self.renderer.template.hash}|{fmt.prompt}|{fmt.tools}|{fmt.max_completion_length}|"
-                f"{fmt.num_generations}")
+                f"{fmt.num_generations}|{fmt.max_prompt_length}")
 
     def measure(self, columns: dict, spec_of: dict) -> Measured:
         fmt = self.format
@@ -93,9 +99,10 @@ class PromptCounter(TemplateRows):
                True: [found for found, _ in rendered_ids(self.counter, texts[True])] if texts[True] else []}
         for i, (conversational, k) in jobs.items():
             size = len(ids[conversational][k])
+            kept = size if fmt.max_prompt_length is None else min(size, fmt.max_prompt_length)
             values["prompt_tokens"][i] = size
-            values["sequence_tokens"][i] = size + fmt.max_completion_length
-            values["group_tokens"][i] = fmt.num_generations * (size + fmt.max_completion_length)
+            values["sequence_tokens"][i] = kept + fmt.max_completion_length
+            values["group_tokens"][i] = fmt.num_generations * (kept + fmt.max_completion_length)
         return Measured({spec_of[m]: values[m] for m in RL_METRICS}, flags,
                         errors if any(e is not None for e in errors) else None)
 

@@ -55,3 +55,22 @@ def test_grpo_prompts_equal_grpotrainers_ids(tmp_path, chat_tok_dir, docs):
     assert report["preference"]["trainer"] == "GRPOTrainer" and report["preference"]["max_prompt_length"] is None
     assert main(["audit", str(src), "--tokenizer", str(chat_tok_dir), "--rl", "grpo", "--quiet",
                  "--out", str(tmp_path / "o")]) == 2
+
+
+def test_a_max_prompt_length_cuts_from_the_left(tmp_path, chat_tok_dir, docs):
+    """--max-prompt-length (earlier TRL releases, the experimental trainers): the budgets count the
+    prompt's last N tokens; the finding counts the prompts cut, exactly, from the lengths."""
+    from lengthscan.report.findings import findings
+
+    rows = [{"prompt": docs[k][:40 * (k + 1)] or "plain"} for k in range(8)]
+    src = write_jsonl(tmp_path / "rl.jsonl", rows)
+    out = tmp_path / "out"
+    assert main(["audit", str(src), "--tokenizer", str(chat_tok_dir), "--prompt", "prompt", "--rl", "grpo",
+                 "--max-completion-length", "100", "--max-prompt-length", "20", "--full", "--quiet", "--no-cache",
+                 "--out", str(out)]) == 0
+    table = pq.read_table(out / "lengths.parquet").to_pydict()
+    assert table["sequence_tokens"] == [min(n, 20) + 100 for n in table["prompt_tokens"]]
+    over = sum(n > 20 for n in table["prompt_tokens"])
+    assert 0 < over < len(rows)
+    said = findings(json.loads((out / "report.json").read_text()))
+    assert any(f.startswith(f"{over:,} of {len(rows)} prompts") and "cut from the left" in f for f in said)
