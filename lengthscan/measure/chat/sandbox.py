@@ -160,11 +160,19 @@ def _check(size: int, cap: int, what: str) -> None:
         raise RenderTooLong(cap, size, what)
 
 
+#: values whose size is their length
+_SIZED_TYPES = (str, list, tuple, bytes)
+
+
 def _sized(value) -> int | None:
-    return len(value) if isinstance(value, (str, list, tuple, bytes)) else None
+    return len(value) if isinstance(value, _SIZED_TYPES) else None
 
 
 def _binop(base, cap: int, context, operator: str, left, right):
+    if operator == "+" and isinstance(left, _SIZED_TYPES) and isinstance(right, _SIZED_TYPES):
+        # the templates' most common operation: the joined size is known before joining
+        _check(len(left) + len(right), cap, "a joined value")
+        return base(context, operator, left, right)
     ints = isinstance(left, int) and isinstance(right, int)
     if operator == "*":
         for seq, n in ((left, right), (right, left)):
@@ -172,8 +180,6 @@ def _binop(base, cap: int, context, operator: str, left, right):
                 _check(len(seq) * max(n, 0), cap, "a repeated value")
         if ints and left.bit_length() + right.bit_length() > INT_BITS:
             raise RenderTooLong(cap, None, "a product")
-    elif operator == "+" and _sized(left) is not None and _sized(right) is not None:
-        _check(len(left) + len(right), cap, "a joined value")
     elif operator == "**" and ints and right > 0 and abs(left) > 1 and right * abs(left).bit_length() > INT_BITS:
         raise RenderTooLong(cap, None, "a power")
     elif operator == "%" and isinstance(left, str):
