@@ -67,6 +67,7 @@ def plan_dataset(prepared: Prepared, src, rules: RuleOptions, dataset: DatasetOp
     length_from = length_source(setup, dataset.length_column, dataset.length_from, src)
     if dataset.tokenize:
         check_tokenize(setup, src)
+        _warn_dpo_prepares_again(setup)
     elif setup.pairs is not None and "truncate" in {rules.action, *(r.action for r in prepared.rules)}:
         raise ColumnError("truncating preference pairs cuts their token ids: give --tokenize (the text of a "
                           "conversation is not cut)")
@@ -273,6 +274,19 @@ def decide_caps(rules, setup, action: str, *, wanted: bool) -> dict:
                 return {}
             caps.append(float(limit.value) if r.op == "<=" else float(limit.value) - 1e-9)
     return {"input": math.floor(min(caps))}
+
+
+def _warn_dpo_prepares_again(setup) -> None:
+    """DPOTrainer (unlike RewardTrainer) prepares its dataset from the text again, whatever id
+    columns it holds: say so, and how to get the same cut in training."""
+    if setup.pairs is None or getattr(setup.pairs.format, "trainer", None) != "dpo":
+        return
+    import warnings
+
+    warnings.warn("lengthscan: DPOTrainer tokenizes prompt, chosen and rejected again from the text and replaces "
+                  "prompt_ids/chosen_ids/rejected_ids: the written ids serve your own loop; in DPOTrainer, set "
+                  "DPOConfig(max_length=N, truncation_mode='keep_start') with the limit N to cut every pair as "
+                  "these ids are cut (the pairs that cut would collapse are already dropped)", stacklevel=4)
 
 
 def check_tokenize(setup, src) -> None:

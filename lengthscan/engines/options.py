@@ -81,7 +81,7 @@ class MeasureOptions:
                                "(dpo, default) or its RewardTrainer (reward: each side whole, rows over "
                                "--pair-max-length dropped)", choices=("dpo", "reward"))
     truncation_mode: str = option("keep_start", "--truncation-mode", "preference pairs: DPOConfig.truncation_mode, "
-                                  "which end of a sequence --max-length keeps", choices=("keep_start", "keep_end"))
+                                  "which end of a sequence --pair-max-length keeps", choices=("keep_start", "keep_end"))
     rl: str | None = option(None, "--rl", "RL prompts: --prompt COL measured as TRL's GRPOTrainer tokenizes them, "
                             "with the completion budget", choices=("grpo",))
     max_completion_length: int = option(512, "--max-completion-length", "with --rl: GRPOConfig.max_completion_length "

@@ -265,13 +265,15 @@ def prepare_run(measure: MeasureOptions, rules: RuleOptions) -> Prepared:
         raise RuleError(f"{', '.join(unmeasured)}: not measured for conversations mistral-common encodes; limit "
                         "another metric")
     actions = {rules.action, *(r.action for r in parsed if r.action)}
-    dpo = setup.pairs is not None and setup.pairs.format.trainer == "dpo"
+    dpo = setup.pairs is not None and setup.pairs.format.trainer == "dpo" and \
+        getattr(setup.pairs.format, "truncation_mode", "keep_start") == "keep_start"
     if setup.pairs is not None and actions - ({"drop", "truncate"} if dpo else {"drop"}):
         from lengthscan.policy.rules import RuleError
 
         raise RuleError("preference pairs are dropped whole, or truncated as DPO pairs (--action truncate with "
                         "--tokenize: each pair's ids cut at the limit, a pair that would collapse dropped); "
-                        "RewardTrainer filters long pairs and RL prompts are never cut: use --action drop")
+                        "RewardTrainer filters long pairs, RL prompts are never cut, and a keep_end cut gives each "
+                        "side its own prompt (no shared prompt_ids): use --action drop")
     chat = setup.chat
     media = [name for name, counter in (("images", chat and chat.images), ("videos", chat and chat.videos),
                                         ("audio", chat and chat.audios)) if counter is not None]

@@ -37,7 +37,8 @@ def prepare_prompts(m: MeasureOptions) -> Setup:
     if not m.prompt:
         raise ColumnError(f"--rl {m.rl} measures prompts: give --prompt COL")
     _alone(m, "RL prompts (--rl, --prompt)")
-    if m.max_completion_length < 1 or m.num_generations < 1 or (m.max_prompt_length or 1) < 1:
+    if m.max_completion_length < 1 or m.num_generations < 1 or (m.max_prompt_length is not None
+                                                                and m.max_prompt_length < 1):
         raise ColumnError("--max-completion-length, --num-generations and --max-prompt-length: give positive numbers")
     fmt = PromptFormat(m.prompt, m.rl, m.tools, m.max_completion_length, m.num_generations, m.max_prompt_length)
     return _setup(m, role_fields(prompts=fmt), lambda counter, template: PromptCounter(counter, fmt, template))

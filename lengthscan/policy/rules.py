@@ -268,6 +268,7 @@ def decide(base: dict[str, np.ndarray], flags: dict[str, np.ndarray], rules, *, 
         chat_conditions(base, fail, keep_empty_targets)
     if "pair_collapsed" in base and not keep_empty_targets:  # a pair with nothing to learn (as the trainer cuts it)
         fail(base["pair_collapsed"] > 0, "pair_collapsed", "drop")
+        fail((base["chosen_tokens"] == 0) | (base["rejected_tokens"] == 0), "empty_answer", "drop")
 
     pairs = "chosen_tokens" in base  # a preference field: its sequences cut as pairs (policy/pairs.py)
     truncate_to = {role: np.full(n, -1, np.int64) for role in ("input", "target") if f"{role}_tokens" in base}

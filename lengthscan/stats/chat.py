@@ -81,7 +81,7 @@ class ChatTally:
         mine = self.reasoning or {"reasoning_tokens": 0, "rows_with_reasoning": 0, "spans_dropped": 0,
                                   "rows_dropping": 0}
         add = {"reasoning_tokens": int(np.maximum(tokens, 0)[counted].sum()),
-               "rows_with_reasoning": int((notes["max_reasoning_tokens"] > 0).sum()),
+               "rows_with_reasoning": int(((tokens > 0) & counted).sum()),
                "spans_dropped": int(dropped.sum()), "rows_dropping": int((dropped > 0).sum())}
         self.reasoning = {k: mine[k] + add[k] for k in mine}
 

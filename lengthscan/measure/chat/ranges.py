@@ -91,8 +91,15 @@ def offsets_count(offsets, spans) -> tuple[int, int, int]:
 def message_ranges(text: str, messages: list) -> list:
     """Per message with text content: (role, (start, end) of that text in the rendering, or the
     text itself when the rendering does not hold it as written)."""
-    out, cursor = [], 0
-    for m in messages:
+    spans = content_spans(text, messages)
+    return [(messages[k].get("role"), found if found is not None else content) for k, (content, found) in spans.items()]
+
+
+def content_spans(text: str, messages: list) -> dict:
+    """Message index -> (its text content, (start, end) of it in the rendering or None), for the
+    messages with text content, found in message order (as written, else stripped)."""
+    out, cursor = {}, 0
+    for k, m in enumerate(messages):
         content = m.get("content")
         if isinstance(content, (list, tuple)):
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict)
@@ -108,5 +115,5 @@ def message_ranges(text: str, messages: list) -> list:
                 found = (pos, pos + len(needle))
                 cursor = pos + len(needle)
                 break
-        out.append((m.get("role"), found if found is not None else content))
+        out[k] = (content, found)
     return out

@@ -3,10 +3,12 @@ thinking, and which turns' thinking the template drops.
 
 An assistant message's reasoning is its ``reasoning_content`` (DeepSeek-R1, Qwen3), ``thinking``
 (gpt-oss) or ``reasoning`` field, and the text of each ``<think>...</think>`` block of its content.
-Each is looked for, as written (then stripped), in the rendering, in message order: found, its
-tokens are the rendering's tokens overlapping it (the tokenizer's offsets; a tokenizer without them
-tokenizes it alone); not found, the template did not render it (Qwen3 keeps only the reasoning after
-the last user turn) and it counts in ``reasoning_dropped``. Per row:
+Each is looked for, stripped (then as written), in its own turn of the rendering: after the
+content of the user, system or tool message before it and before that of the one after it (an
+answer's own text, often short, is found anywhere and bounds nothing). Found, its tokens are the rendering's tokens
+overlapping it (the tokenizer's offsets; a tokenizer without them tokenizes it alone); not found,
+the template did not render it (Qwen3 keeps only the reasoning after the last user turn) and it
+counts in ``reasoning_dropped``. Per row:
 
 * ``reasoning_tokens``: the tokens of the rendered reasoning of trained messages (``--train-on``);
 * ``max_reasoning_tokens``: the longest rendered reasoning span's tokens, trained or not;
@@ -21,6 +23,7 @@ import re
 
 from lengthscan.measure.chat.encoding import rendered_ids
 from lengthscan.measure.chat.media import trained_messages
+from lengthscan.measure.chat.ranges import content_spans
 
 #: message fields that hold an assistant turn's reasoning, in the order they are read (the first present)
 REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
@@ -53,12 +56,18 @@ def add_reasoning(counter, work: dict, encoded: list, values: dict, notes: dict,
             continue
         view = encoded[w.full]
         trained = trained_messages(w.conv, train_on)
-        cursor = 0
-        for k, message in enumerate(w.conv.messages or ()):
+        messages = w.conv.messages or []
+        # the turn of an assistant message lies between the other roles' contents around it (an
+        # answer's own text may be short enough to be found anywhere: it bounds nothing)
+        others = [m if m.get("role") != "assistant" else {"role": "assistant"} for m in messages]
+        spans = {k: found for k, (_, found) in content_spans(view.text, others).items() if found is not None}
+        for k, message in enumerate(messages):
             if message.get("role") != "assistant":
                 continue
+            cursor = max((spans[j][1] for j in spans if j < k), default=0)
+            limit = next((spans[j][0] for j in sorted(spans) if j > k), len(view.text))
             for text in reasoning_texts(message):
-                found = _find(view.text, text, cursor)
+                found = _find(view.text, text, cursor, limit)
                 if found is None:
                     notes["reasoning_dropped"][i] += 1
                     continue
@@ -73,10 +82,12 @@ def add_reasoning(counter, work: dict, encoded: list, values: dict, notes: dict,
         _add(i, len(ids), is_trained, values, notes)
 
 
-def _find(text: str, needle: str, cursor: int):
-    for candidate in (needle, needle.strip()):
+def _find(text: str, needle: str, cursor: int, limit: int):
+    """The first place of ``needle`` stripped (templates strip the newlines around reasoning; else
+    as written) wholly within ``text[cursor:limit]``."""
+    for candidate in (needle.strip(), needle):
         if candidate:
-            pos = text.find(candidate, cursor)
+            pos = text.find(candidate, cursor, limit)
             if pos >= 0:
                 return pos, pos + len(candidate)
     return None

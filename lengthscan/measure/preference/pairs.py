@@ -73,6 +73,8 @@ def _row(prompt, chosen, rejected, tools, *, explicit: bool, extract: bool = Tru
                 raise RowProblem("invalid_conversation", f"the {what} is not a list of messages {{role, content}}")
         chosen, rejected = [dict(m) for m in chosen], [dict(m) for m in rejected]
         prompt = [dict(m) for m in prompt] if prompt is not None else None
+        for what, value in (("prompt", prompt or []), ("chosen", chosen), ("rejected", rejected)):
+            text_only(value, what)
     if not explicit and extract:
         prompt, chosen, rejected = extract_prompt(chosen, rejected)
     elif not explicit:  # RewardTrainer takes each side whole
@@ -82,6 +84,19 @@ def _row(prompt, chosen, rejected, tools, *, explicit: bool, extract: bool = Tru
 
 def _messages(value) -> bool:
     return isinstance(value, (list, tuple)) and all(isinstance(m, dict) and "role" in m for m in value)
+
+
+def text_only(messages: list, what: str) -> None:
+    """Refuse (``RowProblem``) a message whose content holds a part that is not text: lengthscan
+    measures text pairs and prompts (TRL prepares images through its vision path)."""
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, (list, tuple)):
+            kinds = {p.get("type") for p in content if isinstance(p, dict)} - {"text"}
+            if kinds or not all(isinstance(p, dict) for p in content):
+                named = ", ".join(sorted(map(str, kinds))) or "non-dict"
+                raise RowProblem("unsupported_content", f"the {what} has {named} parts: lengthscan measures text "
+                                                        "preference pairs and prompts")
 
 
 def extract_prompt(chosen, rejected) -> tuple:

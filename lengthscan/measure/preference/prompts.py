@@ -23,6 +23,7 @@ import numpy as np
 
 from lengthscan.measure.chat.conversations import RowProblem, parse_tools
 from lengthscan.measure.chat.encoding import rendered_ids
+from lengthscan.measure.preference.pairs import text_only
 from lengthscan.measure.preference.render import TemplateRows
 from lengthscan.measure.records import FLAG_CODES, FLAG_MISSING, FLAG_TOO_LONG, FieldSpec, Measured
 
@@ -111,4 +112,5 @@ class PromptCounter(TemplateRows):
             return prompt, False
         if not (isinstance(prompt, (list, tuple)) and all(isinstance(m, dict) and "role" in m for m in prompt)):
             raise RowProblem("invalid_conversation", "the prompt is neither a string nor a list of messages")
-        return self.render([dict(m) for m in prompt], parse_tools(tools), add_generation_prompt=True), True
+        text_only(prompt, "prompt")  # `or None`: TRL passes no tools rather than an empty list
+        return self.render([dict(m) for m in prompt], parse_tools(tools) or None, add_generation_prompt=True), True

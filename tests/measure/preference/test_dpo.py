@@ -273,3 +273,33 @@ def test_pairs_with_tools_and_reasoning(tmp_path, chat_tok_dir, docs):
         assert table["pair_error"][i] is None, table["pair_error"][i]
         assert (table["prompt_tokens"][i], table["chosen_tokens"][i], table["rejected_tokens"][i]) == \
             (len(r["prompt_ids"]), len(r["chosen_ids"]), len(r["rejected_ids"])), i
+
+
+def test_empty_answers_images_and_refused_options(tmp_path, chat_tok_dir, capsys):
+    """A pair with an empty answer is dropped with its reason (kept with --keep-empty-targets); an
+    image part is the row's unsupported_content; truncating keep_end pairs and a max prompt length
+    of 0 are exit 2."""
+    from datasets import load_from_disk
+
+    user = [{"role": "user", "content": "Hi"}]
+    rows = [{"prompt": user, "chosen": [{"role": "assistant", "content": "Hello there."}],
+             "rejected": [{"role": "assistant", "content": "Go away."}]},
+            {"prompt": user, "chosen": [], "rejected": [{"role": "assistant", "content": "No."}]},
+            {"prompt": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What?"}]}],
+             "chosen": [{"role": "assistant", "content": "A cat."}],
+             "rejected": [{"role": "assistant", "content": "A dog."}]}]
+    src = write_jsonl(tmp_path / "pairs.jsonl", rows)
+    base = ["--tokenizer", str(chat_tok_dir), "--chat-template", "qwen3", "--prompt", "prompt", "--chosen", "chosen",
+            "--rejected", "rejected", "--quiet", "--no-cache"]
+    assert main(["clean", str(src), *base, "--out", str(tmp_path / "c")]) == 0
+    rejects = load_from_disk(str(tmp_path / "c" / "rejects"))
+    reasons = dict(zip(rejects["row"], rejects["reason"]))
+    assert reasons[1] == "empty_answer" and "unsupported_content" in reasons[2] and 0 not in reasons
+    assert main(["clean", str(src), *base, "--keep-empty-targets", "--out", str(tmp_path / "k")]) == 0
+    assert 1 not in load_from_disk(str(tmp_path / "k" / "rejects"))["row"]
+    assert main(["clean", str(src), *base, "--tokenize", "--limit", "sequence_tokens<=10", "--action", "truncate",
+                 "--truncation-mode", "keep_end", "--out", str(tmp_path / "t")]) == 2
+    assert "keep_end cut gives each side its own prompt" in capsys.readouterr().err
+    assert main(["audit", str(src), "--tokenizer", str(chat_tok_dir), "--prompt", "prompt", "--rl", "grpo",
+                 "--max-prompt-length", "0", "--quiet", "--out", str(tmp_path / "r")]) == 2
+    assert "give positive numbers" in capsys.readouterr().err
