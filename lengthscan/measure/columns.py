@@ -182,6 +182,19 @@ def check_columns(src, fields) -> None:
                         where += f" (split {split_src.name})" if src.has_splits else ""
                         flag = dict(f.flags).get(column, f"--{f.role}")
                         raise ColumnError(f"{where}: no column {column!r} for {flag}; {_columns_hint(column, have)}")
+    _warn_unnamed_prompt(src, fields)
+
+
+def _warn_unnamed_prompt(src, fields) -> None:
+    """Preference pairs without --prompt, from a source that has a ``prompt`` column: TRL's trainers
+    take that column as the prompt (and extract none), so the lengths would not be what they see."""
+    pairs = [f for f in fields if f.role == "pair" and "--prompt" not in dict(f.flags).values()]
+    if pairs and any("prompt" in split_src.column_names for split_src in src.splits):
+        import warnings
+
+        warnings.warn("lengthscan: the source has a 'prompt' column, which TRL's DPOTrainer and RewardTrainer take "
+                      "as the prompt; without --prompt the prompt is what extract_prompt finds in chosen and "
+                      "rejected: pass --prompt prompt to measure what the trainer sees", stacklevel=3)
 
 
 def _columns_hint(column: str, have) -> str:

@@ -303,3 +303,13 @@ def test_empty_answers_images_and_refused_options(tmp_path, chat_tok_dir, capsys
     assert main(["audit", str(src), "--tokenizer", str(chat_tok_dir), "--prompt", "prompt", "--rl", "grpo",
                  "--max-prompt-length", "0", "--quiet", "--out", str(tmp_path / "r")]) == 2
     assert "give positive numbers" in capsys.readouterr().err
+
+
+def test_a_prompt_column_left_unnamed_is_said(tmp_path, chat_tok_dir):
+    """TRL's trainers take a column named ``prompt`` as the prompt: measuring the pairs without
+    --prompt on such a source warns, naming the flag that measures what the trainer sees."""
+    rows = [{"prompt": "Q: sky?", "chosen": "Q: sky? blue", "rejected": "Q: sky? red"}]
+    src = write_jsonl(tmp_path / "pairs.jsonl", rows)
+    with pytest.warns(UserWarning, match="pass --prompt prompt"):
+        assert main(["audit", str(src), "--tokenizer", str(chat_tok_dir), "--chosen", "chosen", "--rejected",
+                     "rejected", "--quiet", "--no-cache", "--out", str(tmp_path / "o")]) == 0
