@@ -37,7 +37,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 import data as bench_data  # noqa: E402
-from harness import SideFailed, run_proc  # noqa: E402
+from harness import rotated_runs, run_proc  # noqa: E402
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 ADDED = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
@@ -126,20 +126,11 @@ def main(argv=None) -> int:
         scratch = Path(scratch)
         shared = scratch / "shared-cache"
         run_proc(argvs[OURS](scratch / "warm-up"), scratch / "warm-up", cache_dir=shared)
-        runs: dict = {name: [] for name, _, _ in sides}
-        for rep in range(args.repeats):
-            k = rep % len(sides)  # the order rotates: no side always follows another
-            for name, argv_of, warm in sides[k:] + sides[:k]:
-                work = scratch / f"{name.replace(' ', '_')}-{rep}"
-                try:
-                    p = run_proc(argv_of(work), work, cache_dir=shared if warm else None)
-                except SideFailed as exc:
-                    print(f"  {name}: FAILED {exc}", file=sys.stderr)
-                    return 1
-                runs[name].append(p)
-                print(f"  {rep + 1}/{args.repeats} {name:<38} {p.wall:7.2f} s wall {p.cpu:7.2f} s CPU "
-                      f"{p.rss_mb:6.0f} MiB largest process, {p.tree_rss_mb:6.0f} MiB RSS / {p.tree_pss_mb:6.0f} MiB "
-                      f"PSS summed over {p.tree_procs} processes", file=sys.stderr, flush=True)
+        runs = rotated_runs(sides, args.repeats, scratch, shared, lambda p: (
+            f"{p.wall:7.2f} s wall {p.cpu:7.2f} s CPU {p.rss_mb:6.0f} MiB largest process, {p.tree_rss_mb:6.0f} MiB "
+            f"RSS / {p.tree_pss_mb:6.0f} MiB PSS summed over {p.tree_procs} processes"))
+        if runs is None:
+            return 1
         same = _identical(runs, scratch)
         small_argv = [str(small) if x == str(corpus) else x for x in argvs[OURS](scratch / "small")]
         small_run = run_proc(small_argv, scratch / "small")

@@ -201,6 +201,26 @@ def interleave(sides: dict, repeats: int, label: str) -> dict[str, list]:
     return runs
 
 
+def rotated_runs(sides: list, repeats: int, scratch: Path, shared: Path, describe) -> dict | None:
+    """Every side ``(name, argv_of(workdir), warm)`` once per repeat, the order rotating each repeat
+    (no side always follows another); warm sides share ``shared``'s caches. name -> its ``Proc``s,
+    or None once one fails (said on stderr); ``describe(proc)`` is the progress line's figures."""
+    runs: dict = {name: [] for name, _, _ in sides}
+    width = max(len(name) for name, _, _ in sides) + 2
+    for rep in range(repeats):
+        k = rep % len(sides)
+        for name, argv_of, warm in sides[k:] + sides[:k]:
+            work = scratch / f"{name.replace(' ', '_')}-{rep}"
+            try:
+                p = run_proc(argv_of(work), work, cache_dir=shared if warm else None)
+            except SideFailed as exc:
+                print(f"  {name}: FAILED {exc}", file=sys.stderr)
+                return None
+            runs[name].append(p)
+            print(f"  {rep + 1}/{repeats} {name:<{width}} {describe(p)}", file=sys.stderr, flush=True)
+    return runs
+
+
 class Bench:
     """The data, the options and a scratch directory shared by every group of lines."""
 

@@ -31,7 +31,7 @@ sys.path.insert(0, str(BENCH))
 
 import data as bench_data  # noqa: E402
 from chat_bench import _train  # noqa: E402
-from harness import SideFailed, run_proc  # noqa: E402
+from harness import rotated_runs, run_proc  # noqa: E402
 
 OURS = "lengthscan audit"
 TRL = "DPOTrainer preparation"
@@ -88,19 +88,10 @@ def main(argv=None) -> int:
         scratch = Path(scratch)
         shared = scratch / "shared-cache"
         run_proc(ours(scratch / "warm-up"), scratch / "warm-up", cache_dir=shared)
-        runs: dict = {name: [] for name, _, _ in sides}
-        for rep in range(args.repeats):
-            k = rep % len(sides)
-            for name, argv_of, warm in sides[k:] + sides[:k]:
-                work = scratch / f"{name.replace(' ', '_')}-{rep}"
-                try:
-                    p = run_proc(argv_of(work), work, cache_dir=shared if warm else None)
-                except SideFailed as exc:
-                    print(f"  {name}: FAILED {exc}", file=sys.stderr)
-                    return 1
-                runs[name].append(p)
-                print(f"  {rep + 1}/{args.repeats} {name:<28} {p.wall:7.2f} s wall {p.cpu:7.2f} s CPU "
-                      f"{p.rss_mb:6.0f} MiB", file=sys.stderr, flush=True)
+        runs = rotated_runs(sides, args.repeats, scratch, shared,
+                            lambda p: f"{p.wall:7.2f} s wall {p.cpu:7.2f} s CPU {p.rss_mb:6.0f} MiB")
+        if runs is None:
+            return 1
         same = _identical(runs)
     print(_table(runs, args, same))
     return 0

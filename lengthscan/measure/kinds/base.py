@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from lengthscan.measure.columns import column_values
 from lengthscan.measure.records import FieldSpec
 
 if TYPE_CHECKING:
@@ -136,6 +137,12 @@ class Kind:
 
     def __reduce__(self):
         return type(self), ()
+
+
+def raw_columns_of(batch, f) -> dict:
+    """The field's columns of ``batch``: as the file holds them where the batch kept them raw
+    (conversations of a JSON Lines file), else as the dataset's reader gives them."""
+    return {c: batch.raw[c] if batch.raw and c in batch.raw else column_values(batch, c) for c in f.columns}
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from lengthscan.measure.cache import TableCacheReader, TableCacheWriter, chat_key
 from lengthscan.measure.chat import stored
-from lengthscan.measure.columns import column_values
-from lengthscan.measure.kinds.base import Kind, MeasureContext
+from lengthscan.measure.kinds.base import Kind, MeasureContext, raw_columns_of
 from lengthscan.measure.records import Measured
 
 #: a conversation's measurements given again after drop-turns or truncation, beside its sequence
@@ -36,7 +35,7 @@ class ChatKind(Kind):
         return next(s for s in f.specs if s.name == name)
 
     def measure(self, batch, f, split_src, ctx: MeasureContext) -> Measured:
-        columns = {c: batch.raw[c] if batch.raw and c in batch.raw else column_values(batch, c) for c in f.columns}
+        columns = raw_columns_of(batch, f)
         return ctx.chat.measure(columns, {s.name: s for s in f.specs}, with_ids=ctx.with_ids,
                                 base_dir=split_src.base_dir(batch.rows))
 

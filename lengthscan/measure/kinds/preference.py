@@ -3,8 +3,7 @@ prompt as GRPOTrainer tokenizes it (``measure.preference``)."""
 
 from __future__ import annotations
 
-from lengthscan.measure.columns import column_values
-from lengthscan.measure.kinds.base import Kind, MeasureContext
+from lengthscan.measure.kinds.base import Kind, MeasureContext, raw_columns_of
 from lengthscan.measure.records import Measured
 
 
@@ -22,7 +21,7 @@ class PreferenceKind(Kind):
         return next(s for s in f.specs if s.name == name)
 
     def measure(self, batch, f, split_src, ctx: MeasureContext) -> Measured:
-        columns = {c: batch.raw[c] if batch.raw and c in batch.raw else column_values(batch, c) for c in f.columns}
+        columns = raw_columns_of(batch, f)
         return ctx.pairs.measure(columns, {s.name: s for s in f.specs}, with_ids=ctx.with_ids)
 
     def notes(self, f) -> dict[str, str]:
@@ -44,7 +43,7 @@ class RLPromptKind(Kind):
     python_bound = True
 
     def measure(self, batch, f, split_src, ctx: MeasureContext) -> Measured:
-        columns = {c: batch.raw[c] if batch.raw and c in batch.raw else column_values(batch, c) for c in f.columns}
+        columns = raw_columns_of(batch, f)
         return ctx.pairs.measure(columns, {s.name: s for s in f.specs})
 
     def raw_columns(self, f) -> tuple[str, ...]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import numpy as np
 
 from lengthscan.measure.chat.conversations import RowProblem
-from lengthscan.measure.chat.encoding import rendered_ids
 from lengthscan.measure.chat.spans import common_prefix
 from lengthscan.measure.preference import PAIR_METRICS, PAIR_NOTES
 from lengthscan.measure.preference.pairs import PairFormat, pair_rows
@@ -86,22 +85,21 @@ class PairCounter(TemplateRows):
             jobs[i] = (pair.conversational, len(texts[pair.conversational]))
             texts[pair.conversational] += row
             notes["implicit_prompt"][i] = pair.implicit
-        ids = {False: self.counter.ids(texts[False], "input") if texts[False] else [],
-               True: [found for found, _ in rendered_ids(self.counter, texts[True])] if texts[True] else []}
+        ids = self.tokenized(texts)
         kept: list | None = [None] * n if with_ids else None
         for i, (conversational, start) in jobs.items():
             found = ids[conversational][start:start + 3]
             self._fill(i, *found, values, notes)
             if kept is not None:
-                kept[i] = self._prepared(*found)
+                kept[i] = self._prepared(int(values["prompt_tokens"][i]), *found)
         return Measured({spec_of[m]: values[m] for m in PAIR_METRICS}, flags,
                         errors if any(e is not None for e in errors) else None, notes=notes, ids=kept)
 
-    def _prepared(self, prompt, with_chosen, with_rejected) -> tuple:
-        """The row's ids as the trainer's prepared dataset holds them (``id_columns``)."""
+    def _prepared(self, plen: int, prompt, with_chosen, with_rejected) -> tuple:
+        """The row's ids as the trainer's prepared dataset holds them (``id_columns``); ``plen``: the
+        prompt's tokens as ``_fill`` found them."""
         if self.format.trainer == "reward":
             return list(with_chosen), list(with_rejected)
-        plen = min(common_prefix(prompt, with_chosen), common_prefix(prompt, with_rejected))
         return list(prompt[:plen]), list(with_chosen[plen:]), list(with_rejected[plen:])
 
     def _texts(self, pair) -> list[str]:
@@ -113,7 +111,9 @@ class PairCounter(TemplateRows):
                                                    "string completions")
             chosen = pair.chosen if pair.chosen.endswith(eos) else pair.chosen + eos
             rejected = pair.rejected if pair.rejected.endswith(eos) else pair.rejected + eos
-            return [pair.prompt, pair.prompt + chosen, pair.prompt + rejected]
+            # RewardTrainer splits no prompt off: its tokens are not needed
+            return ["" if self.format.trainer == "reward" else pair.prompt, pair.prompt + chosen,
+                    pair.prompt + rejected]
         render = self.render
         if self.format.trainer == "reward":  # each side whole, no generation prompt: the prompt is not split off
             return ["", render(pair.prompt + pair.chosen, pair.tools), render(pair.prompt + pair.rejected, pair.tools)]

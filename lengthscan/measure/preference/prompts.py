@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from lengthscan.measure.chat.conversations import RowProblem, parse_tools
-from lengthscan.measure.chat.encoding import rendered_ids
 from lengthscan.measure.preference.pairs import text_only
 from lengthscan.measure.preference.render import TemplateRows
 from lengthscan.measure.records import FLAG_CODES, FLAG_MISSING, FLAG_TOO_LONG, FieldSpec, Measured
@@ -96,8 +95,7 @@ class PromptCounter(TemplateRows):
                 continue
             jobs[i] = (conversational, len(texts[conversational]))
             texts[conversational].append(text)
-        ids = {False: self.counter.ids(texts[False], "input") if texts[False] else [],
-               True: [found for found, _ in rendered_ids(self.counter, texts[True])] if texts[True] else []}
+        ids = self.tokenized(texts)
         for i, (conversational, k) in jobs.items():
             size = len(ids[conversational][k])
             kept = size if fmt.max_prompt_length is None else min(size, fmt.max_prompt_length)

@@ -29,6 +29,16 @@ class TemplateRows:
         """Fail early (exit 2): a template file that cannot be read."""
         self.renderer  # noqa: B018 - loads the template now
 
+    def tokenized(self, texts: dict) -> dict:
+        """The ids of ``texts`` (conversational? -> texts), each kind in one batch call: strings as
+        ``tokenizer(text)`` gives them (special tokens added), renderings as ``apply_chat_template``
+        tokenizes them (without)."""
+        from lengthscan.measure.chat.encoding import rendered_ids
+
+        plain, rendered = texts[False], texts[True]
+        return {False: self.counter.ids(plain, "input") if plain else [],
+                True: [found for found, _ in rendered_ids(self.counter, rendered)] if rendered else []}
+
     def render(self, messages: list, tools, *, add_generation_prompt: bool = False) -> str:
         """The rendering, or ``RowProblem`` with the template's own message."""
         from lengthscan.measure.chat.template import RenderTimeout
