@@ -8,6 +8,7 @@ import sys
 
 from lengthscan.cli.common import EXIT_GATE, EXIT_OK, EXIT_USAGE, ProgressBars, say
 from lengthscan.cli.flags import add_flags, add_source_argument, named
+from lengthscan.cli.memory_eval import add_eval_flags, eval_options, eval_usage, evaluation_report
 
 
 def add_memory_parser(sub) -> None:
@@ -47,8 +48,9 @@ exit codes: 0 ok (fits), 1 the worst batch (or the evaluation) does not fit --bu
                                                     "not fit with --margin")
     m.add_argument("--json", action="store_true", help="print the prediction as JSON to stdout")
     _add_run_flags(m)
+    _add_objective_flags(m)
     _add_memory_data_flags(m)
-    _add_eval_flags(m)
+    add_eval_flags(m)
 
 
 def _optimizer_choices() -> tuple:
@@ -96,107 +98,38 @@ def _options(args):
         raise ValueError("--lora-targets, --lora-alpha, --lora-dropout and --dora need --lora-r (or give "
                          "--adapter-config)")
     quantization = read_quantization_config(args.quantization_config) if args.quantization_config else None
-    return MemoryOptions(precision=args.precision, optimizer=args.optimizer, attention=args.attention,
+    return MemoryOptions(objective=_objective(args), precision=args.precision, optimizer=args.optimizer,
+                         attention=args.attention,
                          gradient_checkpointing=args.gradient_checkpointing,
                          freeze_feature_encoder=args.freeze_feature_encoder,
                          gradient_accumulation_steps=args.grad_accum, torch_dtype=args.torch_dtype,
                          adapter=adapter, quantization=quantization, prepare_kbit=args.prepare_kbit)
 
 
+def _objective(args):
+    """The step's objective from ``--objective`` (data mode: as the measured fields imply)."""
+    from lengthscan.memory.objective import Objective
+
+    implied = "grpo" if args.rl else (args.pair_trainer or "dpo") if args.chosen or args.rejected else None
+    name = args.objective or implied or "sft"
+    if args.source is not None and implied != (None if name == "sft" else name):
+        fields = {"dpo": "--chosen/--rejected", "reward": "--chosen/--rejected with --pair-trainer reward",
+                  "grpo": "--prompt with --rl grpo"}
+        raise ValueError(f"--objective {name}: data mode measures {fields.get(name, 'the fields of an SFT run')}"
+                         + (f"; the fields given are for {implied}" if implied else ""))
+    completion = args.max_completion_length
+    if name == "grpo" and completion is None:
+        completion = 512  # GRPOConfig's default, as the audit's --max-completion-length
+    elif name != "grpo":
+        completion = None if completion is None or args.rl else completion
+    return Objective(name, args.reference, completion, args.generation_batch_size)
+
+
 def run_memory(args, command: str) -> int:
-    if (problem := _eval_usage(args)) is not None:
+    if (problem := eval_usage(args)) is not None:
         say(f"lengthscan: error: {problem}")
         return EXIT_USAGE
     return _memory_data(args, command) if args.source is not None else _memory(args)
-
-
-# -- the evaluation loop (docs/memory.md, "Evaluation") ------------------------------------------
-
-def _add_eval_flags(m: argparse.ArgumentParser) -> None:
-    g = m.add_argument_group("evaluation (Trainer.evaluate while the training state is resident)")
-    g.add_argument("--eval-batch-size", type=int, metavar="B", help="per_device_eval_batch_size: price the loop")
-    g.add_argument("--eval-split", metavar="NAME", help="data mode: evaluate on this split of SRC (e.g. validation)")
-    g.add_argument("--eval-source", type=named, metavar="PATH",
-                   help="data mode: evaluate on another source, measured with the same fields and tokenizer")
-    g.add_argument("--eval-rows", type=int, metavar="N", help="shape mode: rows in the evaluation set (default: one "
-                                                                "batch)")
-    g.add_argument("--eval-input-len", type=int, metavar="S",
-                   help="shape mode: padded eval input length (default --input-len)")
-    g.add_argument("--eval-target-len", type=int, metavar="T",
-                   help="shape mode: padded eval target length (default --target-len)")
-    g.add_argument("--eval-accumulation-steps", type=int, metavar="N", help="move predictions to the host every N")
-    g.add_argument("--prediction-loss-only", action="store_true", help="keep only the loss (no compute_metrics)")
-    g.add_argument("--eval-argmax", action="store_true", help="preprocess_logits_for_metrics = argmax")
-    g.add_argument("--predict-with-generate", action="store_true",
-                   help="Seq2SeqTrainer's predict_with_generate: price model.generate on every batch (worst case: no "
-                        "row ends early)")
-    g.add_argument("--generation-max-length", type=int, metavar="N",
-                   help="generation_max_length (default: the model's max_length, else 20)")
-    g.add_argument("--generation-num-beams", type=int, metavar="K", help="generation_num_beams (default 1)")
-
-
-def _eval_usage(args) -> str | None:
-    """What is wrong with the evaluation flags (None: nothing)."""
-    given = [flag for flag, value in (("--eval-split", args.eval_split), ("--eval-source", args.eval_source),
-                                      ("--eval-accumulation-steps", args.eval_accumulation_steps),
-                                      ("--eval-rows", args.eval_rows), ("--eval-input-len", args.eval_input_len),
-                                      ("--eval-target-len", args.eval_target_len),
-                                      ("--prediction-loss-only", args.prediction_loss_only or None),
-                                      ("--eval-argmax", args.eval_argmax or None),
-                                      ("--predict-with-generate", args.predict_with_generate or None),
-                                      ("--generation-max-length", args.generation_max_length),
-                                      ("--generation-num-beams", args.generation_num_beams)) if value is not None]
-    if args.eval_batch_size is None:
-        return f"{given[0]} needs --eval-batch-size B (the evaluation it changes)" if given else None
-    shape_only = [f for f in ("--eval-rows", "--eval-input-len", "--eval-target-len") if f in given]
-    if args.source is not None and shape_only:
-        return f"{', '.join(shape_only)}: shape mode's; data mode measures the rows of --eval-split or --eval-source"
-    if args.source is None and (args.eval_split is not None or args.eval_source is not None):
-        return "--eval-split/--eval-source need SRC (data mode)"
-    if args.eval_split is not None and args.eval_source is not None:
-        return "give --eval-split (a split of SRC) or --eval-source (another source), not both"
-    if args.source is not None and args.packing is not None:
-        return ("--packing with --eval-batch-size: TRL packs the evaluation set too (eval_packing), which is not "
-                "priced yet; price the evaluation without --packing")
-    for flag, value in (("--eval-batch-size", args.eval_batch_size), ("--eval-rows", args.eval_rows),
-                        ("--eval-accumulation-steps", args.eval_accumulation_steps),
-                        ("--generation-max-length", args.generation_max_length),
-                        ("--generation-num-beams", args.generation_num_beams)):
-        if value is not None and value < 1:
-            return f"{flag} must be at least 1"
-    if args.prediction_loss_only and args.eval_argmax:
-        return "--eval-argmax changes the logits --prediction-loss-only drops: give one of them"
-    if not args.predict_with_generate and (args.generation_max_length or args.generation_num_beams):
-        return "--generation-max-length/--generation-num-beams apply with --predict-with-generate: add it"
-    if args.predict_with_generate and args.eval_argmax:
-        return "--predict-with-generate keeps generated tokens, not logits: drop --eval-argmax"
-    return None
-
-
-def _eval_options(args):
-    from lengthscan.memory.evaluation import EvalOptions
-
-    return EvalOptions(args.eval_batch_size, args.eval_accumulation_steps, args.prediction_loss_only, args.eval_argmax,
-                       predict_with_generate=args.predict_with_generate,
-                       generation_max_length=args.generation_max_length, num_beams=args.generation_num_beams or 1)
-
-
-def _evaluation(args, config, options, budget) -> dict:
-    from lengthscan.memory import usable_bytes
-    from lengthscan.memory.evaluation import report, shape_mode_batches
-    from lengthscan.memory.families import family_of
-
-    evo = _eval_options(args)
-    target = args.eval_target_len or args.target_len
-    if family_of(config) in ("decoder-only", "encoder-only"):  # no separate target (see shape_warnings)
-        target = None
-    rows, length = args.eval_rows or evo.batch_size, args.eval_input_len or args.input_len
-
-    def rebatch(size):
-        return shape_mode_batches(size, rows, length, target)
-
-    return report(config, rebatch(evo.batch_size), options, evo,
-                  usable_bytes(budget, args.margin) if budget else None, rebatch=rebatch)
 
 
 def parse_size(text: str) -> int:
@@ -225,6 +158,8 @@ def _memory(args) -> int:
     data_only = [flag for flag, value in (("--input", args.input), ("--audio", args.audio), ("--target", args.target),
                                           ("--messages", args.messages), ("--prompt", args.prompt),
                                           ("--completion", args.completion), ("--out", args.out),
+                                          ("--chosen", args.chosen), ("--rejected", args.rejected),
+                                          ("--rl", args.rl), ("--pair-max-length", args.pair_max_length),
                                           ("--export-worst-batch", args.export_worst_batch))
                  if value is not None]
     if data_only:
@@ -236,6 +171,8 @@ def _memory(args) -> int:
         usable_bytes(budget or 0, args.margin)  # checks the margin
         config = load_config(args.model)
         shape = Shape(args.batch_size, args.input_len, args.target_len)
+        if options.objective.completion_len and args.input_len is not None:  # grpo: the prompt, then the completion
+            shape = Shape(args.batch_size, args.input_len + options.objective.completion_len, args.target_len)
         warnings = shape_warnings(config, shape)
         if ignored_target := any(w.startswith("--target-len") and "ignored" in w for w in warnings):
             shape = Shape(args.batch_size, args.input_len, None)
@@ -256,7 +193,7 @@ def _memory(args) -> int:
             data["memory"]["alternatives"] = alternatives(config, shape, options, usable_bytes(budget, args.margin))
     if args.eval_batch_size is not None:
         try:
-            data["memory"]["evaluation"] = _evaluation(args, config, options, budget)
+            data["memory"]["evaluation"] = evaluation_report(args, config, options, budget)
         except ValueError as exc:
             say(f"lengthscan: error: {_as_flags(exc)}")
             return EXIT_USAGE
@@ -268,8 +205,15 @@ def _memory(args) -> int:
         gib = 1024 ** 3
         target = "" if ignored_target or args.target_len is None else f" x target {args.target_len:,}"
         inputs = f" x input {args.input_len:,}" if args.input_len is not None else ""
+        objective, rows = options.objective, f"batch {args.batch_size}"
+        if objective.name in ("dpo", "reward"):
+            rows = f"batch {args.batch_size} pairs ({2 * args.batch_size} rows)"
+        elif objective.name == "grpo" and args.input_len is not None:
+            inputs = f" x (prompt {args.input_len:,} + completion {objective.completion_len:,})"
         print(f"{est.model_type} ({est.family}): predicted peak {size(est.peak_bytes)} at {est.phase} "
-              f"for batch {args.batch_size}{inputs}{target}")
+              f"for {rows}{inputs}{target}")
+        if objective.name != "sft":
+            print("  phases: " + " · ".join(f"{k} {size(v)}" for k, v in est.phase_peaks.items()))
         for name, value in sorted(est.terms.items(), key=lambda kv: -kv[1]):
             if value:
                 print(f"  {name:26} {value / gib:10,.3f} GiB")
@@ -313,13 +257,36 @@ def _add_memory_data_flags(m: argparse.ArgumentParser) -> None:
                    help="data mode: write lengths.parquet, report.json and report.html here")
     add_flags(m, "overwrite", overwrite={"help": "data mode: replace --out / --export-worst-batch"})
     add_flags(m, "packing", "max_length", "packing_num_proc", "shuffle_seed", prefix="data mode: ")
+    add_flags(m, "chosen", "rejected", "pair_max_length", "pair_trainer", "truncation_mode", "rl", "num_generations",
+              prefix="data mode: ", pair_trainer={"default": None})
+
+
+def _add_objective_flags(m: argparse.ArgumentParser) -> None:
+    """The trainer the step is priced for: supervised, or TRL's preference and RL trainers."""
+    from lengthscan.memory.objective import OBJECTIVES, REFERENCES
+
+    g = m.add_argument_group("the objective (TRL's preference and RL trainers)")
+    g.add_argument("--objective", choices=tuple(OBJECTIVES), metavar="NAME",
+                   help="sft (default), dpo (DPOTrainer: chosen and rejected in one forward, a reference model), "
+                        "reward (RewardTrainer) or grpo (GRPOTrainer: generation, then the step); data mode infers "
+                        "it from --chosen/--rejected (with --pair-trainer) and --rl. Shape mode: --input-len is the "
+                        "padded pair row (prompt + the longer answer), for grpo the prompt")
+    g.add_argument("--reference", choices=REFERENCES, default="auto",
+                   help="the reference model: auto (DPO: the adapters switched off with an adapter, else a second "
+                        "copy; GRPO: none, as beta=0), model, adapter, precomputed (precompute_ref_log_probs) or none")
+    g.add_argument("--max-completion-length", type=int, metavar="N",
+                   help="grpo: GRPOConfig.max_completion_length, the tokens generated per completion (default 512)")
+    g.add_argument("--generation-batch-size", type=int, metavar="N",
+                   help="grpo: rows generated at once (GRPOConfig.generation_batch_size; default: --batch-size x "
+                        "--grad-accum)")
 
 
 def _memory_data(args, command: str) -> int:
     import json
 
     from lengthscan.measure.text.counter import DEFAULT_MAX_CHARS
-    from lengthscan.memory.data import predict_dataset, summary_lines
+    from lengthscan.memory.data import predict_dataset
+    from lengthscan.memory.summary import summary_lines
 
     if args.input_len is not None or args.target_len is not None:
         say("lengthscan: error: --input-len/--target-len are shape mode's: drop SRC or them")
@@ -331,7 +298,7 @@ def _memory_data(args, command: str) -> int:
         if args.eval_batch_size is not None:
             from lengthscan.memory.data_eval import EvalData
 
-            evaluation = EvalData(_eval_options(args), args.eval_split, args.eval_source)
+            evaluation = EvalData(eval_options(args), args.eval_split, args.eval_source)
         with ProgressBars(disabled=args.json) as progress:
             result = predict_dataset(
                 args.source, model=args.model, batch_size=args.batch_size, input=args.input, target=args.target,
@@ -340,9 +307,7 @@ def _memory_data(args, command: str) -> int:
                 budget_bytes=budget, margin=args.margin, out=args.out, overwrite=args.overwrite,
                 export_worst_batch=args.export_worst_batch, cache=args.cache,
                 max_chars=args.max_chars or DEFAULT_MAX_CHARS, num_proc=args.num_proc, progress=progress,
-                command=command, chat={"messages": args.messages, "prompt": args.prompt, "completion": args.completion,
-                                       "tools": args.tools, "chat_template": args.chat_template,
-                                       "train_on": args.train_on if args.messages or args.prompt else None},
+                command=command, chat=_fields(args),
                 packing=_packing(args), evaluation=evaluation)
     except ValueError as exc:
         say(f"lengthscan: error: {_as_flags(exc)}")
@@ -356,6 +321,20 @@ def _memory_data(args, command: str) -> int:
 
             print("\n".join(eval_lines(result.memory["evaluation"])))
     return EXIT_GATE if result.fits is False else EXIT_OK
+
+
+def _fields(args) -> dict:
+    """The audit's conversation, pair and prompt fields of data mode (those given)."""
+    fields = {"messages": args.messages, "prompt": args.prompt, "completion": args.completion, "tools": args.tools,
+              "chat_template": args.chat_template,
+              "train_on": args.train_on if args.messages or (args.prompt and args.completion) else None}
+    if args.chosen or args.rejected:
+        fields.update(chosen=args.chosen, rejected=args.rejected, pair_max_length=args.pair_max_length,
+                      pair_trainer=args.pair_trainer or "dpo", truncation_mode=args.truncation_mode)
+    if args.rl:
+        fields.update(rl=args.rl, num_generations=args.num_generations,
+                      max_completion_length=args.max_completion_length or 512)
+    return fields
 
 
 def _packing(args):

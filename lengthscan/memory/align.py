@@ -135,3 +135,45 @@ def _register_fp32_autocast(torch):
             lib.impl(name, set_dtype(getattr(getattr(torch.ops.aten, base), overload or "default"), full),
                      "AutocastCPU")
     return lib
+
+
+@contextlib.contextmanager
+def fused_head_like():
+    """TRL's fused log-probability head (``trl.kernels.chunked_logprob``) as it allocates on CUDA.
+
+    Without Triton, TRL folds each ``(tokens, 32768)`` tile with torch ops (several fp32 temporaries
+    the tile's size) where CUDA runs a Triton kernel that allocates nothing; and it accumulates the
+    gradients with ``acc.addmm_(a.float(), b.float())`` (fp32 copies of the tile and the weight chunk)
+    where CUDA's ``addmm(out_dtype=float32)`` copies nothing. While measuring, the fold runs one
+    position and 1,024 words at a time and the accumulation in blocks of 256 along the longer dimension: the same
+    results, with temporaries too small to matter."""
+    import trl.kernels.chunked_logprob as kernel
+
+    saved = kernel._forward_tile, kernel._backward_tile, kernel._addmm_fp32
+
+    def in_pieces(fold, width=1024):
+        def run(tile, stride, *rest, **kwargs):
+            *vectors, start, n_cols = rest  # the per-position vectors, then vocab_start and n_cols
+            for i in range(tile.shape[0]):
+                rows = [v[i:i + 1] for v in vectors]
+                for j in range(0, n_cols, width):
+                    fold(tile[i:i + 1, j:j + width], stride, *rows, start + j, min(width, n_cols - j), **kwargs)
+        return run
+
+    def addmm_blocks(acc, a, b, block=256):
+        if a.dtype == acc.dtype and b.dtype == acc.dtype:
+            acc.addmm_(a, b)
+        elif a.shape[1] >= a.shape[0]:  # contract in blocks: (M, k) and (k, N) copies
+            for j in range(0, a.shape[1], block):
+                acc.addmm_(a[:, j:j + block].float(), b[j:j + block].float())
+        else:  # rows in blocks: (k, K) copies, and b's once
+            wide = b.float()
+            for i in range(0, a.shape[0], block):
+                acc[i:i + block].addmm_(a[i:i + block].float(), wide)
+
+    kernel._forward_tile, kernel._backward_tile = in_pieces(saved[0]), in_pieces(saved[1])
+    kernel._addmm_fp32 = addmm_blocks
+    try:
+        yield
+    finally:
+        kernel._forward_tile, kernel._backward_tile, kernel._addmm_fp32 = saved

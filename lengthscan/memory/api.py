@@ -115,7 +115,12 @@ def estimate(config, shape: Shape, options: MemoryOptions = MemoryOptions()) -> 
     """The peak bytes of one training step on a batch of ``shape`` (see docs/memory.md)."""
     if isinstance(config, (str, os.PathLike)):
         config = load_config(str(config))
-    trace, _, result = phases(config, shape, options)
+    if options.objective.name == "sft":
+        trace, _, result = phases(config, shape, options)
+    else:
+        from lengthscan.memory import preference
+
+        trace, _, result = preference.phases(config, shape, options)
     best = max(result, key=lambda p: p.peak)
     return MemoryEstimate(
         peak_bytes=int(best.peak),
@@ -159,10 +164,35 @@ def run_notes(trace, options: MemoryOptions) -> list[str]:
         prepared = ", prepared with prepare_model_for_kbit_training (its other weights in fp32)" \
             if options.prepare_kbit else ""
         out.append(f"base quantized: {options.quantization.describe()}{prepared}")
+    if options.objective.name != "sft":
+        out.append(objective_note(options))
     if optimizers.paged(options.optimizer):
         out.append(f"{options.optimizer}: its state is counted on the device; CUDA may page it out to host "
                    "memory under pressure (optimizer_state is the evictable part)")
     return out
+
+
+def objective_note(options: MemoryOptions) -> str:
+    """What the priced step of a preference or RL trainer runs, in words."""
+    from lengthscan.memory.objective import OBJECTIVES
+
+    obj = options.objective
+    reference = obj.reference_for(options.adapter)
+    ref = {"model": "a second copy of the model as reference (held, and its forward without gradients while "
+                    "the policy's activations wait)",
+           "adapter": "the model with its adapters off as reference (its forward without gradients while the "
+                      "policy's activations wait)",
+           "precomputed": "reference log-probabilities precomputed (no reference in the step)",
+           "none": "no reference model"}[reference]
+    if obj.name == "dpo":
+        return f"{OBJECTIVES['dpo']}: chosen and rejected in one forward of 2 x the batch's rows, TRL's fused " \
+               f"log-probability head (no vocabulary-wide logits; every position's bound); {ref}"
+    if obj.name == "reward":
+        return f"{OBJECTIVES['reward']}: chosen and rejected in one forward of 2 x the batch's rows through a " \
+               "sequence classifier; no reference model"
+    return f"{OBJECTIVES['grpo']}: the step on the batch's completions (prompt + {obj.completion_len:,} tokens) " \
+           f"through TRL's fused head with entropy; generate on {obj.generation_batch or 'batch x accumulation'} " \
+           f"rows before it (modelled: transformers' generate, no vLLM, every row to the maximum); {ref}"
 
 
 def estimate_many(config, shapes, options: MemoryOptions = MemoryOptions()) -> list[MemoryEstimate]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lengthscan.memory import ops
+from lengthscan.memory import fused_head, ops
 from lengthscan.memory.ops import op_kind
 from lengthscan.memory.tape import Tape, Tensor
 
@@ -197,7 +197,16 @@ def lm_loss(t: Tape, h: Tensor, d: int, vocab: int, rows: int, labels: Tensor, *
     ``bias_buffer``: BART-like ``final_logits_bias`` (an fp32 buffer: the sum is fp32 under
     autocast). ``upcast``: transformers' ``ForCausalLMLoss`` calls ``logits.float()`` first.
     ``softcap``: Gemma's ``final_logit_softcapping``, three more vocabulary-wide tensors (one kept).
+    A tape with a ``head`` (a preference or RL trainer's) gets that head instead (``fused_head.py``).
     """
+    if t.trl_head is not None:
+        kind, batch = t.trl_head
+        if kind == "score":
+            return fused_head.score(t, h, d, rows, batch)
+        if kind == "last_logits":
+            return fused_head.last_logits(t, h, d, vocab, batch, name=name, tie=tie, bias=bias)
+        return fused_head.log_probs(t, h, d, vocab, rows, batch, name=name, tie=tie, bias=bias,
+                                    entropy=kind == "log_probs+entropy")
     logits = ops.linear(t, h, d, vocab, name, bias, tie=tie, bias_tie=vocab_bias)
     if softcap:
         logits = soft_cap(t, logits)

@@ -35,14 +35,19 @@ class Trace:
         return sum(p.nbytes for p in _distinct(self.tape))
 
 
-def trace(config, shape: Shape, options: MemoryOptions = MemoryOptions(), *, grad: bool = True) -> Trace:
+def trace(config, shape: Shape, options: MemoryOptions = MemoryOptions(), *, grad: bool = True,
+          trl_head: str | None = None) -> Trace:
     """Run the family's forward pass for ``shape`` on a tape (the config's sizes checked first);
-    ``grad=False``: under ``torch.no_grad`` (evaluation), nothing kept for backward."""
+    ``grad=False``: under ``torch.no_grad`` (evaluation), nothing kept for backward. ``trl_head``: a
+    decoder's head as a TRL trainer runs it (``log_probs``, ``log_probs+entropy``, ``score``: see
+    ``fused_head.py``) instead of the logits and the loss."""
     check_sizes(config)
     head = resolve_head(config, options.head)
     family = family_of(config)
     plan = WeightPlan(TORCH_DTYPES[options.torch_dtype], options.adapter, options.quantization, options.prepare_kbit)
     t = Tape(options.precision, plan.torch_dtype, plan, grad=grad)
+    if trl_head is not None:
+        t.trl_head = (trl_head, shape.batch_size)
     if plan.active:
         t.linear_hook = adapted.linear
         t.input_grads = grad and options.gradient_checkpointing  # transformers' checkpointing enables input gradients

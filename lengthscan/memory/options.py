@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from lengthscan.memory.adapters import Lora
+from lengthscan.memory.objective import Objective
 from lengthscan.memory.optimizers import ALIASES, OPTIMIZERS, canonical
 from lengthscan.memory.quant import Quantization
 
@@ -29,6 +30,8 @@ class MemoryOptions:
     linear amount. ``head``: the model class trained (``auto``: from ``config.architectures``, else
     the family's usual one: see :func:`lengthscan.memory.families.resolve_head`).
     ``gradient_accumulation_steps`` > 1 keeps the gradients alive through the forward pass.
+    ``objective``: what the step optimises (``objective.py``): the Trainer's loss, or a TRL preference
+    or RL trainer's (chosen and rejected in one forward, a reference model, generation).
     """
 
     precision: str = "fp32"
@@ -42,6 +45,7 @@ class MemoryOptions:
     adapter: Lora | None = None
     quantization: Quantization | None = None
     prepare_kbit: bool = True
+    objective: Objective = Objective()
 
     def __post_init__(self):
         if self.optimizer in ALIASES:
@@ -55,6 +59,9 @@ class MemoryOptions:
         if self.quantization is not None and self.adapter is None:
             raise ValueError("a quantized model trains only through adapters (the Trainer refuses to fine-tune it "
                              "whole): add --adapter-config (or --lora-r), or leave --quantization-config out")
+        if self.objective.reference == "adapter" and self.adapter is None:
+            raise ValueError("--reference adapter is the model with its adapters switched off: it needs an adapter "
+                             "(--adapter-config or --lora-r)")
 
     def to_dict(self) -> dict:
         return asdict(self)

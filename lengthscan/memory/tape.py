@@ -96,6 +96,7 @@ class Tape:
         self._inputs: list[Tensor] = []
         self.kind = "activations_other"
         self.loss: Tensor | None = None
+        self.trl_head: tuple | None = None  # (kind, rows): a TRL trainer's head instead of the logits (fused_head.py)
 
     # -- tensors -------------------------------------------------------------------------------
 

@@ -49,8 +49,11 @@ class _Live:
         self.best = Phase(phase, -1, {})
 
 
-def replay(tape: Tape, base: dict, optimizer_temp: int) -> list[Phase]:
-    """The peak of each phase (forward_end, backward, optimizer_step) of the traced step."""
+def replay(tape: Tape, base: dict, optimizer_temp: int, interlude: tuple | None = None) -> list[Phase]:
+    """The peak of each phase (forward_end, backward, optimizer_step) of the traced step.
+
+    ``interlude``: ``(phase, terms)``, bytes allocated and freed after the forward pass while its
+    outputs and saved tensors are alive (DPO's reference forward): a phase of its own."""
     nodes, ckpt = tape.nodes, tape.checkpointed
     fwd_saved = {id(s) for s in tape.storages
                  if any(nodes[i].layer not in ckpt or nodes[i].outside for i in s.saved_by)}
@@ -77,12 +80,21 @@ def replay(tape: Tape, base: dict, optimizer_temp: int) -> list[Phase]:
             if id(s) in alive and id(s) not in fwd_saved:
                 alive.discard(id(s))
                 live.add(s.kind, -s.nbytes)
+    phases = [live.best]
+    if interlude is not None:
+        name, terms = interlude
+        live.start(name)
+        live.best = Phase(name, live.total, {k: v for k, v in live.terms.items() if v})
+        for kind, nbytes in terms.items():
+            live.add(kind, nbytes)
+        phases.append(live.best)
+        for kind, nbytes in terms.items():
+            live.add(kind, -nbytes)
     # the outputs die, the autocast weight cache is cleared: only what backward keeps stays
     for s in tape.storages:
         if id(s) in alive and id(s) not in fwd_saved:
             alive.discard(id(s))
             live.add(s.kind, -s.nbytes)
-    phases = [live.best]
 
     # backward
     live.start("backward")

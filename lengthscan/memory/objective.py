@@ -1,0 +1,62 @@
+"""What a training step optimises: supervised tokens, or a TRL preference or RL objective.
+
+``sft`` is the Trainer's step (``SFTTrainer`` included): one forward of the batch, the model's own
+loss. The others are priced by :mod:`lengthscan.memory.preference` as TRL 1.16's trainers run them:
+
+* ``dpo`` (``DPOTrainer``): chosen and rejected in one forward of ``2 x batch`` rows (prompt and
+  answer, right-padded to the longest), TRL's fused log-probability head, then the reference model's
+  forward without gradients while the policy's activations wait for backward;
+* ``reward`` (``RewardTrainer``): ``2 x batch`` rows through a sequence classifier, no reference;
+* ``grpo`` (``GRPOTrainer``): ``batch`` completions (prompt + up to ``completion_len`` tokens) through
+  the fused head with entropy; before the step, ``generate`` on the generation batch and, with a
+  reference (``beta > 0``), its log-probabilities without gradients.
+
+``reference``: ``auto`` (DPO: the adapters switched off when training adapters, else a second copy of
+the model; GRPO: none, as ``beta = 0.0``, TRL's default), ``model`` (a separate copy, in the model's
+dtype and quantization), ``adapter`` (the same weights with the adapters off), ``precomputed``
+(``precompute_ref_log_probs=True``: the reference ran before training) or ``none``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: objective -> the trainer it prices
+OBJECTIVES = {"sft": "Trainer / SFTTrainer", "dpo": "DPOTrainer", "reward": "RewardTrainer", "grpo": "GRPOTrainer"}
+REFERENCES = ("auto", "model", "adapter", "precomputed", "none")
+
+
+@dataclass(frozen=True)
+class Objective:
+    """The objective of the step and, for RL, the generation it needs (see the module's text)."""
+
+    name: str = "sft"
+    reference: str = "auto"
+    completion_len: int | None = None  # grpo: max_completion_length (part of the priced sequence length)
+    generation_batch: int | None = None  # grpo: rows generated at once (default: batch x gradient accumulation)
+
+    def __post_init__(self):
+        if self.name not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, not {self.name!r}")
+        if self.reference not in REFERENCES:
+            raise ValueError(f"reference must be one of {', '.join(REFERENCES)}, not {self.reference!r}")
+        if self.name in ("sft", "reward") and self.reference not in ("auto", "none"):
+            raise ValueError(f"--reference {self.reference}: the {OBJECTIVES[self.name]} step has no reference model")
+        if self.name == "grpo" and self.reference == "precomputed":
+            raise ValueError("--reference precomputed: GRPO scores each new completion; its reference cannot run "
+                             "before training")
+        if self.name != "grpo" and (self.completion_len is not None or self.generation_batch is not None):
+            raise ValueError("--max-completion-length and --generation-batch-size price GRPO's generation: "
+                             "give them with --objective grpo")
+        if self.name == "grpo" and (self.completion_len is None or self.completion_len < 1):
+            raise ValueError("--objective grpo needs --max-completion-length N (GRPOConfig.max_completion_length)")
+        if self.generation_batch is not None and self.generation_batch < 1:
+            raise ValueError("--generation-batch-size must be at least 1")
+
+    def reference_for(self, adapter) -> str:
+        """The reference the step runs: ``model``, ``adapter``, ``precomputed`` or ``none``."""
+        if self.reference != "auto":
+            return self.reference
+        if self.name == "dpo":
+            return "adapter" if adapter is not None else "model"
+        return "none"
