@@ -111,8 +111,8 @@ def _objective(args):
     from lengthscan.memory.objective import Objective
 
     implied = "grpo" if args.rl else (args.pair_trainer or "dpo") if args.chosen or args.rejected else None
-    name = args.objective or implied or "sft"
-    if args.source is not None and implied != (None if name == "sft" else name):
+    name = args.objective or implied or "trainer"
+    if args.source is not None and implied != (None if name in ("trainer", "sft") else name):
         fields = {"dpo": "--chosen/--rejected", "reward": "--chosen/--rejected with --pair-trainer reward",
                   "grpo": "--prompt with --rl grpo"}
         raise ValueError(f"--objective {name}: data mode measures {fields.get(name, 'the fields of an SFT run')}"
@@ -120,8 +120,6 @@ def _objective(args):
     completion = args.max_completion_length
     if name == "grpo" and completion is None:
         completion = 512  # GRPOConfig's default, as the audit's --max-completion-length
-    elif name != "grpo":
-        completion = None if completion is None or args.rl else completion
     return Objective(name, args.reference, completion, args.generation_batch_size)
 
 
@@ -212,7 +210,7 @@ def _memory(args) -> int:
             inputs = f" x (prompt {args.input_len:,} + completion {objective.completion_len:,})"
         print(f"{est.model_type} ({est.family}): predicted peak {size(est.peak_bytes)} at {est.phase} "
               f"for {rows}{inputs}{target}")
-        if objective.name != "sft":
+        if objective.name != "trainer":
             print("  phases: " + " · ".join(f"{k} {size(v)}" for k, v in est.phase_peaks.items()))
         for name, value in sorted(est.terms.items(), key=lambda kv: -kv[1]):
             if value:
@@ -267,10 +265,13 @@ def _add_objective_flags(m: argparse.ArgumentParser) -> None:
 
     g = m.add_argument_group("the objective (TRL's preference and RL trainers)")
     g.add_argument("--objective", choices=tuple(OBJECTIVES), metavar="NAME",
-                   help="sft (default), dpo (DPOTrainer: chosen and rejected in one forward, a reference model), "
-                        "reward (RewardTrainer) or grpo (GRPOTrainer: generation, then the step); data mode infers "
-                        "it from --chosen/--rejected (with --pair-trainer) and --rl. Shape mode: --input-len is the "
-                        "padded pair row (prompt + the longer answer), for grpo the prompt")
+                   help="the trainer whose step is priced: trainer (default: transformers' Trainer, the model's "
+                        "own loss over full logits), sft (TRL's SFTTrainer: its fused log-prob head, no logits), dpo "
+                        "(DPOTrainer: chosen and rejected in one forward, a reference model), reward (RewardTrainer) "
+                        "or grpo (GRPOTrainer: generation, then the step); data mode infers dpo, reward and grpo from "
+                        "--chosen/--rejected (with --pair-trainer) and --rl. Shape mode: for dpo and reward "
+                        "--batch-size counts pairs and --input-len is the padded pair row (prompt + the longer "
+                        "answer); for grpo --input-len is the prompt")
     g.add_argument("--reference", choices=REFERENCES, default="auto",
                    help="the reference model: auto (DPO: the adapters switched off with an adapter, else a second "
                         "copy; GRPO: none, as beta=0), model, adapter, precomputed (precompute_ref_log_probs) or none")

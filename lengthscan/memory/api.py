@@ -115,7 +115,7 @@ def estimate(config, shape: Shape, options: MemoryOptions = MemoryOptions()) -> 
     """The peak bytes of one training step on a batch of ``shape`` (see docs/memory.md)."""
     if isinstance(config, (str, os.PathLike)):
         config = load_config(str(config))
-    if options.objective.name == "sft":
+    if options.objective.name == "trainer":
         trace, _, result = phases(config, shape, options)
     else:
         from lengthscan.memory import preference
@@ -164,7 +164,7 @@ def run_notes(trace, options: MemoryOptions) -> list[str]:
         prepared = ", prepared with prepare_model_for_kbit_training (its other weights in fp32)" \
             if options.prepare_kbit else ""
         out.append(f"base quantized: {options.quantization.describe()}{prepared}")
-    if options.objective.name != "sft":
+    if options.objective.name != "trainer":
         out.append(objective_note(options))
     if optimizers.paged(options.optimizer):
         out.append(f"{options.optimizer}: its state is counted on the device; CUDA may page it out to host "
@@ -184,6 +184,9 @@ def objective_note(options: MemoryOptions) -> str:
                       "policy's activations wait)",
            "precomputed": "reference log-probabilities precomputed (no reference in the step)",
            "none": "no reference model"}[reference]
+    if obj.name == "sft":
+        return f"{OBJECTIVES['sft']}: TRL's fused log-probability head with entropy and top-1 flags (no " \
+               "vocabulary-wide logits; every position's bound)"
     if obj.name == "dpo":
         return f"{OBJECTIVES['dpo']}: chosen and rejected in one forward of 2 x the batch's rows, TRL's fused " \
                f"log-probability head (no vocabulary-wide logits; every position's bound); {ref}"

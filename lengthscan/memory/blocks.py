@@ -205,8 +205,7 @@ def lm_loss(t: Tape, h: Tensor, d: int, vocab: int, rows: int, labels: Tensor, *
             return fused_head.score(t, h, d, rows, batch)
         if kind == "last_logits":
             return fused_head.last_logits(t, h, d, vocab, batch, name=name, tie=tie, bias=bias)
-        return fused_head.log_probs(t, h, d, vocab, rows, batch, name=name, tie=tie, bias=bias,
-                                    entropy=kind == "log_probs+entropy")
+        return fused_head.log_probs(t, h, d, vocab, rows, batch, name=name, tie=tie, bias=bias, trainer=kind)
     logits = ops.linear(t, h, d, vocab, name, bias, tie=tie, bias_tie=vocab_bias)
     if softcap:
         logits = soft_cap(t, logits)

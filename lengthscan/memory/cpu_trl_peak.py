@@ -1,4 +1,5 @@
-"""The measured CPU peak of one step of TRL's ``DPOTrainer`` and ``RewardTrainer`` (validation only).
+"""The measured CPU peak of one step of TRL's ``SFTTrainer``, ``DPOTrainer`` and ``RewardTrainer``
+(validation only).
 
 torch, transformers, peft and trl are imported inside the functions: the package never needs them.
 The trainer is TRL's own, built on CPU around a random-initialised Llama (no download) and a
@@ -24,7 +25,7 @@ from lengthscan.memory.cpu_peak import foreign_tensors, live_bytes, profiled_pea
 class PairCase:
     """One measured step: the trainer, the model's sizes, the pairs' lengths and the run's options."""
 
-    objective: str = "dpo"  # dpo | reward
+    objective: str = "dpo"  # sft | dpo | reward (sft: batch rows of prompt + chosen and prompt + rejected, alternately)
     vocab: int = 2000
     hidden: int = 64
     layers: int = 2
@@ -64,7 +65,7 @@ def predict(case: PairCase):
     options = MemoryOptions(precision=case.precision, optimizer="adamw_torch_fused", adapter=adapter,
                             gradient_checkpointing=case.gradient_checkpointing,
                             objective=Objective(case.objective, case.reference))
-    return estimate(case.config(), Shape(case.batch, case.length, padding=True), options)
+    return estimate(case.config(), Shape(case.batch, case.length, padding=case.chosen != case.rejected), options)
 
 
 def _tokenizer(vocab: int):
@@ -100,6 +101,15 @@ def _trainer(case: PairCase):
     def ids(n):
         return torch.randint(4, case.vocab, (n,), generator=g).tolist()
 
+    if case.objective == "sft":
+        from trl import SFTConfig, SFTTrainer
+
+        texts = Dataset.from_list([{"prompt": "w5 w6", "completion": " w7"}] * 4)
+        trainer = SFTTrainer(model=LlamaForCausalLM(case.config()), train_dataset=texts, processing_class=tok,
+                             args=SFTConfig(max_length=None, **options), peft_config=peft)
+        examples = [{"input_ids": ids(case.prompt + (case.chosen if i % 2 == 0 else case.rejected))}
+                    for i in range(case.batch)]
+        return trainer, trainer.data_collator(examples)
     if case.objective == "reward":
         from trl import RewardConfig, RewardTrainer
 
@@ -155,7 +165,7 @@ def measure(case: PairCase):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        aligned = fused_head_like() if case.objective == "dpo" else contextlib.nullcontext()
+        aligned = fused_head_like() if case.objective != "reward" else contextlib.nullcontext()
         with cuda_like(), aligned:
             step()
             before = live_bytes(torch, model, exclude=foreign)
@@ -164,3 +174,62 @@ def measure(case: PairCase):
     finally:
         torch.set_num_threads(threads)
     return profiled_peak(prof, before)
+
+
+@dataclass(frozen=True)
+class GenerationCase:
+    """GRPO's generation: ``rows`` prompts of ``prompt`` tokens (the first row half padding), each
+    sampled to ``completion`` new tokens (no end token: every row runs to the maximum, the bound)."""
+
+    rows: int = 8
+    prompt: int = 64
+    completion: int = 64
+    vocab: int = 2000
+
+    def config(self):
+        return PairCase(vocab=self.vocab).config()
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def predict_generation(case: GenerationCase) -> tuple[int, str]:
+    """The bytes the generation phase adds above the training state, and its moment."""
+    from lengthscan.memory.model import state_terms, trace
+    from lengthscan.memory.objective import Objective
+    from lengthscan.memory.options import MemoryOptions, Shape
+    from lengthscan.memory.preference import generation_phase
+
+    options = MemoryOptions(objective=Objective("grpo", completion_len=case.completion, generation_batch=case.rows))
+    shape = Shape(case.rows, case.prompt + case.completion, padding=True)
+    base = state_terms(trace(case.config(), shape, options), options)
+    phase = generation_phase(case.config(), shape, options, base, "none")
+    return phase.peak - sum(v for k, v in base.items() if k != "gradients"), phase.name
+
+
+def measure_generation(case: GenerationCase) -> int:
+    """The bytes ``generate`` allocates above what is live before it (weights, the prompts), with
+    GRPOTrainer's sampling settings (temperature 1, no top-k, top-p 1), on CPU aligned with CUDA."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import GenerationConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(case.config()).eval()
+    ids = torch.randint(4, case.vocab, (case.rows, case.prompt))
+    mask = torch.ones(case.rows, case.prompt, dtype=torch.long)
+    mask[0, :case.prompt // 2] = 0  # left padding, as GRPOTrainer pads its prompts
+    config = GenerationConfig(max_new_tokens=case.completion, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
+                              pad_token_id=2, eos_token_id=None, disable_compile=True)
+    foreign = foreign_tensors(torch, model)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with cuda_like(), torch.no_grad():
+            model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+            before = live_bytes(torch, model, exclude=foreign)
+            with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+                model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    finally:
+        torch.set_num_threads(threads)
+    return profiled_peak(prof, before).peak_bytes - before

@@ -145,7 +145,8 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
         memory = _memory_dict(epoch, rows, measured, model=str(model), options=options, sampler=sampler, seed=seed,
                               split=split, total=total, pad_to_multiple_of=pad_to_multiple_of)
         memory["over_model_limits"] = _over_limits(result)
-        if options.objective.name != "sft":
+        sequence = result.chat is not None or options.objective.name in ("dpo", "reward", "grpo")
+        if options.objective.name != "trainer":
             from lengthscan.memory.api import objective_note
             from lengthscan.memory.objective import OBJECTIVES
 
@@ -155,16 +156,20 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
         memory["budget_bytes"], memory["margin"], memory["fits"], memory["limits"] = budget_bytes, margin, None, None
         if budget_bytes is not None:
             memory.update(_verdict(config, epoch, lengths, budget_bytes, margin, options, result))
-            if result.chat is not None:  # the decoder's input is the conversation's sequence
+            if sequence:  # the decoder's input is the conversation's (the pair's, the prompt's) sequence
                 memory["limits"]["rules"] = [r.replace("input_tokens", "sequence_tokens")
                                              for r in memory["limits"]["rules"]]
             memory["limits"]["clean_command"] = clean_command(
                 source, memory["limits"]["rules"], input=input, target=target, audio=audio, tokenizer=tokenizer,
                 model=model, sampling_rate=sampling_rate, **chat)
-        if result.chat is not None:  # its lengths and limits named as the sequence they are
+        if sequence:  # its lengths and limits named as the sequence they are
             from lengthscan.memory.advice import as_sequence
 
             as_sequence(memory)
+            if options.objective.name == "trainer":
+                memory["objective_hint"] = ("priced as transformers' Trainer runs the step (the model's loss over "
+                                            "the full logits); TRL's SFTTrainer uses its fused log-probability head "
+                                            "instead: --objective sft")
         if eval_at is not None:
             memory["evaluation"] = price_evaluation(
                 config, evaluation, eval_at, measured_as, options=options, pad_to_multiple_of=pad_to_multiple_of,

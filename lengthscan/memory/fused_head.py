@@ -35,14 +35,18 @@ STATISTICS = 7
 
 @ops.op_kind("logits_loss")
 def log_probs(t: Tape, h: Tensor, d: int, vocab: int, rows: int, batch: int, *, name: str = "lm_head",
-              tie: str | None = None, bias: bool = False, entropy: bool = False) -> tuple:
+              tie: str | None = None, bias: bool = False, trainer: str = "dpo") -> tuple:
     """TRL's fused head on ``h`` (``rows = batch x length`` positions): returns (loss, log_probs).
 
-    ``entropy``: GRPO also asks for the per-position entropy (one more fp32 vector, kept)."""
+    ``trainer``: ``dpo`` and ``grpo`` build their labels from the batch (``masked_fill``: a new int64
+    tensor); ``grpo`` and ``sft`` also ask for the entropy (one more fp32 vector, kept), ``sft`` for the
+    top-1 flags (booleans) its token accuracy reads."""
     w = t.param(f"{name}.weight", vocab * d, tie=tie, shape=(vocab, d))
     b = t.param(f"{name}.bias", vocab) if bias else None
     n = rows - batch  # last_hidden_state[:, :-1]: every position but the last of each row
-    labels = t.new(rows, "i64", False)  # the trainer's labels: input_ids.masked_fill(completion_mask == 0, -100)
+    entropy = trainer in ("grpo", "sft")
+    # the trainer's labels: input_ids.masked_fill(completion_mask == 0, -100); SFTTrainer's come with the batch
+    labels = t.new(rows, "i64", False) if trainer != "sft" else None
     mask = t.new(n, "bool", False)  # labels[:, 1:] != -100
     hidden = t.new(n * d, h.dtype, h.requires_grad)  # gathered (Triton) or reshaped (a copy of a slice)
     t.node([h], [hidden], [])
@@ -56,6 +60,7 @@ def log_probs(t: Tape, h: Tensor, d: int, vocab: int, rows: int, batch: int, *, 
     log_z = t.new(n, "f32", False)
     out = t.new(n, "f32", ops.needs_grad(hidden, w, b))
     extra = t.new(n, "f32", False) if entropy else None  # log_z - x_sum_exp / sum_exp
+    top1 = t.new(n, "bool", False) if trainer == "sft" else None  # (target >= max) & (target > max before it)
     for x in (stats, buffer, chunk):  # the function's locals, alive until it returns
         if x is not None:
             t.use(x)
@@ -71,7 +76,9 @@ def log_probs(t: Tape, h: Tensor, d: int, vocab: int, rows: int, batch: int, *, 
     t.node([out], [scattered], [mask], forward_workspace=n)
     loss = t.new(1, "f32", scattered.requires_grad)
     t.node([scattered], [loss], [])
-    t.use(labels)
+    for x in (labels, top1):  # alive until the trainer's loss returns
+        if x is not None:
+            t.use(x)
     return loss, scattered
 
 

@@ -1,7 +1,11 @@
-"""What a training step optimises: supervised tokens, or a TRL preference or RL objective.
+"""What a training step optimises, and which trainer runs it.
 
-``sft`` is the Trainer's step (``SFTTrainer`` included): one forward of the batch, the model's own
-loss. The others are priced by :mod:`lengthscan.memory.preference` as TRL 1.16's trainers run them:
+``trainer`` (the default) is transformers' ``Trainer`` step: one forward of the batch, the model's
+own loss over the whole ``(rows, length, vocab)`` logits. The others are TRL 1.16's trainers, priced by
+:mod:`lengthscan.memory.preference` as they run:
+
+* ``sft`` (``SFTTrainer``): the same rows through TRL's fused log-probability head (with the entropy
+  and top-1 flags its metrics read), which never builds the logits;
 
 * ``dpo`` (``DPOTrainer``): chosen and rejected in one forward of ``2 x batch`` rows (prompt and
   answer, right-padded to the longest), TRL's fused log-probability head, then the reference model's
@@ -22,7 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: objective -> the trainer it prices
-OBJECTIVES = {"sft": "Trainer / SFTTrainer", "dpo": "DPOTrainer", "reward": "RewardTrainer", "grpo": "GRPOTrainer"}
+OBJECTIVES = {"trainer": "Trainer", "sft": "SFTTrainer", "dpo": "DPOTrainer", "reward": "RewardTrainer",
+              "grpo": "GRPOTrainer"}
 REFERENCES = ("auto", "model", "adapter", "precomputed", "none")
 
 
@@ -30,7 +35,7 @@ REFERENCES = ("auto", "model", "adapter", "precomputed", "none")
 class Objective:
     """The objective of the step and, for RL, the generation it needs (see the module's text)."""
 
-    name: str = "sft"
+    name: str = "trainer"
     reference: str = "auto"
     completion_len: int | None = None  # grpo: max_completion_length (part of the priced sequence length)
     generation_batch: int | None = None  # grpo: rows generated at once (default: batch x gradient accumulation)
@@ -40,7 +45,7 @@ class Objective:
             raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, not {self.name!r}")
         if self.reference not in REFERENCES:
             raise ValueError(f"reference must be one of {', '.join(REFERENCES)}, not {self.reference!r}")
-        if self.name in ("sft", "reward") and self.reference not in ("auto", "none"):
+        if self.name in ("trainer", "sft", "reward") and self.reference not in ("auto", "none"):
             raise ValueError(f"--reference {self.reference}: the {OBJECTIVES[self.name]} step has no reference model")
         if self.name == "grpo" and self.reference == "precomputed":
             raise ValueError("--reference precomputed: GRPO scores each new completion; its reference cannot run "

@@ -1,4 +1,7 @@
-"""The steps of TRL's preference and RL trainers (1.16), priced on the memory model's tape.
+"""The steps of TRL's trainers (1.16), priced on the memory model's tape.
+
+``SFTTrainer``: the Trainer's step with TRL's fused log-probability head (``fused_head.log_probs``)
+instead of the model's logits and loss.
 
 ``DPOTrainer._compute_loss``, per batch of ``B`` pairs padded to ``L`` tokens (prompt and the
 longer answer):
@@ -35,7 +38,8 @@ from lengthscan.memory.tape import BYTES
 from lengthscan.memory.timeline import Phase, replay
 from lengthscan.memory.weights import ADAPTER_PARTS
 
-HEADS = {"dpo": "log_probs", "reward": "score", "grpo": "log_probs+entropy"}
+#: the objective -> the head its trainer puts on the model (``fused_head.py``)
+HEADS = {"sft": "sft", "dpo": "dpo", "reward": "score", "grpo": "grpo"}
 
 
 def phases(config, shape: Shape, options: MemoryOptions):
@@ -103,13 +107,14 @@ def generation_phase(config, shape: Shape, options: MemoryOptions, base: dict, r
     opts = replace(options, gradient_checkpointing=False, gradient_accumulation_steps=1)
     prefill = replay(trace(config, Shape(rows, prompt, None, True), opts, grad=False, trl_head="last_logits").tape,
                      {}, 0)[0].peak
-    sequences = rows * total * 8 * 2  # the int64 ids and attention mask, grown to L
+    # the int64 ids and attention mask, grown one position a step by torch.cat: old and new ids at once
+    sequences = 3 * rows * total * 8
     moments = {"prefill": {"generation_prefill": prefill, "kv_cache": rows * prompt * per_position},
                "last step": {"kv_cache": rows * total * per_position, "generation_logits":
                              rows * text.vocab_size * (cache_bytes + 3 * 4), "generation_sequences": sequences}}
     if reference in ("model", "adapter"):
         moments["reference log-probs"] = {
-            "reference_forward": no_grad_forward(config, shape, options, "log_probs", reference),
+            "reference_forward": no_grad_forward(config, shape, options, "dpo", reference),
             "generation_sequences": sequences}
     name, terms = max(moments.items(), key=lambda m: sum(m[1].values()))
     terms = {**state, **terms}

@@ -17,6 +17,8 @@ def summary_lines(memory: dict) -> list[str]:
              f"  rows {_rows_text(w['rows'])}"]
     if memory.get("objective"):
         lines.insert(1, f"note: {memory['objective']['note']}")
+    elif memory.get("objective_hint"):
+        lines.insert(1, f"note: {memory['objective_hint']}")
     for name, value in sorted(w["terms"].items(), key=lambda kv: -kv[1])[:6]:
         lines.append(f"  {name:26} {size(value):>12}")
     p = memory["per_batch"]

@@ -85,6 +85,24 @@ def test_real_templates_render_as_transformers_renders_them(name, chat_tok):
             assert (ours, spans) == (texts[0], indices[0]) and spans
 
 
+def test_attribute_lookups_answer_as_the_sandbox_does(chat_tok):
+    """The overlay's quick ``obj.attr`` (a dict's keys, a string's methods) gives what jinja's sandbox
+    gives: a key named like a dict method is still the method, a missing key is undefined, ``format``
+    keeps the sandboxed formatter, a private name stays refused."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+
+    text = ("{{ m.role }}|{{ m.items()|list|length }}|{{ m.keys is defined }}|{{ m.missing is defined }}|"
+            "{{ m.content.startswith('he') }}|{{ m.content.upper() }}|{{ '{}-{}'.format(m.role, 1) }}|"
+            "{{ m.content.split('l')|join('.') }}|{{ m.get('role') }}|{{ (m.content.__class__ is defined) }}")
+    m = {"role": "user", "content": "hello", "items": "shadowed", "get": 1}
+    ours = Renderer(ChatTemplate(text.replace("m.", "messages[0]."), "inline"), chat_tok.special_tokens_map,
+                    max_chars=CAP).render([m])[0]
+    theirs = ImmutableSandboxedEnvironment().from_string(text.replace("m.", "messages[0].")).render(messages=[m])
+    assert ours == theirs == "user|4|True|False|True|HELLO|user-1|he..o|user|False"
+    with pytest.raises(SecurityError, match="'__class__' of 'str' object is unsafe"):
+        Renderer(ChatTemplate("{{ messages[0].content.__class__.__mro__ }}", "inline"), {}, max_chars=CAP).render([m])
+
+
 def test_a_hostile_template_marks_rows_too_long_through_the_cli(tmp_path, chat_tok_dir, capsys):
     """Only the rows that set the template off are too_long (with the reason); the others are
     measured; the run neither stops nor takes the memory it asked for."""
