@@ -20,20 +20,36 @@ CHUNK_ROWS = 64
 ENCODERS = 2
 
 
+def overlapped(n: int, texts_of: Callable[[range], tuple], tokenize: Callable, chunk: int = CHUNK_ROWS,
+               workers: int = ENCODERS):
+    """``(jobs, tokenize(texts))`` for each chunk of ``n`` rows, in order: ``texts_of(rows)`` returns a
+    chunk's ``(texts, jobs)``, rendered here, while earlier chunks' texts are tokenized in ``workers``
+    threads."""
+    if n <= chunk:
+        texts, jobs = texts_of(range(n))
+        yield jobs, tokenize(texts)
+        return
+    with ThreadPoolExecutor(workers, thread_name_prefix="lengthscan-encode") as pool:
+        pending = []
+        for lo in range(0, n, chunk):
+            texts, jobs = texts_of(range(lo, min(n, lo + chunk)))
+            pending.append((jobs, pool.submit(tokenize, texts)))
+        for jobs, future in pending:
+            yield jobs, future.result()
+
+
 def plan_and_encode(n: int, plan: Callable[[int, int], dict], texts: list[str], encode: Callable[[list[str]], list],
                     chunk: int = CHUNK_ROWS) -> tuple[dict, list]:
     """(row -> plan, a view per rendering): ``plan(lo, hi)`` renders rows ``lo``..``hi`` (appending
     their renderings to ``texts``); ``encode(renderings)`` tokenizes them (in a thread)."""
-    if n <= chunk:
-        work = plan(0, n)
-        return work, encode(texts)
+    def texts_of(rows: range) -> tuple:
+        start = len(texts)
+        work = plan(rows.start, rows.stop)
+        return texts[start:], work
+
     work: dict = {}
-    futures = []
-    with ThreadPoolExecutor(ENCODERS, thread_name_prefix="lengthscan-chat-encode") as pool:
-        for lo in range(0, n, chunk):
-            start = len(texts)
-            work.update(plan(lo, min(n, lo + chunk)))
-            if len(texts) > start:
-                futures.append(pool.submit(encode, texts[start:]))
-        encoded = [view for future in futures for view in future.result()]
+    encoded: list = []
+    for part, views in overlapped(n, texts_of, lambda rendered: encode(rendered) if rendered else [], chunk):
+        work.update(part)
+        encoded += views
     return work, encoded

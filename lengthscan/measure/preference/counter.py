@@ -66,32 +66,38 @@ class PairCounter(TemplateRows):
         notes = {k: np.zeros(n, bool) if t == "bool" else np.full(n, -1, np.int64) for k, t in PAIR_NOTES.items()}
         flags = np.zeros(n, np.int8)
         errors: list = [None] * n
-        texts: dict = {True: [], False: []}  # conversational? -> texts, three a row
-        jobs = {}
-        for i, pair in enumerate(pairs):
-            if pair is None:
-                flags[i] = FLAG_MISSING
-                continue
-            try:
-                if isinstance(pair, RowProblem):
-                    raise pair
-                row = self._texts(pair)
-            except RowProblem as exc:
-                flags[i], errors[i] = FLAG_CODES[exc.flag], str(exc)
-                continue
-            if max(map(len, row)) > self.counter.max_chars:
-                flags[i], errors[i] = FLAG_TOO_LONG, f"a text over --max-chars ({self.counter.max_chars:,})"
-                continue
-            jobs[i] = (pair.conversational, len(texts[pair.conversational]))
-            texts[pair.conversational] += row
-            notes["implicit_prompt"][i] = pair.implicit
-        ids = self.tokenized(texts)
+
+        def texts_of(rows: range) -> tuple[dict, dict]:
+            """The rows' texts (conversational? -> texts, three a row) and where each row's start."""
+            texts: dict = {True: [], False: []}
+            jobs = {}
+            for i in rows:
+                pair = pairs[i]
+                if pair is None:
+                    flags[i] = FLAG_MISSING
+                    continue
+                try:
+                    if isinstance(pair, RowProblem):
+                        raise pair
+                    row = self._texts(pair)
+                except RowProblem as exc:
+                    flags[i], errors[i] = FLAG_CODES[exc.flag], str(exc)
+                    continue
+                if max(map(len, row)) > self.counter.max_chars:
+                    flags[i], errors[i] = FLAG_TOO_LONG, f"a text over --max-chars ({self.counter.max_chars:,})"
+                    continue
+                jobs[i] = (pair.conversational, len(texts[pair.conversational]))
+                texts[pair.conversational] += row
+                notes["implicit_prompt"][i] = pair.implicit
+            return texts, jobs
+
         kept: list | None = [None] * n if with_ids else None
-        for i, (conversational, start) in jobs.items():
-            found = ids[conversational][start:start + 3]
-            self._fill(i, *found, values, notes)
-            if kept is not None:
-                kept[i] = self._prepared(int(values["prompt_tokens"][i]), *found)
+        for jobs, ids in self.overlapped(n, texts_of):
+            for i, (conversational, start) in jobs.items():
+                found = ids[conversational][start:start + 3]
+                self._fill(i, *found, values, notes)
+                if kept is not None:
+                    kept[i] = self._prepared(int(values["prompt_tokens"][i]), *found)
         return Measured({spec_of[m]: values[m] for m in PAIR_METRICS}, flags,
                         errors if any(e is not None for e in errors) else None, notes=notes, ids=kept)
 

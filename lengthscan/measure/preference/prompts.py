@@ -79,29 +79,34 @@ class PromptCounter(TemplateRows):
         values = {m: np.full(n, -1, np.int64) for m in RL_METRICS}
         flags = np.zeros(n, np.int8)
         errors: list = [None] * n
-        texts: dict = {True: [], False: []}  # conversational? -> texts
-        jobs = {}
-        for i, prompt in enumerate(prompts):
-            if prompt is None:
-                flags[i] = FLAG_MISSING
-                continue
-            try:
-                text, conversational = self._text(prompt, tools[i] if tools is not None else None)
-            except RowProblem as exc:
-                flags[i], errors[i] = FLAG_CODES[exc.flag], str(exc)
-                continue
-            if len(text) > self.counter.max_chars:
-                flags[i], errors[i] = FLAG_TOO_LONG, f"a prompt over --max-chars ({self.counter.max_chars:,})"
-                continue
-            jobs[i] = (conversational, len(texts[conversational]))
-            texts[conversational].append(text)
-        ids = self.tokenized(texts)
-        for i, (conversational, k) in jobs.items():
-            size = len(ids[conversational][k])
-            kept = size if fmt.max_prompt_length is None else min(size, fmt.max_prompt_length)
-            values["prompt_tokens"][i] = size
-            values["sequence_tokens"][i] = kept + fmt.max_completion_length
-            values["group_tokens"][i] = fmt.num_generations * (kept + fmt.max_completion_length)
+
+        def texts_of(rows: range) -> tuple[dict, dict]:
+            texts: dict = {True: [], False: []}  # conversational? -> texts
+            jobs = {}
+            for i in rows:
+                prompt = prompts[i]
+                if prompt is None:
+                    flags[i] = FLAG_MISSING
+                    continue
+                try:
+                    text, conversational = self._text(prompt, tools[i] if tools is not None else None)
+                except RowProblem as exc:
+                    flags[i], errors[i] = FLAG_CODES[exc.flag], str(exc)
+                    continue
+                if len(text) > self.counter.max_chars:
+                    flags[i], errors[i] = FLAG_TOO_LONG, f"a prompt over --max-chars ({self.counter.max_chars:,})"
+                    continue
+                jobs[i] = (conversational, len(texts[conversational]))
+                texts[conversational].append(text)
+            return texts, jobs
+
+        for jobs, ids in self.overlapped(n, texts_of):
+            for i, (conversational, k) in jobs.items():
+                size = len(ids[conversational][k])
+                kept = size if fmt.max_prompt_length is None else min(size, fmt.max_prompt_length)
+                values["prompt_tokens"][i] = size
+                values["sequence_tokens"][i] = kept + fmt.max_completion_length
+                values["group_tokens"][i] = fmt.num_generations * (kept + fmt.max_completion_length)
         return Measured({spec_of[m]: values[m] for m in RL_METRICS}, flags,
                         errors if any(e is not None for e in errors) else None)
 

@@ -6,6 +6,11 @@ from __future__ import annotations
 
 from lengthscan.measure.chat.conversations import RowProblem
 
+#: rows rendered between two tokenizer calls (``chat.pipeline.overlapped``): chunk k is tokenized, in one
+#: thread, while chunk k + 1 renders (a pair's three texts keep one encoder busy: a second competes with
+#: the tokenizer's own threads)
+OVERLAP_ROWS = 256
+
 
 class TemplateRows:
     """A counter of rows rendered by one template for one tokenizer (a ``TokenCounter``)."""
@@ -38,6 +43,13 @@ class TemplateRows:
         plain, rendered = texts[False], texts[True]
         return {False: self.counter.ids(plain, "input") if plain else [],
                 True: [found for found, _ in rendered_ids(self.counter, rendered)] if rendered else []}
+
+    def overlapped(self, n: int, texts_of):
+        """``(jobs, ids)`` per chunk of ``n`` rows: ``texts_of(rows)`` renders, :meth:`tokenized` tokenizes
+        the chunk before in a thread (``chat.pipeline.overlapped``)."""
+        from lengthscan.measure.chat.pipeline import overlapped
+
+        return overlapped(n, texts_of, self.tokenized, OVERLAP_ROWS, workers=1)
 
     def render(self, messages: list, tools, *, add_generation_prompt: bool = False) -> str:
         """The rendering, or ``RowProblem`` with the template's own message."""

@@ -313,3 +313,21 @@ def test_a_prompt_column_left_unnamed_is_said(tmp_path, chat_tok_dir):
     with pytest.warns(UserWarning, match="pass --prompt prompt"):
         assert main(["audit", str(src), "--tokenizer", str(chat_tok_dir), "--chosen", "chosen", "--rejected",
                      "rejected", "--quiet", "--no-cache", "--out", str(tmp_path / "o")]) == 0
+
+
+def test_rows_rendered_in_chunks_while_the_last_chunk_tokenizes_measure_the_same(tmp_path, mistral_spm_dir, docs,
+                                                                                 monkeypatch):
+    """Rendering overlaps tokenizing (``render.overlapped``): chunks of 4 rows give the lengths one chunk gives."""
+    from lengthscan.measure.preference import render
+
+    rows = _string_rows(docs)
+    src = write_jsonl(tmp_path / "pairs.jsonl", rows)
+    tables = []
+    for chunk in (10_000, 4):
+        monkeypatch.setattr(render, "OVERLAP_ROWS", chunk)
+        out = tmp_path / f"out{chunk}"
+        assert main(["audit", str(src), "--tokenizer", str(mistral_spm_dir), "--prompt", "prompt", "--chosen",
+                     "chosen", "--rejected", "rejected", "--full", "--quiet", "--no-cache", "--out", str(out)]) == 0
+        tables.append(pq.read_table(out / "lengths.parquet").to_pydict())
+    assert tables[0] == tables[1] and max(tables[0]["sequence_tokens"]) > 0
+

@@ -33,7 +33,12 @@ def _tokenized(tokenizer_dir, template: str, prompts: list) -> list[int]:
     return out
 
 
-def test_grpo_prompts_equal_grpotrainers_ids(tmp_path, chat_tok_dir, docs):
+@pytest.mark.parametrize("chunk", [None, 3], ids=["one-chunk", "rendered-while-tokenizing"])
+def test_grpo_prompts_equal_grpotrainers_ids(tmp_path, chat_tok_dir, docs, chunk, monkeypatch):
+    if chunk:  # rows rendered 3 at a time while the chunk before is tokenized (render.overlapped)
+        from lengthscan.measure.preference import render
+
+        monkeypatch.setattr(render, "OVERLAP_ROWS", chunk)
     template = trl_template("qwen3").read_text()
     prompts = [[{"role": "user", "content": docs[k][:150] or "Why?"}] for k in range(6)]
     prompts += [[{"role": "system", "content": "Think step by step."}, {"role": "user", "content": docs[9][:60]}]]
