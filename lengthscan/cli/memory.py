@@ -175,12 +175,26 @@ def _memory(args) -> int:
         if ignored_target := any(w.startswith("--target-len") and "ignored" in w for w in warnings):
             shape = Shape(args.batch_size, args.input_len, None)
         est = estimate(config, shape, options)
+        allocator = _allocator(args, budget)
     except ValueError as exc:
         say(f"lengthscan: error: {_as_flags(exc)}")
         return EXIT_USAGE
     for line in warnings:
         say(f"lengthscan: warning: {line}")
     data = {"memory": {**est.to_dict(), "warnings": warnings}}
+    if allocator is not None or budget is not None:  # three steps of the shape through the allocator model
+        from dataclasses import replace
+
+        from lengthscan.memory.alloc_conf import AllocatorConfig
+        from lengthscan.memory.reserved import CUBLAS_WORKSPACE, CUDA_CONTEXT, describe, replay_steps
+
+        conf = allocator or AllocatorConfig()
+        conf = replace(conf, total=budget, capacity=None if budget is None else budget - CUDA_CONTEXT)
+        replayed = replay_steps(config, [shape] * 3, options, conf)
+        replayed.pop("reserved_after_step")
+        data["memory"]["allocator"] = {**replayed, "alloc_conf": describe(conf), "cuda_context_bytes": CUDA_CONTEXT,
+                                       "cublas_workspace_bytes": CUBLAS_WORKSPACE, "memory_fraction":
+                                       conf.memory_fraction, "variants": {}}
     fits = None
     if budget is not None:
         fits = est.peak_bytes <= usable_bytes(budget, args.margin)
@@ -217,6 +231,10 @@ def _memory(args) -> int:
                 print(f"  {name:26} {value / gib:10,.3f} GiB")
         for note in est.notes:
             print(f"  note: {note}")
+        if "allocator" in data["memory"]:
+            from lengthscan.memory.summary import allocator_lines
+
+            print("\n".join(allocator_lines(data["memory"]["allocator"])))
         if budget is not None:
             train_fits = est.peak_bytes <= usable_bytes(budget, args.margin)
             print(f"  {'fits' if train_fits else 'does NOT fit'} in {args.budget} with a {args.margin:.0%} margin")
@@ -277,6 +295,13 @@ def _add_objective_flags(m: argparse.ArgumentParser) -> None:
                         "copy; GRPO: none, as beta=0), model, adapter, precomputed (precompute_ref_log_probs) or none")
     g.add_argument("--max-completion-length", type=int, metavar="N",
                    help="grpo: GRPOConfig.max_completion_length, the tokens generated per completion (default 512)")
+    a = m.add_argument_group("the caching allocator (modelled: reserved memory, fragmentation)")
+    a.add_argument("--alloc-conf", metavar="CONF",
+                   help="PYTORCH_CUDA_ALLOC_CONF as the run sets it (expandable_segments:True, max_split_size_mb:N, "
+                        "roundup_power2_divisions:N, garbage_collection_threshold:F): replay the steps through a model "
+                        "of PyTorch's caching allocator (also done with --budget)")
+    a.add_argument("--memory-fraction", type=float, metavar="F",
+                   help="torch.cuda.set_per_process_memory_fraction(F) of --budget, for the allocator model")
     g.add_argument("--generation-batch-size", type=int, metavar="N",
                    help="grpo: rows generated at once (GRPOConfig.generation_batch_size; default: --batch-size x "
                         "--grad-accum)")
@@ -309,7 +334,7 @@ def _memory_data(args, command: str) -> int:
                 export_worst_batch=args.export_worst_batch, cache=args.cache,
                 max_chars=args.max_chars or DEFAULT_MAX_CHARS, num_proc=args.num_proc, progress=progress,
                 command=command, chat=_fields(args),
-                packing=_packing(args), evaluation=evaluation)
+                packing=_packing(args), evaluation=evaluation, allocator=_allocator(args, budget))
     except ValueError as exc:
         say(f"lengthscan: error: {_as_flags(exc)}")
         return EXIT_USAGE
@@ -322,6 +347,20 @@ def _memory_data(args, command: str) -> int:
 
             print("\n".join(eval_lines(result.memory["evaluation"])))
     return EXIT_GATE if result.fits is False else EXIT_OK
+
+
+def _allocator(args, budget: int | None):
+    """The allocator model's configuration from ``--alloc-conf``/``--memory-fraction`` (None: neither)."""
+    if args.alloc_conf is None and args.memory_fraction is None:
+        return None
+    from lengthscan.memory.alloc_conf import AllocatorConfig
+
+    fraction = 1.0 if args.memory_fraction is None else args.memory_fraction
+    if not 0 < fraction <= 1:
+        raise ValueError("--memory-fraction: a share of the device, above 0 and at most 1")
+    if fraction < 1 and budget is None:
+        raise ValueError("--memory-fraction is a share of the device: give --budget (its memory)")
+    return AllocatorConfig.parse(args.alloc_conf or "", memory_fraction=fraction, total=budget)
 
 
 def _fields(args) -> dict:

@@ -60,7 +60,7 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
                     margin: float = 0.1, out=None, overwrite: bool = False, export_worst_batch=None,
                     cache: bool = True, max_chars: int = DEFAULT_MAX_CHARS, num_proc: int = 1, progress=None,
                     command: str | None = None, chat: dict | None = None, packing=None,
-                    evaluation=None) -> MemoryPrediction:
+                    evaluation=None, allocator=None) -> MemoryPrediction:
     """Predict the peak memory of every batch of one training epoch of ``model`` on ``source``.
 
     Every row of the train split (else the first; ``split`` to choose) is measured by the audit
@@ -76,6 +76,8 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
     measures conversations: a decoder-only model's input is the rendered sequence
     (``sequence_tokens``), and the limits found are stated on it. ``evaluation`` (``data_eval.EvalData``)
     prices ``Trainer.evaluate`` on another split or source (``memory["evaluation"]``; see ``memory.data_eval``).
+    ``allocator`` (``alloc_conf.AllocatorConfig``; with ``budget_bytes`` the default one) replays the epoch's
+    batches through the caching allocator model: reserved memory, modelled (``memory["allocator"]``).
     """
     from lengthscan.engines.api import audit
     from lengthscan.sources.opener import open_source
@@ -162,6 +164,12 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
             memory["limits"]["clean_command"] = clean_command(
                 source, memory["limits"]["rules"], input=input, target=target, audio=audio, tokenizer=tokenizer,
                 model=model, sampling_rate=sampling_rate, **chat)
+        if allocator is not None or budget_bytes is not None:
+            from lengthscan.memory.alloc_conf import AllocatorConfig
+            from lengthscan.memory.reserved import epoch_report
+
+            memory["allocator"] = epoch_report(config, epoch, options, allocator or AllocatorConfig(), budget_bytes,
+                                               memory.get("usable_bytes"), sampler=sampler, seed=seed)
         if sequence:  # its lengths and limits named as the sequence they are
             from lengthscan.memory.advice import as_sequence
 

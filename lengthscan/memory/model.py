@@ -113,8 +113,9 @@ def optimizer_temporaries(tr: Trace, options: MemoryOptions) -> int:
     return optimizers.temporaries(options.optimizer, tr.trained_params)
 
 
-def phases(config, shape: Shape, options: MemoryOptions = MemoryOptions()) -> tuple[Trace, dict, list[Phase]]:
-    """The traced step, its state terms and the peak of each phase."""
+def phases(config, shape: Shape, options: MemoryOptions = MemoryOptions(),
+           log: list | None = None) -> tuple[Trace, dict, list[Phase]]:
+    """The traced step, its state terms and the peak of each phase (``log``: see ``timeline.replay``)."""
     tr = trace(config, shape, options)
     base = state_terms(tr, options)
-    return tr, base, replay(tr.tape, base, optimizer_temporaries(tr, options))
+    return tr, base, replay(tr.tape, base, optimizer_temporaries(tr, options), log=log)

@@ -42,8 +42,9 @@ from lengthscan.memory.weights import ADAPTER_PARTS
 HEADS = {"sft": "sft", "dpo": "dpo", "reward": "score", "grpo": "grpo"}
 
 
-def phases(config, shape: Shape, options: MemoryOptions):
-    """(trace, state terms, phases) of the objective's step on ``shape`` (``B`` rows of ``L`` tokens)."""
+def phases(config, shape: Shape, options: MemoryOptions, log: list | None = None):
+    """(trace, state terms, phases) of the objective's step on ``shape`` (``B`` rows of ``L`` tokens);
+    ``log``: see ``timeline.replay`` (GRPO's generation phase is not logged)."""
     obj = options.objective
     if family_of(config) != "decoder-only":
         raise ValueError(f"--objective {obj.name} is priced for decoder-only models (TRL's trainers train causal "
@@ -62,7 +63,7 @@ def phases(config, shape: Shape, options: MemoryOptions):
     if obj.name == "dpo" and reference in ("model", "adapter"):
         interlude = ("reference_forward", {"reference_forward": no_grad_forward(config, step, options, head,
                                                                                  reference)})
-    result = replay(tr.tape, base, optimizer_temporaries(tr, options), interlude)
+    result = replay(tr.tape, base, optimizer_temporaries(tr, options), interlude, log)
     if obj.name == "grpo":
         result.append(generation_phase(config, shape, options, base, reference))
     return tr, base, result

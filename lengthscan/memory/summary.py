@@ -33,6 +33,8 @@ def summary_lines(memory: dict) -> list[str]:
                      f"predicted peak {size(pw['peak_bytes'])} at {pw['phase']} "
                      f"(attention follows {pk['attention_follows']})"
                      + ("" if pk.get("fits") is None else f"; {'fits' if pk['fits'] else 'does NOT fit'} the budget"))
+    if memory.get("allocator"):
+        lines += allocator_lines(memory["allocator"])
     for over in memory.get("over_model_limits") or []:
         lines.append(f"note: {over['rows']:,} rows over the model limit {over['name']}: training fails on them "
                      "whatever the memory")
@@ -78,3 +80,26 @@ def _shape_text(shape: dict, memory: dict) -> str:
 def _rows_text(rows: list[int], most: int = 16) -> str:
     text = ", ".join(str(r) for r in rows[:most])
     return text + (f", ... ({len(rows)} rows)" if len(rows) > most else "")
+
+
+def allocator_lines(al: dict) -> list[str]:
+    """The caching allocator's figures, each said to be modelled."""
+    from lengthscan.report.fmt import size
+
+    oom = al.get("out_of_memory")
+    line = (f"reserved (modelled, allocator {al['alloc_conf']}): peak {size(al['reserved_peak_bytes'])} for "
+            f"{size(al['allocated_peak_bytes'])} allocated at most (+{size(al['overhead_bytes'])} cached by the "
+            f"allocator) over {al['steps']:,} of {al['of_steps']:,} batches")
+    if oom:
+        line += f"; out of memory at batch #{oom['step']} (a {size(oom['tried_bytes'])} segment)"
+    elif al.get("first_step_over_usable") is not None:
+        line += f"; the reserve passes the usable budget at batch #{al['first_step_over_usable']}"
+    lines = [line]
+    if al.get("variants"):
+        lines.append("  " + " · ".join(
+            f"{name}: peak {size(v['reserved_peak_bytes'])}" + (" (out of memory)" if v["out_of_memory"] else "")
+            for name, v in al["variants"].items()))
+    lines.append(f"  modelled: PyTorch's caching allocator rules replayed on the predicted allocations; the CUDA "
+                 f"context ({size(al['cuda_context_bytes'])}) is outside it; no GPU has confirmed these figures yet")
+    return lines
+

@@ -27,13 +27,16 @@ class Phase:
 class _Live:
     """Bytes live now, by term, and the highest point seen."""
 
-    def __init__(self, base: dict):
+    def __init__(self, base: dict, log: list | None = None):
+        self.log = log  # every allocation (+bytes) and free (-bytes) with its term, for the allocator model
         self.terms = defaultdict(int, base)
         self.total = sum(base.values())
         self.best = Phase("", -1, {})
         self.phase = ""
 
     def add(self, kind: str, nbytes: int) -> None:
+        if self.log is not None and nbytes:
+            self.log.append((kind, nbytes))
         self.terms[kind] += nbytes
         self.total += nbytes
         if nbytes > 0 and self.total > self.best.peak:
@@ -45,22 +48,26 @@ class _Live:
         self.add(kind, -nbytes)
 
     def start(self, phase: str) -> None:
+        if self.log is not None:
+            self.log.append((phase, 0))
         self.phase = phase
         self.best = Phase(phase, -1, {})
 
 
-def replay(tape: Tape, base: dict, optimizer_temp: int, interlude: tuple | None = None) -> list[Phase]:
+def replay(tape: Tape, base: dict, optimizer_temp: int, interlude: tuple | None = None,
+           log: list | None = None) -> list[Phase]:
     """The peak of each phase (forward_end, backward, optimizer_step) of the traced step.
 
     ``interlude``: ``(phase, terms)``, bytes allocated and freed after the forward pass while its
-    outputs and saved tensors are alive (DPO's reference forward): a phase of its own."""
+    outputs and saved tensors are alive (DPO's reference forward): a phase of its own. ``log``: gets
+    every allocation and free in order, ``(term, +bytes | -bytes)``, and ``(phase, 0)`` as each begins."""
     nodes, ckpt = tape.nodes, tape.checkpointed
     fwd_saved = {id(s) for s in tape.storages
                  if any(nodes[i].layer not in ckpt or nodes[i].outside for i in s.saved_by)}
     held = {id(s) for s in tape.storages if any(nodes[i].outside for i in s.saved_by)}
     for inputs in tape.layer_inputs.values():
         fwd_saved.update(id(x.storage) for x in inputs if x.storage is not None)
-    live = _Live(base)
+    live = _Live(base, log)
     alive: set[int] = set()
     frees: dict[int, list] = defaultdict(list)
     for s in tape.storages:

@@ -278,3 +278,28 @@ def test_audio_models(tmp_path, bpe_dir):
     assert shape["input_len"] is None and shape["target_len"] == max(m["worst_batch"]["lengths"]["target_tokens"])
     # max_target_positions (this tokenizer does not start targets with Whisper's start token)
     assert m["limits"]["a"] is None and m["limits"]["b"]["cap"] == 64
+
+
+def test_the_allocator_model_in_data_mode_says_it_is_modelled(tmp_path, pairs_jsonl, bpe_dir, llama_dir, capsys):
+    """``--budget`` with ``--alloc-conf``: the epoch's batches through the caching allocator model, in
+    report.json, the terminal and the HTML, each figure marked modelled; what group_by_length changes."""
+    base = ["memory", str(pairs_jsonl), "--model", str(llama_dir), "--tokenizer", str(bpe_dir), "--input", "text",
+            "--target", "summary", "--batch-size", "8", "--no-cache"]
+    assert main([*base, "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)["memory"]
+    worst = plain["peak_bytes"]
+    assert "allocator" not in plain  # no budget, no allocator option: no replay
+    budget = str(worst * 4 + 600 * MiB)  # room beyond the CUDA context
+    assert main([*base, "--budget", budget, "--alloc-conf", "expandable_segments:True", "--out",
+                 str(tmp_path / "rep")]) == 0
+    out = capsys.readouterr().out
+    assert "reserved (modelled, allocator expandable_segments:True)" in out and "no GPU has confirmed" in out
+    al = json.loads((tmp_path / "rep" / "report.json").read_text())["memory"]["allocator"]
+    assert al["modelled"] and al["alloc_conf"] == "expandable_segments:True" and al["out_of_memory"] is None
+    assert set(al["variants"]) == {"group_by_length"} and al["steps"] == al["of_steps"] == 75
+    assert al["reserved_peak_bytes"] >= al["allocated_peak_bytes"] >= worst
+    html = (tmp_path / "rep" / "report.html").read_text(encoding="utf-8")
+    assert 'id="memory-allocator"' in html and "modelled" in html
+    assert main([*base, "--memory-fraction", "0.5"]) == 2  # a share of the device needs --budget
+    assert main([*base, "--alloc-conf", "expandable_segments:maybe"]) == 2
+    assert "True or False" in capsys.readouterr().err

@@ -1,0 +1,49 @@
+"""Reserved memory over many steps (``memory/reserved.py``): the memory model's allocations and frees
+replayed in order through the caching allocator model. Modelled figures, checked for what follows
+from the allocator's rules: a repeated shape allocates what the memory model predicts (blocks rounded
+up), shapes that vary leave the reserve above what is allocated and expandable segments keep it close,
+and a device too small runs out of memory at the first batch it cannot serve."""
+
+from __future__ import annotations
+
+import numpy as np
+import transformers as tr
+
+from lengthscan.memory import MemoryOptions, Shape, estimate
+from lengthscan.memory.alloc_conf import AllocatorConfig
+from lengthscan.memory.reserved import CUBLAS_WORKSPACE, replay_steps
+
+MiB = 1 << 20
+CONFIG = tr.LlamaConfig(vocab_size=8000, hidden_size=256, intermediate_size=704, num_hidden_layers=3,
+                        num_attention_heads=4, num_key_value_heads=2)
+OPTIONS = MemoryOptions(precision="bf16")
+
+
+def test_a_repeated_shape_allocates_what_the_memory_model_predicts():
+    shape = Shape(4, 512, padding=True)
+    predicted = estimate(CONFIG, shape, OPTIONS).peak_bytes
+    replayed = replay_steps(CONFIG, [shape] * 3, OPTIONS, AllocatorConfig())
+    allocated = replayed["allocated_peak_bytes"] - CUBLAS_WORKSPACE
+    assert predicted <= allocated <= predicted * 1.03  # blocks are rounded up, and some handed out whole
+    assert replayed["reserved_peak_bytes"] >= replayed["allocated_peak_bytes"] and replayed["steps"] == 3
+    assert replayed["out_of_memory"] is None and replayed["modelled"]
+
+
+def test_varying_shapes_leave_the_reserve_above_the_allocation_and_expandable_segments_close_to_it():
+    lengths = np.random.default_rng(0).integers(32, 1024, 60)
+    shapes = [Shape(4, int(n), padding=True) for n in lengths]
+    plain = replay_steps(CONFIG, shapes, OPTIONS, AllocatorConfig())
+    expandable = replay_steps(CONFIG, shapes, OPTIONS, AllocatorConfig(expandable_segments=True))
+    assert plain["overhead_bytes"] > 2 * expandable["overhead_bytes"]
+    assert expandable["reserved_peak_bytes"] < plain["reserved_peak_bytes"]
+    assert expandable["segments"] == 0 and plain["segments"] > 10
+
+
+def test_a_device_too_small_runs_out_at_the_first_batch_it_cannot_serve():
+    small, large = Shape(2, 64, padding=True), Shape(8, 2048, padding=True)
+    room = replay_steps(CONFIG, [small] * 2, OPTIONS, AllocatorConfig())["reserved_peak_bytes"]
+    order = [small, small, small, large, small]
+    out = replay_steps(CONFIG, order, OPTIONS, AllocatorConfig(capacity=room + 40 * MiB))
+    assert out["out_of_memory"]["step"] == 3 and out["steps"] == 3
+    assert out["alloc_retries"] >= 1  # the cache was released and the segment tried again first
+    assert replay_steps(CONFIG, order, OPTIONS, AllocatorConfig())["out_of_memory"] is None
