@@ -98,7 +98,10 @@ def _options(args):
         raise ValueError("--lora-targets, --lora-alpha, --lora-dropout and --dora need --lora-r (or give "
                          "--adapter-config)")
     quantization = read_quantization_config(args.quantization_config) if args.quantization_config else None
-    return MemoryOptions(objective=_objective(args), precision=args.precision, optimizer=args.optimizer,
+    from lengthscan.memory.parallel import Parallel
+
+    return MemoryOptions(objective=_objective(args), parallel=Parallel(args.devices, args.strategy),
+                         precision=args.precision, optimizer=args.optimizer,
                          attention=args.attention,
                          gradient_checkpointing=args.gradient_checkpointing,
                          freeze_feature_encoder=args.freeze_feature_encoder,
@@ -222,6 +225,8 @@ def _memory(args) -> int:
             rows = f"batch {args.batch_size} pairs ({2 * args.batch_size} rows)"
         elif objective.name == "grpo" and args.input_len is not None:
             inputs = f" x (prompt {args.input_len:,} + completion {objective.completion_len:,})"
+        if options.parallel.active:
+            rows += f" per rank ({options.parallel.strategy} on {options.parallel.devices} devices)"
         print(f"{est.model_type} ({est.family}): predicted peak {size(est.peak_bytes)} at {est.phase} "
               f"for {rows}{inputs}{target}")
         if objective.name != "trainer":
@@ -295,6 +300,12 @@ def _add_objective_flags(m: argparse.ArgumentParser) -> None:
                         "copy; GRPO: none, as beta=0), model, adapter, precomputed (precompute_ref_log_probs) or none")
     g.add_argument("--max-completion-length", type=int, metavar="N",
                    help="grpo: GRPOConfig.max_completion_length, the tokens generated per completion (default 512)")
+    d = m.add_argument_group("several devices (per-rank peaks)")
+    d.add_argument("--devices", type=int, default=1, metavar="N", help="GPUs trained on (default 1): the peak is "
+                                                                         "each rank's, on its per-device batch")
+    d.add_argument("--strategy", metavar="NAME", help="ddp (DistributedDataParallel: each rank holds the model "
+                                                      "and the reducer's gradient buckets); fsdp and zero are not "
+                                                      "priced yet")
     a = m.add_argument_group("the caching allocator (modelled: reserved memory, fragmentation)")
     a.add_argument("--alloc-conf", metavar="CONF",
                    help="PYTORCH_CUDA_ALLOC_CONF as the run sets it (expandable_segments:True, max_split_size_mb:N, "

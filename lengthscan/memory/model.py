@@ -8,6 +8,7 @@ from lengthscan.memory import adapted, audio, decoder, encoder, optimizers, seq2
 from lengthscan.memory.adapters import AdapterError
 from lengthscan.memory.families import family_of, resolve_head
 from lengthscan.memory.options import MemoryOptions, Shape
+from lengthscan.memory.parallel import rank_terms
 from lengthscan.memory.sizes import check_sizes
 from lengthscan.memory.tape import Tape
 from lengthscan.memory.timeline import Phase, replay
@@ -105,6 +106,7 @@ def state_terms(tr: Trace, options: MemoryOptions) -> dict:
             terms[s.kind] += s.nbytes
     if options.gradient_accumulation_steps > 1:
         terms["gradients"] = sum(p.nbytes for p in trained)
+    terms.update(rank_terms(trained, options.parallel))
     return terms
 
 

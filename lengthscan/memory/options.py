@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from lengthscan.memory.adapters import Lora
 from lengthscan.memory.objective import Objective
 from lengthscan.memory.optimizers import ALIASES, OPTIMIZERS, canonical
+from lengthscan.memory.parallel import Parallel
 from lengthscan.memory.quant import Quantization
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -32,6 +33,7 @@ class MemoryOptions:
     ``gradient_accumulation_steps`` > 1 keeps the gradients alive through the forward pass.
     ``objective``: what the step optimises (``objective.py``): the Trainer's loss, or a TRL preference
     or RL trainer's (chosen and rejected in one forward, a reference model, generation).
+    ``parallel``: several devices (``parallel.py``): what each rank holds beyond one device's step.
     """
 
     precision: str = "fp32"
@@ -46,6 +48,7 @@ class MemoryOptions:
     quantization: Quantization | None = None
     prepare_kbit: bool = True
     objective: Objective = Objective()
+    parallel: Parallel = Parallel()
 
     def __post_init__(self):
         if self.optimizer in ALIASES:
