@@ -26,7 +26,7 @@ from lengthscan.measure.chat.spans import common_prefix
 from lengthscan.measure.preference import PAIR_METRICS, PAIR_NOTES
 from lengthscan.measure.preference.pairs import PairFormat, pair_rows
 from lengthscan.measure.preference.render import TemplateRows
-from lengthscan.measure.records import FLAG_CODES, FLAG_MISSING, FLAG_TOO_LONG, Measured
+from lengthscan.measure.records import Measured
 
 
 class PairCounter(TemplateRows):
@@ -67,33 +67,17 @@ class PairCounter(TemplateRows):
         flags = np.zeros(n, np.int8)
         errors: list = [None] * n
 
-        def texts_of(rows: range) -> tuple[dict, dict]:
-            """The rows' texts (conversational? -> texts, three a row) and where each row's start."""
-            texts: dict = {True: [], False: []}
-            jobs = {}
-            for i in rows:
-                pair = pairs[i]
-                if pair is None:
-                    flags[i] = FLAG_MISSING
-                    continue
-                try:
-                    if isinstance(pair, RowProblem):
-                        raise pair
-                    row = self._texts(pair)
-                except RowProblem as exc:
-                    flags[i], errors[i] = FLAG_CODES[exc.flag], str(exc)
-                    continue
-                if max(map(len, row)) > self.counter.max_chars:
-                    flags[i], errors[i] = FLAG_TOO_LONG, f"a text over --max-chars ({self.counter.max_chars:,})"
-                    continue
-                jobs[i] = (pair.conversational, len(texts[pair.conversational]))
-                texts[pair.conversational] += row
-                notes["implicit_prompt"][i] = pair.implicit
-            return texts, jobs
+        def row_texts(i: int):
+            pair = pairs[i]
+            if isinstance(pair, RowProblem):
+                raise pair
+            return None if pair is None else (self._texts(pair), pair.conversational)
 
+        texts_of = self.chunk_texts(row_texts, flags, errors, "a text")
         kept: list | None = [None] * n if with_ids else None
         for jobs, ids in self.overlapped(n, texts_of):
             for i, (conversational, start) in jobs.items():
+                notes["implicit_prompt"][i] = pairs[i].implicit
                 found = ids[conversational][start:start + 3]
                 self._fill(i, *found, values, notes)
                 if kept is not None:

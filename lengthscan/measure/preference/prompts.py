@@ -24,7 +24,7 @@ import numpy as np
 from lengthscan.measure.chat.conversations import RowProblem, parse_tools
 from lengthscan.measure.preference.pairs import text_only
 from lengthscan.measure.preference.render import TemplateRows
-from lengthscan.measure.records import FLAG_CODES, FLAG_MISSING, FLAG_TOO_LONG, FieldSpec, Measured
+from lengthscan.measure.records import FieldSpec, Measured
 
 #: Per-row measurements of an RL prompt field, primary first
 RL_METRICS = ("sequence_tokens", "prompt_tokens", "group_tokens")
@@ -80,26 +80,13 @@ class PromptCounter(TemplateRows):
         flags = np.zeros(n, np.int8)
         errors: list = [None] * n
 
-        def texts_of(rows: range) -> tuple[dict, dict]:
-            texts: dict = {True: [], False: []}  # conversational? -> texts
-            jobs = {}
-            for i in rows:
-                prompt = prompts[i]
-                if prompt is None:
-                    flags[i] = FLAG_MISSING
-                    continue
-                try:
-                    text, conversational = self._text(prompt, tools[i] if tools is not None else None)
-                except RowProblem as exc:
-                    flags[i], errors[i] = FLAG_CODES[exc.flag], str(exc)
-                    continue
-                if len(text) > self.counter.max_chars:
-                    flags[i], errors[i] = FLAG_TOO_LONG, f"a prompt over --max-chars ({self.counter.max_chars:,})"
-                    continue
-                jobs[i] = (conversational, len(texts[conversational]))
-                texts[conversational].append(text)
-            return texts, jobs
+        def row_texts(i: int):
+            if prompts[i] is None:
+                return None
+            text, conversational = self._text(prompts[i], tools[i] if tools is not None else None)
+            return [text], conversational
 
+        texts_of = self.chunk_texts(row_texts, flags, errors, "a prompt")
         for jobs, ids in self.overlapped(n, texts_of):
             for i, (conversational, k) in jobs.items():
                 size = len(ids[conversational][k])

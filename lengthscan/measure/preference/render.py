@@ -5,6 +5,7 @@ rendering failure as the row's reason."""
 from __future__ import annotations
 
 from lengthscan.measure.chat.conversations import RowProblem
+from lengthscan.measure.records import FLAG_CODES, FLAG_MISSING, FLAG_TOO_LONG
 
 #: rows rendered between two tokenizer calls (``chat.pipeline.overlapped``): chunk k is tokenized, in one
 #: thread, while chunk k + 1 renders (a pair's three texts keep one encoder busy: a second competes with
@@ -43,6 +44,35 @@ class TemplateRows:
         plain, rendered = texts[False], texts[True]
         return {False: self.counter.ids(plain, "input") if plain else [],
                 True: [found for found, _ in rendered_ids(self.counter, rendered)] if rendered else []}
+
+    def chunk_texts(self, row_texts, flags, errors, what: str):
+        """``texts_of(rows)`` for :meth:`overlapped`: each row's texts from ``row_texts(i)`` (``(texts,
+        conversational?)``; None: the row has no value; ``RowProblem``: the row's reason, flagged), gathered
+        as (conversational? -> texts, row -> (conversational?, where its texts start)); a row with ``what``
+        over ``--max-chars`` is too long."""
+        cap = self.counter.max_chars
+
+        def texts_of(rows: range) -> tuple[dict, dict]:
+            texts: dict = {True: [], False: []}
+            jobs = {}
+            for i in rows:
+                try:
+                    got = row_texts(i)
+                except RowProblem as exc:
+                    flags[i], errors[i] = FLAG_CODES[exc.flag], str(exc)
+                    continue
+                if got is None:
+                    flags[i] = FLAG_MISSING
+                    continue
+                row, conversational = got
+                if max(map(len, row)) > cap:
+                    flags[i], errors[i] = FLAG_TOO_LONG, f"{what} over --max-chars ({cap:,})"
+                    continue
+                jobs[i] = (conversational, len(texts[conversational]))
+                texts[conversational] += row
+            return texts, jobs
+
+        return texts_of
 
     def overlapped(self, n: int, texts_of):
         """``(jobs, ids)`` per chunk of ``n`` rows: ``texts_of(rows)`` renders, :meth:`tokenized` tokenizes
