@@ -120,6 +120,9 @@ def _objective(args):
                   "grpo": "--prompt with --rl grpo"}
         raise ValueError(f"--objective {name}: data mode measures {fields.get(name, 'the fields of an SFT run')}"
                          + (f"; the fields given are for {implied}" if implied else ""))
+    if name != "trainer" and args.eval_batch_size is not None:
+        raise ValueError(f"--eval-batch-size prices Trainer.evaluate on the model's logits; the evaluation of "
+                         f"--objective {name} is not priced yet: drop one of them")
     completion = args.max_completion_length
     if name == "grpo" and completion is None:
         completion = 512  # GRPOConfig's default, as the audit's --max-completion-length
@@ -152,6 +155,7 @@ def parse_size(text: str) -> int:
 
 def _memory(args) -> int:
     import json
+    from dataclasses import replace
 
     from lengthscan.memory import Shape, estimate, load_config, shape_warnings, usable_bytes
     from lengthscan.report.fmt import size
@@ -161,6 +165,7 @@ def _memory(args) -> int:
                                           ("--completion", args.completion), ("--out", args.out),
                                           ("--chosen", args.chosen), ("--rejected", args.rejected),
                                           ("--rl", args.rl), ("--pair-max-length", args.pair_max_length),
+                                          ("--pair-trainer", args.pair_trainer),
                                           ("--export-worst-batch", args.export_worst_batch))
                  if value is not None]
     if data_only:
@@ -176,7 +181,7 @@ def _memory(args) -> int:
             shape = Shape(args.batch_size, args.input_len + options.objective.completion_len, args.target_len)
         warnings = shape_warnings(config, shape)
         if ignored_target := any(w.startswith("--target-len") and "ignored" in w for w in warnings):
-            shape = Shape(args.batch_size, args.input_len, None)
+            shape = replace(shape, target_len=None)
         est = estimate(config, shape, options)
         allocator = _allocator(args, budget)
     except ValueError as exc:

@@ -50,11 +50,14 @@ class AllocatorConfig:
                 values["expandable_segments"] = value == "True"
             elif key == "max_split_size_mb":
                 mb = _number(key, value)
-                if mb <= 20:
-                    raise ValueError("max_split_size_mb: more than 20 (torch refuses smaller)")
+                if mb != int(mb) or mb <= 20:
+                    raise ValueError("max_split_size_mb: a whole number of MB, more than 20 (torch refuses smaller)")
                 values["max_split_size"] = int(mb * MiB)
             elif key == "max_non_split_rounding_mb":
-                values["max_non_split_rounding"] = int(_number(key, value) * MiB)
+                mb = _number(key, value)
+                if mb != int(mb) or mb < 20:
+                    raise ValueError("max_non_split_rounding_mb: a whole number of MB, at least 20")
+                values["max_non_split_rounding"] = int(mb * MiB)
             elif key == "garbage_collection_threshold":
                 threshold = _number(key, value)
                 if not 0 < threshold < 1:
@@ -93,7 +96,7 @@ def _divisions(value: str) -> tuple:
             out[last + 1:] = [checked(v)] * (15 - last)
             break
         mb = int(bound)
-        if mb & (mb - 1):
+        if mb < 1 or mb & (mb - 1):
             raise ValueError("roundup_power2_divisions: each boundary a power of 2 (MB)")
         index = min(int(math.log2(mb)), 15)
         if last < 0:

@@ -178,7 +178,6 @@ def run_notes(trace, options: MemoryOptions) -> list[str]:
 
 def objective_note(options: MemoryOptions) -> str:
     """What the priced step of a preference or RL trainer runs, in words."""
-    from lengthscan.memory.objective import OBJECTIVES
 
     obj = options.objective
     reference = obj.reference_for(options.adapter)
@@ -188,15 +187,25 @@ def objective_note(options: MemoryOptions) -> str:
                       "policy's activations wait)",
            "precomputed": "reference log-probabilities precomputed (no reference in the step)",
            "none": "no reference model"}[reference]
+    defaults = ("; TRL's configs default to bf16=True and gradient_checkpointing=True (--precision bf16 "
+                "--gradient-checkpointing price those)")
+    return _objective_words(obj, ref) + defaults
+
+
+def _objective_words(obj, ref: str) -> str:
+    from lengthscan.memory.objective import OBJECTIVES
+
     if obj.name == "sft":
         return f"{OBJECTIVES['sft']}: TRL's fused log-probability head with entropy and top-1 flags (no " \
                "vocabulary-wide logits; every position's bound)"
     if obj.name == "dpo":
         return f"{OBJECTIVES['dpo']}: chosen and rejected in one forward of 2 x the batch's rows, TRL's fused " \
-               f"log-probability head (no vocabulary-wide logits; every position's bound); {ref}"
+               f"log-probability head (no vocabulary-wide logits; every position's bound); {ref}; DPOConfig cuts " \
+               "sequences at max_length=1024 by default (--pair-max-length prices the cut)"
     if obj.name == "reward":
         return f"{OBJECTIVES['reward']}: chosen and rejected in one forward of 2 x the batch's rows through a " \
-               "sequence classifier; no reference model"
+               "sequence classifier; no reference model; RewardConfig drops pairs past max_length=1024 by default " \
+               "(--pair-max-length prices that)"
     return f"{OBJECTIVES['grpo']}: the step on the batch's completions (prompt + {obj.completion_len:,} tokens) " \
            f"through TRL's fused head with entropy; generate on {obj.generation_batch or 'batch x accumulation'} " \
            f"rows before it (modelled: transformers' generate, no vLLM, every row to the maximum); {ref}"

@@ -95,7 +95,10 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
         raise LayoutError(f"--pad-to-multiple-of {pad_to_multiple_of!r}: give a whole number of at least 1")
     usable_bytes(budget_bytes or 0, margin)  # checks the margin
     config = load_config(model)
-    family_of(config)  # an unsupported model type fails before anything is measured
+    family = family_of(config)  # an unsupported model type fails before anything is measured
+    if options.objective.name != "trainer" and family != "decoder-only":
+        raise LayoutError(f"--objective {options.objective.name} is priced for decoder-only models, not "
+                          f"{config.model_type!r} ({family})")
     for path, flag in ((export_worst_batch, "--export-worst-batch"), (out, "--out")):
         if path is not None:
             check_out_path(path, flag)
@@ -170,6 +173,7 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
 
             memory["allocator"] = epoch_report(config, epoch, options, allocator or AllocatorConfig(), budget_bytes,
                                                memory.get("usable_bytes"), sampler=sampler, seed=seed)
+            memory["allocator"]["unpacked"] = packing is not None
         if sequence:  # its lengths and limits named as the sequence they are
             from lengthscan.memory.advice import as_sequence
 

@@ -40,7 +40,8 @@ class Parallel:
 
     @property
     def active(self) -> bool:
-        return self.devices > 1 and self.strategy is not None
+        """A strategy is named (DDP allocates its buckets on one device too)."""
+        return self.strategy is not None
 
 
 def rank_terms(trained_params, parallel: Parallel) -> dict:

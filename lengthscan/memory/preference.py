@@ -21,8 +21,9 @@ rows, the Trainer's gradient accumulation by default; no vLLM) with the training
 the prefill (the head on each row's last position), then the key/value cache growing to ``L``
 positions in every layer, and each step's fp32 scores; with ``beta > 0`` the reference's
 log-probabilities (its weights held, a no-grad forward of ``B`` rows). The generation figures are
-a model of transformers' ``generate`` (every row runs to ``max_completion_length``), not yet
-measured; the DPO and reward steps are measured on CPU by ``bench/preference_memory_validation.py``.
+a model of transformers' ``generate`` (every row runs to ``max_completion_length``), measured on CPU
+apart; the SFT, DPO and reward steps are measured on CPU by ``bench/preference_memory_validation.py``.
+The caching allocator's replay (``reserved.py``) covers the step, not GRPO's generation.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ def phases(config, shape: Shape, options: MemoryOptions, log: list | None = None
     ``log``: see ``timeline.replay`` (GRPO's generation phase is not logged)."""
     obj = options.objective
     if family_of(config) != "decoder-only":
-        raise ValueError(f"--objective {obj.name} is priced for decoder-only models (TRL's trainers train causal "
-                         f"language models), not {config.model_type!r}")
+        raise ValueError(f"--objective {obj.name} is priced for decoder-only models, not {config.model_type!r} "
+                         f"({family_of(config)})")
     if shape.input_len is None:
         raise ValueError("this model's shape needs input_len")
     pairs = obj.name in ("dpo", "reward")

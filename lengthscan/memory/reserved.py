@@ -57,8 +57,8 @@ def step_allocations(config, shape: Shape, options: MemoryOptions) -> StepAlloca
     state += [s.nbytes for s in tr.tape.storages if s.held and s.kind == "buffers"]
     if base.get("gradients"):  # accumulation: the gradients live from step to step
         state += [p.nbytes for p in tr.trained_params]
-    if base.get("reference_weights"):
-        state.append(base["reference_weights"])
+    held = ("weights", "optimizer_state", "batch", "buffers", "gradients")
+    state += [v for k, v in base.items() if k not in held and v]  # a reference model, DDP's buckets ...
     moments = 2 if options.optimizer.startswith(("adamw", "paged_adamw")) else 1
     optimizer = []
     for p in tr.trained_params:
@@ -69,21 +69,29 @@ def step_allocations(config, shape: Shape, options: MemoryOptions) -> StepAlloca
 
 
 def replay_steps(config, shapes: list[Shape], options: MemoryOptions, alloc: AllocatorConfig,
-                 max_steps: int = MAX_STEPS, max_events: int = MAX_EVENTS) -> dict:
+                 max_steps: int = MAX_STEPS, max_events: int = MAX_EVENTS, *, worst: Shape | None = None,
+                 memo: dict | None = None) -> dict:
     """The allocator's figures over ``shapes`` in order (the first ``max_steps``, and no more than
-    ``max_events`` allocations and frees): its reserved and allocated peaks, the fragmentation at the
-    reserved peak, the step at which it runs out of memory."""
+    ``max_events`` allocations and frees; ``worst`` then replayed last when the prefix left it out):
+    its reserved and allocated peaks, the fragmentation at the reserved peak, the step at which it
+    runs out of memory. ``memo``: steps already traced (shape -> ``StepAllocations``), shared."""
     a = CachingAllocator(alloc)
-    memo: dict = {}
+    memo = {} if memo is None else memo
     reserved_after: list[int] = []
     oom = None
-    started, events = False, 0
+    started, events, order = False, 0, list(shapes[:max_steps])
+    cut = last = False  # the events' cap reached; the worst batch replayed in place of the rest
     try:
-        for shape in shapes[:max_steps]:
+        for k, shape in enumerate(order):
             step = memo.get(shape) or memo.setdefault(shape, step_allocations(config, shape, options))
             events += len(step.events)
-            if started and events > max_events:
-                break
+            if started and events > max_events and not cut:
+                cut = True
+                if worst is None or worst in order[:k]:
+                    break
+                order[k + 1:] = []
+                shape, last = worst, True
+                step = memo.get(shape) or memo.setdefault(shape, step_allocations(config, shape, options))
             if not started:
                 for n in step.state:
                     a.malloc(n)
@@ -92,10 +100,10 @@ def replay_steps(config, shapes: list[Shape], options: MemoryOptions, alloc: All
             started = True
             reserved_after.append(a.stats.reserved)
     except AllocatorOOM as exc:
-        oom = {"step": len(reserved_after), "tried_bytes": exc.alloc_size, "reserved_bytes": exc.reserved,
-               "allocated_bytes": exc.allocated}
+        oom = {"step": len(reserved_after), "worst_batch": last and len(reserved_after) == len(order) - 1,
+               "tried_bytes": exc.alloc_size, "reserved_bytes": exc.reserved, "allocated_bytes": exc.allocated}
     s = a.stats
-    return {"modelled": True, "steps": len(reserved_after), "of_steps": len(shapes),
+    return {"modelled": True, "steps": len(reserved_after), "of_steps": len(shapes), "worst_replayed_last": last,
             "reserved_peak_bytes": s.reserved_peak, "allocated_peak_bytes": s.allocated_peak,
             "fragmentation_bytes": s.fragmentation_at_peak, "overhead_bytes": s.reserved_peak - s.allocated_peak,
             "segments": s.segments, "alloc_retries": s.alloc_retries, "out_of_memory": oom,
@@ -113,7 +121,9 @@ def epoch_report(config, epoch, options: MemoryOptions, alloc: AllocatorConfig, 
 
     conf = replace(alloc, total=budget, capacity=None if budget is None else budget - CUDA_CONTEXT)
     shapes = [epoch.shape(i) for i in range(len(epoch.shapes))]
-    main = replay_steps(config, shapes, options, conf)
+    memo: dict = {}
+    worst = epoch.shape(epoch.worst)
+    main = replay_steps(config, shapes, options, conf, worst=worst, memo=memo)
     over = next((k for k, r in enumerate(main["reserved_after_step"]) if usable is not None and r > usable), None)
     out = {**{k: v for k, v in main.items() if k != "reserved_after_step"}, "alloc_conf": describe(alloc),
            "memory_fraction": alloc.memory_fraction, "cuda_context_bytes": CUDA_CONTEXT,
@@ -130,7 +140,7 @@ def epoch_report(config, epoch, options: MemoryOptions, alloc: AllocatorConfig, 
         tries.append(("group_by_length", [Shape(int(r), int(x) if x >= 0 else None, int(y) if y >= 0 else None,
                                                 bool(p)) for r, x, y, p in table.tolist()], conf))
     for name, order, c in tries:
-        r = replay_steps(config, order, options, c)
+        r = replay_steps(config, order, options, c, worst=worst, memo=memo)
         out["variants"][name] = {k: r[k] for k in ("reserved_peak_bytes", "allocated_peak_bytes", "overhead_bytes",
                                                    "out_of_memory", "steps")}
     return out
@@ -180,12 +190,10 @@ def _run(a: CachingAllocator, step: StepAllocations, *, first: bool) -> None:
 
 
 def _free(a: CachingAllocator, live: dict, order: list, term: str, n: int) -> None:
-    """Free ``n`` bytes of ``term``: the last allocation of that size and term, else of that size, else
-    the last ones of the term no larger than what is left, until ``n`` is covered (a free the replay
-    sums over several tensors; the loss's 4-byte gradient, never allocated, frees nothing)."""
+    """Free ``n`` bytes of ``term``: the last allocation of that size and term, else the last ones of the
+    term no larger than what is left, until ``n`` is covered (a free the replay sums over several
+    tensors: a split's gradients); never another term's."""
     stack = live.get((term, n))
-    if not stack:
-        stack = next((held for (t, size), held in live.items() if size == n and held), None)
     if stack:
         stack.pop().free(a)
         return

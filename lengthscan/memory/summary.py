@@ -90,8 +90,11 @@ def allocator_lines(al: dict) -> list[str]:
     line = (f"reserved (modelled, allocator {al['alloc_conf']}): peak {size(al['reserved_peak_bytes'])} for "
             f"{size(al['allocated_peak_bytes'])} allocated at most (+{size(al['overhead_bytes'])} cached by the "
             f"allocator) over {al['steps']:,} of {al['of_steps']:,} batches")
+    if al.get("worst_replayed_last"):
+        line += " (then the worst batch)"
     if oom:
-        line += f"; out of memory at batch #{oom['step']} (a {size(oom['tried_bytes'])} segment)"
+        where = "the worst batch" if oom.get("worst_batch") else f"batch #{oom['step']}"
+        line += f"; out of memory at {where} (a {size(oom['tried_bytes'])} segment)"
     elif al.get("first_step_over_usable") is not None:
         line += f"; the reserve passes the usable budget at batch #{al['first_step_over_usable']}"
     lines = [line]
@@ -99,6 +102,8 @@ def allocator_lines(al: dict) -> list[str]:
         lines.append("  " + " · ".join(
             f"{name}: peak {size(v['reserved_peak_bytes'])}" + (" (out of memory)" if v["out_of_memory"] else "")
             for name, v in al["variants"].items()))
+    if al.get("unpacked"):
+        lines.append("  the epoch's unpacked batches (the packed ones are not replayed yet)")
     lines.append(f"  modelled: PyTorch's caching allocator rules replayed on the predicted allocations; the CUDA "
                  f"context ({size(al['cuda_context_bytes'])}) is outside it; no GPU has confirmed these figures yet")
     return lines

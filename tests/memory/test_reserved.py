@@ -7,10 +7,13 @@ and a device too small runs out of memory at the first batch it cannot serve."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import transformers as tr
 
 from lengthscan.memory import MemoryOptions, Shape, estimate
 from lengthscan.memory.alloc_conf import AllocatorConfig
+from lengthscan.memory.objective import Objective
+from lengthscan.memory.parallel import Parallel
 from lengthscan.memory.reserved import CUBLAS_WORKSPACE, replay_steps
 
 MiB = 1 << 20
@@ -19,10 +22,16 @@ CONFIG = tr.LlamaConfig(vocab_size=8000, hidden_size=256, intermediate_size=704,
 OPTIONS = MemoryOptions(precision="bf16")
 
 
-def test_a_repeated_shape_allocates_what_the_memory_model_predicts():
+@pytest.mark.parametrize("config,options", [
+    (CONFIG, OPTIONS),
+    (tr.GPT2Config(vocab_size=8000, n_embd=256, n_layer=3, n_head=4), OPTIONS),  # a split's gradients freed as one
+    (CONFIG, MemoryOptions(precision="bf16", parallel=Parallel(2, "ddp"))),  # the buckets held from the start
+    (CONFIG, MemoryOptions(objective=Objective("dpo"))),  # a reference model held, its forward in the step
+], ids=["llama", "gpt2-fused-qkv", "ddp", "dpo"])
+def test_a_repeated_shape_allocates_what_the_memory_model_predicts(config, options):
     shape = Shape(4, 512, padding=True)
-    predicted = estimate(CONFIG, shape, OPTIONS).peak_bytes
-    replayed = replay_steps(CONFIG, [shape] * 3, OPTIONS, AllocatorConfig())
+    predicted = estimate(config, shape, options).peak_bytes
+    replayed = replay_steps(config, [shape] * 3, options, AllocatorConfig())
     allocated = replayed["allocated_peak_bytes"] - CUBLAS_WORKSPACE
     assert predicted <= allocated <= predicted * 1.03  # blocks are rounded up, and some handed out whole
     assert replayed["reserved_peak_bytes"] >= replayed["allocated_peak_bytes"] and replayed["steps"] == 3
