@@ -1,10 +1,10 @@
-"""Validate ``lengthscan memory --objective sft|dpo|reward`` against TRL's own trainers' measured CPU step.
+"""Validate ``lengthscan memory --objective sft|dpo|kto|reward`` against TRL's own trainers' measured CPU step.
 
     python bench/preference_memory_validation.py            # every case, writes bench/memory_results_preference.md
     python bench/preference_memory_validation.py --only dpo # the cases whose name starts so
 
-Each case builds TRL's ``SFTTrainer``, ``DPOTrainer`` or ``RewardTrainer`` on CPU around a random-initialised
-Llama (no download), collates pairs of the lengths given with the trainer's own collator, runs one
+Each case builds TRL's ``SFTTrainer``, ``DPOTrainer``, ``KTOTrainer`` or ``RewardTrainer`` on CPU around a
+random-initialised Llama (no download), collates pairs of the lengths given with the trainer's own collator, runs one
 unmeasured step (the optimizer state then exists) and measures the next one: the bytes live before
 it plus the highest running sum of the profiler's allocation events, with the CPU kernels aligned
 with CUDA's (``lengthscan/memory/cpu_trl_peak.py``). Each case runs in its own process, one thread.
@@ -41,6 +41,8 @@ CASES = {
     "dpo LoRA r8, adapters-off reference": PairCase(lora_r=8),
     "dpo LoRA r8 bf16, 50k vocabulary": PairCase(vocab=50_000, lora_r=8, precision="bf16"),
     "dpo fp32, batch 4, long answers": PairCase(batch=4, prompt=24, chosen=200, rejected=180, hidden=96),
+    "kto fp32, reference copy": PairCase(objective="kto"),
+    "kto LoRA r8 bf16, 40k vocabulary": PairCase(objective="kto", lora_r=8, precision="bf16", vocab=40_000),
     "reward fp32": PairCase(objective="reward"),
     "reward LoRA r8 bf16": PairCase(objective="reward", lora_r=8, precision="bf16"),
 }

@@ -115,7 +115,7 @@ def _objective(args):
 
     implied = "grpo" if args.rl else (args.pair_trainer or "dpo") if args.chosen or args.rejected else None
     name = args.objective or implied or "trainer"
-    if args.source is not None and implied != (None if name in ("trainer", "sft") else name):
+    if args.source is not None and implied != (None if name in ("trainer", "sft", "kto") else name):
         fields = {"dpo": "--chosen/--rejected", "reward": "--chosen/--rejected with --pair-trainer reward",
                   "grpo": "--prompt with --rl grpo"}
         raise ValueError(f"--objective {name}: data mode measures {fields.get(name, 'the fields of an SFT run')}"
@@ -295,7 +295,8 @@ def _add_objective_flags(m: argparse.ArgumentParser) -> None:
     g.add_argument("--objective", choices=tuple(OBJECTIVES), metavar="NAME",
                    help="the trainer whose step is priced: trainer (default: transformers' Trainer, the model's "
                         "own loss over full logits), sft (TRL's SFTTrainer: its fused log-prob head, no logits), dpo "
-                        "(DPOTrainer: chosen and rejected in one forward, a reference model), reward (RewardTrainer) "
+                        "(DPOTrainer: chosen and rejected in one forward, a reference model), kto (KTOTrainer: "
+                        "data mode with --prompt/--completion), reward (RewardTrainer) "
                         "or grpo (GRPOTrainer: generation, then the step); data mode infers dpo, reward and grpo from "
                         "--chosen/--rejected (with --pair-trainer) and --rl. Shape mode: for dpo and reward "
                         "--batch-size counts pairs and --input-len is the padded pair row (prompt + the longer "

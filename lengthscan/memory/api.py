@@ -202,6 +202,9 @@ def _objective_words(obj, ref: str) -> str:
         return f"{OBJECTIVES['dpo']}: chosen and rejected in one forward of 2 x the batch's rows, TRL's fused " \
                f"log-probability head (no vocabulary-wide logits; every position's bound); {ref}; DPOConfig cuts " \
                "sequences at max_length=1024 by default (--pair-max-length prices the cut)"
+    if obj.name == "kto":
+        return f"{OBJECTIVES['kto']}: the batch's rows through TRL's fused log-probability head, its KL rows " \
+               f"held beside them; {ref} (its forwards of both)"
     if obj.name == "reward":
         return f"{OBJECTIVES['reward']}: chosen and rejected in one forward of 2 x the batch's rows through a " \
                "sequence classifier; no reference model; RewardConfig drops pairs past max_length=1024 by default " \

@@ -1,5 +1,5 @@
-"""The measured CPU peak of one step of TRL's ``SFTTrainer``, ``DPOTrainer`` and ``RewardTrainer``
-(validation only).
+"""The measured CPU peak of one step of TRL's ``SFTTrainer``, ``DPOTrainer``, ``KTOTrainer`` and
+``RewardTrainer`` (validation only).
 
 torch, transformers, peft and trl are imported inside the functions: the package never needs them.
 The trainer is TRL's own, built on CPU around a random-initialised Llama (no download) and a
@@ -25,7 +25,7 @@ from lengthscan.memory.cpu_peak import foreign_tensors, live_bytes, profiled_pea
 class PairCase:
     """One measured step: the trainer, the model's sizes, the pairs' lengths and the run's options."""
 
-    objective: str = "dpo"  # sft | dpo | reward (sft: batch rows of prompt + chosen and prompt + rejected, alternately)
+    objective: str = "dpo"  # sft | dpo | kto | reward (sft, kto: rows of prompt + chosen, prompt + rejected in turn)
     vocab: int = 2000
     hidden: int = 64
     layers: int = 2
@@ -108,6 +108,19 @@ def _trainer(case: PairCase):
         trainer = SFTTrainer(model=LlamaForCausalLM(case.config()), train_dataset=texts, processing_class=tok,
                              args=SFTConfig(max_length=None, **options), peft_config=peft)
         examples = [{"input_ids": ids(case.prompt + (case.chosen if i % 2 == 0 else case.rejected))}
+                    for i in range(case.batch)]
+        return trainer, trainer.data_collator(examples)
+    if case.objective == "kto":
+        from trl import KTOConfig, KTOTrainer
+
+        labelled = Dataset.from_list([{"prompt": "w5 w6", "completion": " w7", "label": k % 2 == 0} for k in range(4)])
+        model = LlamaForCausalLM(case.config())
+        trainer = KTOTrainer(model=model, ref_model=copy.deepcopy(model) if not case.lora_r else None,
+                             train_dataset=labelled, processing_class=tok, peft_config=peft,
+                             args=KTOConfig(max_length=None, train_sampling_strategy="sequential", **options))
+        answers = [ids(case.chosen if i % 2 == 0 else case.rejected) for i in range(case.batch)]
+        examples = [{"prompt_ids": ids(case.prompt), "completion_ids": answers[i],
+                     "KL_completion_ids": answers[(i + 1) % case.batch], "label": i % 2 == 0}
                     for i in range(case.batch)]
         return trainer, trainer.data_collator(examples)
     if case.objective == "reward":

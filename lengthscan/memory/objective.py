@@ -10,6 +10,9 @@ own loss over the whole ``(rows, length, vocab)`` logits. The others are TRL 1.1
 * ``dpo`` (``DPOTrainer``): chosen and rejected in one forward of ``2 x batch`` rows (prompt and
   answer, right-padded to the longest), TRL's fused log-probability head, then the reference model's
   forward without gradients while the policy's activations wait for backward;
+* ``kto`` (``KTOTrainer``): ``batch`` rows of prompt + completion through the fused head, the batch's
+  KL rows (each prompt with another row's completion) held beside them; the reference (as for DPO)
+  scores both without gradients while the policy's activations wait;
 * ``reward`` (``RewardTrainer``): ``2 x batch`` rows through a sequence classifier, no reference;
 * ``grpo`` (``GRPOTrainer``): ``batch`` completions (prompt + up to ``completion_len`` tokens) through
   the fused head with entropy; before the step, ``generate`` on the generation batch and, with a
@@ -26,8 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: objective -> the trainer it prices
-OBJECTIVES = {"trainer": "Trainer", "sft": "SFTTrainer", "dpo": "DPOTrainer", "reward": "RewardTrainer",
-              "grpo": "GRPOTrainer"}
+OBJECTIVES = {"trainer": "Trainer", "sft": "SFTTrainer", "dpo": "DPOTrainer", "kto": "KTOTrainer",
+              "reward": "RewardTrainer", "grpo": "GRPOTrainer"}
 REFERENCES = ("auto", "model", "adapter", "precomputed", "none")
 
 
@@ -62,6 +65,6 @@ class Objective:
         """The reference the step runs: ``model``, ``adapter``, ``precomputed`` or ``none``."""
         if self.reference != "auto":
             return self.reference
-        if self.name == "dpo":
+        if self.name in ("dpo", "kto"):
             return "adapter" if adapter is not None else "model"
         return "none"

@@ -13,6 +13,10 @@ longer answer):
    adapters switched off (``use_adapter``: no second copy); ``precompute_ref_log_probs`` skips it;
 3. the loss, backward and the optimizer step, as any step.
 
+``KTOTrainer``: ``B`` rows (prompt + completion) through the same head, the batch's KL rows (each
+prompt with another row's completion) held beside them; the policy scores the KL rows without
+gradients before its forward (below the reference's moment), and the reference scores both while the
+policy's activations wait (one forward at a time: the larger is priced).
 ``RewardTrainer``: ``2B`` rows through ``AutoModelForSequenceClassification`` (one score per row,
 ``fused_head.score``), no reference. ``GRPOTrainer``: the training step is ``B`` completions of
 ``L`` tokens (prompt + ``max_completion_length``) through the fused head with entropy, no
@@ -40,7 +44,7 @@ from lengthscan.memory.timeline import Phase, replay
 from lengthscan.memory.weights import ADAPTER_PARTS
 
 #: the objective -> the head its trainer puts on the model (``fused_head.py``)
-HEADS = {"sft": "sft", "dpo": "dpo", "reward": "score", "grpo": "grpo"}
+HEADS = {"sft": "sft", "dpo": "dpo", "kto": "dpo", "reward": "score", "grpo": "grpo"}
 
 
 def phases(config, shape: Shape, options: MemoryOptions, log: list | None = None):
@@ -60,8 +64,10 @@ def phases(config, shape: Shape, options: MemoryOptions, log: list | None = None
     reference = obj.reference_for(options.adapter)
     if reference == "model":
         base["reference_weights"] = reference_weights(tr)
+    if obj.name == "kto":  # the collator's KL rows: input ids, attention and completion masks (int64)
+        base["batch"] += 3 * step.batch_size * step.input_len * 8
     interlude = None
-    if obj.name == "dpo" and reference in ("model", "adapter"):
+    if obj.name in ("dpo", "kto") and reference in ("model", "adapter"):
         interlude = ("reference_forward", {"reference_forward": no_grad_forward(config, step, options, head,
                                                                                  reference)})
     result = replay(tr.tape, base, optimizer_temporaries(tr, options), interlude, log)

@@ -29,7 +29,9 @@ def _llama(vocab=2000, hidden=64, layers=2):
     pytest.param(dict(reference="precomputed", gradient_checkpointing=True, layers=3), marks=pytest.mark.slow),
     dict(objective="reward"),
     dict(objective="sft", precision="bf16"),
-], ids=["dpo-reference-copy", "dpo-lora-bf16-two-vocab-chunks", "dpo-precomputed-checkpointing", "reward", "sft-bf16"])
+    pytest.param(dict(objective="kto"), marks=pytest.mark.slow),
+], ids=["dpo-reference-copy", "dpo-lora-bf16-two-vocab-chunks", "dpo-precomputed-checkpointing", "reward", "sft-bf16",
+        "kto-reference-copy"])
 def test_the_pair_step_within_five_percent_of_trls_measured_step(case):
     pytest.importorskip("trl")
     pytest.importorskip("peft")
@@ -68,6 +70,9 @@ def test_the_objectives_price_what_their_trainers_run():
 
     lora = est(adapter=lora_from_flags(8, None), objective=Objective("dpo"))  # the adapters switched off
     assert "reference_weights" not in lora.terms and "reference_forward" in lora.phase_peaks
+    kto = est(objective=Objective("kto"))  # B rows (not 2B), its KL rows in the batch, a reference as DPO's
+    assert kto.terms["batch"] > sft.terms["batch"] and "reference_forward" in kto.phase_peaks
+    assert kto.peak_bytes < dpo.peak_bytes
     reward = est(objective=Objective("reward"))
     assert reward.params < sft.params  # a score head of one label replaces the vocabulary's head
     grpo = est(objective=Objective("grpo", completion_len=128))
