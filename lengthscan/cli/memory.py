@@ -377,7 +377,11 @@ def _allocator(args, budget: int | None):
         raise ValueError("--memory-fraction: a share of the device, above 0 and at most 1")
     if fraction < 1 and budget is None:
         raise ValueError("--memory-fraction is a share of the device: give --budget (its memory)")
-    return AllocatorConfig.parse(args.alloc_conf or "", memory_fraction=fraction, total=budget)
+    conf = AllocatorConfig.parse(args.alloc_conf or "", memory_fraction=fraction, total=budget)
+    if conf.garbage_collection_threshold and conf.allowed is None:
+        say("lengthscan: warning: garbage_collection_threshold acts only under a memory fraction below 1 (torch "
+            "ignores it otherwise): add --memory-fraction F")
+    return conf
 
 
 def _fields(args) -> dict:

@@ -55,9 +55,11 @@ class Objective:
                              "before training")
         if self.name != "grpo" and (self.completion_len is not None or self.generation_batch is not None):
             raise ValueError("--max-completion-length and --generation-batch-size price GRPO's generation: "
-                             "give them with --objective grpo")
-        if self.name == "grpo" and (self.completion_len is None or self.completion_len < 1):
+                             "give them with --objective grpo (data mode: --prompt COL --rl grpo)")
+        if self.name == "grpo" and self.completion_len is None:
             raise ValueError("--objective grpo needs --max-completion-length N (GRPOConfig.max_completion_length)")
+        if self.name == "grpo" and self.completion_len < 1:
+            raise ValueError("--max-completion-length must be at least 1")
         if self.generation_batch is not None and self.generation_batch < 1:
             raise ValueError("--generation-batch-size must be at least 1")
 

@@ -69,6 +69,8 @@ def _fits(fits: bool) -> str:
 def _shape_text(shape: dict, memory: dict) -> str:
     sides = memory["sides"]
     parts = [f"{shape['batch_size']} rows"]
+    if (memory.get("objective") or {}).get("name") in ("dpo", "reward"):  # chosen and rejected: one forward
+        parts = [f"{shape['batch_size']} pairs ({2 * shape['batch_size']} rows)"]
     for key in ("input_len", "target_len"):
         if key in sides and shape.get(key) is not None:
             parts.append(f"{shape[key]:,} {sides[key]}")

@@ -99,7 +99,7 @@ def test_data_mode_prices_the_pairs_as_the_collator_pads_them(tmp_path, mistral_
             "--prompt", "prompt", "--chosen", "chosen", "--rejected", "rejected", "--batch-size", "2", "--no-cache"]
     assert main([*base, "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
-    assert "DPOTrainer: chosen and rejected in one forward" in out
+    assert "DPOTrainer: chosen and rejected in one forward" in out and "2 pairs (4 rows) x" in out
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     mem = report["memory"]
     assert mem["objective"]["name"] == "dpo" and mem["objective"]["reference"] == "model"

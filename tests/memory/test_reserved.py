@@ -56,3 +56,21 @@ def test_a_device_too_small_runs_out_at_the_first_batch_it_cannot_serve():
     assert out["out_of_memory"]["step"] == 3 and out["steps"] == 3
     assert out["alloc_retries"] >= 1  # the cache was released and the segment tried again first
     assert replay_steps(CONFIG, order, OPTIONS, AllocatorConfig())["out_of_memory"] is None
+
+
+def test_shape_mode_replays_three_steps_and_says_modelled(tmp_path, capsys):
+    import json
+
+    from lengthscan.cli.main import main
+
+    CONFIG.save_pretrained(tmp_path)
+    base = ["memory", "--model", str(tmp_path), "--batch-size", "2", "--input-len", "256"]
+    assert main([*base, "--budget", "4GiB", "--alloc-conf", "expandable_segments:True", "--json"]) == 0
+    al = json.loads(capsys.readouterr().out)["memory"]["allocator"]
+    assert al["modelled"] and al["steps"] == 3 and al["alloc_conf"] == "expandable_segments:True"
+    assert al["reserved_peak_bytes"] >= al["allocated_peak_bytes"] and al["segments"] == 0
+    assert main([*base, "--alloc-conf", "garbage_collection_threshold:0.8"]) == 0
+    captured = capsys.readouterr()
+    assert "reserved (modelled, allocator garbage_collection_threshold:0.8)" in captured.out
+    assert "acts only under a memory fraction" in captured.err
+    assert main([*base, "--memory-fraction", "0.5"]) == 2  # a share of the device: --budget needed
