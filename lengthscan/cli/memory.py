@@ -9,6 +9,7 @@ import sys
 from lengthscan.cli.common import EXIT_GATE, EXIT_OK, EXIT_USAGE, ProgressBars, say
 from lengthscan.cli.flags import add_flags, add_source_argument, named
 from lengthscan.cli.memory_eval import add_eval_flags, eval_options, eval_usage, evaluation_report
+from lengthscan.cli.memory_run import add_run_shape_flags, allocator_of, objective_of
 
 
 def add_memory_parser(sub) -> None:
@@ -48,7 +49,7 @@ exit codes: 0 ok (fits), 1 the worst batch (or the evaluation) does not fit --bu
                                                     "not fit with --margin")
     m.add_argument("--json", action="store_true", help="print the prediction as JSON to stdout")
     _add_run_flags(m)
-    _add_objective_flags(m)
+    add_run_shape_flags(m)
     _add_memory_data_flags(m)
     add_eval_flags(m)
 
@@ -100,33 +101,13 @@ def _options(args):
     quantization = read_quantization_config(args.quantization_config) if args.quantization_config else None
     from lengthscan.memory.parallel import Parallel
 
-    return MemoryOptions(objective=_objective(args), parallel=Parallel(args.devices, args.strategy),
+    return MemoryOptions(objective=objective_of(args), parallel=Parallel(args.devices, args.strategy),
                          precision=args.precision, optimizer=args.optimizer,
                          attention=args.attention,
                          gradient_checkpointing=args.gradient_checkpointing,
                          freeze_feature_encoder=args.freeze_feature_encoder,
                          gradient_accumulation_steps=args.grad_accum, torch_dtype=args.torch_dtype,
                          adapter=adapter, quantization=quantization, prepare_kbit=args.prepare_kbit)
-
-
-def _objective(args):
-    """The step's objective from ``--objective`` (data mode: as the measured fields imply)."""
-    from lengthscan.memory.objective import Objective
-
-    implied = "grpo" if args.rl else (args.pair_trainer or "dpo") if args.chosen or args.rejected else None
-    name = args.objective or implied or "trainer"
-    if args.source is not None and implied != (None if name in ("trainer", "sft", "kto") else name):
-        fields = {"dpo": "--chosen/--rejected", "reward": "--chosen/--rejected with --pair-trainer reward",
-                  "grpo": "--prompt with --rl grpo"}
-        raise ValueError(f"--objective {name}: data mode measures {fields.get(name, 'the fields of an SFT run')}"
-                         + (f"; the fields given are for {implied}" if implied else ""))
-    if name != "trainer" and args.eval_batch_size is not None:
-        raise ValueError(f"--eval-batch-size prices Trainer.evaluate on the model's logits; the evaluation of "
-                         f"--objective {name} is not priced yet: drop one of them")
-    completion = args.max_completion_length
-    if name == "grpo" and completion is None:
-        completion = 512  # GRPOConfig's default, as the audit's --max-completion-length
-    return Objective(name, args.reference, completion, args.generation_batch_size)
 
 
 def run_memory(args, command: str) -> int:
@@ -183,7 +164,7 @@ def _memory(args) -> int:
         if ignored_target := any(w.startswith("--target-len") and "ignored" in w for w in warnings):
             shape = replace(shape, target_len=None)
         est = estimate(config, shape, options)
-        allocator = _allocator(args, budget)
+        allocator = allocator_of(args, budget)
     except ValueError as exc:
         say(f"lengthscan: error: {_as_flags(exc)}")
         return EXIT_USAGE
@@ -287,43 +268,6 @@ def _add_memory_data_flags(m: argparse.ArgumentParser) -> None:
               prefix="data mode: ", pair_trainer={"default": None})
 
 
-def _add_objective_flags(m: argparse.ArgumentParser) -> None:
-    """The trainer the step is priced for: supervised, or TRL's preference and RL trainers."""
-    from lengthscan.memory.objective import OBJECTIVES, REFERENCES
-
-    g = m.add_argument_group("the objective (TRL's preference and RL trainers)")
-    g.add_argument("--objective", choices=tuple(OBJECTIVES), metavar="NAME",
-                   help="the trainer whose step is priced: trainer (default: transformers' Trainer, the model's "
-                        "own loss over full logits), sft (TRL's SFTTrainer: its fused log-prob head, no logits), dpo "
-                        "(DPOTrainer: chosen and rejected in one forward, a reference model), kto (KTOTrainer: "
-                        "data mode with --prompt/--completion), reward (RewardTrainer) "
-                        "or grpo (GRPOTrainer: generation, then the step); data mode infers dpo, reward and grpo from "
-                        "--chosen/--rejected (with --pair-trainer) and --rl. Shape mode: for dpo and reward "
-                        "--batch-size counts pairs and --input-len is the padded pair row (prompt + the longer "
-                        "answer); for grpo --input-len is the prompt")
-    g.add_argument("--reference", choices=REFERENCES, default="auto",
-                   help="the reference model: auto (DPO: the adapters switched off with an adapter, else a second "
-                        "copy; GRPO: none, as beta=0), model, adapter, precomputed (precompute_ref_log_probs) or none")
-    g.add_argument("--max-completion-length", type=int, metavar="N",
-                   help="grpo: GRPOConfig.max_completion_length, the tokens generated per completion (default 512)")
-    d = m.add_argument_group("several devices (per-rank peaks)")
-    d.add_argument("--devices", type=int, default=1, metavar="N", help="GPUs trained on (default 1): the peak is "
-                                                                         "each rank's, on its per-device batch")
-    d.add_argument("--strategy", metavar="NAME", help="ddp (DistributedDataParallel: each rank holds the model "
-                                                      "and the reducer's gradient buckets); fsdp and zero are not "
-                                                      "priced yet")
-    a = m.add_argument_group("the caching allocator (modelled: reserved memory, fragmentation)")
-    a.add_argument("--alloc-conf", metavar="CONF",
-                   help="PYTORCH_CUDA_ALLOC_CONF as the run sets it (expandable_segments:True, max_split_size_mb:N, "
-                        "roundup_power2_divisions:N, garbage_collection_threshold:F): replay the steps through a model "
-                        "of PyTorch's caching allocator (also done with --budget)")
-    a.add_argument("--memory-fraction", type=float, metavar="F",
-                   help="torch.cuda.set_per_process_memory_fraction(F) of --budget, for the allocator model")
-    g.add_argument("--generation-batch-size", type=int, metavar="N",
-                   help="grpo: rows generated at once (GRPOConfig.generation_batch_size; default: --batch-size x "
-                        "--grad-accum)")
-
-
 def _memory_data(args, command: str) -> int:
     import json
 
@@ -351,7 +295,7 @@ def _memory_data(args, command: str) -> int:
                 export_worst_batch=args.export_worst_batch, cache=args.cache,
                 max_chars=args.max_chars or DEFAULT_MAX_CHARS, num_proc=args.num_proc, progress=progress,
                 command=command, chat=_fields(args),
-                packing=_packing(args), evaluation=evaluation, allocator=_allocator(args, budget))
+                packing=_packing(args), evaluation=evaluation, allocator=allocator_of(args, budget))
     except ValueError as exc:
         say(f"lengthscan: error: {_as_flags(exc)}")
         return EXIT_USAGE
@@ -364,24 +308,6 @@ def _memory_data(args, command: str) -> int:
 
             print("\n".join(eval_lines(result.memory["evaluation"])))
     return EXIT_GATE if result.fits is False else EXIT_OK
-
-
-def _allocator(args, budget: int | None):
-    """The allocator model's configuration from ``--alloc-conf``/``--memory-fraction`` (None: neither)."""
-    if args.alloc_conf is None and args.memory_fraction is None:
-        return None
-    from lengthscan.memory.alloc_conf import AllocatorConfig
-
-    fraction = 1.0 if args.memory_fraction is None else args.memory_fraction
-    if not 0 < fraction <= 1:
-        raise ValueError("--memory-fraction: a share of the device, above 0 and at most 1")
-    if fraction < 1 and budget is None:
-        raise ValueError("--memory-fraction is a share of the device: give --budget (its memory)")
-    conf = AllocatorConfig.parse(args.alloc_conf or "", memory_fraction=fraction, total=budget)
-    if conf.garbage_collection_threshold and conf.allowed is None:
-        say("lengthscan: warning: garbage_collection_threshold acts only under a memory fraction below 1 (torch "
-            "ignores it otherwise): add --memory-fraction F")
-    return conf
 
 
 def _fields(args) -> dict:

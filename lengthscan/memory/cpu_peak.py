@@ -93,23 +93,27 @@ def foreign_tensors(torch, model) -> list:
             and not obj.is_meta and not obj.is_sparse and obj.untyped_storage().data_ptr() not in own]
 
 
-def measure_step(model, batch: dict, options: MemoryOptions = MemoryOptions(), *, align: bool = True) -> Measurement:
-    """The CPU peak of one steady-state training step of ``model`` on ``batch``."""
+def measure_step(model, batch: dict, options: MemoryOptions = MemoryOptions(), *, align: bool = True,
+                 loss=None, optimizer=None, exclude=()) -> Measurement:
+    """The CPU peak of one steady-state training step of ``model`` on ``batch``; ``loss``: a callable
+    computing the step's loss (default ``model(**batch).loss``: a trainer's ``compute_loss``);
+    ``optimizer``: the trainer's own (default: the one ``options.optimizer`` names); ``exclude``:
+    tensors not counted as live (:func:`foreign_tensors`)."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(options.precision)
-    optimizer = _optimizer(model, options)
+    optimizer = optimizer if optimizer is not None else _optimizer(model, options)
     scaler = torch.amp.GradScaler("cpu") if options.precision == "fp16" else None
     model.train()
 
     def step(update: bool = True):
         autocast = torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None)
         with record_function("ls::forward"), autocast:
-            loss = model(**batch).loss  # the outputs die here, as in Trainer.compute_loss
+            value = model(**batch).loss if loss is None else loss()  # the outputs die here (compute_loss)
         with record_function("ls::backward"):
-            (scaler.scale(loss) if scaler else loss).backward()
-        del loss
+            (scaler.scale(value) if scaler else value).backward()
+        del value
         if not update:  # an earlier micro-batch of gradient accumulation
             return
         with record_function("ls::optimizer_step"):
@@ -128,7 +132,7 @@ def measure_step(model, batch: dict, options: MemoryOptions = MemoryOptions(), *
             step()
             if options.gradient_accumulation_steps > 1:  # measure the cycle's last micro-batch: gradients exist
                 step(update=False)
-            live_before = live_bytes(torch, model)
+            live_before = live_bytes(torch, model, exclude=exclude)
             with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
                 step()
     finally:

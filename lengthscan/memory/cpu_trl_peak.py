@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 
 from lengthscan.memory.align import cuda_like, fused_head_like
-from lengthscan.memory.cpu_peak import foreign_tensors, live_bytes, profiled_peak
+from lengthscan.memory.cpu_peak import foreign_tensors, live_bytes, measure_step, profiled_peak
 
 
 @dataclass(frozen=True)
@@ -151,9 +151,11 @@ def _trainer(case: PairCase):
 
 
 def measure(case: PairCase):
-    """The measured peak of the case's steady-state step (a ``cpu_peak.Measurement``)."""
+    """The measured peak of the case's steady-state step (a ``cpu_peak.Measurement``): the Trainer's
+    step (``cpu_peak.measure_step``) with the trainer's own ``compute_loss``."""
     import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from lengthscan.memory.options import MemoryOptions
 
     foreign = foreign_tensors(torch, torch.nn.Module())  # an earlier case's tensors, alive in this process
     trainer, batch = _trainer(case)
@@ -161,32 +163,10 @@ def measure(case: PairCase):
     if case.gradient_checkpointing:  # as Trainer.train() enables it: non-reentrant
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     trainer.create_optimizer_and_scheduler(num_training_steps=10)
-    optimizer = trainer.optimizer
-
-    def step():
-        with record_function("ls::forward"), torch.autocast("cpu", dtype=torch.bfloat16,
-                                                            enabled=case.precision == "bf16"):
-            loss = trainer.compute_loss(model, batch)
-        with record_function("ls::backward"):
-            loss.backward()
-        del loss
-        with record_function("ls::optimizer_step"):
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        aligned = fused_head_like() if case.objective != "reward" else contextlib.nullcontext()
-        with cuda_like(), aligned:
-            step()
-            before = live_bytes(torch, model, exclude=foreign)
-            with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-                step()
-    finally:
-        torch.set_num_threads(threads)
-    return profiled_peak(prof, before)
+    options = MemoryOptions(precision=case.precision, optimizer="adamw_torch_fused")
+    with fused_head_like() if case.objective != "reward" else contextlib.nullcontext():
+        return measure_step(model, batch, options, loss=lambda: trainer.compute_loss(model, batch),
+                            optimizer=trainer.optimizer, exclude=foreign)
 
 
 @dataclass(frozen=True)

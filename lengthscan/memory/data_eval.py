@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lengthscan.memory.epoch import LayoutError, batch_shapes, layout_for
+from lengthscan.memory.epoch import LayoutError, batch_shapes, layout_for, shape_of
 from lengthscan.memory.evaluation import EvalOptions, report
 from lengthscan.memory.options import MemoryOptions, Shape
 from lengthscan.training.batches import Batches
@@ -77,7 +77,7 @@ def sequential_shapes(layout, batch_size: int) -> list[Shape]:
     """The evaluation batches of ``layout``'s rows in dataset order, padded as the collators pad."""
     order = np.arange(layout.rows, dtype=np.int64)
     table = batch_shapes(layout, Batches("sequential", batch_size, batch_size, order))
-    return [Shape(r, a if a >= 0 else None, b if b >= 0 else None, bool(p)) for r, a, b, p in table.tolist()]
+    return [shape_of(row) for row in table]
 
 
 def price_evaluation(config, evaluation: EvalData, at: tuple, audit_args: dict, *, options: MemoryOptions,

@@ -132,7 +132,7 @@ class Epoch:
     any_shuffle_estimate: MemoryEstimate
 
     def shape(self, i: int) -> Shape:
-        return _shape(self.shapes[i])
+        return shape_of(self.shapes[i])
 
     def percentiles(self) -> dict:
         """p50, p90, p99 and max of the per-batch peaks (nearest rank)."""
@@ -206,7 +206,7 @@ def price_epoch(config, layout: Layout, batch_size: int, *, options: MemoryOptio
     memo: dict[Shape, MemoryEstimate] = {}
 
     def price(row) -> MemoryEstimate:
-        s = _shape(row)
+        s = shape_of(row)
         if s not in memo:
             memo[s] = estimate(config, s, options)
         return memo[s]
@@ -242,7 +242,8 @@ def any_shuffle_shape(layout: Layout, batch_size: int) -> Shape:
     return Shape(min(batch_size, layout.rows), a, b, padding=bool(key.min() < top))
 
 
-def _shape(row) -> Shape:
+def shape_of(row) -> Shape:
+    """The ``Shape`` of a row of :func:`batch_shapes`' table (rows, a, b, padding; -1: no such side)."""
     rows, a, b, padding = (int(v) for v in row)
     return Shape(rows, a if a >= 0 else None, b if b >= 0 else None, bool(padding))
 

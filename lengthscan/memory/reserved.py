@@ -117,7 +117,7 @@ def epoch_report(config, epoch, options: MemoryOptions, alloc: AllocatorConfig, 
     ``expandable_segments`` and ``group_by_length`` change. Every figure is modelled."""
     from dataclasses import replace
 
-    from lengthscan.memory.epoch import batch_shapes, simulate_epoch
+    from lengthscan.memory.epoch import batch_shapes, shape_of, simulate_epoch
 
     conf = replace(alloc, total=budget, capacity=None if budget is None else budget - CUDA_CONTEXT)
     shapes = [epoch.shape(i) for i in range(len(epoch.shapes))]
@@ -137,8 +137,7 @@ def epoch_report(config, epoch, options: MemoryOptions, alloc: AllocatorConfig, 
         grouped = simulate_epoch(epoch.layout, epoch.batches.batch_size, sampler="group_by_length", seed=seed,
                                  grad_accum=options.gradient_accumulation_steps)
         table = batch_shapes(epoch.layout, grouped)
-        tries.append(("group_by_length", [Shape(int(r), int(x) if x >= 0 else None, int(y) if y >= 0 else None,
-                                                bool(p)) for r, x, y, p in table.tolist()], conf))
+        tries.append(("group_by_length", [shape_of(row) for row in table], conf))
     for name, order, c in tries:
         r = replay_steps(config, order, options, c, worst=worst, memo=memo)
         out["variants"][name] = {k: r[k] for k in ("reserved_peak_bytes", "allocated_peak_bytes", "overhead_bytes",
