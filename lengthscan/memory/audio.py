@@ -51,7 +51,7 @@ def _features(t: Tape, c, x, batch: int, lengths: list, prefix: str, frozen: boo
     channels = 1
     for i, (dim, k, n) in enumerate(zip(c.conv_dim, c.conv_kernel, lengths)):
         name = f"{prefix}.feature_extractor.conv_layers.{i}"
-        t.begin_layer(-1 - i, ckpt, [x])
+        x = t.begin_layer(-1 - i, ckpt, [x])[0]
         layer_norm = _layer_norm_convs(c)
         x = ops.conv1d(t, x, channels, dim, k, batch, n, f"{name}.conv", bias=c.conv_bias, trainable=not frozen,
                        strided_grad=layer_norm, strided_input=layer_norm and i > 0)
@@ -113,7 +113,7 @@ def _encoder(t: Tape, c, h, batch: int, frames: int, d: int, name: str, opts, m)
     wavlm, bias = c.model_type == "wavlm", None
     for i in range(c.num_hidden_layers):
         layer = f"{name}.layers.{i}"
-        t.begin_layer(i, opts.gradient_checkpointing, [h, m, bias])
+        h = t.begin_layer(i, opts.gradient_checkpointing, [h, m, bias])[0]
         x = ops.layer_norm(t, h, d, f"{layer}.layer_norm") if stable else h
         if wavlm:
             x, bias = _wavlm_attention(t, c, x, bias, batch, frames, d, f"{layer}.attention")
@@ -211,7 +211,7 @@ def trace_whisper(t: Tape, c, batch: int, frames: int, tgt: int, opts, padding: 
                         "model.encoder.embed_positions", trainable=False)
     h = ops.dropout(t, ops.binary(t, x, pos), c.dropout)
     for i in range(c.encoder_layers):
-        t.begin_layer(i, ckpt, [h])
+        h = t.begin_layer(i, ckpt, [h])[0]
         h = _whisper_layer(t, c, h, None, batch, src, src, f"model.encoder.layers.{i}", opts, c.encoder_attention_heads,
                            c.encoder_ffn_dim, None)
         t.end_layer(h)
@@ -224,8 +224,8 @@ def trace_whisper(t: Tape, c, batch: int, frames: int, tgt: int, opts, padding: 
     self_mask = mask(t, batch, tgt, tgt, opts.attention) if opts.attention == "eager" else None
     for i in range(c.decoder_layers):
         layer = c.encoder_layers + i
-        t.begin_layer(layer, ckpt, [h, enc, self_mask])
-        h = _whisper_layer(t, c, h, enc, batch, tgt, src, f"model.decoder.layers.{i}", opts,
+        h, enc_in = t.begin_layer(layer, ckpt, [h, enc, self_mask], cast=(0, 1))[:2]
+        h = _whisper_layer(t, c, h, enc_in, batch, tgt, src, f"model.decoder.layers.{i}", opts,
                            c.decoder_attention_heads, c.decoder_ffn_dim, self_mask)
         t.end_layer(h)
     h = ops.layer_norm(t, h, d, "model.decoder.layer_norm")

@@ -100,31 +100,9 @@ def measure_step(model, batch: dict, options: MemoryOptions = MemoryOptions(), *
     ``optimizer``: the trainer's own (default: the one ``options.optimizer`` names); ``exclude``:
     tensors not counted as live (:func:`foreign_tensors`)."""
     import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import ProfilerActivity, profile
 
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(options.precision)
-    optimizer = optimizer if optimizer is not None else _optimizer(model, options)
-    scaler = torch.amp.GradScaler("cpu") if options.precision == "fp16" else None
-    model.train()
-
-    def step(update: bool = True):
-        autocast = torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None)
-        with record_function("ls::forward"), autocast:
-            value = model(**batch).loss if loss is None else loss()  # the outputs die here (compute_loss)
-        with record_function("ls::backward"):
-            (scaler.scale(value) if scaler else value).backward()
-        del value
-        if not update:  # an earlier micro-batch of gradient accumulation
-            return
-        with record_function("ls::optimizer_step"):
-            if scaler:
-                scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            scaler.step(optimizer) if scaler else optimizer.step()
-            if scaler:
-                scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-
+    step = make_step(model, batch, options, loss=loss, optimizer=optimizer)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # oneDNN keeps scratch per thread: one thread makes the figure machine-independent
     try:
@@ -140,33 +118,126 @@ def measure_step(model, batch: dict, options: MemoryOptions = MemoryOptions(), *
     return profiled_peak(prof, live_before)
 
 
+def make_step(model, batch: dict, options: MemoryOptions = MemoryOptions(), *, loss=None, optimizer=None):
+    """The Trainer's training step as a callable ``step(update=True)``, its phases marked for
+    :func:`profiled_peak` (``update=False``: an earlier micro-batch of gradient accumulation)."""
+    import torch
+    from torch.profiler import record_function
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(options.precision)
+    optimizer = optimizer if optimizer is not None else _optimizer(model, options)
+    scaler = torch.amp.GradScaler("cpu") if options.precision == "fp16" else None
+    model.train()
+
+    def step(update: bool = True):
+        autocast = torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None)
+        with record_function("ls::forward"), autocast:
+            value = model(**batch).loss if loss is None else loss()  # the outputs die here (compute_loss)
+        with record_function("ls::backward"):
+            (scaler.scale(value) if scaler else value).backward()
+        del value
+        if not update:
+            return
+        with record_function("ls::optimizer_step"):
+            if scaler:
+                scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(optimizer) if scaler else optimizer.step()
+            if scaler:
+                scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
 def profiled_peak(prof, live_before: int) -> Measurement:
+    """The peak of the profiled allocations over ``live_before``.
+
+    When ranges ``ls::measured`` were recorded (a profile from the process's start:
+    :func:`measure_from_start`), the running sum counts every event and each range is a step: the
+    figure is the lowest of the steps' peaks (a block freed by a thread the profiler does not watch, a
+    collective's worker, can only add to a step's peak)."""
+    allocations, ranges = _profiled_events(prof)
+    windows = sorted((a, b) for name, a, b in ranges if name == "measured") or [(None, None)]
+    phases = [(name, a, b) for name, a, b in ranges if name != "measured"]
+    running, live, w = 0, {}, 0
+    steps = [{"best": -1, "phase": "forward", "peaks": {}} for _ in windows]
+    for t, size, ptr in allocations:
+        if size > 0 and ptr in live:  # its block was freed where the profiler does not look (a collective's
+            running -= live[ptr]  # worker thread dropping the last reference): freed by now
+        if size > 0:
+            live[ptr] = size
+        else:
+            live.pop(ptr, None)
+        running += size
+        while w < len(windows) and windows[w][1] is not None and t > windows[w][1]:
+            w += 1
+        if w == len(windows) or (windows[w][0] is not None and t < windows[w][0]):
+            continue
+        step = steps[w]
+        phase = next((name for name, a, b in phases if a <= t <= b), "other")
+        step["peaks"][phase] = max(step["peaks"].get(phase, 0), running)
+        if running > step["best"]:
+            step["best"], step["phase"] = running, phase
+    clean = min(steps, key=lambda step: step["best"] if step["best"] >= 0 else float("inf"))
+    names = {"forward": "forward_end", "backward": "backward", "optimizer_step": "optimizer_step"}
+    return Measurement(live_before + max(clean["best"], 0), live_before, names.get(clean["phase"], clean["phase"]),
+                       {names.get(k, k): live_before + v for k, v in clean["peaks"].items()})
+
+
+def _profiled_events(prof) -> tuple[list, list]:
+    """Allocations ``(time, bytes, address)`` in time order, and ranges ``(name, start, end)`` of the
+    ``ls::`` marks; the communication backend's own scratch is left out (gloo copies where NCCL
+    works in place), and so is its free, wherever it happens."""
     import torch
 
     kind = torch._C._profiler._EventType  # torch's own private: the profiler tree's event kinds
-    allocations, ranges = [], {}
+    allocations, ranges, backend = [], [], set()
 
-    def walk(nodes):
+    def walk(nodes, collective=False):
         for node in nodes:
             if node.tag == kind.Allocation:
-                allocations.append((node.start_time_ns, node.extra_fields.alloc_size))
+                size, ptr = node.extra_fields.alloc_size, node.extra_fields.ptr
+                if collective and size > 0:
+                    backend.add(ptr)
+                elif size < 0 and ptr in backend:
+                    backend.discard(ptr)
+                else:
+                    allocations.append((node.start_time_ns, size, ptr))
             elif node.name.startswith("ls::"):
-                ranges[node.name[4:]] = (node.start_time_ns, node.end_time_ns)
-            walk(node.children)
+                ranges.append((node.name[4:], node.start_time_ns, node.end_time_ns))
+            walk(node.children, collective or node.name.startswith(("c10d::", "gloo:")))
 
     walk(prof.profiler.kineto_results.experimental_event_tree())
     allocations.sort(key=lambda a: a[0])
-    running, peaks = 0, {}
-    best, best_phase = 0, "forward"
-    for t, size in allocations:
-        running += size
-        phase = next((name for name, (a, b) in ranges.items() if a <= t <= b), "other")
-        peaks[phase] = max(peaks.get(phase, 0), running)
-        if running > best:
-            best, best_phase = running, phase
-    names = {"forward": "forward_end", "backward": "backward", "optimizer_step": "optimizer_step"}
-    return Measurement(live_before + best, live_before, names.get(best_phase, best_phase),
-                       {names.get(k, k): live_before + v for k, v in peaks.items()})
+    return allocations, ranges
+
+
+def measure_from_start(build, options: MemoryOptions = MemoryOptions(), *, align: bool = True,
+                       steps: int = 3) -> Measurement:
+    """The CPU peak of a steady-state step of the model ``build()`` returns (``(model, batch)``), profiled
+    from before the model exists: every byte the step holds is an allocation the profiler saw, which is
+    how a rank's state is counted when its tensors are views, resized storages or C++ buffers that
+    :func:`live_bytes` cannot see (FSDP's shards, DDP's buckets)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with cuda_like() if align else contextlib.nullcontext():
+            with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+                model, batch = build()
+                step = make_step(model, batch, options)
+                step()
+                if options.gradient_accumulation_steps > 1:
+                    step(update=False)
+                for _ in range(steps):
+                    with record_function("ls::measured"):
+                        step()
+    finally:
+        torch.set_num_threads(threads)
+    return profiled_peak(prof, 0)
 
 
 def measure_step_cuda(model, batch: dict, options: MemoryOptions = MemoryOptions()) -> Measurement:

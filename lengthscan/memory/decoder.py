@@ -71,7 +71,7 @@ def _llama(t: Tape, c, batch: int, seq: int, opts, padding: bool) -> None:
     mlp_bias = getattr(c, "mlp_bias", False)
     for i in range(c.num_hidden_layers):
         name = f"model.layers.{i}"
-        t.begin_layer(i, opts.gradient_checkpointing, [h, m, cos, sin])
+        h = t.begin_layer(i, opts.gradient_checkpointing, [h, m, cos, sin])[0]
         x = ops.rms_norm(t, h, d, f"{name}.input_layernorm", plus_one=gemma)
         x = attention(t, x, None, a, f"{name}.self_attn", batch, seq, seq, attention=opts.attention, mask4d=m,
                       causal=True, rotary=(cos, sin), eager_softmax_fp32=True, fused_qkv=phi3,
@@ -107,7 +107,7 @@ def _gpt2(t: Tape, c, batch: int, seq: int, opts, padding: bool) -> None:
     a = Attn(d, c.n_head, d // c.n_head, dropout=c.attn_pdrop, names=("c_attn", "", "", "c_proj"))
     for i in range(c.n_layer):
         name = f"transformer.h.{i}"
-        t.begin_layer(i, opts.gradient_checkpointing, [h, m])
+        h = t.begin_layer(i, opts.gradient_checkpointing, [h, m])[0]
         x = ops.layer_norm(t, h, d, f"{name}.ln_1", trainable=True)
         x = attention(t, x, None, a, f"{name}.attn", batch, seq, seq, attention=opts.attention, mask4d=m,
                       causal=True, fused_qkv=True, eager_softmax_fp32=True)
@@ -146,7 +146,7 @@ def _opt(t: Tape, c, batch: int, seq: int, opts, padding: bool) -> None:
              q_scale=True)
     for i in range(c.num_hidden_layers):
         name = f"model.decoder.layers.{i}"
-        t.begin_layer(i, opts.gradient_checkpointing, [h, m])
+        h = t.begin_layer(i, opts.gradient_checkpointing, [h, m])[0]
         for part in ("self_attn", "final"):
             residual = h
             x = _opt_norm(t, h, d, f"{name}.{part}_layer_norm", affine) if pre else h
@@ -196,7 +196,7 @@ def _neox(t: Tape, c, batch: int, seq: int, opts, padding: bool) -> None:
     p = getattr(c, "hidden_dropout", 0.0)
     for i in range(c.num_hidden_layers):
         name = f"gpt_neox.layers.{i}"
-        t.begin_layer(i, opts.gradient_checkpointing, [h, m, cos, sin])
+        h = t.begin_layer(i, opts.gradient_checkpointing, [h, m, cos, sin])[0]
         x = ops.layer_norm(t, h, d, f"{name}.input_layernorm")
         x = attention(t, x, None, a, f"{name}.attention", batch, seq, seq, attention=opts.attention, mask4d=m,
                       causal=True, rotary=(cos, sin), eager_softmax_fp32=True, fused_qkv=True,

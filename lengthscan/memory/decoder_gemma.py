@@ -59,7 +59,7 @@ def trace(t: Tape, c, batch: int, seq: int, opts, padding: bool) -> None:
         name = f"model.layers.{i}"
         cos, sin = rotary[kind if g3 else "one"]
         m = masks[kind]
-        t.begin_layer(i, opts.gradient_checkpointing, [h, m, cos, sin])
+        h = t.begin_layer(i, opts.gradient_checkpointing, [h, m, cos, sin])[0]
         x = ops.rms_norm(t, h, d, f"{name}.input_layernorm", plus_one=True)
         x = attention(t, x, None, a, f"{name}.self_attn", batch, seq, seq, attention=attn_impl, mask4d=m,
                       causal=True, rotary=(cos, sin), eager_softmax_fp32=True, softcap=softcap,

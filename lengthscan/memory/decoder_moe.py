@@ -94,7 +94,7 @@ def trace(t: Tape, c, batch: int, seq: int, opts, padding: bool) -> None:
     for i in range(c.num_hidden_layers):
         name = f"model.layers.{i}"
         m = masks[i]
-        t.begin_layer(i, opts.gradient_checkpointing, [h, m, cos, sin])
+        h = t.begin_layer(i, opts.gradient_checkpointing, [h, m, cos, sin])[0]
         x = ops.rms_norm(t, h, d, f"{name}.input_layernorm")
         x = attention(t, x, None, a, f"{name}.self_attn", batch, seq, seq, attention=opts.attention, mask4d=m,
                       causal=True, rotary=(cos, sin), eager_softmax_fp32=True,

@@ -41,7 +41,7 @@ def trace(t: Tape, c, batch: int, seq: int, opts, padding: bool, head: str) -> N
              names=("self.query", "self.key", "self.value", "output.dense"))
     for i in range(c.num_hidden_layers):
         name = f"{prefix}.encoder.layer.{i}"
-        t.begin_layer(i, opts.gradient_checkpointing, [h, m])
+        h = t.begin_layer(i, opts.gradient_checkpointing, [h, m])[0]
         x = attention(t, h, None, a, f"{name}.attention", batch, seq, seq, attention=opts.attention, mask4d=m,
                       causal=False)
         h = _add_norm(t, x, h, d, c.hidden_dropout_prob, f"{name}.attention.output.LayerNorm")
@@ -122,7 +122,7 @@ def _distilbert(t: Tape, c, batch: int, seq: int, opts, padding: bool, head: str
     a = Attn(d, c.n_heads, d // c.n_heads, dropout=c.attention_dropout, names=("q_lin", "k_lin", "v_lin", "out_lin"))
     for i in range(c.n_layers):
         name = f"distilbert.transformer.layer.{i}"
-        t.begin_layer(i, opts.gradient_checkpointing, [h, m])
+        h = t.begin_layer(i, opts.gradient_checkpointing, [h, m])[0]
         x = attention(t, h, None, a, f"{name}.attention", batch, seq, seq, attention=opts.attention, mask4d=m,
                       causal=False)
         a_out = ops.layer_norm(t, ops.binary(t, x, h), d, f"{name}.sa_layer_norm")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lengthscan.memory import adapted, audio, decoder, encoder, optimizers, seq2seq
 from lengthscan.memory.adapters import AdapterError
 from lengthscan.memory.families import family_of, resolve_head
 from lengthscan.memory.options import MemoryOptions, Shape
 from lengthscan.memory.parallel import rank_terms
+from lengthscan.memory.sharded import UNWRAPPED, Sharding
 from lengthscan.memory.sizes import check_sizes
 from lengthscan.memory.tape import Tape
 from lengthscan.memory.timeline import Phase, replay
@@ -25,6 +26,7 @@ class Trace:
     trained: int  # trainable parameters the forward pass uses: only these get gradients and state
     tensors_trained: int
     adapted: tuple = ()  # the linear layers given an adapter
+    model_type: str = ""
 
     @property
     def trained_params(self) -> list:
@@ -45,15 +47,21 @@ def trace(config, shape: Shape, options: MemoryOptions = MemoryOptions(), *, gra
     check_sizes(config)
     head = resolve_head(config, options.head)
     family = family_of(config)
-    plan = WeightPlan(TORCH_DTYPES[options.torch_dtype], options.adapter, options.quantization, options.prepare_kbit)
+    mt = config.model_type
+    weights, adapter = options.torch_dtype, options.adapter
+    if options.parallel.fsdp and options.precision != "fp32":  # the mixed precision policy gathers every
+        weights = options.precision  # parameter in param_dtype, the adapters' too
+        adapter = adapter and replace(adapter, autocast_dtype=False)
+    plan = WeightPlan(TORCH_DTYPES[weights], adapter, options.quantization, options.prepare_kbit)
     t = Tape(options.precision, plan.torch_dtype, plan, grad=grad)
     if trl_head is not None:
         t.trl_head = (trl_head, shape.batch_size)
+    if options.parallel.fsdp and options.parallel.fsdp_version == 2 and t.low and mt not in UNWRAPPED:
+        t.cast_inputs = t.low  # the mixed precision policy's cast_forward_inputs
     if plan.active:
         t.linear_hook = adapted.linear
         t.input_grads = grad and options.gradient_checkpointing  # transformers' checkpointing enables input gradients
     b, s, tg = shape.batch_size, shape.input_len, shape.target_len
-    mt = config.model_type
     if family == "encoder-decoder":
         fn = seq2seq.trace_t5 if mt in seq2seq.T5_TYPES else seq2seq.trace_bart
         fn(t, config, b, _need(s, "input_len"), _need(tg, "target_len"), options, shape.padding)
@@ -74,7 +82,7 @@ def trace(config, shape: Shape, options: MemoryOptions = MemoryOptions(), *, gra
     params = _distinct(t)
     trained = [p for p in params if p.trainable and p.used]
     return Trace(t, sum(p.numel for p in params), sum(p.numel for p in params if p.trainable),
-                 sum(p.numel for p in trained), len(trained), tuple(t.adapted))
+                 sum(p.numel for p in trained), len(trained), tuple(t.adapted), mt)
 
 
 def _distinct(t: Tape) -> list:
@@ -107,11 +115,21 @@ def state_terms(tr: Trace, options: MemoryOptions) -> dict:
     if options.gradient_accumulation_steps > 1:
         terms["gradients"] = sum(p.nbytes for p in trained)
     terms.update(rank_terms(trained, options.parallel))
+    if options.parallel.fsdp:
+        del terms["weights"]
+        terms.update(sharding(tr, options).state(options.optimizer))
     return terms
+
+
+def sharding(tr: Trace, options: MemoryOptions) -> Sharding | None:
+    """FSDP's gathers and reduces for this step (None without FSDP)."""
+    return Sharding(tr, options.parallel, options) if options.parallel.fsdp else None
 
 
 def optimizer_temporaries(tr: Trace, options: MemoryOptions) -> int:
     """Bytes the optimizer step allocates beyond its state (see optimizers.py)."""
+    if options.parallel.fsdp:
+        return sharding(tr, options).optimizer_temporaries(options.optimizer)
     return optimizers.temporaries(options.optimizer, tr.trained_params)
 
 
@@ -120,4 +138,5 @@ def phases(config, shape: Shape, options: MemoryOptions = MemoryOptions(),
     """The traced step, its state terms and the peak of each phase (``log``: see ``timeline.replay``)."""
     tr = trace(config, shape, options)
     base = state_terms(tr, options)
-    return tr, base, replay(tr.tape, base, optimizer_temporaries(tr, options), log=log)
+    return tr, base, replay(tr.tape, base, optimizer_temporaries(tr, options), log=log,
+                            units=sharding(tr, options))

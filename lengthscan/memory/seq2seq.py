@@ -29,7 +29,7 @@ def trace_bart(t: Tape, c, batch: int, src: int, tgt: int, opts, padding: bool) 
     enc_mask = mask(t, batch, src, src, opts.attention) if padding else None
     h, embeds = _embed(t, c, ids, batch, src, "model.encoder")
     for i in range(c.encoder_layers):
-        t.begin_layer(i, ckpt, [h, enc_mask])
+        h = t.begin_layer(i, ckpt, [h, enc_mask])[0]
         h = _layer(t, c, h, None, batch, src, src, f"model.encoder.layers.{i}", opts, enc_mask, False)
         t.end_layer(h)
     for e in embeds:  # the stack's locals
@@ -42,8 +42,8 @@ def trace_bart(t: Tape, c, batch: int, src: int, tgt: int, opts, padding: bool) 
     h, embeds = _embed(t, c, dec_ids, batch, tgt, "model.decoder")
     for i in range(c.decoder_layers):
         layer = c.encoder_layers + i
-        t.begin_layer(layer, ckpt, [h, enc, self_mask, cross_mask])
-        h = _layer(t, c, h, enc, batch, tgt, src, f"model.decoder.layers.{i}", opts, self_mask, True, cross_mask)
+        h, enc_in = t.begin_layer(layer, ckpt, [h, enc, self_mask, cross_mask], cast=(0, 1))[:2]
+        h = _layer(t, c, h, enc_in, batch, tgt, src, f"model.decoder.layers.{i}", opts, self_mask, True, cross_mask)
         t.end_layer(h)
     for e in embeds:  # the stack's locals
         t.use(e)
@@ -130,7 +130,7 @@ def trace_t5(t: Tape, c, batch: int, src: int, tgt: int, opts, padding: bool) ->
     h = ops.dropout(t, embeds, c.dropout_rate)
     bias = _t5_bias(t, c, src, src, "encoder.block.0.layer.0.SelfAttention")
     for i in range(c.num_layers):
-        t.begin_layer(i, ckpt, [h, enc_mask, bias])
+        h = t.begin_layer(i, ckpt, [h, enc_mask, bias])[0]
         h = _t5_block(t, c, h, None, batch, src, src, f"encoder.block.{i}", opts, enc_mask, bias, None, None)
         t.end_layer(h)
     t.use(embeds)  # T5Stack's inputs_embeds lives until the stack returns
@@ -157,8 +157,8 @@ def trace_t5(t: Tape, c, batch: int, src: int, tgt: int, opts, padding: bool) ->
         cross_bias = ops.copy(t, summed)
     for i in range(n_dec):
         layer = c.num_layers + i
-        t.begin_layer(layer, ckpt, [h, enc, self_mask, cross_mask, bias, cross_bias])
-        h = _t5_block(t, c, h, enc, batch, tgt, src, f"decoder.block.{i}", opts, self_mask, bias, cross_mask,
+        h, enc_in = t.begin_layer(layer, ckpt, [h, enc, self_mask, cross_mask, bias, cross_bias], cast=(0, 1))[:2]
+        h = _t5_block(t, c, h, enc_in, batch, tgt, src, f"decoder.block.{i}", opts, self_mask, bias, cross_mask,
                       cross_bias, cache)
         t.end_layer(h)
     t.use(embeds)

@@ -55,6 +55,7 @@ class Param:
     nbytes: int = 0  # bytes stored (a quantized weight: its packed data and quantization state)
     quantized: bool = False
     shape: tuple | None = None  # (rows, columns) of a matrix; None for a vector (Adafactor factors matrices)
+    layer: int | None = None  # the layer whose forward first used it (None: outside the layers)
 
 
 @dataclass
@@ -97,6 +98,7 @@ class Tape:
         self.kind = "activations_other"
         self.loss: Tensor | None = None
         self.trl_head: tuple | None = None  # (kind, rows): a TRL trainer's head instead of the logits (fused_head.py)
+        self.cast_inputs: str | None = None  # FSDP2's mixed precision: a layer's inputs cast to this dtype
 
     # -- tensors -------------------------------------------------------------------------------
 
@@ -129,7 +131,7 @@ class Tape:
                     dtype, trainable = self.plan.dtype(key), self.plan.trainable(key, trainable)
                 nbytes = int(numel) * BYTES[dtype]
             p = self.params[key] = Param(int(numel), trainable, dtype=dtype, nbytes=nbytes,
-                                         quantized=stored is not None, shape=shape)
+                                         quantized=stored is not None, shape=shape, layer=self.layer)
             storage = Storage(nbytes, "weights", True, None, -1)
             p.tensor = Tensor(int(numel), dtype, trainable and self.grad, storage, p)
             if self.plan is not None and self.plan.duplicated(key):  # peft's frozen original_module
@@ -220,8 +222,11 @@ class Tape:
         finally:
             self.kind = outer
 
-    def begin_layer(self, index: int, checkpoint: bool, inputs: list[Tensor]) -> None:
-        """Ops from here belong to layer ``index``; with ``checkpoint`` only ``inputs`` are kept."""
+    def begin_layer(self, index: int, checkpoint: bool, inputs: list[Tensor], cast: tuple = (0,)) -> list:
+        """Ops from here belong to layer ``index``; with ``checkpoint`` only ``inputs`` are kept. Returns the
+        inputs the layer computes with: under FSDP2's mixed precision (``cast_inputs``) the floating ones at
+        positions ``cast`` are cast to the compute dtype as the unit's forward begins (``cast_forward_inputs``;
+        the caller keeps the originals until the layer returns)."""
         self.layer = index
         self._inputs = [x for x in inputs if x is not None]
         if checkpoint:
@@ -229,6 +234,10 @@ class Tape:
             self.layer_inputs[index] = self._inputs
             for x in self._inputs:
                 self.use(x)
+        if self.cast_inputs is None:
+            return list(inputs)
+        return [self.cast(x, self.cast_inputs) if i in cast and x is not None and x.dtype in ("f32", "bf16", "f16")
+                else x for i, x in enumerate(inputs)]
 
     def end_layer(self, output: Tensor) -> None:
         """The layer returns: its inputs, held by the caller's loop variable, may die from here."""

@@ -55,12 +55,13 @@ class _Live:
 
 
 def replay(tape: Tape, base: dict, optimizer_temp: int, interlude: tuple | None = None,
-           log: list | None = None) -> list[Phase]:
+           log: list | None = None, units=None) -> list[Phase]:
     """The peak of each phase (forward_end, backward, optimizer_step) of the traced step.
 
     ``interlude``: ``(phase, terms)``, bytes allocated and freed after the forward pass while its
     outputs and saved tensors are alive (DPO's reference forward): a phase of its own. ``log``: gets
-    every allocation and free in order, ``(term, +bytes | -bytes)``, and ``(phase, 0)`` as each begins."""
+    every allocation and free in order, ``(term, +bytes | -bytes)``, and ``(phase, 0)`` as each begins.
+    ``units``: FSDP's per-layer gathers and reduces (``sharded.Sharding``), told as layers begin and end."""
     nodes, ckpt = tape.nodes, tape.checkpointed
     fwd_saved = {id(s) for s in tape.storages
                  if any(nodes[i].layer not in ckpt or nodes[i].outside for i in s.saved_by)}
@@ -76,7 +77,17 @@ def replay(tape: Tape, base: dict, optimizer_temp: int, interlude: tuple | None 
 
     # forward
     live.start("forward_end")
+    units = units or _NoUnits()
+    units.begin(live)
+    layer = None
     for index, (what, item) in enumerate(tape.events):
+        here = item.layer if what == "alloc" else nodes[item].layer if what == "node" else layer
+        if here != layer:
+            if layer is not None:
+                units.forward_leave(live, layer)
+            if here is not None:
+                units.forward_enter(live, here)
+            layer = here
         if what == "alloc":
             if not item.held:
                 alive.add(id(item))
@@ -87,6 +98,9 @@ def replay(tape: Tape, base: dict, optimizer_temp: int, interlude: tuple | None 
             if id(s) in alive and id(s) not in fwd_saved:
                 alive.discard(id(s))
                 live.add(s.kind, -s.nbytes)
+    if layer is not None:
+        units.forward_leave(live, layer)
+    units.forward_end(live)
     phases = [live.best]
     if interlude is not None:
         name, terms = interlude
@@ -117,12 +131,19 @@ def replay(tape: Tape, base: dict, optimizer_temp: int, interlude: tuple | None 
     param_grads: set[int] = set()
     viewed: set[int] = set()
     recomputed: set[int] = set()
+    units.backward_begin(live)
     for index in range(len(nodes) - 1, -1, -1):
         node = nodes[index]
         if node.layer != current:
             if current in ckpt:
                 _release(tape.layer_inputs[current], live, alive, refs)
+            if current is not None:
+                units.backward_leave(live, current)
+            if node.layer is not None:
+                units.backward_enter(live, node.layer)
             current = node.layer
+        if node.layer is None:
+            units.backward_node(live, node)
         if node.layer in ckpt and node.layer not in recomputed and node.saved:  # the first unpack recomputes
             recomputed.add(node.layer)
             _recompute(tape, node.layer, live, alive, refs, held)
@@ -161,6 +182,9 @@ def replay(tape: Tape, base: dict, optimizer_temp: int, interlude: tuple | None 
             if not transferred:
                 live.add("activation_gradients", -size)
         _release(node.saved, live, alive, refs)
+    if current is not None:
+        units.backward_leave(live, current)
+    units.end(live)
     phases.append(live.best)
 
     # optimizer step: weights, gradients, state, and the implementation's temporaries
@@ -171,6 +195,22 @@ def replay(tape: Tape, base: dict, optimizer_temp: int, interlude: tuple | None 
     live.spike("optimizer_temporaries", optimizer_temp)
     phases.append(live.best)
     return phases
+
+
+class _NoUnits:
+    """One device: nothing gathered or reduced."""
+
+    def begin(self, live):
+        pass
+
+    def forward_enter(self, live, layer):
+        pass
+
+    forward_leave = backward_leave = forward_enter
+
+    backward_enter = backward_node = forward_enter
+
+    end = forward_end = backward_begin = begin
 
 
 def _release(tensors, live: _Live, alive: set, refs: dict) -> None:

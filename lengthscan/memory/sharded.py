@@ -1,0 +1,294 @@
+"""FSDP on N ranks: the shards each rank keeps, and the units it gathers and scatters during the step.
+
+Units, as the Trainer (accelerate 1.16) wraps the model:
+
+- **FSDP2** (``fully_shard``, ``fsdp2_prepare_model`` in ``accelerate/utils/fsdp_utils.py``): one unit per
+  layer of ``_no_split_modules``; the input embedding in a unit of its own; the final norm and the output
+  embedding together in a *tail* unit that is never resharded after forward (with tied embeddings the
+  embedding joins the tail); the root unit keeps what is left (position embeddings, a classifier) and,
+  as the root, is not resharded after forward. Trainable parameters are upcast to fp32 under mixed
+  precision (the master copy); frozen ones keep the dtype they were loaded in.
+- **FSDP1** (``FullyShardedDataParallel`` with ``transformer_auto_wrap_policy``): one flat parameter per
+  layer, and the root's flat parameter for everything else, never resharded after forward.
+
+A rank keeps ``1/N`` of every unit (padded to a multiple of ``N``), of its optimizer state and, after
+backward, of its gradients. During the step (torch 2.13: ``_fully_shard/_fsdp_param_group.py``,
+``_fsdp_collectives.py``; ``fsdp/_runtime_utils.py`` for FSDP1):
+
+- **gather**: before a unit's forward its parameters are all-gathered in the compute dtype (the mixed
+  precision policy's ``param_dtype``). FSDP2 gathers into a flat buffer and copies out into the
+  parameters; in forward it keeps that buffer until the next unit's copy-out, in backward it frees it at
+  once. FSDP1 gathers into the flat parameter, from a low-precision copy of its shard when it casts.
+- **reshard after forward** (``fsdp``: FULL_SHARD / ``reshard_after_forward=True``): a layer frees its
+  gathered parameters after its forward and gathers them again in backward; ``fsdp_shard_grad_op`` keeps
+  every unit gathered until its backward.
+- **backward**: FSDP2 prefetches the next unit's gather in each pre-backward (its buffer lives until that
+  unit's copy-out); FSDP1 under the Trainer's ``backward_prefetch=NO_PREFETCH`` does not prefetch.
+- **post-backward**: a unit's full gradients are reduce-scattered into a shard. FSDP2 copies them into a
+  flat reduce-scatter input, kept until the next unit's reduce (one buffer in flight), and frees them;
+  FSDP1 concatenates its views' gradients into one flat gradient, which it reduces and frees. The unit is
+  resharded.
+
+Quantized (bitsandbytes) weights and gradient accumulation under FSDP are refused (``options.py``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+from lengthscan.memory import optimizers
+from lengthscan.memory.tape import BYTES
+
+ROOT, EMBED, TAIL = "root", "embed", "tail"
+INPUT_EMBEDDINGS = ("embed_tokens.weight", "wte.weight", "embed_in.weight", "word_embeddings.weight", "shared.weight")
+OUTPUT_EMBEDDINGS = ("lm_head.weight", "lm_head.bias", "embed_out.weight", "predictions.decoder.weight",
+                     "predictions.decoder.bias", "generator_lm_head.weight", "vocab_projector.weight")
+
+
+def _padded(numel: int, world: int) -> int:
+    return -(-numel // world) * world
+
+
+@dataclass
+class Unit:
+    """One FSDP unit: its parameters' elements, the bytes its shards keep, and the trained elements."""
+
+    numel: int = 0
+    stored: int = 0  # bytes of the whole unit in the dtypes its shards keep (padding aside)
+    trained: int = 0
+    any_trained: bool = False
+    reshard: bool = False  # freed after its forward
+
+
+#: families whose ``_no_split_modules`` (transformers 5.25) name their embeddings: a unit of their own
+EMBEDDING_UNITS = ("bert", "camembert", "roberta", "xlm-roberta")
+#: families with no ``_no_split_modules``: no layer is wrapped, the layers stay in the root
+UNWRAPPED = ("blenderbot", "blenderbot-small", "data2vec-audio", "distilbert", "electra", "marian", "pegasus",
+             "wav2vec2", "wavlm")
+
+
+def _unit_of(name: str, p, tied: bool, version: int, model_type: str):
+    """Which unit a parameter belongs to (``name``: the first name the trace gave it)."""
+    if p.layer is not None:
+        return ROOT if model_type in UNWRAPPED else p.layer
+    if model_type in EMBEDDING_UNITS and ".embeddings." in name:
+        return EMBED
+    if version == 1:
+        return ROOT
+    if name.endswith(INPUT_EMBEDDINGS):
+        return TAIL if tied else EMBED
+    parts = name.split(".")
+    final_norm = len(parts) == 3 and ("norm" in parts[1].lower() or parts[1].startswith("ln_"))
+    return TAIL if name.endswith(OUTPUT_EMBEDDINGS) or final_norm else ROOT
+
+
+class Sharding:
+    """What FSDP adds and takes away on one rank, for a traced step (see the module's docstring)."""
+
+    def __init__(self, tr, parallel, options):
+        self.world = parallel.devices
+        self.version = parallel.fsdp_version
+        reshard = parallel.strategy != "fsdp_shard_grad_op"
+        loaded = BYTES[{"fp32": "f32", "bf16": "bf16", "fp16": "f16"}[options.torch_dtype]]
+        low = {"bf16": 2, "fp16": 2}.get(options.precision)
+        self.master = 4 if low and self.version == 2 else loaded  # accelerate upcasts what trains to fp32
+        self.compute = low or loaded  # the mixed precision policy's param_dtype and reduce_dtype
+        names: dict = {}
+        for name, p in tr.tape.params.items():
+            names.setdefault(id(p), (name, p, []))[2].append(name)
+        units: dict = {}
+        self.owner: dict = {}  # id(param) -> its unit
+        self.tied = False
+        for name, p, aliases in names.values():
+            if p.quantized:
+                raise ValueError("FSDP over bitsandbytes-quantized weights is not priced yet")
+            tied = any(a.endswith(OUTPUT_EMBEDDINGS) for a in aliases[1:])
+            key = _unit_of(name, p, tied, self.version, tr.model_type)
+            self.tied = self.tied or (tied and key == TAIL)
+            self.owner[id(p)] = key
+            u = units.setdefault(key, Unit(reshard=reshard and key not in (ROOT, TAIL)))
+            u.numel += p.numel
+            trains = p.trainable and p.used
+            u.stored += p.numel * (self.master if trains else loaded)
+            if trains:
+                u.trained += p.numel
+                u.any_trained = True
+        self.units = units
+        self.layers = sorted(k for k in units if isinstance(k, int))
+        self.gathered: set = set()
+        self.prefetched: set = set()
+        self.done: set = set()
+        self.prebackward: set = set()
+        self.kept_ag = 0  # FSDP2: the last forward gather's output, kept until the next gather is copied out
+        self.pending_rs = 0  # FSDP2: the last reduce-scatter input, kept until the next unit's reduce
+
+    # -- sizes ---------------------------------------------------------------------------------
+
+    def full(self, unit) -> int:
+        """Bytes of the unit's gathered parameters."""
+        return _padded(self.units[unit].numel, self.world) * self.compute
+
+    def _reduced(self, unit) -> int:
+        """Elements reduce-scattered: FSDP1's whole flat parameter once any of it trains, FSDP2's trained ones."""
+        u = self.units[unit]
+        return (u.numel if u.any_trained else 0) if self.version == 1 else u.trained
+
+    def shard_grads(self, unit) -> int:
+        return _padded(self._reduced(unit), self.world) // self.world * self.master
+
+    def state(self, optimizer: str) -> dict:
+        """The per-rank state terms: sharded weights and the optimizer state of the shards."""
+        shards = sum(-(-u.stored // self.world) for u in self.units.values())
+        return {"sharded_weights": shards, "optimizer_state": optimizers.state_bytes(optimizer, self._trained_shards())}
+
+    def optimizer_temporaries(self, optimizer: str) -> int:
+        return optimizers.temporaries(optimizer, self._trained_shards())
+
+    def _trained_shards(self) -> list:
+        """The optimizer's parameters: each unit's trained elements, a shard of them (FSDP1's
+        ``use_orig_params=True`` hands the optimizer the original parameters' sharded views)."""
+        dtype = {4: "f32", 2: "bf16"}[self.master]
+        out = []
+        for unit in self.units.values():
+            n = unit.trained
+            if n:
+                out.append(SimpleNamespace(numel=_padded(n, self.world) // self.world, dtype=dtype, shape=None))
+        return out
+
+    # -- the replay's hooks (``timeline.replay(units=...)``) -------------------------------------
+
+    def _gather(self, live, unit, keep_output: bool = False) -> None:
+        """All-gather ``unit``; FSDP2 keeps its gather output when ``keep_output`` (until the next gather's
+        copy-out in forward), else frees it once copied out."""
+        if unit in self.gathered or unit not in self.units:
+            return
+        self.gathered.add(unit)
+        full = self.full(unit)
+        if self.version == 2:
+            if unit in self.prefetched:  # gathered by the prefetch: only the copy-out is left
+                self.prefetched.discard(unit)
+                live.add("fsdp_gathered", full)
+                live.add("fsdp_gather_buffer", -full)
+                return
+            self._all_gather(live, full)
+            live.add("fsdp_gathered", full)
+            if keep_output:
+                live.add("fsdp_gather_buffer", -self.kept_ag)
+                self.kept_ag = full
+            else:
+                live.add("fsdp_gather_buffer", -full)
+        else:
+            cast = full // self.world if self.compute != self.master else 0  # the low-precision shard it reads
+            live.add("fsdp_gather_buffer", cast)
+            live.add("fsdp_gathered", full)
+            live.add("fsdp_gather_buffer", -cast)
+
+    def _prefetch(self, live, unit) -> None:
+        """FSDP2's backward prefetch: the next unit's gather output, copied out at its pre-backward."""
+        if self.version != 2 or unit not in self.units or unit in self.gathered or unit in self.prefetched:
+            return
+        self.prefetched.add(unit)
+        self._all_gather(live, self.full(unit))
+
+    def _all_gather(self, live, full: int) -> None:
+        """FSDP2's gather output; under mixed precision the shard is first cast to the compute dtype (freed
+        once copied in)."""
+        cast = full // self.world if self.compute != self.master else 0
+        live.add("fsdp_gather_buffer", cast)
+        live.add("fsdp_gather_buffer", full)
+        live.add("fsdp_gather_buffer", -cast)
+
+    def _free(self, live, unit) -> None:
+        if unit in self.gathered:
+            self.gathered.discard(unit)
+            live.add("fsdp_gathered", -self.full(unit))
+
+    def begin(self, live) -> None:
+        """The root's pre-forward (it gathers itself), then the embedding's (or the tail's, holding it)."""
+        self.gathered, self.prefetched, self.done, self.prebackward = set(), set(), set(), set()
+        self.kept_ag = self.pending_rs = 0
+        self._gather(live, ROOT, keep_output=True)
+        self._gather(live, EMBED, keep_output=True)
+        if self.tied:  # the tail holds the input embedding: gathered as the forward starts
+            self._gather(live, TAIL, keep_output=True)
+
+    def forward_enter(self, live, layer) -> None:
+        if self.layers and layer == self.layers[0] and self.units.get(EMBED, Unit()).reshard:
+            self._free(live, EMBED)  # the embedding's post-forward
+        self._gather(live, layer, keep_output=True)
+
+    def forward_leave(self, live, layer) -> None:
+        if layer in self.units and self.units[layer].reshard:
+            self._free(live, layer)
+        if self.layers and layer == self.layers[-1]:
+            self._gather(live, TAIL, keep_output=True)  # the final norm's pre-forward
+
+    def forward_end(self, live) -> None:
+        """The root's post-forward: the last gather output dropped (nothing resharded: the root and the
+        tail are not, the layers already were)."""
+        for unit in (ROOT, TAIL, EMBED):
+            if unit in self.units and self.units[unit].reshard:
+                self._free(live, unit)
+        live.add("fsdp_gather_buffer", -self.kept_ag)
+        self.kept_ag = 0
+
+    def backward_begin(self, live) -> None:
+        """The root's pre-backward, as backward starts: without a tail, FSDP2 prefetches the last layer."""
+        self._gather(live, ROOT)
+        if TAIL not in self.units and self.layers:
+            self._prefetch(live, self.layers[-1])
+
+    def backward_node(self, live, node) -> None:
+        """A node outside the layers: the first that uses a tail parameter (the head's matmul) runs the
+        tail's pre-backward, which prefetches the last layer."""
+        if TAIL in self.prebackward or TAIL not in self.units:
+            return
+        if any(self.owner.get(id(x.param)) == TAIL for x in node.inputs if x.param is not None):
+            self.prebackward.add(TAIL)
+            self._gather(live, TAIL)
+            if self.layers:
+                self._prefetch(live, self.layers[-1])
+
+    def backward_enter(self, live, layer) -> None:
+        """``layer``'s pre-backward (after the tail's post-backward, for the last layer); FSDP2 prefetches
+        the unit whose backward comes next."""
+        if self.layers and layer == self.layers[-1] and not self.tied:
+            self.backward_leave(live, TAIL)
+        self._gather(live, layer)
+        if layer in self.layers:
+            i = self.layers.index(layer)
+            self._prefetch(live, self.layers[i - 1] if i else EMBED)
+
+    def backward_leave(self, live, layer) -> None:
+        """A unit's post-backward: reduce-scatter its gradients into a shard, reshard it."""
+        if layer in self.done or layer not in self.units:
+            return
+        self.done.add(layer)
+        computed = self.units[layer].trained * self.compute  # the gradients autograd made, in the replay
+        reduced, shard = _padded(self._reduced(layer), self.world) * self.compute, self.shard_grads(layer)
+        if self.version == 2:
+            self._free(live, layer)  # resharded before the reduce
+            live.add("fsdp_reduce_buffer", -self.pending_rs)
+            self.pending_rs = reduced
+            live.add("fsdp_reduce_buffer", reduced)
+            live.add("gradients", shard)
+            if self.compute != self.master and shard:  # the reduced shard, cast to the parameter's dtype
+                live.spike("fsdp_reduce_buffer", shard // self.master * self.compute)
+            live.add("gradients", -computed)
+        else:
+            if reduced:
+                live.add("fsdp_reduce_buffer", reduced)  # the flat gradient: the views' gradients concatenated
+                live.add("gradients", -computed)
+                live.add("gradients", shard)
+                live.add("fsdp_reduce_buffer", -reduced)
+            self._free(live, layer)
+
+    def end(self, live) -> None:
+        """The final callback: the tail (if no layer ran), the embedding and the root reduce; the last
+        reduce buffer is freed."""
+        for unit in (TAIL, EMBED, ROOT):
+            self.backward_leave(live, unit)
+        live.add("fsdp_reduce_buffer", -self.pending_rs)
+        self.pending_rs = 0
