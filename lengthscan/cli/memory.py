@@ -101,7 +101,8 @@ def _options(args):
     quantization = read_quantization_config(args.quantization_config) if args.quantization_config else None
     from lengthscan.memory.parallel import Parallel
 
-    return MemoryOptions(objective=objective_of(args), parallel=Parallel(args.devices, args.strategy),
+    parallel = Parallel(args.devices, args.strategy, args.fsdp_version, args.offload)
+    return MemoryOptions(objective=objective_of(args), parallel=parallel,
                          precision=args.precision, optimizer=args.optimizer,
                          attention=args.attention,
                          gradient_checkpointing=args.gradient_checkpointing,
@@ -212,13 +213,13 @@ def _memory(args) -> int:
         elif objective.name == "grpo" and args.input_len is not None:
             inputs = f" x (prompt {args.input_len:,} + completion {objective.completion_len:,})"
         if options.parallel.active:
-            rows += f" per rank ({options.parallel.strategy} on {options.parallel.devices} devices)"
+            rows += f" per rank ({options.parallel.label} on {options.parallel.devices} devices)"
         print(f"{est.model_type} ({est.family}): predicted peak {size(est.peak_bytes)} at {est.phase} "
               f"for {rows}{inputs}{target}")
         if objective.name != "trainer":
             print("  phases: " + " · ".join(f"{k} {size(v)}" for k, v in est.phase_peaks.items()))
         for name, value in sorted(est.terms.items(), key=lambda kv: -kv[1]):
-            if value:
+            if value > 0:
                 print(f"  {name:26} {value / gib:10,.3f} GiB")
         for note in est.notes:
             print(f"  note: {note}")

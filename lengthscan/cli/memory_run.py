@@ -30,9 +30,17 @@ def add_run_shape_flags(m: argparse.ArgumentParser) -> None:
     d = m.add_argument_group("several devices (per-rank peaks)")
     d.add_argument("--devices", type=int, default=1, metavar="N", help="GPUs trained on (default 1): the peak is "
                                                                          "each rank's, on its per-device batch")
-    d.add_argument("--strategy", metavar="NAME", help="ddp (DistributedDataParallel: each rank holds the model "
-                                                      "and the reducer's gradient buckets); fsdp and zero are not "
-                                                      "priced yet")
+    d.add_argument("--strategy", metavar="NAME",
+                   help="ddp (each rank holds the model and the reducer's gradient buckets); fsdp (FULL_SHARD) or "
+                        "fsdp_shard_grad_op (each rank keeps a shard of the weights, gradients and optimizer state and "
+                        "gathers one layer at a time; FSDP2 as the Trainer wraps it, FSDP1 with --fsdp-version 1); "
+                        "zero1, zero2, zero3 (DeepSpeed ZeRO stages: optimizer state, + gradients, + weights "
+                        "partitioned)")
+    d.add_argument("--fsdp-version", type=int, choices=(1, 2), default=2,
+                   help="fsdp_config['version'] (default 2, the Trainer's since transformers 5)")
+    d.add_argument("--offload", choices=("optimizer", "params"),
+                   help="ZeRO: offload_optimizer to the CPU (master copy, Adam's moments, fp32 gradients), or "
+                        "offload_param too (zero3)")
     a = m.add_argument_group("the caching allocator (modelled: reserved memory, fragmentation)")
     a.add_argument("--alloc-conf", metavar="CONF",
                    help="PYTORCH_CUDA_ALLOC_CONF as the run sets it (expandable_segments:True, max_split_size_mb:N, "

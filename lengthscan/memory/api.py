@@ -167,9 +167,7 @@ def run_notes(trace, options: MemoryOptions) -> list[str]:
     if options.objective.name != "trainer":
         out.append(objective_note(options))
     if options.parallel.active:
-        out.append(f"{options.parallel.strategy} on {options.parallel.devices} devices: the peak is each rank's, on "
-                   "its per-device batch; every rank holds the model, its optimizer state and the reducer's "
-                   "gradient buckets (ddp_buckets: a second copy of the gradients)")
+        out.append(options.parallel.note())
     if optimizers.paged(options.optimizer):
         out.append(f"{options.optimizer}: its state is counted on the device; CUDA may page it out to host "
                    "memory under pressure (optimizer_state is the evictable part)")

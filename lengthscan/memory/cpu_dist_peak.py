@@ -115,7 +115,9 @@ def wrap(model, options: MemoryOptions):
     if parallel.strategy == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
-        return DistributedDataParallel(model, gradient_as_bucket_view=False)
+        wrapped = DistributedDataParallel(model, gradient_as_bucket_view=False)
+        wrapped.register_comm_hook(None, _settled_allreduce)  # the C++ default's all-reduce, from Python: settled
+        return wrapped
     low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(options.precision)
     layers = _layer_classes(model)
     if parallel.fsdp_version == 1:
@@ -152,6 +154,20 @@ def wrap(model, options: MemoryOptions):
     if tail:
         fully_shard(tail, **{**kwargs, "reshard_after_forward": False})
     return fully_shard(model, mp_policy=kwargs["mp_policy"])
+
+
+def _settled_allreduce(state, bucket):
+    """DDP's default communication hook (``allreduce_hook``: divide, all-reduce in place) run from Python, so
+    that :func:`_settled_collectives` lets gloo's worker let go of the bucket before DDP goes on."""
+    import torch
+    import torch.distributed as dist
+
+    buffer = bucket.buffer()
+    buffer.div_(dist.get_world_size())
+    dist.all_reduce(buffer)
+    future = torch.futures.Future()
+    future.set_result(buffer)
+    return future
 
 
 def _layer_classes(model) -> set:

@@ -11,6 +11,7 @@ from lengthscan.memory.options import MemoryOptions, Shape
 from lengthscan.memory.parallel import rank_terms
 from lengthscan.memory.sharded import UNWRAPPED, Sharding
 from lengthscan.memory.sizes import check_sizes
+from lengthscan.memory.zero import Zero
 from lengthscan.memory.tape import Tape
 from lengthscan.memory.timeline import Phase, replay
 from lengthscan.memory.weights import TORCH_DTYPES, WeightPlan
@@ -27,6 +28,7 @@ class Trace:
     tensors_trained: int
     adapted: tuple = ()  # the linear layers given an adapter
     model_type: str = ""
+    hidden: int | None = None  # the text model's hidden size (ZeRO's "auto" bucket)
 
     @property
     def trained_params(self) -> list:
@@ -48,12 +50,13 @@ def trace(config, shape: Shape, options: MemoryOptions = MemoryOptions(), *, gra
     head = resolve_head(config, options.head)
     family = family_of(config)
     mt = config.model_type
-    weights, adapter = options.torch_dtype, options.adapter
-    if options.parallel.fsdp and options.precision != "fp32":  # the mixed precision policy gathers every
-        weights = options.precision  # parameter in param_dtype, the adapters' too
-        adapter = adapter and replace(adapter, autocast_dtype=False)
+    weights, adapter, precision = options.torch_dtype, options.adapter, options.precision
+    if options.parallel.sharded and options.precision != "fp32":  # FSDP's mixed precision policy gathers every
+        weights = options.precision  # parameter in param_dtype, the adapters' too; DeepSpeed holds the model
+        adapter = adapter and replace(adapter, autocast_dtype=False)  # in it and runs without autocast
+        precision = "fp32" if options.parallel.zero else precision
     plan = WeightPlan(TORCH_DTYPES[weights], adapter, options.quantization, options.prepare_kbit)
-    t = Tape(options.precision, plan.torch_dtype, plan, grad=grad)
+    t = Tape(precision, plan.torch_dtype, plan, grad=grad)
     if trl_head is not None:
         t.trl_head = (trl_head, shape.batch_size)
     if options.parallel.fsdp and options.parallel.fsdp_version == 2 and t.low and mt not in UNWRAPPED:
@@ -82,7 +85,12 @@ def trace(config, shape: Shape, options: MemoryOptions = MemoryOptions(), *, gra
     params = _distinct(t)
     trained = [p for p in params if p.trainable and p.used]
     return Trace(t, sum(p.numel for p in params), sum(p.numel for p in params if p.trainable),
-                 sum(p.numel for p in trained), len(trained), tuple(t.adapted), mt)
+                 sum(p.numel for p in trained), len(trained), tuple(t.adapted), mt, _hidden(config))
+
+
+def _hidden(config) -> int | None:
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return getattr(text, "hidden_size", None) or getattr(text, "d_model", None)
 
 
 def _distinct(t: Tape) -> list:
@@ -115,20 +123,22 @@ def state_terms(tr: Trace, options: MemoryOptions) -> dict:
     if options.gradient_accumulation_steps > 1:
         terms["gradients"] = sum(p.nbytes for p in trained)
     terms.update(rank_terms(trained, options.parallel))
-    if options.parallel.fsdp:
-        del terms["weights"]
+    if options.parallel.sharded:
+        del terms["weights"], terms["optimizer_state"]
         terms.update(sharding(tr, options).state(options.optimizer))
     return terms
 
 
 def sharding(tr: Trace, options: MemoryOptions) -> Sharding | None:
-    """FSDP's gathers and reduces for this step (None without FSDP)."""
+    """FSDP's or ZeRO's gathers and reduces for this step (None for one device or DDP)."""
+    if options.parallel.zero:
+        return Zero(tr, options.parallel, options, tr.hidden)
     return Sharding(tr, options.parallel, options) if options.parallel.fsdp else None
 
 
 def optimizer_temporaries(tr: Trace, options: MemoryOptions) -> int:
     """Bytes the optimizer step allocates beyond its state (see optimizers.py)."""
-    if options.parallel.fsdp:
+    if options.parallel.sharded:
         return sharding(tr, options).optimizer_temporaries(options.optimizer)
     return optimizers.temporaries(options.optimizer, tr.trained_params)
 

@@ -62,10 +62,10 @@ class MemoryOptions:
         if self.quantization is not None and self.adapter is None:
             raise ValueError("a quantized model trains only through adapters (the Trainer refuses to fine-tune it "
                              "whole): add --adapter-config (or --lora-r), or leave --quantization-config out")
-        if self.parallel.fsdp and self.gradient_accumulation_steps > 1:
-            raise ValueError(f"--strategy {self.parallel.strategy} with gradient accumulation is not priced yet (FSDP "
-                             "keeps the full unreduced gradients between micro-batches under no_sync)")
-        if self.parallel.fsdp and self.quantization is not None:
+        if self.parallel.sharded and self.gradient_accumulation_steps > 1:
+            raise ValueError(f"--strategy {self.parallel.strategy} with gradient accumulation is not priced yet (the "
+                             "gradients kept between micro-batches are the strategy's own)")
+        if self.parallel.sharded and self.quantization is not None:
             raise ValueError(f"--strategy {self.parallel.strategy} over a bitsandbytes-quantized model is not priced "
                              "yet (FSDP-QLoRA stores the weights as bnb_4bit_quant_storage)")
         if self.objective.reference == "adapter" and self.adapter is None:

@@ -1,5 +1,7 @@
-"""Several devices (``memory/parallel.py``): each rank's step under DistributedDataParallel measured
-on CPU with gloo in 2 processes against the per-rank prediction; the strategies not priced yet refused."""
+"""Several devices (``memory/parallel.py``, ``sharded.py``, ``zero.py``): each rank's step under DDP and
+FSDP measured on CPU with gloo in 2 processes (``cpu_dist_peak.measure_rank``, the model wrapped as
+accelerate wraps it for the Trainer) against the per-rank prediction; ZeRO's model states against
+DeepSpeed's own estimators; the CLI's flags and refusals."""
 
 from __future__ import annotations
 
@@ -17,33 +19,121 @@ from lengthscan.memory.parallel import Parallel
 TARGET = 0.05
 CONFIG = tr.LlamaConfig(vocab_size=2000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                         num_attention_heads=4, num_key_value_heads=2)
+TIED = tr.Qwen2Config(vocab_size=3000, hidden_size=96, intermediate_size=256, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+POST_LN = tr.BertConfig(vocab_size=3000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=256, num_labels=3)
 DDP = Parallel(2, "ddp")
+FSDP2, FSDP2_SGO = Parallel(2, "fsdp"), Parallel(2, "fsdp_shard_grad_op")
+FSDP1, FSDP1_SGO = Parallel(2, "fsdp", 1), Parallel(2, "fsdp_shard_grad_op", 1)
+LORA = lora_from_flags(8, None)
+
+
+def _measured(config, shape, options):
+    pytest.importorskip("torch")
+    from lengthscan.memory.cpu_dist_peak import measure_rank
+
+    measured = measure_rank(config, shape, options)
+    predicted = estimate(config, shape, options)
+    assert abs(predicted.peak_bytes / measured["peak_bytes"] - 1) <= TARGET, (predicted.to_dict(), measured)
+    return predicted, measured
 
 
 @pytest.mark.parametrize("options", [
     MemoryOptions(optimizer="adamw_torch_fused", parallel=DDP),
-    pytest.param(MemoryOptions(precision="bf16", torch_dtype="bf16", adapter=lora_from_flags(8, None),
+    pytest.param(MemoryOptions(precision="bf16", torch_dtype="bf16", adapter=LORA,
                                optimizer="adamw_torch_fused", parallel=DDP), marks=pytest.mark.slow),
 ], ids=["full-fp32", "lora-bf16"])
 def test_a_ddp_rank_within_five_percent_of_its_measured_step(options):
-    pytest.importorskip("torch")
-    from lengthscan.memory.cpu_dist_peak import measure_ddp
-
     shape = Shape(2, 256, padding=True)
-    measured = measure_ddp(CONFIG, shape, options)
-    predicted = estimate(CONFIG, shape, options)
+    predicted, measured = _measured(CONFIG, shape, options)
     assert predicted.terms["ddp_buckets"] == measured["bucket_bytes"]  # the reducer's own figure
-    assert abs(predicted.peak_bytes / measured["peak_bytes"] - 1) <= TARGET, (predicted.to_dict(), measured)
     single = estimate(CONFIG, shape, replace(options, parallel=Parallel()))
     assert predicted.peak_bytes == single.peak_bytes + measured["bucket_bytes"]
 
 
-def test_the_cli_prices_a_rank_and_refuses_what_it_does_not_price(tmp_path, capsys):
+@pytest.mark.parametrize("config,options", [
+    (CONFIG, MemoryOptions(precision="bf16", optimizer="adamw_torch_fused", parallel=FSDP2)),
+    pytest.param(CONFIG, MemoryOptions(optimizer="adamw_torch_fused", parallel=FSDP2_SGO), marks=pytest.mark.slow),
+    pytest.param(CONFIG, MemoryOptions(precision="bf16", optimizer="adamw_torch_fused", parallel=FSDP1),
+                 marks=pytest.mark.slow),
+    pytest.param(CONFIG, MemoryOptions(optimizer="adamw_torch_fused", parallel=FSDP1_SGO), marks=pytest.mark.slow),
+    pytest.param(TIED, MemoryOptions(precision="bf16", gradient_checkpointing=True, parallel=FSDP2),
+                 marks=pytest.mark.slow),
+    pytest.param(CONFIG, MemoryOptions(precision="bf16", adapter=LORA, parallel=FSDP2), marks=pytest.mark.slow),
+    pytest.param(POST_LN, MemoryOptions(precision="bf16", parallel=FSDP2), marks=pytest.mark.slow),
+], ids=["fsdp2-bf16", "fsdp2-shard-grad-op-fp32", "fsdp1-bf16", "fsdp1-shard-grad-op-fp32",
+        "fsdp2-tied-checkpointing", "fsdp2-lora", "fsdp2-bert-cast-inputs"])
+def test_an_fsdp_rank_within_five_percent_of_its_measured_step(config, options):
+    predicted, measured = _measured(config, Shape(2, 192), options)
+    single = estimate(config, Shape(2, 192), replace(options, parallel=Parallel()))
+    assert predicted.peak_bytes < single.peak_bytes  # sharding saves what the gathered units cost back
+    assert predicted.terms.get("sharded_weights", 0) > 0
+
+
+BIG = tr.LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=4,
+                     num_attention_heads=8, num_key_value_heads=8)
+
+
+def _params(config) -> int:
+    pytest.importorskip("torch")
+    from lengthscan.memory.cpu_peak import build_model
+
+    model = build_model(config)
+    total = sum({p.data_ptr(): p.numel() for p in model.parameters()}.values())
+    largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
+    return total, largest
+
+
+def test_zero_model_states_against_deepspeeds_estimators():
+    """DeepSpeed (runtime/zero/stage_1_and_2.py, stage3.py): zero2 = 2P + 18P/N bytes, with the optimizer
+    offloaded 2P; zero3 = 4 x largest layer + 18P/N, offloaded (optimizer) largest + 2P/N, (params) largest.
+    lengthscan's zero3 step holds 20P/N: the estimator's 18 leaves out stage 3's 16-bit gradient partition
+    (``grad_partitions_flat_buffer``), and its largest layer is gathered in forward and backward, not at the step."""
+    from lengthscan.memory.model import phases
+
+    total, largest = _params(BIG)
+    n = 8
+
+    def step_states(strategy, offload=None):
+        options = MemoryOptions(precision="bf16", optimizer="adamw_torch_fused",
+                                parallel=Parallel(n, strategy, offload=offload))
+        _, _, steps = phases(BIG, Shape(1, 64), options)
+        terms = steps[-1].terms  # the optimizer step: weights, optimizer state, gradients, the fp32 gradients
+        return sum(terms.get(k, 0) for k in ("weights", "sharded_weights", "optimizer_state", "gradients",
+                                             "optimizer_temporaries"))
+
+    assert abs(step_states("zero2") - (2 * total + 18 * total / n)) <= 64 * n
+    assert step_states("zero2", "optimizer") == 2 * total  # the 16-bit weights alone stay on the device
+    assert abs(step_states("zero3") - (18 + 2) * total / n) <= 64 * n
+    assert abs(step_states("zero3", "optimizer") - 2 * total / n) <= 64 * n
+    assert step_states("zero3", "params") == 0
+    # the largest layer (here the embedding) is gathered while used: part of the forward's peak
+    options = MemoryOptions(precision="bf16", parallel=Parallel(n, "zero3", offload="params"))
+    forward = phases(BIG, Shape(1, 64), options)[2][0]
+    assert forward.terms["zero3_gathered"] >= 2 * largest
+    # zero1 keeps the full 16-bit gradients until the step, and flattens its partition there
+    assert step_states("zero1") > step_states("zero2") > step_states("zero3")
+
+
+def test_the_cli_prices_each_strategy_and_refuses_what_it_does_not_price(tmp_path, capsys):
     CONFIG.save_pretrained(tmp_path)
     base = ["memory", "--model", str(tmp_path), "--batch-size", "2", "--input-len", "256"]
     assert main([*base, "--devices", "4", "--strategy", "ddp"]) == 0
     out = capsys.readouterr().out
     assert "per rank (ddp on 4 devices)" in out and "ddp_buckets" in out
-    assert main([*base, "--devices", "4", "--strategy", "zero3"]) == 2
-    assert "not priced yet" in capsys.readouterr().err
-    assert main([*base, "--devices", "4"]) == 2
+    assert main([*base, "--precision", "bf16", "--devices", "4", "--strategy", "fsdp"]) == 0
+    out = capsys.readouterr().out
+    assert "per rank (fsdp (FSDP2) on 4 devices)" in out and "sharded_weights" in out and "1/4" in out
+    assert main([*base, "--devices", "4", "--strategy", "fsdp", "--fsdp-version", "1"]) == 0
+    assert "fsdp (FSDP1)" in capsys.readouterr().out
+    assert main([*base, "--precision", "bf16", "--devices", "4", "--strategy", "zero3", "--offload", "params"]) == 0
+    out = capsys.readouterr().out
+    assert "zero3 + offload params" in out and "offloaded to CPU memory" in out
+    for bad, says in ((["--strategy", "zero2", "--offload", "params"], "needs --strategy zero3"),
+                      (["--strategy", "fsdp", "--offload", "optimizer"], "not priced yet"),
+                      (["--strategy", "fsdp", "--grad-accum", "4"], "gradient accumulation"),
+                      (["--strategy", "pipeline"], "must be one of"),
+                      ([], "name the --strategy")):
+        assert main([*base, "--devices", "4", *bad]) == 2, bad
+        assert says in capsys.readouterr().err, bad
