@@ -94,6 +94,9 @@ def main(argv=None) -> int:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--max-len", type=int, default=2048)
     p.add_argument("--predict-only", action="store_true", help="the modelled figures alone (no GPU needed)")
+    p.add_argument("--device-gib", type=float, default=80.0,
+                   help="--predict-only: the device's memory (default 80, an H100): the allocator releases its "
+                        "cache and retries only against a limit")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results-gpu-reserved.md")
     args = p.parse_args(argv)
@@ -105,7 +108,7 @@ def main(argv=None) -> int:
              f"{args.max_len} (Llama 8 x 1024, bf16 autocast, fused AdamW)", "",
              "| PYTORCH_CUDA_ALLOC_CONF | modelled reserved MiB | measured reserved MiB | modelled allocated MiB | "
              "measured allocated MiB |", "|---|---:|---:|---:|---:|"]
-    device_memory = None
+    device_memory = int(args.device_gib * 2**30)
     if not args.predict_only:
         import torch
 

@@ -43,7 +43,7 @@ class StepAllocations:
 def step_allocations(config, shape: Shape, options: MemoryOptions) -> StepAllocations:
     """The allocations of one step of ``shape`` (the memory model's replay, logged)."""
     from lengthscan.memory import optimizers
-    from lengthscan.memory.model import phases
+    from lengthscan.memory.model import phases, sharding
 
     log: list = []
     if options.objective.name == "trainer":
@@ -53,17 +53,20 @@ def step_allocations(config, shape: Shape, options: MemoryOptions) -> StepAlloca
 
         tr, base, _ = objective_phases(config, shape, options, log=log)
     params = list({id(p): p for p in tr.tape.params.values()}.values())
-    state = [p.nbytes for p in params if p.nbytes]
+    sharded = sharding(tr, options)
+    state = [p.nbytes for p in params if p.nbytes] if sharded is None else sharded.state_blocks(options.optimizer)[0]
     state += [s.nbytes for s in tr.tape.storages if s.held and s.kind == "buffers"]
     if base.get("gradients"):  # accumulation: the gradients live from step to step
         state += [p.nbytes for p in tr.trained_params]
-    held = ("weights", "optimizer_state", "batch", "buffers", "gradients")
+    held = ("weights", "sharded_weights", "optimizer_state", "batch", "buffers", "gradients")
     state += [v for k, v in base.items() if k not in held and v]  # a reference model, DDP's buckets ...
     moments = 2 if options.optimizer.startswith(("adamw", "paged_adamw")) else 1
     optimizer = []
-    for p in tr.trained_params:
+    for p in tr.trained_params if sharded is None else ():
         total = optimizers.state_bytes(options.optimizer, [p])
         optimizer += [total // moments] * moments if total else []
+    if sharded is not None:
+        optimizer = sharded.state_blocks(options.optimizer)[1]
     batch = tuple(s.nbytes for s in tr.tape.storages if s.held and s.kind == "batch")
     return StepAllocations(tuple(state), tuple(optimizer), batch, tuple(log))
 
@@ -126,7 +129,7 @@ def epoch_report(config, epoch, options: MemoryOptions, alloc: AllocatorConfig, 
     main = replay_steps(config, shapes, options, conf, worst=worst, memo=memo)
     over = next((k for k, r in enumerate(main["reserved_after_step"]) if usable is not None and r > usable), None)
     out = {**{k: v for k, v in main.items() if k != "reserved_after_step"}, "alloc_conf": describe(alloc),
-           "memory_fraction": alloc.memory_fraction, "cuda_context_bytes": CUDA_CONTEXT,
+           "memory_fraction": alloc.memory_fraction, "cuda_context_bytes": CUDA_CONTEXT, "bounded": budget is not None,
            "cublas_workspace_bytes": CUBLAS_WORKSPACE, "first_step_over_usable": over,
            "reserved_after_step": main["reserved_after_step"][:: max(1, len(main["reserved_after_step"]) // 500)],
            "variants": {}}

@@ -35,7 +35,7 @@ Quantized (bitsandbytes) weights and gradient accumulation under FSDP are refuse
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from lengthscan.memory import optimizers
@@ -60,6 +60,7 @@ class Unit:
     trained: int = 0
     any_trained: bool = False
     reshard: bool = False  # freed after its forward
+    grad_sizes: list = field(default_factory=list)  # the bytes of each gradient autograd makes, in the replay
 
 
 #: families whose ``_no_split_modules`` (transformers 5.25) name their embeddings: a unit of their own
@@ -115,6 +116,7 @@ class Sharding:
             if trains:
                 u.trained += p.numel
                 u.any_trained = True
+                u.grad_sizes.append(p.numel * self.compute)
         self.units = units
         self.layers = sorted(k for k in units if isinstance(k, int))
         self.gathered: set = set()
@@ -266,7 +268,6 @@ class Sharding:
         if layer in self.done or layer not in self.units:
             return
         self.done.add(layer)
-        computed = self.units[layer].trained * self.compute  # the gradients autograd made, in the replay
         reduced, shard = _padded(self._reduced(layer), self.world) * self.compute, self.shard_grads(layer)
         if self.version == 2:
             self._free(live, layer)  # resharded before the reduce
@@ -276,14 +277,30 @@ class Sharding:
             live.add("gradients", shard)
             if self.compute != self.master and shard:  # the reduced shard, cast to the parameter's dtype
                 live.spike("fsdp_reduce_buffer", shard // self.master * self.compute)
-            live.add("gradients", -computed)
+            self._drop_gradients(live, layer)
         else:
             if reduced:
                 live.add("fsdp_reduce_buffer", reduced)  # the flat gradient: the views' gradients concatenated
-                live.add("gradients", -computed)
+                self._drop_gradients(live, layer)
                 live.add("gradients", shard)
                 live.add("fsdp_reduce_buffer", -reduced)
             self._free(live, layer)
+
+    def _drop_gradients(self, live, unit) -> None:
+        """The unit's full gradients freed, one by one as autograd made them (the allocator model frees blocks)."""
+        for n in self.units[unit].grad_sizes:
+            live.add("gradients", -n)
+
+    def state_blocks(self, optimizer: str) -> tuple[list, list]:
+        """The persistent allocations, for the allocator model: each unit's shard (FSDP1's flat parameter;
+        FSDP2's per-parameter shards taken together), and each unit's optimizer state, moment by moment."""
+        state = [-(-u.stored // self.world) for u in self.units.values() if u.stored]
+        moments = 2 if optimizer.startswith(("adamw", "paged_adamw")) else 1
+        opt = []
+        for shard in self._trained_shards():
+            total = optimizers.state_bytes(optimizer, [shard])
+            opt += [total // moments] * moments if total else []
+        return state, opt
 
     def end(self, live) -> None:
         """The final callback: the tail (if no layer ran), the embedding and the root reduce; the last

@@ -106,6 +106,10 @@ def allocator_lines(al: dict) -> list[str]:
             for name, v in al["variants"].items()))
     if al.get("unpacked"):
         lines.append("  the epoch's unpacked batches (the packed ones are not replayed yet)")
+    if al.get("bounded") is False:
+        lines.append("  no --budget: an unbounded device, so the allocator never releases its cache to retry (under "
+                     "max_split_size_mb the oversize blocks it cannot reuse pile up): give --budget for the "
+                     "device's figures")
     lines.append(f"  modelled: PyTorch's caching allocator rules replayed on the predicted allocations; the CUDA "
                  f"context ({size(al['cuda_context_bytes'])}) is outside it; no GPU has confirmed these figures yet")
     return lines

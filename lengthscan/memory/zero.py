@@ -83,6 +83,21 @@ class Zero(Sharding):
         flat = sum(s.numel for s in shards) * self.compute if self.stage == 1 else 0  # the partition flattened
         return fp32_grads + flat + optimizers.temporaries(optimizer, shards)
 
+    def state_blocks(self, optimizer: str) -> tuple[list, list]:
+        """The persistent allocations: the 16-bit weights (stage 3: each unit's partition), and DeepSpeed's
+        flat fp32 partitions (master copy, Adam's moments) when the optimizer stays on the device."""
+        terms = self.state(optimizer)
+        if self.stage < 3:
+            state = [u.numel * self.compute for u in self.units.values() if u.numel]
+        else:
+            state = [-(-u.numel * self.compute // self.world) for u in self.units.values()
+                     if u.numel and self.offload != "params"]
+        opt = []
+        if terms.get("optimizer_state"):
+            trained = sum(s.numel for s in self._fp32_shards()) * 4
+            opt = [trained] * (3 if self.mixed else 2)
+        return state, opt
+
     def _fp32_shards(self) -> list:
         return [SimpleNamespace(numel=-(-u.trained // self.world), dtype="f32", shape=None)
                 for u in self.units.values() if u.trained]
@@ -133,7 +148,7 @@ class Zero(Sharding):
             computed = self.units[layer].trained * self.compute
             if self.offload is None:  # offloading copies the partition to the CPU's fp32 gradients
                 live.add("gradients", -(-computed // self.world))
-            live.add("gradients", -computed)
+            self._drop_gradients(live, layer)
         if self.units[layer].reshard:
             self._free(live, layer)
 

@@ -27,7 +27,10 @@ OPTIONS = MemoryOptions(precision="bf16")
     (tr.GPT2Config(vocab_size=8000, n_embd=256, n_layer=3, n_head=4), OPTIONS),  # a split's gradients freed as one
     (CONFIG, MemoryOptions(precision="bf16", parallel=Parallel(2, "ddp"))),  # the buckets held from the start
     (CONFIG, MemoryOptions(objective=Objective("dpo"))),  # a reference model held, its forward in the step
-], ids=["llama", "gpt2-fused-qkv", "ddp", "dpo"])
+    (CONFIG, MemoryOptions(precision="bf16", parallel=Parallel(4, "fsdp"))),  # gathers, reduce buffers, shards
+    (CONFIG, MemoryOptions(precision="bf16", parallel=Parallel(4, "fsdp", 1))),  # FSDP1's flat gradients
+    (CONFIG, MemoryOptions(precision="bf16", parallel=Parallel(4, "zero3"))),  # the bucket, partitions
+], ids=["llama", "gpt2-fused-qkv", "ddp", "dpo", "fsdp2", "fsdp1", "zero3"])
 def test_a_repeated_shape_allocates_what_the_memory_model_predicts(config, options):
     shape = Shape(4, 512, padding=True)
     predicted = estimate(config, shape, options).peak_bytes
