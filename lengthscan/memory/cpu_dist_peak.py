@@ -121,8 +121,8 @@ def wrap(model, options: MemoryOptions):
     low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(options.precision)
     layers = _layer_classes(model)
     if parallel.fsdp_version == 1:
-        from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
         from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
         strategy = ShardingStrategy.SHARD_GRAD_OP if parallel.strategy == "fsdp_shard_grad_op" else \

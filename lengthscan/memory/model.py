@@ -11,10 +11,10 @@ from lengthscan.memory.options import MemoryOptions, Shape
 from lengthscan.memory.parallel import rank_terms
 from lengthscan.memory.sharded import UNWRAPPED, Sharding
 from lengthscan.memory.sizes import check_sizes
-from lengthscan.memory.zero import Zero
 from lengthscan.memory.tape import Tape
 from lengthscan.memory.timeline import Phase, replay
 from lengthscan.memory.weights import TORCH_DTYPES, WeightPlan
+from lengthscan.memory.zero import Zero
 
 
 @dataclass(frozen=True)

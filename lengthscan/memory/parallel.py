@@ -89,7 +89,8 @@ class Parallel:
         out = head + (f"DeepSpeed holds the model in the compute dtype without autocast; {kept} partitioned "
                       f"1/{self.devices} per rank, the fp32 master copy with them")
         if self.offload:
-            out += f"; offloaded to CPU memory: the optimizer state{' and the weights' if self.offload == 'params' else ''}"
+            weights = " and the weights" if self.offload == "params" else ""
+            out += f"; offloaded to CPU memory: the optimizer state{weights}"
         return out
 
     @property

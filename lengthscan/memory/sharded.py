@@ -34,7 +34,6 @@ Quantized (bitsandbytes) weights and gradient accumulation under FSDP are refuse
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
