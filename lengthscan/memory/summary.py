@@ -15,6 +15,11 @@ def summary_lines(memory: dict) -> list[str]:
              (f"worst batch #{w['index']}: {_shape_text(w['shape'], memory)}, predicted peak {size(w['peak_bytes'])} "
               f"at {w['phase']}"),
              f"  rows {_rows_text(w['rows'])}"]
+    parallel = (memory.get("options") or {}).get("parallel") or {}
+    if parallel.get("strategy"):
+        from lengthscan.memory.parallel import Parallel
+
+        lines.insert(1, f"note: {Parallel(**parallel).note()}")
     if memory.get("objective"):
         lines.insert(1, f"note: {memory['objective']['note']}")
     elif memory.get("objective_hint"):

@@ -303,3 +303,22 @@ def test_the_allocator_model_in_data_mode_says_it_is_modelled(tmp_path, pairs_js
     assert main([*base, "--memory-fraction", "0.5"]) == 2  # a share of the device needs --budget
     assert main([*base, "--alloc-conf", "expandable_segments:maybe"]) == 2
     assert "True or False" in capsys.readouterr().err
+
+
+def test_data_mode_prices_each_rank_of_a_sharded_run(tmp_path, pairs_jsonl, bpe_dir, llama_dir, capsys):
+    """``--devices 4 --strategy fsdp``: every batch priced per rank (a shard of the state, the gathered
+    layers), the strategy named in the terminal, report.json and the HTML; the allocator replays the shards."""
+    base = ["memory", str(pairs_jsonl), "--model", str(llama_dir), "--tokenizer", str(bpe_dir), "--input", "text",
+            "--target", "summary", "--batch-size", "8", "--no-cache", "--precision", "bf16"]
+    assert main([*base, "--json"]) == 0
+    single = json.loads(capsys.readouterr().out)["memory"]
+    assert main([*base, "--devices", "4", "--strategy", "fsdp", "--budget", str(single["peak_bytes"] * 4 + 600 * MiB),
+                 "--out", str(tmp_path / "rep")]) == 0
+    out = capsys.readouterr().out
+    assert "fsdp (FSDP2) on 4 devices" in out and "reserved (modelled" in out
+    m = json.loads((tmp_path / "rep" / "report.json").read_text())["memory"]
+    assert m["options"]["parallel"] == {"devices": 4, "strategy": "fsdp", "fsdp_version": 2, "offload": None}
+    assert m["peak_bytes"] < single["peak_bytes"] and m["worst_batch"]["terms"]["sharded_weights"] > 0
+    assert m["allocator"]["allocated_peak_bytes"] >= m["peak_bytes"]
+    html = (tmp_path / "rep" / "report.html").read_text(encoding="utf-8")
+    assert "per rank: fsdp (FSDP2) on 4 devices" in html
