@@ -64,6 +64,10 @@ CASES = {
                                                   {"gradient_checkpointing": True}, 4, 256),
     "llama 4x256 | fsdp2 | bf16, LoRA r8": ("llama 4x256", "fsdp", 2, "bf16", {"lora_r": 8}, 2, 256),
     "llama 4x256 | fsdp1 | bf16, LoRA r8": ("llama 4x256", "fsdp", 1, "bf16", {"lora_r": 8}, 2, 256),
+    "llama 4x256 | fsdp2 | bf16, QLoRA nf4 r8 (bf16 storage: sharded)": ("llama 4x256", "fsdp", 2, "bf16",
+                                                                          {"lora_r": 8, "storage": "bf16"}, 2, 256),
+    "llama 4x256 | fsdp2 | bf16, QLoRA nf4 r8 (uint8 storage: kept whole)": ("llama 4x256", "fsdp", 2, "bf16",
+                                                                             {"lora_r": 8, "storage": "u8"}, 2, 256),
     "gpt2 3x256 tied | fsdp2 | bf16": ("gpt2 3x256 tied", "fsdp", 2, "bf16", {}, 2, 200),
     "gpt2 3x256 tied | fsdp1 | bf16": ("gpt2 3x256 tied", "fsdp", 1, "bf16", {}, 2, 200),
     "qwen2 3x192 tied gqa | fsdp2 | bf16, checkpointing": ("qwen2 3x192 tied gqa", "fsdp", 2, "bf16",
@@ -81,12 +85,15 @@ def options_of(case, world: int):
     from lengthscan.memory import MemoryOptions
     from lengthscan.memory.adapters import lora_from_flags
     from lengthscan.memory.parallel import Parallel
+    from lengthscan.memory.quant import Quantization
 
     _, strategy, version, precision, extra, _, _ = case
     extra = dict(extra)
     lora = extra.pop("lora_r", None)
+    storage = extra.pop("storage", None)
     return MemoryOptions(precision=precision, optimizer="adamw_torch_fused",
                          adapter=lora_from_flags(lora, None) if lora else None,
+                         quantization=Quantization("nf4", quant_storage=storage) if storage else None,
                          parallel=Parallel(world, strategy, version), **extra)
 
 

@@ -29,7 +29,7 @@ def build_model(config, options: MemoryOptions = MemoryOptions(), *, seed: int =
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[options.torch_dtype]
     if options.quantization is not None:  # bitsandbytes quantizes while from_pretrained loads the weights
         with tempfile.TemporaryDirectory() as folder:
-            cls.from_config(config).save_pretrained(folder)
+            _save(cls.from_config(config), folder)
             model = cls.from_pretrained(folder, quantization_config=bnb_config(options.quantization), dtype=dtype,
                                         device_map="cpu", attn_implementation=attention)
     else:
@@ -52,6 +52,16 @@ def build_model(config, options: MemoryOptions = MemoryOptions(), *, seed: int =
     return model.train()
 
 
+def _save(model, folder: str) -> None:
+    """``save_pretrained`` on every process (under torch.distributed transformers writes on rank 0 only)."""
+    import os
+
+    from safetensors.torch import save_model
+
+    model.config.save_pretrained(folder)
+    save_model(model, os.path.join(folder, "model.safetensors"))
+
+
 def bnb_config(q):
     """transformers' ``BitsAndBytesConfig`` for :class:`lengthscan.memory.quant.Quantization`."""
     from transformers import BitsAndBytesConfig
@@ -61,6 +71,7 @@ def bnb_config(q):
         return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=q.method,
                                   bnb_4bit_use_double_quant=q.double_quant,
                                   bnb_4bit_compute_dtype=names.get(q.compute_dtype or "f32"),
+                                  bnb_4bit_quant_storage={**names, "u8": "uint8"}[q.quant_storage],
                                   llm_int8_skip_modules=list(q.skip) if q.skip is not None else None)
     return BitsAndBytesConfig(load_in_8bit=True, llm_int8_threshold=q.threshold,
                               llm_int8_skip_modules=list(q.skip) if q.skip is not None else None)

@@ -140,6 +140,9 @@ def wrap(model, options: MemoryOptions):
                 p.data = p.data.to(torch.float32)
     kwargs = {"reshard_after_forward": parallel.strategy != "fsdp_shard_grad_op",
               "mp_policy": MixedPrecisionPolicy(param_dtype=low, reduce_dtype=low) if low else MixedPrecisionPolicy()}
+    ignored = {p for p in model.parameters() if type(p).__name__ == "Params4bit" and not p.is_floating_point()}
+    if ignored:  # uint8-stored 4-bit weights: accelerate leaves them out of the sharding (kept whole)
+        kwargs["ignored_params"] = ignored
     for module in reversed(list(model.modules())):  # bottom-up, as get_module_children_bottom_up
         if isinstance(module, tuple(layers)) and module is not model:
             fully_shard(module, **kwargs)
@@ -153,7 +156,7 @@ def wrap(model, options: MemoryOptions):
     tail = [m for m in (_final_norm(model), *((embed,) if tied else ()), head) if m is not None]
     if tail:
         fully_shard(tail, **{**kwargs, "reshard_after_forward": False})
-    return fully_shard(model, mp_policy=kwargs["mp_policy"])
+    return fully_shard(model, **{k: v for k, v in kwargs.items() if k != "reshard_after_forward"})
 
 
 def _settled_allreduce(state, bucket):

@@ -55,7 +55,9 @@ def trace(config, shape: Shape, options: MemoryOptions = MemoryOptions(), *, gra
         weights = options.precision  # parameter in param_dtype, the adapters' too; DeepSpeed holds the model
         adapter = adapter and replace(adapter, autocast_dtype=False)  # in it and runs without autocast
         precision = "fp32" if options.parallel.zero else precision
-    plan = WeightPlan(TORCH_DTYPES[weights], adapter, options.quantization, options.prepare_kbit)
+    # FSDP's mixed precision gathers the weights prepare_model_for_kbit_training upcast in param_dtype
+    prepared = options.prepare_kbit and not (options.parallel.sharded and options.precision != "fp32")
+    plan = WeightPlan(TORCH_DTYPES[weights], adapter, options.quantization, prepared)
     t = Tape(precision, plan.torch_dtype, plan, grad=grad)
     if trl_head is not None:
         t.trl_head = (trl_head, shape.batch_size)

