@@ -94,7 +94,8 @@ def options_of(case, world: int):
     return MemoryOptions(precision=precision, optimizer="adamw_torch_fused",
                          adapter=lora_from_flags(lora, None) if lora else None,
                          quantization=Quantization("nf4", quant_storage=storage) if storage else None,
-                         parallel=Parallel(world, strategy, version), **extra)
+                         parallel=Parallel(world, strategy, version if strategy.startswith("fsdp") else None),
+                         **extra)
 
 
 def run_case(name: str, world: int) -> dict:
@@ -148,7 +149,8 @@ def main() -> None:
         "|---|---:|---:|---:|---|---|",
     ]
     for r in rows:
-        lines.append(f"| {r['name']} | {r['predicted'] / MiB:.2f} | {r['measured'] / MiB:.2f} | {r['error']:+.2f}% | "
+        name = r["name"].replace(" | ", " · ")
+        lines.append(f"| {name} | {r['predicted'] / MiB:.2f} | {r['measured'] / MiB:.2f} | {r['error']:+.2f}% | "
                      f"{r['phase']} | {r['measured_phase']} |")
     Path(args.out).write_text("\n".join(lines) + "\n")
     print(f"worst {worst:.2f}% over {len(rows)} cases; wrote {args.out}")

@@ -102,6 +102,9 @@ def _options(args):
     from lengthscan.memory.parallel import Parallel
 
     parallel = Parallel(args.devices, args.strategy, args.fsdp_version, args.offload)
+    if parallel.sharded and args.eval_batch_size is not None:
+        raise ValueError(f"--eval-batch-size under --strategy {parallel.strategy} is not priced yet (the "
+                         "evaluation's gathers): price the evaluation with --strategy ddp, or drop one of them")
     return MemoryOptions(objective=objective_of(args), parallel=parallel,
                          precision=args.precision, optimizer=args.optimizer,
                          attention=args.attention,

@@ -36,7 +36,7 @@ def add_run_shape_flags(m: argparse.ArgumentParser) -> None:
                         "gathers one layer at a time; FSDP2 as the Trainer wraps it, FSDP1 with --fsdp-version 1); "
                         "zero1, zero2, zero3 (DeepSpeed ZeRO stages: optimizer state, + gradients, + weights "
                         "partitioned)")
-    d.add_argument("--fsdp-version", type=int, choices=(1, 2), default=2,
+    d.add_argument("--fsdp-version", type=int, choices=(1, 2),
                    help="fsdp_config['version'] (default 2, the Trainer's since transformers 5)")
     d.add_argument("--offload", choices=("optimizer", "params"),
                    help="ZeRO: offload_optimizer to the CPU (master copy, Adam's moments, fp32 gradients), or "

@@ -113,7 +113,7 @@ def _need(value, name):
     return value
 
 
-def state_terms(tr: Trace, options: MemoryOptions) -> dict:
+def state_terms(tr: Trace, options: MemoryOptions, sharded: Sharding | None = None) -> dict:
     """Bytes live before the step: weights, optimizer state, batch, buffers (and gradients when accumulating)."""
     t = tr.tape
     trained = tr.trained_params
@@ -127,7 +127,7 @@ def state_terms(tr: Trace, options: MemoryOptions) -> dict:
     terms.update(rank_terms(trained, options.parallel))
     if options.parallel.sharded:
         del terms["weights"], terms["optimizer_state"]
-        terms.update(sharding(tr, options).state(options.optimizer))
+        terms.update((sharded or sharding(tr, options)).state(options.optimizer))
     return terms
 
 
@@ -138,10 +138,10 @@ def sharding(tr: Trace, options: MemoryOptions) -> Sharding | None:
     return Sharding(tr, options.parallel, options) if options.parallel.fsdp else None
 
 
-def optimizer_temporaries(tr: Trace, options: MemoryOptions) -> int:
+def optimizer_temporaries(tr: Trace, options: MemoryOptions, sharded: Sharding | None = None) -> int:
     """Bytes the optimizer step allocates beyond its state (see optimizers.py)."""
     if options.parallel.sharded:
-        return sharding(tr, options).optimizer_temporaries(options.optimizer)
+        return (sharded or sharding(tr, options)).optimizer_temporaries(options.optimizer)
     return optimizers.temporaries(options.optimizer, tr.trained_params)
 
 
@@ -149,6 +149,6 @@ def phases(config, shape: Shape, options: MemoryOptions = MemoryOptions(),
            log: list | None = None) -> tuple[Trace, dict, list[Phase]]:
     """The traced step, its state terms and the peak of each phase (``log``: see ``timeline.replay``)."""
     tr = trace(config, shape, options)
-    base = state_terms(tr, options)
-    return tr, base, replay(tr.tape, base, optimizer_temporaries(tr, options), log=log,
-                            units=sharding(tr, options))
+    sharded = sharding(tr, options)
+    base = state_terms(tr, options, sharded)
+    return tr, base, replay(tr.tape, base, optimizer_temporaries(tr, options, sharded), log=log, units=sharded)

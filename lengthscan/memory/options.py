@@ -65,6 +65,10 @@ class MemoryOptions:
         if self.parallel.sharded and self.gradient_accumulation_steps > 1:
             raise ValueError(f"--strategy {self.parallel.strategy} with gradient accumulation is not priced yet (the "
                              "gradients kept between micro-batches are the strategy's own)")
+        if self.parallel.sharded and self.objective.name != "trainer":
+            raise ValueError(f"--strategy {self.parallel.strategy} with --objective {self.objective.name} is not "
+                             "priced yet (its reference forward and generation under sharding): use ddp, or the "
+                             "Trainer's objective")
         if self.quantization is not None and (self.parallel.zero or (self.parallel.fsdp and (
                 self.parallel.fsdp_version == 1 or not self.quantization.four_bit))):
             raise ValueError(f"--strategy {self.parallel.strategy} over a bitsandbytes-quantized model is priced for "

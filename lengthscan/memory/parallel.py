@@ -34,14 +34,19 @@ class Parallel:
 
     devices: int = 1
     strategy: str | None = None
-    fsdp_version: int = 2  # the Trainer's default (fsdp_config["version"]); --strategy fsdp2 says it too
+    fsdp_version: int | None = None  # FSDP's fsdp_config["version"]: 2 (the Trainer's default) when None
     offload: str | None = None  # ZeRO's offload_optimizer / offload_param to the CPU
 
     def __post_init__(self):
+        if self.fsdp_version is not None and self.strategy not in FSDP:
+            raise ValueError("--fsdp-version is FSDP's: give it with --strategy fsdp or fsdp_shard_grad_op")
         if self.strategy == "fsdp2":
+            if self.fsdp_version == 1:
+                raise ValueError("--strategy fsdp2 is FSDP version 2: drop --fsdp-version 1, or say --strategy fsdp")
             object.__setattr__(self, "strategy", "fsdp")
+        if self.strategy in FSDP and self.fsdp_version is None:
             object.__setattr__(self, "fsdp_version", 2)
-        if self.fsdp_version not in (1, 2):
+        if self.fsdp_version not in (None, 1, 2):
             raise ValueError(f"--fsdp-version must be 1 or 2, not {self.fsdp_version}")
         if not isinstance(self.devices, int) or self.devices < 1:
             raise ValueError("--devices must be at least 1")
@@ -71,14 +76,15 @@ class Parallel:
 
     def note(self) -> str:
         """What each rank holds, in words (the memory estimate's notes)."""
-        head = f"{self.label} on {self.devices} devices: the peak is each rank's, on its per-device batch; "
+        devices = f"{self.devices} device" + ("s" if self.devices > 1 else "")
+        head = f"{self.label} on {devices}: the peak is each rank's, on its per-device batch; "
         if self.strategy == "ddp":
             return head + ("every rank holds the model, its optimizer state and the reducer's gradient buckets "
                            "(ddp_buckets: a second copy of the gradients)")
         if self.fsdp:
             gathered = "every layer stays gathered from its forward to its backward" \
-                if self.strategy == "fsdp_shard_grad_op" else "one layer gathered at a time (and the next one " \
-                "prefetched in backward)"
+                if self.strategy == "fsdp_shard_grad_op" else "one layer gathered at a time" + (
+                    " (and the next one prefetched in backward)" if self.fsdp_version == 2 else "")
             units = "the embedding and head units as accelerate wraps them" if self.fsdp_version == 2 else \
                 "the root unit (embeddings, head) gathered throughout"
             return head + (f"each rank keeps 1/{self.devices} of the weights, gradients and optimizer state "
@@ -87,7 +93,7 @@ class Parallel:
         kept = {"zero1": "the optimizer state", "zero2": "the optimizer state and the gradients",
                 "zero3": "the optimizer state, the gradients and the weights"}[self.strategy]
         out = head + (f"DeepSpeed holds the model in the compute dtype without autocast; {kept} partitioned "
-                      f"1/{self.devices} per rank, the fp32 master copy with them")
+                      f"1/{self.devices} per rank (with bf16 or fp16, the fp32 master copy with them)")
         if self.offload:
             weights = " and the weights" if self.offload == "params" else ""
             out += f"; offloaded to CPU memory: the optimizer state{weights}"

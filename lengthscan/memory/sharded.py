@@ -38,12 +38,14 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from lengthscan.memory import optimizers
+from lengthscan.memory.families import ENCODER_DECODER
 from lengthscan.memory.tape import BYTES
 
 ROOT, EMBED, TAIL = "root", "embed", "tail"
 INPUT_EMBEDDINGS = ("embed_tokens.weight", "wte.weight", "embed_in.weight", "word_embeddings.weight", "shared.weight")
 OUTPUT_EMBEDDINGS = ("lm_head.weight", "lm_head.bias", "embed_out.weight", "predictions.decoder.weight",
-                     "predictions.decoder.bias", "generator_lm_head.weight", "vocab_projector.weight")
+                     "predictions.decoder.bias", "generator_lm_head.weight", "vocab_projector.weight",
+                     "proj_out.weight")
 
 
 def _padded(numel: int, world: int) -> int:
@@ -61,6 +63,7 @@ class Unit:
     any_trained: bool = False
     reshard: bool = False  # freed after its forward
     grad_sizes: list = field(default_factory=list)  # the bytes of each gradient autograd makes, in the replay
+    trained_shapes: list = field(default_factory=list)  # (elements, (rows, columns) or None) of each trained one
 
 
 #: families whose ``_no_split_modules`` (transformers 5.25) name their embeddings: a unit of their own
@@ -72,8 +75,8 @@ UNWRAPPED = ("blenderbot", "blenderbot-small", "data2vec-audio", "distilbert", "
 
 def _unit_of(name: str, p, tied: bool, version: int, model_type: str):
     """Which unit a parameter belongs to (``name``: the first name the trace gave it)."""
-    if p.layer is not None:
-        return ROOT if model_type in UNWRAPPED else p.layer
+    if p.layer is not None:  # (a negative layer: an audio feature encoder's convolution, left in the root)
+        return ROOT if model_type in UNWRAPPED or p.layer < 0 else p.layer
     if model_type in EMBEDDING_UNITS and ".embeddings." in name:
         return EMBED
     if version == 1:
@@ -90,7 +93,10 @@ class Sharding:
 
     def __init__(self, tr, parallel, options):
         self.world = parallel.devices
-        self.version = parallel.fsdp_version
+        self.version = parallel.fsdp_version or 2
+        if parallel.fsdp and self.version == 2 and tr.model_type in ENCODER_DECODER:
+            raise ValueError(f"FSDP2 over {tr.model_type}: accelerate's layout puts its shared embedding in two FSDP "
+                             "groups, which torch refuses; price FSDP1 (--fsdp-version 1)")
         reshard = parallel.strategy != "fsdp_shard_grad_op"
         loaded = BYTES[{"fp32": "f32", "bf16": "bf16", "fp16": "f16"}[options.torch_dtype]]
         low = {"bf16": 2, "fp16": 2}.get(options.precision)
@@ -128,6 +134,7 @@ class Sharding:
                 u.trained += p.numel
                 u.any_trained = True
                 u.grad_sizes.append(p.numel * self.compute)
+                u.trained_shapes.append((p.numel, p.shape))
         self.units = units
         self.layers = sorted(k for k in units if isinstance(k, int))
         self.gathered: set = set()
@@ -164,14 +171,18 @@ class Sharding:
         return optimizers.temporaries(optimizer, self._trained_shards())
 
     def _trained_shards(self) -> list:
-        """The optimizer's parameters: each unit's trained elements, a shard of them (FSDP1's
-        ``use_orig_params=True`` hands the optimizer the original parameters' sharded views)."""
+        """The optimizer's parameters, a shard of each: FSDP2's per-parameter shards keep their rows (cut
+        in N) and columns; FSDP1's ``use_orig_params=True`` hands the optimizer flat views of its shard."""
         dtype = {4: "f32", 2: "bf16"}[self.master]
         out = []
         for unit in self.units.values():
-            n = unit.trained
-            if n:
-                out.append(SimpleNamespace(numel=_padded(n, self.world) // self.world, dtype=dtype, shape=None))
+            if self.version == 2:
+                for numel, shape in unit.trained_shapes:
+                    rows = -(-shape[0] // self.world) if shape else None
+                    out.append(SimpleNamespace(numel=rows * shape[1] if shape else -(-numel // self.world),
+                                               dtype=dtype, shape=(rows, shape[1]) if shape else None))
+            elif unit.trained:
+                out.append(SimpleNamespace(numel=-(-unit.trained // self.world), dtype=dtype, shape=None))
         return out
 
     # -- the replay's hooks (``timeline.replay(units=...)``) -------------------------------------
@@ -204,7 +215,8 @@ class Sharding:
 
     def _prefetch(self, live, unit) -> None:
         """FSDP2's backward prefetch: the next unit's gather output, copied out at its pre-backward."""
-        if self.version != 2 or unit not in self.units or unit in self.gathered or unit in self.prefetched:
+        if self.version != 2 or unit not in self.units or unit in self.gathered or unit in self.prefetched \
+                or unit in self.done:
             return
         self.prefetched.add(unit)
         self._all_gather(live, self.full(unit))
@@ -259,14 +271,17 @@ class Sharding:
 
     def backward_node(self, live, node) -> None:
         """A node outside the layers: the first that uses a tail parameter (the head's matmul) runs the
-        tail's pre-backward, which prefetches the last layer."""
-        if TAIL in self.prebackward or TAIL not in self.units:
+        tail's pre-backward, which prefetches the last layer; one using the embedding runs its pre-backward
+        (the copy-out of its prefetched gather)."""
+        owners = {self.owner.get(id(x.param)) for x in node.inputs if x.param is not None}
+        if EMBED in owners and EMBED not in self.done:
+            self._gather(live, EMBED)
+        if TAIL in self.prebackward or TAIL not in self.units or TAIL not in owners:
             return
-        if any(self.owner.get(id(x.param)) == TAIL for x in node.inputs if x.param is not None):
-            self.prebackward.add(TAIL)
-            self._gather(live, TAIL)
-            if self.layers:
-                self._prefetch(live, self.layers[-1])
+        self.prebackward.add(TAIL)
+        self._gather(live, TAIL)
+        if self.layers:
+            self._prefetch(live, self.layers[-1])
 
     def backward_enter(self, live, layer) -> None:
         """``layer``'s pre-backward (after the tail's post-backward, for the last layer); FSDP2 prefetches
@@ -323,5 +338,8 @@ class Sharding:
         reduce buffer is freed."""
         for unit in (TAIL, EMBED, ROOT):
             self.backward_leave(live, unit)
+        for unit in list(self.prefetched):  # a gather no backward used (a frozen embedding's)
+            self.prefetched.discard(unit)
+            live.add("fsdp_gather_buffer", -self.full(unit))
         live.add("fsdp_reduce_buffer", -self.pending_rs)
         self.pending_rs = 0

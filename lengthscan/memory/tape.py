@@ -234,7 +234,7 @@ class Tape:
             self.layer_inputs[index] = self._inputs
             for x in self._inputs:
                 self.use(x)
-        if self.cast_inputs is None:
+        if self.cast_inputs is None or index < 0:  # (negative: an audio feature encoder's convolutions, not units)
             return list(inputs)
         return [self.cast(x, self.cast_inputs) if i in cast and x is not None and x.dtype in ("f32", "bf16", "f16")
                 else x for i, x in enumerate(inputs)]

@@ -38,7 +38,7 @@ class Zero(Sharding):
     """ZeRO's per-rank state and, for stage 3, its per-layer gathers (the units FSDP2's layout finds)."""
 
     def __init__(self, tr, parallel, options, hidden: int | None = None):
-        super().__init__(tr, parallel, options)
+        super().__init__(tr, parallel, options)  # FSDP2's unit layout (ZeRO has no --fsdp-version)
         self.stage = int(parallel.strategy[-1])
         self.offload = parallel.offload
         self.version = 3  # no gather buffer kept, no tail or root left gathered
@@ -63,17 +63,6 @@ class Zero(Sharding):
             master = sum(-(-u.trained // n) for u in self.units.values()) * 4 if self.mixed else 0
             terms["optimizer_state"] = master + optimizers.state_bytes(optimizer, self._fp32_shards())
         return terms
-
-    def cpu_state(self, optimizer: str) -> int:
-        """Bytes offloading keeps in CPU memory (per rank): master copy, Adam's moments, fp32 gradients,
-        and with ``params`` the 16-bit weights' partition."""
-        if self.offload is None:
-            return 0
-        shards = self._fp32_shards()
-        out = sum(s.numel for s in shards) * (8 if self.mixed else 4) + optimizers.state_bytes(optimizer, shards)
-        if self.offload == "params":
-            out += -(-sum(u.numel for u in self.units.values()) * self.compute // self.world)
-        return out
 
     def optimizer_temporaries(self, optimizer: str) -> int:
         if self.offload is not None:
@@ -118,10 +107,6 @@ class Zero(Sharding):
         if unit in self.gathered:
             self.gathered.discard(unit)
             live.add("zero3_gathered", -self.full(unit))
-
-    def begin(self, live) -> None:
-        super().begin(live)
-        self._gather(live, ROOT)
 
     def forward_enter(self, live, layer) -> None:
         super().forward_enter(live, layer)
