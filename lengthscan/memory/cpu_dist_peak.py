@@ -67,7 +67,7 @@ COLLECTIVES = ("all_gather_into_tensor", "all_gather_single", "reduce_scatter_te
 
 
 @contextlib.contextmanager
-def _settled_collectives(pause: float = 0.002):
+def _settled_collectives(pause: float = 0.02):
     """Let gloo's worker thread drop its references to a collective's tensors before the caller goes on,
     so that the caller's own release is the one that frees them: a free on the worker thread is one
     the profiler never records (it watches the thread it was started on)."""
@@ -115,7 +115,9 @@ def wrap(model, options: MemoryOptions):
     if parallel.strategy == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
-        wrapped = DistributedDataParallel(model, gradient_as_bucket_view=False)
+        # init_sync=False: every rank built the same seeded model, and the broadcast's flat buffer, freed on gloo's
+        # worker thread, is one the profiler would never see freed
+        wrapped = DistributedDataParallel(model, gradient_as_bucket_view=False, init_sync=False)
         wrapped.register_comm_hook(None, _settled_allreduce)  # the C++ default's all-reduce, from Python: settled
         return wrapped
     low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(options.precision)

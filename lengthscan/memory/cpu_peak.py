@@ -155,16 +155,17 @@ def profiled_peak(prof, live_before: int) -> Measurement:
 
     When ranges ``ls::measured`` were recorded (a profile from the process's start:
     :func:`measure_from_start`), the running sum counts every event and each range is a step: the
-    figure is the lowest of the steps' peaks (a block freed by a thread the profiler does not watch, a
-    collective's worker, can only add to a step's peak)."""
+    figure is the lowest of the steps' peaks. A block freed by a thread the profiler does not watch (a
+    collective's worker dropping the last reference) only ever adds to it, until its address is handed
+    out again (then it is counted freed): the figure can be too high, never too low."""
     allocations, ranges = _profiled_events(prof)
     windows = sorted((a, b) for name, a, b in ranges if name == "measured") or [(None, None)]
     phases = [(name, a, b) for name, a, b in ranges if name != "measured"]
     running, live, w = 0, {}, 0
     steps = [{"best": -1, "phase": "forward", "peaks": {}} for _ in windows]
     for t, size, ptr in allocations:
-        if size > 0 and ptr in live:  # its block was freed where the profiler does not look (a collective's
-            running -= live[ptr]  # worker thread dropping the last reference): freed by now
+        if size > 0 and ptr in live:  # freed unseen: freed by now
+            running -= live[ptr]
         if size > 0:
             live[ptr] = size
         else:
