@@ -46,6 +46,31 @@ def configs():
                                                tie_word_embeddings=True),
         "bert 3x256 cls": tr.BertConfig(hidden_size=256, num_hidden_layers=3, num_attention_heads=4,
                                         intermediate_size=512, vocab_size=3000, num_labels=3),
+        "gemma 2x128 tied": tr.GemmaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                           num_attention_heads=4, num_key_value_heads=1, head_dim=32, vocab_size=3000),
+        "phi3 2x128 fused": tr.Phi3Config(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                          num_attention_heads=4, num_key_value_heads=4, vocab_size=3000,
+                                          pad_token_id=0),
+        "gpt_neox 2x128": tr.GPTNeoXConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                           num_attention_heads=4, vocab_size=3000),
+        "opt 2x128": tr.OPTConfig(hidden_size=128, ffn_dim=256, num_hidden_layers=2, num_attention_heads=4,
+                                  vocab_size=3000, word_embed_proj_dim=128, max_position_embeddings=512),
+        "mixtral 2x128 moe": tr.MixtralConfig(hidden_size=128, intermediate_size=128, num_hidden_layers=2,
+                                              num_attention_heads=4, num_key_value_heads=2, vocab_size=3000,
+                                              num_local_experts=4, num_experts_per_tok=2),
+        "roberta 2x128 cls": tr.RobertaConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                              intermediate_size=256, vocab_size=3000, max_position_embeddings=300),
+        "distilbert 2x128 cls (no layer units)": tr.DistilBertConfig(dim=128, n_layers=2, n_heads=4, hidden_dim=256,
+                                                                      vocab_size=3000),
+        "whisper 2+2x64": tr.WhisperConfig(vocab_size=3000, d_model=64, encoder_layers=2, decoder_layers=2,
+                                           encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+                                           decoder_ffn_dim=128, num_mel_bins=16, max_source_positions=50,
+                                           max_target_positions=64, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                           decoder_start_token_id=1),
+        "wav2vec2 2x64 ctc (no layer units)": tr.Wav2Vec2Config(
+            hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, conv_dim=(32, 32),
+            conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4,
+            vocab_size=32),
         "t5 2+2x128": tr.T5Config(d_model=128, d_ff=256, num_layers=2, num_heads=4, d_kv=32, vocab_size=2000,
                                   decoder_start_token_id=0, pad_token_id=0),
     }
@@ -76,6 +101,17 @@ CASES = {
                                                           "bf16", {}, 2, 200),
     "bert 3x256 cls | fsdp2 | bf16 (inputs cast)": ("bert 3x256 cls", "fsdp", 2, "bf16", {}, 2, 200),
     "bert 3x256 cls | fsdp1 | bf16": ("bert 3x256 cls", "fsdp", 1, "bf16", {}, 2, 200),
+    "gemma 2x128 tied | fsdp2 | bf16": ("gemma 2x128 tied", "fsdp", 2, "bf16", {}, 2, 128),
+    "phi3 2x128 fused | fsdp1 | bf16": ("phi3 2x128 fused", "fsdp", 1, "bf16", {}, 2, 128),
+    "gpt_neox 2x128 | fsdp2 | bf16": ("gpt_neox 2x128", "fsdp", 2, "bf16", {}, 2, 128),
+    "opt 2x128 | fsdp1 | bf16": ("opt 2x128", "fsdp", 1, "bf16", {}, 2, 128),
+    "mixtral 2x128 moe | fsdp2 | bf16": ("mixtral 2x128 moe", "fsdp", 2, "bf16", {}, 2, 128),
+    "roberta 2x128 cls | fsdp2 | bf16": ("roberta 2x128 cls", "fsdp", 2, "bf16", {}, 2, 128),
+    "distilbert 2x128 cls (no layer units) | fsdp2 | bf16": ("distilbert 2x128 cls (no layer units)", "fsdp", 2,
+                                                             "bf16", {}, 2, 128),
+    "whisper 2+2x64 | fsdp2 | bf16": ("whisper 2+2x64", "fsdp", 2, "bf16", {}, 2, 16),
+    "wav2vec2 2x64 ctc (no layer units) | fsdp1 | bf16": ("wav2vec2 2x64 ctc (no layer units)", "fsdp", 1, "bf16",
+                                                          {}, 2, 3200),
     "t5 2+2x128 | fsdp1 | bf16": ("t5 2+2x128", "fsdp", 1, "bf16", {}, 2, 128),
     "t5 2+2x128 | ddp | bf16": ("t5 2+2x128", "ddp", 2, "bf16", {}, 2, 128),
 }
@@ -104,7 +140,12 @@ def run_case(name: str, world: int) -> dict:
 
     case = CASES[name]
     config = configs()[case[0]]
-    shape = Shape(case[5], case[6], case[6] // 2 if config.model_type == "t5" else None)
+    kind = config.model_type
+    shape = Shape(case[5], case[6], case[6] // 2 if kind == "t5" else None)
+    if kind == "whisper":  # its 30 s of mel frames; case[6] is the target's length
+        shape = Shape(case[5], None, case[6])
+    elif kind == "wav2vec2":  # case[6] samples, 8 target labels
+        shape = Shape(case[5], case[6], 8)
     options = options_of(case, world)
     start = time.perf_counter()
     measured = measure_rank(config, shape, options, world=world)

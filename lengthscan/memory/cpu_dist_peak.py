@@ -148,8 +148,7 @@ def wrap(model, options: MemoryOptions):
     for module in reversed(list(model.modules())):  # bottom-up, as get_module_children_bottom_up
         if isinstance(module, tuple(layers)) and module is not model:
             fully_shard(module, **kwargs)
-    embed = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    embed, head = _embeddings(model)
     tied = embed is not None and head is not None and embed.weight is head.weight
     inside = embed is not None and any(isinstance(m, FSDPModule) and any(p is embed.weight for p in m.parameters())
                                        for m in model.modules())
@@ -173,6 +172,18 @@ def _settled_allreduce(state, bucket):
     future = torch.futures.Future()
     future.set_result(buffer)
     return future
+
+
+def _embeddings(model) -> tuple:
+    """The input and output embeddings (None where the model has none: a speech encoder's
+    ``get_input_embeddings`` raises, which accelerate 1.16 does not catch)."""
+    found = []
+    for name in ("get_input_embeddings", "get_output_embeddings"):
+        try:
+            found.append(getattr(model, name, lambda: None)())
+        except NotImplementedError:
+            found.append(None)
+    return tuple(found)
 
 
 def _layer_classes(model) -> set:

@@ -141,6 +141,7 @@ class Sharding:
         self.prefetched: set = set()
         self.done: set = set()
         self.prebackward: set = set()
+        self.done_forward: set = set()
         self.kept_ag = 0  # FSDP2: the last forward gather's output, kept until the next gather is copied out
         self.pending_rs = 0  # FSDP2: the last reduce-scatter input, kept until the next unit's reduce
 
@@ -237,6 +238,7 @@ class Sharding:
     def begin(self, live) -> None:
         """The root's pre-forward (it gathers itself), then the embedding's (or the tail's, holding it)."""
         self.gathered, self.prefetched, self.done, self.prebackward = set(), set(), set(), set()
+        self.done_forward = set()
         self.kept_ag = self.pending_rs = 0
         self._gather(live, ROOT, keep_output=True)
         self._gather(live, EMBED, keep_output=True)
@@ -244,8 +246,10 @@ class Sharding:
             self._gather(live, TAIL, keep_output=True)
 
     def forward_enter(self, live, layer) -> None:
-        if self.layers and layer == self.layers[0] and self.units.get(EMBED, Unit()).reshard:
-            self._free(live, EMBED)  # the embedding's post-forward
+        if EMBED not in self.done_forward:  # the first layer begins: the embedding's post-forward ran
+            self.done_forward.add(EMBED)
+            if self.units.get(EMBED, Unit()).reshard:
+                self._free(live, EMBED)
         self._gather(live, layer, keep_output=True)
 
     def forward_leave(self, live, layer) -> None:
