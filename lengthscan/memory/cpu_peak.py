@@ -129,7 +129,11 @@ def make_step(model, batch: dict, options: MemoryOptions = MemoryOptions(), *, l
     scaler = torch.amp.GradScaler("cpu") if options.precision == "fp16" else None
     model.train()
 
+    no_sync = getattr(model, "set_requires_gradient_sync", None)  # FSDP2: accelerate's no_sync under accumulation
+
     def step(update: bool = True):
+        if no_sync is not None:
+            no_sync(update)
         autocast = torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None)
         with record_function("ls::forward"), autocast:
             value = model(**batch).loss if loss is None else loss()  # the outputs die here (compute_loss)
@@ -231,9 +235,9 @@ def measure_from_start(build, options: MemoryOptions = MemoryOptions(), *, align
                 model, batch = build()
                 step = make_step(model, batch, options)
                 step()
-                if options.gradient_accumulation_steps > 1:
-                    step(update=False)
                 for _ in range(steps):
+                    if options.gradient_accumulation_steps > 1:  # the cycle's last micro-batch is measured
+                        step(update=False)
                     with record_function("ls::measured"):
                         step()
     finally:

@@ -62,9 +62,10 @@ class MemoryOptions:
         if self.quantization is not None and self.adapter is None:
             raise ValueError("a quantized model trains only through adapters (the Trainer refuses to fine-tune it "
                              "whole): add --adapter-config (or --lora-r), or leave --quantization-config out")
-        if self.parallel.sharded and self.gradient_accumulation_steps > 1:
-            raise ValueError(f"--strategy {self.parallel.strategy} with gradient accumulation is not priced yet (the "
-                             "gradients kept between micro-batches are the strategy's own)")
+        if self.parallel.sharded and self.gradient_accumulation_steps > 1 and not (
+                self.parallel.fsdp and self.parallel.fsdp_version == 2):
+            raise ValueError(f"--strategy {self.parallel.strategy} with gradient accumulation is priced for FSDP2 only "
+                             "yet (FSDP1's and DeepSpeed's gradients between micro-batches are their own)")
         if self.parallel.sharded and self.objective.name != "trainer":
             raise ValueError(f"--strategy {self.parallel.strategy} with --objective {self.objective.name} is not "
                              "priced yet (its reference forward and generation under sharding): use ddp, or the "

@@ -29,7 +29,10 @@ backward, of its gradients. During the step (torch 2.13: ``_fully_shard/_fsdp_pa
   FSDP1 concatenates its views' gradients into one flat gradient, which it reduces and frees. The unit is
   resharded.
 
-Quantized (bitsandbytes) weights and gradient accumulation under FSDP are refused (``options.py``).
+Under gradient accumulation accelerate's ``no_sync`` (``set_requires_gradient_sync(False)``) leaves FSDP2's
+gradients unreduced between micro-batches: every unit's full gradients live through the cycle's last
+micro-batch (the state's ``gradients``), and each unit reduces them after its backward there. FSDP1 under
+accumulation, and FSDP1 over a quantized base, are refused (``options.py``).
 """
 
 from __future__ import annotations

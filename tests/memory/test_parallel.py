@@ -5,6 +5,7 @@ DeepSpeed's own estimators; the CLI's flags and refusals."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -67,9 +68,11 @@ def test_a_ddp_rank_within_five_percent_of_its_measured_step(options):
                                        quantization=Quantization("nf4", quant_storage="bf16")), marks=pytest.mark.slow),
     pytest.param(CONFIG, MemoryOptions(precision="bf16", adapter=LORA, parallel=FSDP2,
                                        quantization=Quantization("nf4")), marks=pytest.mark.slow),
+    pytest.param(TIED, MemoryOptions(precision="bf16", gradient_accumulation_steps=2, parallel=FSDP2),
+                 marks=pytest.mark.slow),
 ], ids=["fsdp2-bf16", "fsdp2-shard-grad-op-fp32", "fsdp1-bf16", "fsdp1-shard-grad-op-fp32",
         "fsdp2-tied-checkpointing", "fsdp2-lora", "fsdp2-bert-cast-inputs", "fsdp2-qlora-bf16-storage",
-        "fsdp2-qlora-uint8-kept-whole"])
+        "fsdp2-qlora-uint8-kept-whole", "fsdp2-accumulation-unsharded-gradients"])
 def test_an_fsdp_rank_within_five_percent_of_its_measured_step(config, options):
     predicted, measured = _measured(config, Shape(2, 192), options)
     single = estimate(config, Shape(2, 192), replace(options, parallel=Parallel()))
@@ -202,12 +205,19 @@ def test_the_cli_prices_each_strategy_and_refuses_what_it_does_not_price(tmp_pat
     assert "per rank (fsdp (FSDP2) on 4 devices)" in out and "sharded_weights" in out and "1/4" in out
     assert main([*base, "--devices", "4", "--strategy", "fsdp", "--fsdp-version", "1"]) == 0
     assert "fsdp (FSDP1)" in capsys.readouterr().out
+    # FSDP2 under accumulation keeps every unit's full gradients between micro-batches (accelerate's no_sync)
+    assert main([*base, "--devices", "4", "--strategy", "fsdp", "--grad-accum", "4", "--json"]) == 0
+    accumulating = json.loads(capsys.readouterr().out)["memory"]
+    assert main([*base, "--devices", "4", "--strategy", "fsdp", "--json"]) == 0
+    synced = json.loads(capsys.readouterr().out)["memory"]
+    assert accumulating["terms"]["gradients"] > synced["terms"].get("gradients", 0)
     assert main([*base, "--precision", "bf16", "--devices", "4", "--strategy", "zero3", "--offload", "params"]) == 0
     out = capsys.readouterr().out
     assert "zero3 + offload params" in out and "offloaded to CPU memory" in out
     for bad, says in ((["--strategy", "zero2", "--offload", "params"], "needs --strategy zero3"),
                       (["--strategy", "fsdp", "--offload", "optimizer"], "not priced yet"),
-                      (["--strategy", "fsdp", "--grad-accum", "4"], "gradient accumulation"),
+                      (["--strategy", "fsdp", "--fsdp-version", "1", "--grad-accum", "4"], "gradient accumulation"),
+                      (["--strategy", "zero2", "--grad-accum", "4"], "gradient accumulation"),
                       (["--strategy", "pipeline"], "must be one of"),
                       (["--strategy", "zero3", "--fsdp-version", "1"], "--fsdp-version is FSDP's"),
                       (["--strategy", "fsdp2", "--fsdp-version", "1"], "drop --fsdp-version 1"),
