@@ -41,7 +41,7 @@ from lengthscan.memory.model import optimizer_temporaries, state_terms, trace
 from lengthscan.memory.options import MemoryOptions, Shape
 from lengthscan.memory.tape import BYTES
 from lengthscan.memory.timeline import Phase, replay
-from lengthscan.memory.weights import ADAPTER_PARTS
+from lengthscan.memory.weights import ADAPTER_PARTS, TORCH_DTYPES
 
 #: the objective -> the head its trainer puts on the model (``fused_head.py``)
 HEADS = {"sft": "sft", "dpo": "dpo", "kto": "dpo", "reward": "score", "grpo": "grpo"}
@@ -107,7 +107,7 @@ def generation_phase(config, shape: Shape, options: MemoryOptions, base: dict, r
     d = getattr(text, "hidden_size", None) or getattr(text, "n_embd")
     kv_heads = getattr(text, "num_key_value_heads", None) or heads
     head_dim = getattr(text, "head_dim", None) or d // heads
-    weights = BYTES[{"fp32": "f32", "bf16": "bf16", "fp16": "f16"}[options.torch_dtype]]
+    weights = BYTES[TORCH_DTYPES[options.torch_dtype]]
     cache_bytes = 2 if options.precision != "fp32" else weights  # k_proj/v_proj outputs: autocast's dtype
     per_position = 2 * layers * kv_heads * head_dim * cache_bytes
 

@@ -43,6 +43,7 @@ from types import SimpleNamespace
 from lengthscan.memory import optimizers
 from lengthscan.memory.families import ENCODER_DECODER
 from lengthscan.memory.tape import BYTES
+from lengthscan.memory.weights import TORCH_DTYPES
 
 ROOT, EMBED, TAIL = "root", "embed", "tail"
 INPUT_EMBEDDINGS = ("embed_tokens.weight", "wte.weight", "embed_in.weight", "word_embeddings.weight", "shared.weight")
@@ -101,7 +102,7 @@ class Sharding:
             raise ValueError(f"FSDP2 over {tr.model_type}: accelerate's layout puts its shared embedding in two FSDP "
                              "groups, which torch refuses; price FSDP1 (--fsdp-version 1)")
         reshard = parallel.strategy != "fsdp_shard_grad_op"
-        loaded = BYTES[{"fp32": "f32", "bf16": "bf16", "fp16": "f16"}[options.torch_dtype]]
+        loaded = BYTES[TORCH_DTYPES[options.torch_dtype]]
         low = {"bf16": 2, "fp16": 2}.get(options.precision)
         self.master = 4 if low and self.version == 2 else loaded  # accelerate upcasts what trains to fp32
         self.compute = low or loaded  # the mixed precision policy's param_dtype and reduce_dtype
@@ -140,11 +141,12 @@ class Sharding:
                 u.trained_shapes.append((p.numel, p.shape))
         self.units = units
         self.layers = sorted(k for k in units if isinstance(k, int))
-        self.gathered: set = set()
-        self.prefetched: set = set()
-        self.done: set = set()
-        self.prebackward: set = set()
-        self.done_forward: set = set()
+        self._reset()
+
+    def _reset(self) -> None:
+        """The replay's state: what is gathered, prefetched, done, and the buffers in flight."""
+        self.gathered, self.prefetched, self.done, self.prebackward, self.done_forward = set(), set(), set(), \
+            set(), set()
         self.kept_ag = 0  # FSDP2: the last forward gather's output, kept until the next gather is copied out
         self.pending_rs = 0  # FSDP2: the last reduce-scatter input, kept until the next unit's reduce
 
@@ -240,9 +242,7 @@ class Sharding:
 
     def begin(self, live) -> None:
         """The root's pre-forward (it gathers itself), then the embedding's (or the tail's, holding it)."""
-        self.gathered, self.prefetched, self.done, self.prebackward = set(), set(), set(), set()
-        self.done_forward = set()
-        self.kept_ag = self.pending_rs = 0
+        self._reset()
         self._gather(live, ROOT, keep_output=True)
         self._gather(live, EMBED, keep_output=True)
         if self.tied:  # the tail holds the input embedding: gathered as the forward starts

@@ -29,7 +29,6 @@ from types import SimpleNamespace
 
 from lengthscan.memory import optimizers
 from lengthscan.memory.sharded import ROOT, Sharding
-from lengthscan.memory.tape import BYTES
 
 DEFAULT_BUCKET = 500_000_000  # DeepSpeed's reduce_bucket_size when nothing sets it
 
@@ -42,9 +41,7 @@ class Zero(Sharding):
         self.stage = int(parallel.strategy[-1])
         self.offload = parallel.offload
         self.version = 3  # no gather buffer kept, no tail or root left gathered
-        low = {"bf16": 2, "fp16": 2}.get(options.precision)
-        self.compute = low or BYTES[{"fp32": "f32", "bf16": "bf16", "fp16": "f16"}[options.torch_dtype]]
-        self.mixed = bool(low)
+        self.mixed = options.precision != "fp32"  # (self.compute, Sharding's, is the 16-bit dtype then)
         for unit in self.units.values():
             unit.reshard = self.stage == 3
         trained = sum(u.trained for u in self.units.values())
