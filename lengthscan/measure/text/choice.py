@@ -204,12 +204,12 @@ class RoleStrategies:
         if answer is None:
             return PENDING
         self._speculated = {}
+        memo = handle.memo()
+        if memo is not None:
+            memo.forget()  # the prover wrote it: the backend it proved, what the report says of the tokenizer
         if not answer.get("ok"):
             self._reset()
             return FAILED
-        memo = handle.memo()
-        if memo is not None:
-            memo.forget()  # the prover wrote it: what the report says of the tokenizer is read from it
         for role, reason in answer["reasons"].items():
             reason = f"{reason}; counted from the start with tokenizer.json as tokenizers loads it (the same)"
             strategy = self._exact[role]
@@ -253,8 +253,9 @@ class RoleStrategies:
         return {role: s.method for role, s in self._exact.items()}
 
     def counting(self) -> dict[str, dict]:
-        """role -> which engine counted it and why, with what the count-only engine did."""
-        return {role: s.describe() for role, s in self._exact.items()}
+        """role -> which engine counted it and why, with what the count-only engine did, and why
+        its method (``method_reason``: the fast path's proof, or why there is none)."""
+        return {role: {**s.describe(), "method_reason": s.reason} for role, s in self._exact.items()}
 
     def reasons(self) -> dict[str, str]:
         """role -> why its method (the fast path's proof, or why there is none)."""

@@ -3,11 +3,12 @@
 ``answer_for`` loads the tokenizer as the run would, waits for what the counting asks (the roles
 counted on ``tokenizer.json`` as ``tokenizers`` loads it, their first texts, and that backend's
 digest), proves the fast path for each role on the loaded tokenizer's own backend
-(``fastpath.prove``: structure, probes, the first texts) and checks that this backend serializes to
-that digest, splitting special tokens alike. Where both hold it remembers the proof for these
-files (``fastpath.Memo``, as a run that proved it itself would) and answers ``{"ok": True,
-"reasons": {role: why}}``; otherwise ``{"ok": False, "why": ...}``, and the counting proves and
-counts again itself.
+(``fastpath.prove``: structure, probes, the first texts), remembers that proof for these files
+(``fastpath.Memo``, as a run that proved it itself would), and checks that this backend counts as
+the file's does (``counts_digest``: the same digest). Where both hold it answers ``{"ok": True,
+"reasons": {role: why}}``; otherwise ``{"ok": False, "why": ...}`` (with ``"remembered"`` where the
+proof was remembered: the counting counts again with the remembered backend, without loading
+transformers itself).
 
 Where transformers is not imported yet (a command's first run), this runs in a process of its own
 (``confirm``): its seconds of importing never take the counting process's GIL. Where it is (a
@@ -22,8 +23,7 @@ from typing import Callable
 def answer_for(handle, asked: Callable[[], dict | None]) -> dict | None:
     """The answer for ``handle``'s tokenizer to what ``asked()`` (waited for) asks; None: nothing
     was asked (the counting ended otherwise)."""
-    import hashlib
-
+    from lengthscan.measure.text.counts_digest import counts_digest
     from lengthscan.measure.text.fastpath import METHOD_FAST, input_backend, prove
 
     try:
@@ -39,15 +39,16 @@ def answer_for(handle, asked: Callable[[], dict | None]) -> dict | None:
         return None
     methods = {role: prove(tok, role, texts, handle.call_ids, backend=own) for role, texts in question["roles"].items()}
     bad = next((f"{role}: {m.reason}" for role, m in methods.items() if m.method != METHOD_FAST), None)
-    if bad is None and (hashlib.sha256(own.to_str().encode()).hexdigest() != question["digest"]
-                        or bool(own.encode_special_tokens) != bool(question["split"])):
-        bad = "the loaded tokenizer's backend is not tokenizer.json as tokenizers loads it"
     if bad is not None:
         return {"ok": False, "why": bad}
     memo = handle.memo()
-    if memo is not None:
+    if memo is not None:  # proven on the loaded tokenizer's own backend, whatever the file's counted
         for role, method in methods.items():
             memo.remember(role, method, handle.loaded_info())
+    if counts_digest(own) != question["digest"]:
+        # the counting counts again, with the backend remembered now (it never loads transformers itself)
+        return {"ok": False, "why": "the loaded tokenizer's backend does not count as tokenizer.json as tokenizers "
+                                    "loads it", "remembered": memo is not None}
     return {"ok": True, "reasons": {role: m.reason for role, m in methods.items()}}
 
 

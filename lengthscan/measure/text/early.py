@@ -113,16 +113,14 @@ class Early:
         return backend
 
     def ask(self, roles: dict[str, list[str]]) -> None:
-        """Send the prover the roles counted on the file's backend with their first texts, and that
-        backend's digest (once)."""
+        """Send the prover the roles counted on the file's backend with their first texts, and the
+        digest of what that backend's counts depend on (``counts_digest``; once)."""
         if self.asked:
             return
-        import hashlib
+        from lengthscan.measure.text.counts_digest import counts_digest
 
         self.asked = True
-        backend = self._file.backend()
-        question = {"roles": roles, "digest": hashlib.sha256(backend.to_str().encode()).hexdigest(),
-                    "split": bool(backend.encode_special_tokens)}
+        question = {"roles": roles, "digest": counts_digest(self._file.backend())}
         prover, channel = self._prover
         if isinstance(prover, threading.Thread):
             channel.put(question)

@@ -180,8 +180,10 @@ class Memo:
         return self._read().get("info") or {}
 
     def forget(self) -> None:
-        """Read the file again when next asked (another process has written it)."""
-        self._data = None
+        """Read the file and the snapshot again when next asked (another process has written them)."""
+        with self._loading:
+            self._data = None
+            self._backend = None
 
     def remembers(self) -> bool:
         """Some role's fast path is remembered here (a run on these files was made before)."""

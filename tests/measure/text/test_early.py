@@ -78,6 +78,65 @@ def test_a_tokenizer_transformers_changes_is_counted_again(bpe_dir, docs, first_
     assert "counted from the start" not in json.dumps(report)
 
 
+def test_a_class_that_rebuilds_the_backend_is_confirmed_where_it_counts_alike(train_texts, docs, first_run,
+                                                                          tmp_path):
+    """``Qwen2Tokenizer`` (the class Qwen's files name) rebuilds the backend: its serialization is
+    not the file's (``trim_offsets``, the decoder), what its counts depend on is. The counts made
+    on the file's backend stand; they are the tokenizer's."""
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    from lengthscan.measure.text.counts_digest import counts_digest
+    from tests.support.bpe_vocab import qwen_class_files
+
+    tok = qwen_class_files(tmp_path / "qwen", train_texts)
+    loaded = AutoTokenizer.from_pretrained(str(tok))
+    assert type(loaded).__name__ == "Qwen2Tokenizer"
+    file_backend = Tokenizer.from_file(str(tok / "tokenizer.json"))
+    assert file_backend.to_str() != loaded.backend_tokenizer.to_str()  # the case: they serialize apart
+    assert counts_digest(file_backend) == counts_digest(loaded.backend_tokenizer)
+
+    texts = [f"{t[:300]}<|im_end|> e\u0301\r\n{t[300:600]}" for t in docs[:300]]
+    counter = TokenCounter(str(tok), prove_beside=True)
+    with counter.speculating():
+        counts, _ = counter.count(texts, "input")
+        assert counter.speculation(wait=True) == choice.CONFIRMED
+    assert counts.tolist() == direct_counts(tok, texts, "input")
+
+
+def test_the_counts_digest_tells_apart_what_changes_a_count(bpe_dir):
+    """Each change that moves a count changes the digest; offsets and the decoder do not."""
+    from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers
+
+    from lengthscan.measure.text.counts_digest import counts_digest
+
+    def loaded():
+        return Tokenizer.from_file(str(bpe_dir / "tokenizer.json"))
+
+    base = counts_digest(loaded())
+    state = json.loads(loaded().to_str())
+    assert state["pre_tokenizer"]["trim_offsets"] is True
+    state["pre_tokenizer"]["trim_offsets"] = False
+    same = Tokenizer.from_str(json.dumps(state))
+    same.decoder = decoders.WordPiece()
+    assert counts_digest(same) == base
+    changes = {
+        "normalizer": lambda t: setattr(t, "normalizer", normalizers.NFKC()),
+        "prefix space": lambda t: setattr(t, "pre_tokenizer", pre_tokenizers.ByteLevel(
+            add_prefix_space=not state["pre_tokenizer"]["add_prefix_space"])),
+        "added token": lambda t: t.add_tokens(["<|new|>"]),
+        "a special one": lambda t: t.add_special_tokens(["<|new|>"]),
+        "single word": lambda t: t.add_tokens([AddedToken("<|new|>", single_word=True)]),
+        "split specials": lambda t: setattr(t, "encode_special_tokens", True),
+        "post-processor": lambda t: setattr(t, "post_processor", None),
+        "model": lambda t: setattr(t.model, "ignore_merges", not t.model.ignore_merges),
+    }
+    for name, change in changes.items():
+        other = loaded()
+        change(other)
+        assert counts_digest(other) != base, name
+
+
 def test_a_first_cli_run_counts_as_the_tokenizer_and_remembers(bpe_dir, docs, first_run, tmp_path):
     from lengthscan.cli.main import main
 
@@ -95,23 +154,30 @@ def test_a_first_cli_run_counts_as_the_tokenizer_and_remembers(bpe_dir, docs, fi
     assert list((first_run / "countbpe").glob("ranks-*.npz"))  # proven from the file as the run began
 
 
-@pytest.mark.parametrize("changed", [False, True])
-def test_a_first_command_proves_in_a_process_of_its_own(bpe_dir, docs, tmp_path, changed):
+@pytest.mark.parametrize("case", ["file", "changed", "rebuilt"])
+def test_a_first_command_proves_in_a_process_of_its_own(bpe_dir, train_texts, docs, tmp_path, case):
     """The command (a process without transformers imported) proves the fast path in a prover
-    process; its answer confirms the counts, or (a tokenizer transformers changes) they are made again."""
+    process; its answer confirms the counts (the file's backend, or one transformers rebuilds that
+    counts alike), or (a tokenizer transformers changes) they are made again with the backend the
+    prover proved."""
     import os
     import subprocess
     import sys
 
+    from tests.support.bpe_vocab import qwen_class_files
+
     tok = bpe_dir
     texts = docs[:300]
-    if changed:
+    if case == "changed":
         tok = tmp_path / "tok"
         tok.mkdir()
         shutil.copy(bpe_dir / "tokenizer.json", tok / "tokenizer.json")
         (tok / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
                                                                "eos_token": "<|myeos|>"}))
         texts = [f"{t[:100]} <|myeos|> {t[100:200]}" for t in texts]
+    elif case == "rebuilt":
+        tok = qwen_class_files(tmp_path / "qwen", train_texts)
+        texts = [f"{t[:100]}<|im_start|>{t[100:200]}" for t in texts]
     src = tmp_path / "s.jsonl"
     src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     out = tmp_path / "out"
@@ -122,3 +188,5 @@ def test_a_first_command_proves_in_a_process_of_its_own(bpe_dir, docs, tmp_path,
     assert done.returncode == 0, done.stderr
     assert pq.read_table(out / "lengths.parquet")["input_tokens"].to_pylist() == direct_counts(tok, texts, "input")
     assert list((tmp_path / "cache" / "fastpath").glob("*.tokenizer.json"))  # the next run is a later run
+    reasons = json.dumps(json.loads((out / "report.json").read_text())["tokenizer"])
+    assert ("counted from the start with tokenizer.json" in reasons) == (case != "changed")
