@@ -126,8 +126,14 @@ class RoleStrategies:
         if self._engine is None:
             cache = cache_root() / "countbpe"
             found = engine_for(backend, cache, cached_only=True) if self.prove_beside else None
+            early = self._early
+
+            def proven():
+                if early is not None:
+                    early.engine_made()  # a first run's prover process makes it into the cache
+                return engine_for(backend, cache)
             self._engine = found if found is not None else (
-                Proving(lambda: engine_for(backend, cache)) if self.prove_beside else engine_for(backend, cache))
+                Proving(proven) if self.prove_beside else engine_for(backend, cache))
 
     def tiler(self, probe: list[str]) -> Tiler | None:
         """Token offsets of rendered conversations by the count-only engine (``countbpe/tiling.py``),
@@ -253,9 +259,8 @@ class RoleStrategies:
         return {role: s.method for role, s in self._exact.items()}
 
     def counting(self) -> dict[str, dict]:
-        """role -> which engine counted it and why, with what the count-only engine did, and why
-        its method (``method_reason``: the fast path's proof, or why there is none)."""
-        return {role: {**s.describe(), "method_reason": s.reason} for role, s in self._exact.items()}
+        """role -> which engine counted it and why, with what the count-only engine did."""
+        return {role: s.describe() for role, s in self._exact.items()}
 
     def reasons(self) -> dict[str, str]:
         """role -> why its method (the fast path's proof, or why there is none)."""

@@ -11,7 +11,8 @@ proof was remembered: the counting counts again with the remembered backend, wit
 transformers itself).
 
 Where transformers is not imported yet (a command's first run), this runs in a process of its own
-(``confirm``): its seconds of importing never take the counting process's GIL. Where it is (a
+(``prover``, which makes the count-only engine's proof first): its seconds of importing never take
+the counting process's GIL. Where it is (a
 notebook, a test session), in a thread of the counting process.
 """
 
@@ -52,9 +53,21 @@ def answer_for(handle, asked: Callable[[], dict | None]) -> dict | None:
     return {"ok": True, "reasons": {role: m.reason for role, m in methods.items()}}
 
 
-def confirm(conn, name: str, revision: str | None, hide_torch: bool) -> None:
-    """The prover process's work (``conn``: its end of a pipe; ``name``: the tokenizer folder)."""
+def prover(conn, name: str, revision: str | None, hide_torch: bool, tokenizer_json: str | None = None,
+           engine_cache: str | None = None) -> None:
+    """The prover process's work (``conn``: its end of a pipe; ``name``: the tokenizer folder). With
+    ``tokenizer_json``, the count-only engine's proof of that file first, made into ``engine_cache``
+    (``prefetch.prove_for``; refused or not, ``{"engine": True}`` is sent once it has ended); then
+    the answer to the counting's question (``answer_for``)."""
     try:
+        if tokenizer_json is not None:
+            from pathlib import Path
+
+            from lengthscan.measure.text.countbpe.prefetch import prove_file
+
+            prove_file(Path(tokenizer_json), Path(engine_cache))
+            conn.send({"engine": True})
+        _yield_to_the_counting()
         if hide_torch:
             from lengthscan.torchless import hide_torch as hide
 
@@ -73,3 +86,15 @@ def confirm(conn, name: str, revision: str | None, hide_torch: bool) -> None:
             pass
     finally:
         conn.close()
+
+
+def _yield_to_the_counting() -> None:
+    """From here the prover's work (seconds of importing and loading) is only needed when the
+    counting ends: it takes the cores the counting leaves idle, not the counting's (a lower
+    scheduling priority, where the system has one)."""
+    import os
+
+    try:
+        os.nice(10)
+    except (AttributeError, OSError):
+        pass

@@ -3,11 +3,14 @@
 
 On a first run with a tokenizer (no fast path remembered for its files, ``fastpath.Memo``):
 
-* transformers' load of it and the fast path's proof, in a process of its own (``confirm.py``,
-  begun when the counting begins): seconds, most of them importing transformers, none of them
-  taking this process's GIL;
-* its ``tokenizer.json`` loaded by ``tokenizers`` alone, then the count-only engine's proof made
-  for it (``countbpe/prefetch.py``).
+* its ``tokenizer.json`` loaded by ``tokenizers`` alone (``countbpe/prefetch.py``), to count with
+  from the first row;
+* in a command's process, a prover process begun at once (``confirm.prover``): the count-only
+  engine's proof for that file first (seconds on a large vocabulary, on the core the source's
+  opening leaves free, never this process's GIL), then transformers' load of the tokenizer and
+  the fast path's proof. Elsewhere (a script, a notebook, a process with transformers imported)
+  the engine's proof is made in a thread here, and the fast path's in a thread begun with the
+  counting.
 
 Nothing here decides anything: ``choice.py`` may count with the file's backend while
 transformers loads (``RoleStrategies.speculating``), and takes the run's results only once the loaded
@@ -47,49 +50,60 @@ class Early:
 
         self._handle = handle
         self._file = None
-        self._prover = None  # (process, our end of its pipe) or (thread, its queue), once started
+        self._prover = None  # (process, its inbox) or (thread, its queue), once started
         self._answer: dict | None = None
         self.asked = False
+        #: the count-only engine's proof is made in the prover process (``engine_made`` waits for it)
+        self.engine_apart = False
         memo = handle.memo() if not handle.loaded else None
         path = handle.tokenizer_file() if memo is not None else None
         #: a first run with these files (no fast path remembered for them) that can be counted on the file
         self.first = path is not None and not memo.remembers()
         if self.first:
-            self._file = Prefetch(path, cache_root() / "countbpe", engine=engine)
+            import sys
+
+            apart = _APART["on"] and "transformers" not in sys.modules
+            if apart:  # begun now: the engine's proof first, on the core the source's opening leaves free
+                self._start_apart(path, cache_root() / "countbpe" if engine else None)
+            self._file = Prefetch(path, cache_root() / "countbpe", engine=engine and not apart)
         elif memo is not None and engine:  # a later run: the remembered backend and its engine, read early
             threading.Thread(target=_read_back, args=(memo, cache_root() / "countbpe"),
                              name="lengthscan-count-prefetch", daemon=True).start()
 
-    def _start(self) -> None:
-        """The prover (``confirm.py``), started when the counting begins (its import of transformers
-        would slow the source's opening): in a command where transformers is not imported yet, a
-        process of its own; else a thread."""
-        if not self.first or self._prover is not None:
-            return
-        import sys
-
-        if "transformers" in sys.modules or not _APART["on"]:
-            import queue
-
-            questions: queue.Queue = queue.Queue()
-            thread = threading.Thread(target=self._confirm_here, args=(questions,), name="lengthscan-tokenizer-proof",
-                                      daemon=True)
-            thread.start()
-            self._prover = (thread, questions)
-            return
+    def _start_apart(self, path, engine_cache) -> None:
+        """The prover process (``confirm.prover``): with ``engine_cache``, the count-only engine's
+        proof of ``path`` made into that cache first (``engine_made``); then transformers' load of
+        the tokenizer and the fast path's proof (``ask``, ``answer``). Nothing it does takes this
+        process's GIL."""
         import multiprocessing as mp
 
-        from lengthscan.measure.text.confirm import confirm
+        from lengthscan.measure.text.confirm import prover
         from lengthscan.torchless import torch_hidden
 
         ctx = mp.get_context("spawn")
         ours, theirs = ctx.Pipe()
         handle = self._handle
-        process = ctx.Process(target=confirm, name="lengthscan-tokenizer-proof", daemon=True,
-                              args=(theirs, handle.name, handle.revision, torch_hidden()))
+        process = ctx.Process(target=prover, name="lengthscan-tokenizer-proof", daemon=True,
+                              args=(theirs, handle.name, handle.revision, torch_hidden(),
+                                    str(path) if engine_cache is not None else None,
+                                    str(engine_cache) if engine_cache is not None else None))
         process.start()
         theirs.close()
-        self._prover = (process, ours)
+        self.engine_apart = engine_cache is not None
+        self._prover = (process, _Inbox(process, ours))
+
+    def _start(self) -> None:
+        """The prover where it is not a process begun already: a thread, started when the counting
+        begins."""
+        if not self.first or self._prover is not None:
+            return
+        import queue
+
+        questions: queue.Queue = queue.Queue()
+        thread = threading.Thread(target=self._confirm_here, args=(questions,), name="lengthscan-tokenizer-proof",
+                                  daemon=True)
+        thread.start()
+        self._prover = (thread, questions)
 
     def _confirm_here(self, questions) -> None:
         from lengthscan.measure.text.confirm import answer_for
@@ -102,9 +116,15 @@ class Early:
             answer = {"ok": False, "why": f"{type(exc).__name__}: {str(exc)[:200]}"}
         self._answer = answer if answer is not None else {"ok": False, "why": "nothing was asked"}
 
+    def engine_made(self) -> None:
+        """Wait until the prover process has made the count-only engine's proof (into the cache),
+        or has ended without it (the caller then makes it itself)."""
+        if self.engine_apart:
+            self._prover[1].engine.wait()
+
     def file_backend(self) -> Tokenizer | None:
         """On a first run: ``tokenizer.json`` as ``tokenizers`` loads it (waited for), to count with
-        until the prover has confirmed it (its process started now); None otherwise."""
+        until the prover has confirmed it (its thread started now, where it is one); None otherwise."""
         if self._file is None or self.asked:
             return None
         backend = self._file.backend()
@@ -124,11 +144,8 @@ class Early:
         prover, channel = self._prover
         if isinstance(prover, threading.Thread):
             channel.put(question)
-            return
-        try:
+        else:
             channel.send(question)
-        except (OSError, ValueError):  # the prover is gone: ``answer`` says so
-            pass
 
     def answer(self, *, wait: bool) -> dict | None:
         """The prover's answer (None while it works, unless ``wait``): ``{"ok": True, "reasons":
@@ -141,14 +158,52 @@ class Early:
                 return None
             prover.join()
             return self._answer
-        if not wait and not channel.poll():
+        if not wait and not channel.answered.is_set():
             return None
-        try:
-            self._answer = channel.recv()
-        except (EOFError, OSError):
-            self._answer = {"ok": False, "why": f"the prover process ended (exit {prover.exitcode})"}
-        channel.close()
+        self._answer = channel.answer()
         prover.join(timeout=5)
+        return self._answer
+
+
+class _Inbox:
+    """The counting process's end of the prover process's pipe, read by a thread of its own: the
+    engine's message (``engine`` is set on it, or once the process has ended), then the answer."""
+
+    def __init__(self, process, conn):
+        self._process = process
+        self._conn = conn
+        self.engine = threading.Event()
+        self.answered = threading.Event()
+        self._answer: dict | None = None
+        threading.Thread(target=self._read, name="lengthscan-tokenizer-proof-inbox", daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            while True:
+                message = self._conn.recv()
+                if "engine" in message:
+                    self.engine.set()
+                    continue
+                self._answer = message
+                break
+        except (EOFError, OSError):
+            pass
+        finally:
+            self.engine.set()
+            self.answered.set()
+
+    def send(self, question: dict) -> None:
+        try:
+            self._conn.send(question)
+        except (OSError, ValueError):  # the prover is gone: ``answer`` says so
+            pass
+
+    def answer(self) -> dict:
+        self.answered.wait()
+        if self._answer is None:
+            self._process.join(timeout=5)
+            return {"ok": False, "why": f"the prover process ended (exit {self._process.exitcode})"}
+        self._conn.close()
         return self._answer
 
 

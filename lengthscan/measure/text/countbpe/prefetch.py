@@ -57,8 +57,47 @@ class Prefetch:
             prove_for(self._backend, cache_dir)
 
 
+def prove_file(tokenizer_json: Path, cache_dir: Path) -> None:
+    """``prove_for`` the file ``tokenizer_json`` (the prover process's first work, ``confirm.prover``),
+    read as JSON: its BPE model built from the entry (the same state as ``tokenizers`` loads it),
+    the pre-tokenizer and normalizer from the file without its vocabulary. Cheaper than loading
+    the whole file with ``tokenizers``, then reading its model back. A file that does not read so
+    is left to the counting, which says why."""
+    try:
+        from tokenizers import Tokenizer
+
+        from lengthscan.measure.text.countbpe.proof import bpe_model
+
+        data = json.loads(tokenizer_json.read_text(encoding="utf-8"))
+        model = data.get("model") or {}
+        if model.get("type") != "BPE":
+            return
+        bpe = bpe_model(model)
+        state = bpe.__getstate__()
+        bpe.ignore_merges = False  # the proof's own merge loop (``derive_model``); the state is read
+        parts = Tokenizer.from_str(json.dumps({**data, "added_tokens": [], "model": {
+            **model, "vocab": {}, "merges": []}}))
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:  # noqa: BLE001, S110 - not a tokenizers file: the counting says what is wrong
+        return
+    _prove(parts, state, cache_dir, model, bpe)
+
+
 def prove_for(backend, cache_dir: Path | None) -> None:
     """The rank table and code-point probe for ``backend``'s model and split, into the caches."""
+    try:
+        state = backend.model.__getstate__()
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:  # noqa: BLE001, S110 - unreadable: the proof at the counting says why
+        return
+    _prove(backend, state, cache_dir, None, backend.model)
+
+
+def _prove(backend, state: bytes, cache_dir: Path | None, model: dict | None, bpe) -> None:
+    """The rank table of the model whose state is ``state`` (``model``: that state read; ``bpe``:
+    the model, only read) and the probe of ``backend``'s pre-tokenizer and normalizer."""
     from lengthscan.measure.text.countbpe.codepoints import differences
     from lengthscan.measure.text.countbpe.engine import component_state
     from lengthscan.measure.text.countbpe.pattern import normalizer_form, pre_tokenizer
@@ -67,12 +106,11 @@ def prove_for(backend, cache_dir: Path | None) -> None:
     try:
         pre = pre_tokenizer(component_state(backend.pre_tokenizer))
         form = normalizer_form(component_state(backend.normalizer))
-        state = backend.model.__getstate__()
         if derived_for(state, cache_dir, cached_only=True) is None:  # a first run: made now
-            model = json.loads(state)
+            model = model if model is not None else json.loads(state)
             if model.get("type") != "BPE":
                 return
-            derived_for(state, cache_dir, model=model, bpe=backend.model)
+            derived_for(state, cache_dir, model=model, bpe=bpe)
         differences(pre, form, cache_dir)
     except (KeyboardInterrupt, SystemExit):
         raise

@@ -177,9 +177,11 @@ def _spans(pairs: list[tuple[str, str]]) -> tuple[dict[str, int], dict[str, int]
     (a pair listed twice keeps its last index, as in tokenizers' merge map). Where every pair and
     every concatenation is listed once (the usual case) both are the one index, and the same dict."""
     cats = [a + b for a, b in pairs]
-    if len(set(pairs)) == len(pairs) and len(set(cats)) == len(cats):
-        lo = dict(zip(cats, range(len(cats))))
-        return lo, lo
+    if len(set(pairs)) == len(pairs):  # each index its own: dict order keeps the last, reversed the first
+        hi = dict(zip(cats, range(len(cats))))
+        if len(hi) == len(cats):
+            return hi, hi
+        return dict(zip(reversed(cats), range(len(cats) - 1, -1, -1))), hi
     import numpy as np
 
     index = dict(zip(pairs, range(len(pairs))))  # later duplicates win
