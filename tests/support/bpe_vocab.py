@@ -119,30 +119,56 @@ def split_bpe(out, train_texts, pattern: str, nfc: bool):
 
 
 def qwen_class_files(out, train_texts):
-    """A tokenizer folder as Qwen's models ship theirs: ``tokenizer.json`` with NFC, Qwen 2's split
-    regex and ``ByteLevel`` pre-tokenizer and post-processor (``trim_offsets`` false), ChatML's
-    control tokens added, and ``tokenizer_config.json`` naming ``Qwen2Tokenizer``, a class that
-    transformers 5 rebuilds the backend with (its own pre-tokenizer, ``trim_offsets`` true)."""
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    """A tokenizer folder as Qwen's models ship theirs (``qwen_files``), its byte-level BPE trained
+    here behind NFC and Qwen 2's split regex."""
+    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), "isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.train_from_iterator(train_texts, trainers.BpeTrainer(
         vocab_size=1500, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
-    tok.add_special_tokens(specials)
-    tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
-    tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    model = json.loads(tok.to_str())["model"]
+    return qwen_files(out, model["vocab"], model["merges"])
+
+
+#: Qwen's control tokens, added after the vocabulary (the first three ChatML's).
+QWEN_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+                 "<|box_start|>", "<|box_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
+                 "<|video_pad|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+                 "<|repo_name|>", "<|file_sep|>")
+
+
+def qwen_files(out, vocab: dict, merges: list):
+    """A tokenizer folder laid out as Qwen's models ship theirs, over a byte-level BPE's ``vocab``
+    and ``merges``: ``tokenizer.json`` with NFC, Qwen 2's split regex and ``ByteLevel``
+    pre-tokenizer, post-processor and decoder (``trim_offsets`` false), Qwen's control tokens added,
+    and ``tokenizer_config.json`` naming ``Qwen2Tokenizer`` with its ``added_tokens_decoder``: a class
+    transformers 5 rebuilds the backend with (its own pre-tokenizer, ``trim_offsets`` true)."""
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
+
+    level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    first = max(vocab.values()) + 1
+    added = [{"id": first + i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for i, s in enumerate(QWEN_SPECIALS)]
     out.mkdir(parents=True, exist_ok=True)
-    tok.save(str(out / "tokenizer.json"))
-    added = {str(tok.token_to_id(s)): {"content": s, "lstrip": False, "normalized": False, "rstrip": False,
-                                       "single_word": False, "special": True} for s in specials}
+    (out / "tokenizer.json").write_text(json.dumps({
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+        "normalizer": {"type": "NFC"},
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": PRETOKENIZE_REGEX}, "behavior": "Isolated", "invert": False},
+            level]},
+        "post_processor": level, "decoder": level,
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": vocab, "merges": merges}}, ensure_ascii=False), encoding="utf-8")
+    decoder = {str(a["id"]): {k: a[k] for k in ("content", "lstrip", "normalized", "rstrip", "single_word", "special")}
+               for a in added}
     (out / "tokenizer_config.json").write_text(json.dumps({
-        "add_bos_token": False, "add_prefix_space": False, "added_tokens_decoder": added, "bos_token": None,
+        "add_bos_token": False, "add_prefix_space": False, "added_tokens_decoder": decoder, "bos_token": None,
         "clean_up_tokenization_spaces": False, "eos_token": "<|im_end|>", "errors": "replace",
         "model_max_length": 131072, "pad_token": "<|endoftext|>", "split_special_tokens": False,
         "tokenizer_class": "Qwen2Tokenizer", "unk_token": None}))

@@ -212,10 +212,12 @@ class RoleStrategies:
         self._speculated = {}
         memo = handle.memo()
         if memo is not None:
-            memo.forget()  # the prover wrote it: the backend it proved, what the report says of the tokenizer
+            memo.forget()  # read again: what the prover wrote (the backend it proved, where the counts fail)
         if not answer.get("ok"):
             self._reset()
             return FAILED
+        if answer.get("info"):
+            handle.told(answer["info"])  # what the report says of the tokenizer (the prover loaded it)
         for role, reason in answer["reasons"].items():
             reason = f"{reason}; counted from the start with tokenizer.json as tokenizers loads it (the same)"
             strategy = self._exact[role]

@@ -21,9 +21,12 @@ from __future__ import annotations
 from typing import Callable
 
 
-def answer_for(handle, asked: Callable[[], dict | None]) -> dict | None:
-    """The answer for ``handle``'s tokenizer to what ``asked()`` (waited for) asks; None: nothing
-    was asked (the counting ended otherwise)."""
+def answer_for(handle, asked: Callable[[], dict | None], file_digest: str | None = None) -> tuple:
+    """(answer, remember) for ``handle``'s tokenizer to what ``asked()`` (waited for) asks:
+    ``remember()`` writes the proof to the cache, before or after the answer is given (None:
+    nothing to write, or written already: the counting reads it back). The answer is None where
+    nothing was asked (the counting ended otherwise). ``file_digest``: ``tokenizer.json``'s
+    ``counts_digest``, where the prover made it itself (else the question carries it)."""
     from lengthscan.measure.text.counts_digest import counts_digest
     from lengthscan.measure.text.fastpath import METHOD_FAST, input_backend, prove
 
@@ -34,39 +37,43 @@ def answer_for(handle, asked: Callable[[], dict | None]) -> dict | None:
         raise
     except BaseException as exc:  # noqa: BLE001 - the counting loads it itself and says what is wrong
         asked()
-        return {"ok": False, "why": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        return {"ok": False, "why": f"{type(exc).__name__}: {str(exc)[:200]}"}, None
     question = asked()
     if not question:
-        return None
+        return None, None
     methods = {role: prove(tok, role, texts, handle.call_ids, backend=own) for role, texts in question["roles"].items()}
     bad = next((f"{role}: {m.reason}" for role, m in methods.items() if m.method != METHOD_FAST), None)
     if bad is not None:
-        return {"ok": False, "why": bad}
-    memo = handle.memo()
-    if memo is not None:  # proven on the loaded tokenizer's own backend, whatever the file's counted
-        for role, method in methods.items():
-            memo.remember(role, method, handle.loaded_info())
-    if counts_digest(own) != question["digest"]:
+        return {"ok": False, "why": bad}, None
+    memo, info = handle.memo(), handle.loaded_info()
+
+    def remember() -> None:  # proven on the loaded tokenizer's own backend, whatever the file's counted
+        if memo is not None:
+            for role, method in methods.items():
+                memo.remember(role, method, info)
+    expected = file_digest if file_digest is not None else question.get("digest")
+    if expected is None or counts_digest(own) != expected:
         # the counting counts again, with the backend remembered now (it never loads transformers itself)
+        remember()
         return {"ok": False, "why": "the loaded tokenizer's backend does not count as tokenizer.json as tokenizers "
-                                    "loads it", "remembered": memo is not None}
-    return {"ok": True, "reasons": {role: m.reason for role, m in methods.items()}}
+                                    "loads it", "remembered": memo is not None}, None
+    return {"ok": True, "reasons": {role: m.reason for role, m in methods.items()}, "info": info}, remember
 
 
-def prover(conn, name: str, revision: str | None, hide_torch: bool, tokenizer_json: str | None = None,
+def prover(conn, name: str, revision: str | None, hide_torch: bool, tokenizer_json: str,
            engine_cache: str | None = None) -> None:
-    """The prover process's work (``conn``: its end of a pipe; ``name``: the tokenizer folder). With
-    ``tokenizer_json``, the count-only engine's proof of that file first, made into ``engine_cache``
-    (``prefetch.prove_for``; refused or not, ``{"engine": True}`` is sent once it has ended); then
-    the answer to the counting's question (``answer_for``)."""
+    """The prover process's work (``conn``: its end of a pipe; ``name``: the tokenizer folder):
+    ``tokenizer_json``'s digest and, with ``engine_cache``, the count-only engine's proof of that
+    file, made into that cache (``prefetch.prove_file``; ``{"engine": True}`` is sent once it has
+    ended, proven or not); then the answer to the counting's question (``answer_for``), the proof
+    written to the cache after it (the counting's process waits for this process at its exit)."""
     try:
-        if tokenizer_json is not None:
-            from pathlib import Path
+        from pathlib import Path
 
-            from lengthscan.measure.text.countbpe.prefetch import prove_file
+        from lengthscan.measure.text.countbpe.prefetch import prove_file
 
-            prove_file(Path(tokenizer_json), Path(engine_cache))
-            conn.send({"engine": True})
+        digest = prove_file(Path(tokenizer_json), Path(engine_cache) if engine_cache is not None else None)
+        conn.send({"engine": True})
         _yield_to_the_counting()
         if hide_torch:
             from lengthscan.torchless import hide_torch as hide
@@ -74,9 +81,11 @@ def prover(conn, name: str, revision: str | None, hide_torch: bool, tokenizer_js
             hide()
         from lengthscan.measure.text.handle import TokenizerHandle
 
-        answer = answer_for(TokenizerHandle(name, revision=revision), conn.recv)
+        answer, remember = answer_for(TokenizerHandle(name, revision=revision), conn.recv, digest)
         if answer is not None:
             conn.send(answer)
+        if remember is not None:
+            remember()
     except (KeyboardInterrupt, SystemExit, EOFError, BrokenPipeError):
         pass
     except BaseException as exc:  # noqa: BLE001 - the counting process loads it itself and says what is wrong

@@ -38,8 +38,10 @@ OFFSETS_ONLY = frozenset({"trim_offsets"})
 _EMPTY_IS_NONE = ("continuing_subword_prefix", "end_of_word_suffix")
 
 
-def counts_digest(backend) -> str:
-    """The digest of ``backend`` (a ``tokenizers.Tokenizer``): equal digests count every text alike."""
+def counts_digest(backend, model_state: bytes | None = None) -> str:
+    """The digest of ``backend`` (a ``tokenizers.Tokenizer``): equal digests count every text alike.
+    ``model_state``: its model's ``__getstate__``, where the backend holds another model (the
+    prover's, ``prefetch.prove_file``: the file's parts without its vocabulary)."""
     parts = {name: _without_offsets(_state(getattr(backend, name)))
              for name in ("normalizer", "pre_tokenizer", "post_processor")}
     parts["added"] = sorted([t.content, bool(t.special), bool(t.single_word), bool(t.lstrip), bool(t.rstrip),
@@ -47,7 +49,7 @@ def counts_digest(backend) -> str:
     parts["encode_special_tokens"] = bool(backend.encode_special_tokens)
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True, ensure_ascii=False).encode())
     digest.update(b"\0")
-    state = backend.model.__getstate__()
+    state = model_state if model_state is not None else backend.model.__getstate__()
     at = state.find(b',"vocab":')  # the options come first: read them, the rest as it is
     if at < 0:
         digest.update(state)

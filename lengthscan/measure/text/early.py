@@ -71,10 +71,12 @@ class Early:
                              name="lengthscan-count-prefetch", daemon=True).start()
 
     def _start_apart(self, path, engine_cache) -> None:
-        """The prover process (``confirm.prover``): with ``engine_cache``, the count-only engine's
-        proof of ``path`` made into that cache first (``engine_made``); then transformers' load of
-        the tokenizer and the fast path's proof (``ask``, ``answer``). Nothing it does takes this
-        process's GIL."""
+        """The prover process (``confirm.prover``): ``path``'s digest and, with ``engine_cache``,
+        the count-only engine's proof of it made into that cache first (``engine_made``); then
+        transformers' load of the tokenizer and the fast path's proof (``ask``, ``answer``).
+        Nothing it does takes this process's GIL. It writes the proof after its answer: this
+        process waits for it at its exit (the next run is a later run)."""
+        import atexit
         import multiprocessing as mp
 
         from lengthscan.measure.text.confirm import prover
@@ -84,11 +86,11 @@ class Early:
         ours, theirs = ctx.Pipe()
         handle = self._handle
         process = ctx.Process(target=prover, name="lengthscan-tokenizer-proof", daemon=True,
-                              args=(theirs, handle.name, handle.revision, torch_hidden(),
-                                    str(path) if engine_cache is not None else None,
+                              args=(theirs, handle.name, handle.revision, torch_hidden(), str(path),
                                     str(engine_cache) if engine_cache is not None else None))
         process.start()
         theirs.close()
+        atexit.register(process.join, 20)  # before multiprocessing's own exit ends its daemons
         self.engine_apart = engine_cache is not None
         self._prover = (process, _Inbox(process, ours))
 
@@ -109,7 +111,9 @@ class Early:
         from lengthscan.measure.text.confirm import answer_for
 
         try:
-            answer = answer_for(self._handle, questions.get)
+            answer, remember = answer_for(self._handle, questions.get)
+            if remember is not None:
+                remember()
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # noqa: BLE001 - the counting proves again itself, and says what is wrong
@@ -133,19 +137,19 @@ class Early:
         return backend
 
     def ask(self, roles: dict[str, list[str]]) -> None:
-        """Send the prover the roles counted on the file's backend with their first texts, and the
-        digest of what that backend's counts depend on (``counts_digest``; once)."""
+        """Send the prover the roles counted on the file's backend with their first texts (once);
+        a thread is sent the digest of what that backend's counts depend on (``counts_digest``),
+        which a prover process makes itself from the file."""
         if self.asked:
             return
-        from lengthscan.measure.text.counts_digest import counts_digest
-
         self.asked = True
-        question = {"roles": roles, "digest": counts_digest(self._file.backend())}
         prover, channel = self._prover
         if isinstance(prover, threading.Thread):
-            channel.put(question)
+            from lengthscan.measure.text.counts_digest import counts_digest
+
+            channel.put({"roles": roles, "digest": counts_digest(self._file.backend())})
         else:
-            channel.send(question)
+            channel.send({"roles": roles})
 
     def answer(self, *, wait: bool) -> dict | None:
         """The prover's answer (None while it works, unless ``wait``): ``{"ok": True, "reasons":
@@ -161,7 +165,6 @@ class Early:
         if not wait and not channel.answered.is_set():
             return None
         self._answer = channel.answer()
-        prover.join(timeout=5)
         return self._answer
 
 

@@ -91,11 +91,12 @@ class TokenizerHandle:
 
     # -- what the report says of it ---------------------------------------------------------
     def description(self) -> tuple[str, bool, int | None]:
-        """(class name, is fast, real ``model_max_length``) of the tokenizer: from the loaded one,
-        else remembered from an earlier run on these files, else read from ``tokenizer_config.json``
+        """(class name, is fast, real ``model_max_length``) of the tokenizer: from the loaded one (or
+        as the process that loaded it told, ``told``), else remembered from an earlier run on these
+        files, else read from ``tokenizer_config.json``
         (every length came from the cache: the tokenizer was never loaded)."""
-        if self.loaded:
-            info = self.loaded_info()
+        if self.loaded or self.__dict__.get("_told"):
+            info = self.loaded_info() if self.loaded else self._told
             return info["cls"], info["is_fast"], info["model_max_length"]
         memo = self.memo()
         remembered = memo.info() if memo is not None else {}
@@ -108,6 +109,11 @@ class TokenizerHandle:
     def model_max_length(self) -> int | None:
         """The tokenizer's real ``model_max_length`` (None for transformers' placeholder)."""
         return self.description()[2]
+
+    def told(self, info: dict) -> None:
+        """What ``loaded_info`` says of this tokenizer, as another process that loaded it said it
+        (a first run's prover, ``early.py``)."""
+        self._told = dict(info)
 
     def loaded_info(self) -> dict:
         tok = self._tokenizer

@@ -14,6 +14,7 @@ import pytest
 from lengthscan.measure.text import choice, early
 from lengthscan.measure.text.counter import TokenCounter
 from lengthscan.measure.text.fastpath import Memo
+from lengthscan.measure.text.handle import TokenizerHandle
 from tests.support.reference import direct_counts
 
 
@@ -189,3 +190,9 @@ def test_a_first_command_proves_in_a_process_of_its_own(bpe_dir, train_texts, do
     assert pq.read_table(out / "lengths.parquet")["input_tokens"].to_pylist() == direct_counts(tok, texts, "input")
     assert list((tmp_path / "cache" / "fastpath").glob("*.tokenizer.json"))  # the next run is a later run
     assert list((tmp_path / "cache" / "countbpe").glob("ranks-*.npz"))  # proven in the prover process
+    report = json.loads((out / "report.json").read_text())["tokenizer"]  # as the prover loaded it
+    handle = TokenizerHandle(str(tok))
+    assert handle.tokenizer is not None
+    loaded = handle.loaded_info()
+    assert (report["class"], report["model_max_length"]) == (loaded["cls"], loaded["model_max_length"])
+    assert report["class"] == ("Qwen2Tokenizer" if case == "rebuilt" else "TokenizersBackend")

@@ -57,31 +57,36 @@ class Prefetch:
             prove_for(self._backend, cache_dir)
 
 
-def prove_file(tokenizer_json: Path, cache_dir: Path) -> None:
-    """``prove_for`` the file ``tokenizer_json`` (the prover process's first work, ``confirm.prover``),
+def prove_file(tokenizer_json: Path, cache_dir: Path | None) -> str | None:
+    """``prove_for`` the file ``tokenizer_json`` (the prover process's first work, ``confirm.prover``;
+    ``cache_dir`` None: the digest only),
     read as JSON: its BPE model built from the entry (the same state as ``tokenizers`` loads it),
-    the pre-tokenizer and normalizer from the file without its vocabulary. Cheaper than loading
-    the whole file with ``tokenizers``, then reading its model back. A file that does not read so
-    is left to the counting, which says why."""
+    the other parts from the file without its vocabulary. Cheaper than loading the whole file with
+    ``tokenizers``, then reading its model back. Returns the file's ``counts_digest`` (what the
+    counting's backend, the file as ``tokenizers`` loads it, counts by); None: a file that does not
+    read so, left to the counting, which says why."""
     try:
         from tokenizers import Tokenizer
 
         from lengthscan.measure.text.countbpe.proof import bpe_model
+        from lengthscan.measure.text.counts_digest import counts_digest
 
-        data = json.loads(tokenizer_json.read_text(encoding="utf-8"))
+        text = tokenizer_json.read_text(encoding="utf-8")
+        data = json.loads(text)
         model = data.get("model") or {}
-        if model.get("type") != "BPE":
-            return
+        if model.get("type") != "BPE" or cache_dir is None:  # no count-only engine: the digest only
+            return counts_digest(Tokenizer.from_str(text))
         bpe = bpe_model(model)
         state = bpe.__getstate__()
         bpe.ignore_merges = False  # the proof's own merge loop (``derive_model``); the state is read
-        parts = Tokenizer.from_str(json.dumps({**data, "added_tokens": [], "model": {
-            **model, "vocab": {}, "merges": []}}))
+        parts = Tokenizer.from_str(json.dumps({**data, "model": {**model, "vocab": {}, "merges": []}}))
+        digest = counts_digest(parts, state)
     except (KeyboardInterrupt, SystemExit):
         raise
-    except BaseException:  # noqa: BLE001, S110 - not a tokenizers file: the counting says what is wrong
-        return
+    except BaseException:  # noqa: BLE001 - not a tokenizers file: the counting says what is wrong
+        return None
     _prove(parts, state, cache_dir, model, bpe)
+    return digest
 
 
 def prove_for(backend, cache_dir: Path | None) -> None:
