@@ -90,9 +90,20 @@ class Early:
                                     str(engine_cache) if engine_cache is not None else None))
         process.start()
         theirs.close()
-        atexit.register(process.join, 20)  # before multiprocessing's own exit ends its daemons
+        atexit.register(self._at_exit)  # before multiprocessing's own exit ends its daemons
         self.engine_apart = engine_cache is not None
         self._prover = (process, _Inbox(process, ours))
+
+    def _at_exit(self) -> None:
+        """This process ends: a prover that has answered is writing its proof (waited for, the next
+        run reads it); one that was never asked, or not answered yet (the run failed or was
+        stopped), is ended."""
+        process = self._prover[0]
+        if self._answer is not None:
+            process.join(20)
+        if process.is_alive():
+            process.terminate()
+            process.join(2)
 
     def _start(self) -> None:
         """The prover where it is not a process begun already: a thread, started when the counting

@@ -196,3 +196,27 @@ def test_a_first_command_proves_in_a_process_of_its_own(bpe_dir, train_texts, do
     loaded = handle.loaded_info()
     assert (report["class"], report["model_max_length"]) == (loaded["cls"], loaded["model_max_length"])
     assert report["class"] == ("Qwen2Tokenizer" if case == "rebuilt" else "TokenizersBackend")
+
+
+def test_a_first_command_with_a_broken_tokenizer_fails_at_once(tmp_path):
+    """tokenizer.json is not JSON: the command says so (exit 2) and ends at once; its prover process,
+    never asked, is ended with it rather than waited for."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "tokenizer.json").write_text('{"model": ')
+    (tok / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+    src = tmp_path / "s.jsonl"
+    src.write_text(json.dumps({"text": "hello"}) + "\n")
+    env = {**os.environ, "LENGTHSCAN_CACHE": str(tmp_path / "cache")}
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "lengthscan", "audit", str(src), "--tokenizer", str(tok), "--input",
+                           "text", "--full", "--quiet", "--out", str(tmp_path / "out")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "tokenizer.json is not valid JSON" in done.stderr
+    assert time.monotonic() - began < 15  # the prover's exit is not waited for (20 s)
