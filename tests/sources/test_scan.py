@@ -77,14 +77,14 @@ def test_console_script_audits_without_importing_torch(tmp_path, corpus_jsonl, c
             "print(json.dumps({'rc': rc, 'torch': sys.modules.get('torch') is not None}))")
     argv = ["audit", str(src), "--tokenizer", str(bpe_dir), "--input", "text", "--target", "summary",
             "--sample", "200", "--out", str(tmp_path / "a"), "--quiet"]
-    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error"}
+    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "LENGTHSCAN_CACHE": str(tmp_path / "cache")}
     proc = subprocess.run([sys.executable, "-c", "import json; " + code, *argv],
                           capture_output=True, text=True, env=env, timeout=300)
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"rc": 0, "torch": False}, proc.stderr[-2000:]
+    # a later run (the engine proven, counting from the first row): rows recounted by transformers in the command
     proc = subprocess.run([sys.executable, "-c", "import json; " + code, *argv, "--overwrite", "--verify-counts", "20"],
-                          capture_output=True, text=True, timeout=300,  # rows recounted by transformers in the command
-                          env={**env, "LENGTHSCAN_IMPORT_TORCH": "1", "LENGTHSCAN_CACHE": str(tmp_path / "cache2")})
+                          capture_output=True, text=True, timeout=300, env={**env, "LENGTHSCAN_IMPORT_TORCH": "1"})
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"rc": 0, "torch": True}, proc.stderr[-2000:]
 
