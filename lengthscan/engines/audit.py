@@ -63,7 +63,7 @@ def run_audit(source, options: Spec, engine: Engine) -> AuditResult:
                 sinks=[*output.sinks(src, setup), *([packer] if packer is not None else [])],
                 plan_for=lambda s: _plan(s, sample, remote=src.remote is not None,
                                          columns=list(dict.fromkeys(c for f in setup.fields for c in f.columns))))
-            if setup.counter is not None and setup.counter.loaded:
+            if setup.counter is not None and (setup.counter.loaded or setup.counter.methods()):
                 special_lengths(setup.counter, setup.fields)  # free now; a clean on cached lengths needs it
             decisions = None
             if prepared.rules:
