@@ -74,7 +74,8 @@ def prover(conn, name: str, revision: str | None, hide_torch: bool, tokenizer_js
 
         digest = prove_file(Path(tokenizer_json), Path(engine_cache) if engine_cache is not None else None)
         conn.send({"engine": True})
-        _yield_to_the_counting()
+        if _loads_the_file(Path(tokenizer_json).parent):
+            _yield_to_the_counting()
         if hide_torch:
             from lengthscan.torchless import hide_torch as hide
 
@@ -95,6 +96,21 @@ def prover(conn, name: str, revision: str | None, hide_torch: bool, tokenizer_js
             pass
     finally:
         conn.close()
+
+
+def _loads_the_file(folder) -> bool:
+    """The folder's ``tokenizer_config.json`` names the generic class, which transformers builds from
+    ``tokenizer.json`` itself: its answer is all but sure to confirm the counts, so it may come at
+    the end. A model's own class may rebuild the backend otherwise (then the rows counted before the
+    answer are counted again: it should come early)."""
+    import json
+
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and config.get("tokenizer_class") in ("PreTrainedTokenizerFast",
+                                                                          "TokenizersBackend")
 
 
 def _yield_to_the_counting() -> None:
