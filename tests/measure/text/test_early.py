@@ -155,7 +155,7 @@ def test_a_first_cli_run_counts_as_the_tokenizer_and_remembers(bpe_dir, docs, fi
     assert list((first_run / "countbpe").glob("ranks-*.npz"))  # proven from the file as the run began
 
 
-@pytest.mark.parametrize("case", ["file", "changed", "rebuilt"])
+@pytest.mark.parametrize("case", ["file", "changed", "rebuilt", "rebuilt otherwise"])
 def test_a_first_command_proves_in_a_process_of_its_own(bpe_dir, train_texts, docs, tmp_path, case):
     """The command (a process without transformers imported) proves the fast path in a prover
     process; its answer confirms the counts (the file's backend, or one transformers rebuilds that
@@ -176,9 +176,19 @@ def test_a_first_command_proves_in_a_process_of_its_own(bpe_dir, train_texts, do
         (tok / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
                                                                "eos_token": "<|myeos|>"}))
         texts = [f"{t[:100]} <|myeos|> {t[100:200]}" for t in texts]
-    elif case == "rebuilt":
+    elif case.startswith("rebuilt"):
         tok = qwen_class_files(tmp_path / "qwen", train_texts)
-        texts = [f"{t[:100]}<|im_start|>{t[100:200]}" for t in texts]
+        texts = [f"{t[:100]}<|im_start|>{t[100:200]} 1234567 ９９" for t in texts]
+        if case == "rebuilt otherwise":  # the file names GPT-2's regex; transformers' class splits with Qwen 2's
+            from tokenizers import Tokenizer
+
+            file_counts = [len(e) for e in Tokenizer.from_file(str(tok / "tokenizer.json")).encode_batch(texts)]
+            data = json.loads((tok / "tokenizer.json").read_text())
+            data["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = (
+                r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+")
+            (tok / "tokenizer.json").write_text(json.dumps(data))
+            changed = [len(e) for e in Tokenizer.from_file(str(tok / "tokenizer.json")).encode_batch(texts)]
+            assert changed != file_counts  # the file's own counts would be wrong
     src = tmp_path / "s.jsonl"
     src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     out = tmp_path / "out"
@@ -195,7 +205,7 @@ def test_a_first_command_proves_in_a_process_of_its_own(bpe_dir, train_texts, do
     assert handle.tokenizer is not None
     loaded = handle.loaded_info()
     assert (report["class"], report["model_max_length"]) == (loaded["cls"], loaded["model_max_length"])
-    assert report["class"] == ("Qwen2Tokenizer" if case == "rebuilt" else "TokenizersBackend")
+    assert report["class"] == ("Qwen2Tokenizer" if case.startswith("rebuilt") else "TokenizersBackend")
 
 
 def test_a_first_command_with_a_broken_tokenizer_fails_at_once(tmp_path):
