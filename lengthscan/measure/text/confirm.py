@@ -61,20 +61,27 @@ def answer_for(handle, asked: Callable[[], dict | None], file_digest: str | None
 
 
 def prover(conn, name: str, revision: str | None, hide_torch: bool, tokenizer_json: str,
-           engine_cache: str | None = None) -> None:
+           engine_cache: str | None = None, stamp: tuple | None = None) -> None:
     """The prover process's work (``conn``: its end of a pipe; ``name``: the tokenizer folder):
     ``tokenizer_json``'s digest and, with ``engine_cache``, the count-only engine's proof of that
     file, made into that cache (``prefetch.prove_file``; ``{"engine": True}`` is sent once it has
-    ended, proven or not); then the answer to the counting's question (``answer_for``), the proof
-    written to the cache after it (the counting's process waits for this process at its exit)."""
+    ended, proven or not); then, once told to go on (the counting has begun on the file), the
+    answer to the counting's question (``answer_for``), the proof written to the cache after it
+    (the counting's process waits for this process at its exit). ``stamp``: the file's size and
+    mtime when the counting began to read it (a file changed since has no digest here: the counts
+    are not confirmed)."""
     try:
         from pathlib import Path
 
         from lengthscan.measure.text.countbpe.prefetch import prove_file
 
-        digest = prove_file(Path(tokenizer_json), Path(engine_cache) if engine_cache is not None else None)
+        path = Path(tokenizer_json)
+        digest = prove_file(path, Path(engine_cache) if engine_cache is not None else None)
+        if stamp is None or _stamp_of(path) != tuple(stamp):
+            digest = None
         conn.send({"engine": True})
-        if _loads_the_file(Path(tokenizer_json).parent):
+        first = conn.recv()  # {"go": True}, or the question itself
+        if _loads_the_file(path.parent):
             _yield_to_the_counting()
         if hide_torch:
             from lengthscan.torchless import hide_torch as hide
@@ -82,7 +89,8 @@ def prover(conn, name: str, revision: str | None, hide_torch: bool, tokenizer_js
             hide()
         from lengthscan.measure.text.handle import TokenizerHandle
 
-        answer, remember = answer_for(TokenizerHandle(name, revision=revision), conn.recv, digest)
+        asked = (lambda: first) if "roles" in first else conn.recv
+        answer, remember = answer_for(TokenizerHandle(name, revision=revision), asked, digest)
         if answer is not None:
             conn.send(answer)
         if remember is not None:
@@ -96,6 +104,14 @@ def prover(conn, name: str, revision: str | None, hide_torch: bool, tokenizer_js
             pass
     finally:
         conn.close()
+
+
+def _stamp_of(path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
 
 
 def _loads_the_file(folder) -> bool:

@@ -64,18 +64,20 @@ class Early:
 
             apart = _APART["on"] and "transformers" not in sys.modules
             if apart:  # begun now: the engine's proof first, on the core the source's opening leaves free
-                self._start_apart(path, cache_root() / "countbpe" if engine else None)
+                apart = self._start_apart(path, cache_root() / "countbpe" if engine else None)
             self._file = Prefetch(path, cache_root() / "countbpe", engine=engine and not apart)
         elif memo is not None and engine:  # a later run: the remembered backend and its engine, read early
             threading.Thread(target=_read_back, args=(memo, cache_root() / "countbpe"),
                              name="lengthscan-count-prefetch", daemon=True).start()
 
-    def _start_apart(self, path, engine_cache) -> None:
+    def _start_apart(self, path, engine_cache) -> bool:
         """The prover process (``confirm.prover``): ``path``'s digest and, with ``engine_cache``,
-        the count-only engine's proof of it made into that cache first (``engine_made``); then
-        transformers' load of the tokenizer and the fast path's proof (``ask``, ``answer``).
-        Nothing it does takes this process's GIL. It writes the proof after its answer: this
-        process waits for it at its exit (the next run is a later run)."""
+        the count-only engine's proof of it made into that cache first (``engine_made``); then,
+        once a role is counted on the file (``file_backend``: a command that counts in worker
+        processes, or conversations only, never asks), transformers' load of the tokenizer and the
+        fast path's proof (``ask``, ``answer``). Nothing it does takes this process's GIL. It
+        writes the proof after its answer: this process waits for it at its exit (the next run is
+        a later run). False: the process could not be started (the thread's way is taken)."""
         import atexit
         import multiprocessing as mp
 
@@ -85,14 +87,21 @@ class Early:
         ctx = mp.get_context("spawn")
         ours, theirs = ctx.Pipe()
         handle = self._handle
+        stamp = _stamp(path)
         process = ctx.Process(target=prover, name="lengthscan-tokenizer-proof", daemon=True,
                               args=(theirs, handle.name, handle.revision, torch_hidden(), str(path),
-                                    str(engine_cache) if engine_cache is not None else None))
-        process.start()
+                                    str(engine_cache) if engine_cache is not None else None, stamp))
+        try:
+            process.start()
+        except OSError:  # no process to be had (limits): the thread's way
+            ours.close()
+            theirs.close()
+            return False
         theirs.close()
         atexit.register(self._at_exit)  # before multiprocessing's own exit ends its daemons
         self.engine_apart = engine_cache is not None
         self._prover = (process, _Inbox(process, ours))
+        return True
 
     def _at_exit(self) -> None:
         """This process ends: a prover that has answered is writing its proof (waited for, the next
@@ -106,9 +115,13 @@ class Early:
             process.join(2)
 
     def _start(self) -> None:
-        """The prover where it is not a process begun already: a thread, started when the counting
-        begins."""
-        if not self.first or self._prover is not None:
+        """The counting begins on the file's backend: the prover process is told to go on to
+        transformers; where there is none, the prover is a thread, started now."""
+        if not self.first:
+            return
+        if self._prover is not None:
+            if not isinstance(self._prover[0], threading.Thread):
+                self._prover[1].go()
             return
         import queue
 
@@ -155,6 +168,8 @@ class Early:
             return
         self.asked = True
         prover, channel = self._prover
+        # the texts the fast path's proof takes (``fastpath.prove``: at most 64 a role, none over 20,000 characters)
+        roles = {role: [t for t in texts[:64] if len(t) <= 20_000] for role, texts in roles.items()}
         if isinstance(prover, threading.Thread):
             from lengthscan.measure.text.counts_digest import counts_digest
 
@@ -189,6 +204,8 @@ class _Inbox:
         self.engine = threading.Event()
         self.answered = threading.Event()
         self._answer: dict | None = None
+        self._outbox = None  # the messages to send, by a thread of their own (``send``)
+        self._went = False
         threading.Thread(target=self._read, name="lengthscan-tokenizer-proof-inbox", daemon=True).start()
 
     def _read(self) -> None:
@@ -206,19 +223,52 @@ class _Inbox:
             self.engine.set()
             self.answered.set()
 
-    def send(self, question: dict) -> None:
-        try:
-            self._conn.send(question)
-        except (OSError, ValueError):  # the prover is gone: ``answer`` says so
-            pass
+    def go(self) -> None:
+        """The counting has begun on the file's backend: the prover goes on to transformers (once)."""
+        if not self._went:
+            self._went = True
+            self.send({"go": True})
+
+    def send(self, message: dict) -> None:
+        """``message`` sent by a thread of its own, in order: a question of long texts fills the
+        pipe, and the prover reads it only once it has loaded the tokenizer; the counting never
+        waits for that."""
+        if self._outbox is None:
+            import queue
+
+            self._outbox = queue.Queue()
+            threading.Thread(target=self._send, name="lengthscan-tokenizer-proof-send", daemon=True).start()
+        self._outbox.put(message)
+
+    def _send(self) -> None:
+        while True:
+            message = self._outbox.get()
+            try:
+                self._conn.send(message)
+            except (OSError, ValueError):  # the prover is gone: ``answer`` says so
+                return
 
     def answer(self) -> dict:
         self.answered.wait()
         if self._answer is None:
             self._process.join(timeout=5)
-            return {"ok": False, "why": f"the prover process ended (exit {self._process.exitcode})"}
-        self._conn.close()
-        return self._answer
+            answer = {"ok": False, "why": f"the prover process ended (exit {self._process.exitcode})"}
+        else:
+            answer = self._answer
+        try:
+            self._conn.close()
+        except OSError:
+            pass
+        return answer
+
+
+def _stamp(path) -> tuple[int, int] | None:
+    """(size, mtime in ns) of ``path``: the prover reads the file the counting read (None: unreadable)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
 
 
 def _read_back(memo, cache_dir) -> None:

@@ -64,13 +64,18 @@ def save_table(path: Path, d: Derived) -> None:
               "sizes": np.fromiter(map(len, words), np.int64, len(words)),
               "ranks": np.fromiter(d.ranks.values(), np.int64, len(words)),
               "meta": np.array([d.merged, d.whole_only, int(d.ignore_merges)], np.int64)}
+    tmp = path.with_name(f"{path.stem}.tmp{os.getpid()}.npz")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.stem}.tmp{os.getpid()}.npz")
         np.savez(tmp, **arrays, digest=np.frombuffer(table_digest(arrays), np.uint8))
         os.replace(tmp, path)
     except OSError:  # a read-only cache costs time, never correctness
         pass
+    finally:  # stopped half-way (an error, Ctrl-C, a prover ended at exit): no half-written file left
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def table_digest(arrays: dict) -> bytes:
