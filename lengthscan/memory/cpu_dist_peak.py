@@ -67,7 +67,7 @@ COLLECTIVES = ("all_gather_into_tensor", "all_gather_single", "reduce_scatter_te
 
 
 @contextlib.contextmanager
-def _settled_collectives(pause: float = 0.02):
+def _settled_collectives(pause: float = 0.05):
     """Let gloo's worker thread drop its references to a collective's tensors before the caller goes on,
     so that the caller's own release is the one that frees them: a free on the worker thread is one
     the profiler never records (it watches the thread it was started on)."""
