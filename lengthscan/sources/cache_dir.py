@@ -124,3 +124,11 @@ def file_stamp(path: str) -> tuple:
     with ``cp -p``, a tool that restores timestamps) still changes ctime, which no user call sets."""
     st = os.stat(path)
     return os.path.abspath(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
+
+
+def file_stamp_or_none(path) -> tuple | None:
+    """``file_stamp``, or None where the file cannot be read."""
+    try:
+        return file_stamp(str(path))
+    except OSError:
+        return None

@@ -67,17 +67,18 @@ def prover(conn, name: str, revision: str | None, hide_torch: bool, tokenizer_js
     file, made into that cache (``prefetch.prove_file``; ``{"engine": True}`` is sent once it has
     ended, proven or not); then, once told to go on (the counting has begun on the file), the
     answer to the counting's question (``answer_for``), the proof written to the cache after it
-    (the counting's process waits for this process at its exit). ``stamp``: the file's size and
-    mtime when the counting began to read it (a file changed since has no digest here: the counts
+    (the counting's process waits for this process at its exit). ``stamp``: the file's ``file_stamp``
+    when the counting began to read it (a file changed since has no digest here: the counts
     are not confirmed)."""
     try:
         from pathlib import Path
 
         from lengthscan.measure.text.countbpe.prefetch import prove_file
+        from lengthscan.sources.cache_dir import file_stamp_or_none
 
         path = Path(tokenizer_json)
         digest = prove_file(path, Path(engine_cache) if engine_cache is not None else None)
-        if stamp is None or _stamp_of(path) != tuple(stamp):
+        if stamp is None or file_stamp_or_none(path) != tuple(stamp):
             digest = None
         conn.send({"engine": True})
         first = conn.recv()  # {"go": True}, or the question itself
@@ -104,14 +105,6 @@ def prover(conn, name: str, revision: str | None, hide_torch: bool, tokenizer_js
             pass
     finally:
         conn.close()
-
-
-def _stamp_of(path) -> tuple[int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return st.st_size, st.st_mtime_ns
 
 
 def _loads_the_file(folder) -> bool:

@@ -82,12 +82,13 @@ class Early:
         import multiprocessing as mp
 
         from lengthscan.measure.text.confirm import prover
+        from lengthscan.sources.cache_dir import file_stamp_or_none
         from lengthscan.torchless import torch_hidden
 
         ctx = mp.get_context("spawn")
         ours, theirs = ctx.Pipe()
         handle = self._handle
-        stamp = _stamp(path)
+        stamp = file_stamp_or_none(path)
         process = ctx.Process(target=prover, name="lengthscan-tokenizer-proof", daemon=True,
                               args=(theirs, handle.name, handle.revision, torch_hidden(), str(path),
                                     str(engine_cache) if engine_cache is not None else None, stamp))
@@ -260,15 +261,6 @@ class _Inbox:
         except OSError:
             pass
         return answer
-
-
-def _stamp(path) -> tuple[int, int] | None:
-    """(size, mtime in ns) of ``path``: the prover reads the file the counting read (None: unreadable)."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return st.st_size, st.st_mtime_ns
 
 
 def _read_back(memo, cache_dir) -> None:
