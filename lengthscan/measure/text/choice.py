@@ -128,10 +128,8 @@ class RoleStrategies:
             found = engine_for(backend, cache, cached_only=True) if self.prove_beside else None
             early = self._early
 
-            def proven():
-                if early is not None:
-                    early.engine_made()  # a first run's prover process makes it into the cache
-                return engine_for(backend, cache)
+            def proven():  # a first run's prover process makes it into the cache: waited for once the backend is read
+                return engine_for(backend, cache, ready=early.engine_made if early is not None else None)
             self._engine = found if found is not None else (
                 Proving(proven) if self.prove_beside else engine_for(backend, cache))
 

@@ -437,3 +437,37 @@ def test_a_pair_listed_twice_ranks_by_its_last_index():
     assert (derived.ranks[b"ab"], derived.ranks[b"cd"], derived.ranks[b"xy"]) == (256 + 2, 256 + 1, 256 + 3)
     tok = Tokenizer.from_str(json.dumps(spec))
     assert json.loads(tok.to_str())["model"]["merges"] == [["c", "d"], ["a", "b"], ["x", "y"]]  # as it reads them
+
+
+@pytest.mark.parametrize("gap", [False, True])
+def test_iso_sizes_joined_are_each_word_encoded_alone(gap):
+    """``_iso_sizes`` encodes thousands of words to a text, cut by a line break matched as a special
+    token: every size equals the word's own encoding, also where the vocabulary's ids leave a gap
+    so that the break takes a token's id (then each word is encoded alone)."""
+    from tokenizers import Tokenizer
+
+    from lengthscan.measure.text.countbpe.proof import _iso_sizes, bpe_model
+
+    rng = np.random.default_rng(3)
+    merges = []
+    tokens = list("abcdef")
+    while len(merges) < 60:
+        a, b = (tokens[int(i)] for i in rng.integers(0, len(tokens), 2))
+        if len(a + b) <= 8 and (a, b) not in merges:
+            merges.append((a, b))
+            tokens.append(a + b) if a + b not in tokens else None
+    model = json.loads(byte_level_tokenizer(merges).to_str())["model"]
+    if gap:  # ids 0..n-2 and n: the break is given id n, the last token's
+        last = max(model["vocab"], key=model["vocab"].get)
+        model["vocab"][last] += 1
+    bpe = bpe_model(model)
+    lengths = rng.integers(4, 30, 9000)
+    words = _strings("abcdef", 3) + ["".join(rng.choice(list("abcdef"), size=int(n))) for n in lengths]
+    if gap:
+        words.append(last)
+        probe = Tokenizer(bpe)
+        probe.add_special_tokens(["\n"])
+        assert probe.token_to_id("\n") == model["vocab"][last]  # the collision the fallback is for
+    alone = [len(e) for e in Tokenizer(bpe).encode_batch_fast(words, add_special_tokens=False)]
+    assert _iso_sizes(bpe, words) == alone
+    assert sum(alone) > len(words)  # words of several tokens among them

@@ -121,14 +121,15 @@ class RoleEngine:
         return out
 
 
-def engine_for(backend, cache_dir, *, cached_only: bool = False):
+def engine_for(backend, cache_dir, *, cached_only: bool = False, ready=None):
     """(CountEngine, reason) when the count-only engine is proven for this backend, else (None, why not);
-    ``cached_only``: None where the proof is not made yet (``build``'s ``cached_only``)."""
+    ``cached_only``: None where the proof is not made yet (``build``'s ``cached_only``); ``ready``:
+    waited for once the backend is read (``build``'s)."""
     from lengthscan.measure.text.countbpe.engine import build
     from lengthscan.measure.text.countbpe.proof import Refused
 
     try:
-        engine = build(backend, cache_dir=cache_dir, cached_only=cached_only)
+        engine = build(backend, cache_dir=cache_dir, cached_only=cached_only, ready=ready)
         if engine is None:
             return None
     except ImportError:

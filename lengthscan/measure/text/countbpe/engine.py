@@ -23,7 +23,7 @@ import unicodedata
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -276,10 +276,12 @@ def _cut(text: str, pattern: re.Pattern | None, base: np.ndarray, i: int) -> lis
 # -- building ---------------------------------------------------------------------------------------
 
 def build(backend, *, cache_dir: Path | None = None, threads: int | None = None,
-          cached_only: bool = False) -> CountEngine | None:
+          cached_only: bool = False, ready: Callable[[], None] | None = None) -> CountEngine | None:
     """The engine for a ``tokenizers.Tokenizer`` (untruncated, unpadded), or ``Refused`` (or
     ImportError without tiktoken). ``cached_only``: None where its proof (the rank table, the
-    code-point differences) is not in this process or ``cache_dir`` yet: nothing is proven now."""
+    code-point differences) is not in this process or ``cache_dir`` yet: nothing is proven now.
+    ``ready``: called (waited for) once the backend is read, before the proof is looked up (a
+    first run's prover process is making it into the cache meanwhile)."""
     import tiktoken
 
     pre = pre_tokenizer(component_state(backend.pre_tokenizer))
@@ -291,7 +293,10 @@ def build(backend, *, cache_dir: Path | None = None, threads: int | None = None,
     vocab = backend.get_vocab(with_added_tokens=False)
     if len(set(vocab.values())) != len(vocab):
         raise Refused("the vocabulary gives one id to several tokens (merges follow ids, not strings)")
-    derived = derived_for(backend.model.__getstate__(), cache_dir, cached_only=cached_only)
+    state = backend.model.__getstate__()
+    if ready is not None:
+        ready()
+    derived = derived_for(state, cache_dir, cached_only=cached_only)
     if derived is None:
         return None
     sep_id = max(derived.ranks.values()) + 1

@@ -68,7 +68,7 @@ def prove_file(tokenizer_json: Path, cache_dir: Path | None) -> str | None:
     try:
         from tokenizers import Tokenizer
 
-        from lengthscan.measure.text.countbpe.proof import bpe_model
+        from lengthscan.measure.text.countbpe.proof import bpe_model, merge_pairs
         from lengthscan.measure.text.counts_digest import counts_digest
 
         text = tokenizer_json.read_text(encoding="utf-8")
@@ -76,7 +76,8 @@ def prove_file(tokenizer_json: Path, cache_dir: Path | None) -> str | None:
         model = data.get("model") or {}
         if model.get("type") != "BPE" or cache_dir is None:  # no count-only engine: the digest only
             return counts_digest(Tokenizer.from_str(text))
-        bpe = bpe_model(model)
+        pairs = merge_pairs(model.get("merges") or [])  # read once, for the model and the proof
+        bpe = bpe_model(model, pairs)
         state = bpe.__getstate__()
         bpe.ignore_merges = False  # the proof's own merge loop (``derive_model``); the state is read
         parts = Tokenizer.from_str(json.dumps({**data, "model": {**model, "vocab": {}, "merges": []}}))
@@ -85,7 +86,7 @@ def prove_file(tokenizer_json: Path, cache_dir: Path | None) -> str | None:
         raise
     except BaseException:  # noqa: BLE001 - not a tokenizers file: the counting says what is wrong
         return None
-    _prove(parts, state, cache_dir, model, bpe)
+    _prove(parts, state, cache_dir, model, bpe, pairs)
     return digest
 
 
@@ -100,9 +101,10 @@ def prove_for(backend, cache_dir: Path | None) -> None:
     _prove(backend, state, cache_dir, None, backend.model)
 
 
-def _prove(backend, state: bytes, cache_dir: Path | None, model: dict | None, bpe) -> None:
+def _prove(backend, state: bytes, cache_dir: Path | None, model: dict | None, bpe, pairs: list | None = None) -> None:
     """The rank table of the model whose state is ``state`` (``model``: that state read; ``bpe``:
-    the model, only read) and the probe of ``backend``'s pre-tokenizer and normalizer."""
+    the model, only read; ``pairs``: its merges read) and the probe of ``backend``'s pre-tokenizer
+    and normalizer."""
     from lengthscan.measure.text.countbpe.codepoints import differences
     from lengthscan.measure.text.countbpe.engine import component_state
     from lengthscan.measure.text.countbpe.pattern import normalizer_form, pre_tokenizer
@@ -115,7 +117,7 @@ def _prove(backend, state: bytes, cache_dir: Path | None, model: dict | None, bp
             model = model if model is not None else json.loads(state)
             if model.get("type") != "BPE":
                 return
-            derived_for(state, cache_dir, model=model, bpe=bpe)
+            derived_for(state, cache_dir, model=model, bpe=bpe, pairs=pairs)
         differences(pre, form, cache_dir)
     except (KeyboardInterrupt, SystemExit):
         raise

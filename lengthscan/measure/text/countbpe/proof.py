@@ -85,7 +85,8 @@ class Refused(ValueError):
     """The construction does not hold for this model; the message says which condition failed."""
 
 
-def _merge_pairs(merges: list) -> list[tuple[str, str]]:
+def merge_pairs(merges: list) -> list[tuple[str, str]]:
+    """A model entry's merges as pairs of strings, either format ("a b" or ["a", "b"])."""
     if merges and set(map(type, merges)) == {list}:  # the newer format: pairs as lists, read in one piece
         pairs = list(map(tuple, merges))
         if set(map(len, pairs)) == {2}:
@@ -116,18 +117,19 @@ _OPTIONS = ("dropout", "unk_token", "continuing_subword_prefix", "end_of_word_su
 def bpe_model(model: dict, pairs: list[tuple[str, str]] | None = None):
     """``tokenizers.models.BPE`` of a ``tokenizer.json`` model entry (BPE), its options included: the
     model a tokenizer loading that file holds (``__getstate__`` serializes both alike). ``pairs``:
-    its merges as ``_merge_pairs`` reads them, where read already."""
+    its merges as ``merge_pairs`` reads them, where read already."""
     from tokenizers import models
 
     options = {k: model[k] for k in _OPTIONS if model.get(k) is not None}
-    pairs = pairs if pairs is not None else _merge_pairs(model.get("merges") or [])
+    pairs = pairs if pairs is not None else merge_pairs(model.get("merges") or [])
     return models.BPE(vocab=model.get("vocab"), merges=pairs, **options)
 
 
-def derive_model(model: dict, bpe=None) -> Derived:
+def derive_model(model: dict, bpe=None, pairs: list[tuple[str, str]] | None = None) -> Derived:
     """``derive`` for the model entry of a ``tokenizer.json`` (as ``json.loads`` reads it); ``bpe``:
     the model itself, where the caller has it without ``ignore_merges`` (a loaded tokenizer's: it
-    is only read), else it is built."""
+    is only read), else it is built; ``pairs``: its merges as ``merge_pairs`` reads them, where
+    read already."""
     if model.get("type") != "BPE":
         raise Refused(f"the model is {model.get('type')}, not BPE")
     if model.get("dropout"):
@@ -141,7 +143,7 @@ def derive_model(model: dict, bpe=None) -> Derived:
     missing = [c for c in alphabet if c not in vocab]
     if missing:
         raise Refused(f"{len(missing)} of the 256 byte-level characters are not in the vocabulary")
-    pairs = _merge_pairs(model.get("merges") or [])
+    pairs = pairs if pairs is not None else merge_pairs(model.get("merges") or [])
     lo, hi = _spans(pairs)
     to_bytes = str.maketrans({c: chr(b) for c, b in alphabet.items()})  # a word's bytes, as latin-1 text
     outside = re.compile(f"[^{''.join(re.escape(c) for c in alphabet)}]")
@@ -177,10 +179,10 @@ def _spans(pairs: list[tuple[str, str]]) -> tuple[dict[str, int], dict[str, int]
     (a pair listed twice keeps its last index, as in tokenizers' merge map). Where every pair and
     every concatenation is listed once (the usual case) both are the one index, and the same dict."""
     cats = [a + b for a, b in pairs]
-    if len(set(pairs)) == len(pairs):  # each index its own: dict order keeps the last, reversed the first
-        hi = dict(zip(cats, range(len(cats))))
-        if len(hi) == len(cats):
-            return hi, hi
+    hi = dict(zip(cats, range(len(cats))))  # dict order keeps the last index of each concatenation
+    if len(hi) == len(cats):  # every concatenation listed once (so every pair): the one index each
+        return hi, hi
+    if len(set(pairs)) == len(pairs):  # each index its own: reversed, the first
         return dict(zip(reversed(cats), range(len(cats) - 1, -1, -1))), hi
     import numpy as np
 
@@ -204,10 +206,30 @@ def _as_bytes(words: list[str], to_bytes: dict) -> list[bytes]:
     return out
 
 
+#: Words per text of ``_iso_sizes``' joined encoding (the backend's threads share the texts).
+_JOINED = 4096
+
+
 def _iso_sizes(bpe, words: list[str]) -> list[int]:
     """How many tokens the model's own merge loop leaves of each word alone (``iso``): the
-    tokenizer's BPE model itself (``ignore_merges`` off) with nothing around it."""
-    from tokenizers import Tokenizer
+    tokenizer's BPE model itself (``ignore_merges`` off) with nothing around it. The words (of
+    byte-level characters, never a line break) are encoded a few thousand to a text, each ended by
+    a line break matched as a special token (no normalizer, no pre-tokenizer: every word is a
+    piece of its own), and counted between the breaks' ids: half the time of one encoding per
+    word. Where the break's id is a token's too, each word is encoded alone."""
+    import numpy as np
+    from tokenizers import AddedToken, Tokenizer
 
-    tok = Tokenizer(bpe)  # the model shared, not copied: nothing changes it
-    return [len(e) for e in tok.encode_batch_fast(words, add_special_tokens=False)]
+    tok = Tokenizer(bpe)  # the model shared, not copied: added tokens live in the tokenizer, not the model
+    tok.add_special_tokens([AddedToken("\n", special=True, normalized=False)])
+    sep = tok.token_to_id("\n")
+    groups = [words[i:i + _JOINED] for i in range(0, len(words), _JOINED)]
+    encoded = tok.encode_batch_fast(["\n".join(g) + "\n" for g in groups], add_special_tokens=False)
+    sizes = []
+    for group, enc in zip(groups, encoded):
+        ends = np.flatnonzero(np.array(enc.ids, np.int64) == sep)
+        if len(ends) != len(group):  # a word's token has the break's id: counted word by word
+            single = Tokenizer(bpe)
+            return [len(e) for e in single.encode_batch_fast(words, add_special_tokens=False)]
+        sizes.append(np.diff(ends, prepend=-1) - 1)
+    return np.concatenate(sizes).tolist() if sizes else []

@@ -22,9 +22,10 @@ _DERIVING: set[str] = set()  # the rank tables being derived now (not read from 
 
 
 def derived_for(state: bytes, cache_dir: Path | None, *, cached_only: bool = False, model: dict | None = None,
-                bpe=None) -> Derived | None:
+                bpe=None, pairs: list | None = None) -> Derived | None:
     """The rank table of the BPE model whose ``__getstate__`` is ``state`` (``model``: that state
-    read already; ``bpe``: the model itself, only read, see ``derive_model``), made once per process and cached
+    read already; ``bpe``: the model itself, only read, and ``pairs``: its merges read, see
+    ``derive_model``), made once per process and cached
     in ``cache_dir``. ``cached_only``: None where it is not made yet, or is being made by another
     thread (``prefetch.py``), which a call without it waits for."""
     from importlib import metadata
@@ -47,7 +48,7 @@ def derived_for(state: bytes, cache_dir: Path | None, *, cached_only: bool = Fal
                 return None
             _DERIVING.add(key)
             try:
-                derived = derive_model(model if model is not None else json.loads(state), bpe)
+                derived = derive_model(model if model is not None else json.loads(state), bpe, pairs)
             finally:
                 _DERIVING.discard(key)
             if path is not None:
