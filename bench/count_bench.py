@@ -15,8 +15,9 @@ to ``encode_batch_fast``). Tokenizers: the bench's own byte-level BPE (GPT-2 sty
 corpus), and, where their wheels are installed (tests/requirements-tokenizers.txt), Llama 3 and
 o200k as transformers converts them, o200k's vocabulary and merges in the files Qwen's models ship
 (``o200k-qwen``: NFC, Qwen 2's regex, ``tokenizer_class`` Qwen2Tokenizer, which transformers 5
-rebuilds the backend with), Anthropic's (NFKC) and DeepSeek's (three split regexes: the engine is
-refused, so this line shows what a refused tokenizer costs).
+rebuilds the backend with; ``o200k-qwen3.5``: the same as Qwen 3.5's 248k-vocabulary files are laid
+out, its regex reading marks as letters, ``Qwen3_5Tokenizer``), Anthropic's (NFKC) and DeepSeek's
+(three split regexes: the engine is refused, so this line shows what a refused tokenizer costs).
 
 Per line: the three whole-process times (median), raw / engine (goal >= 1.8x where the engine is
 proven), today / engine (never below 1), the tokenize phase alone in one process (backend
@@ -74,13 +75,15 @@ def tokenizers(data: Path, work: Path) -> dict[str, Path]:
                 continue
             save_tokenizer_dir(tok, folder)
         out[name] = folder
-    if "o200k" in out and not (work / "tok" / "o200k-qwen" / "tokenizer.json").exists():
-        from tests.support.bpe_vocab import qwen_files
+    for name, version in (("o200k-qwen", "2"), ("o200k-qwen3.5", "3.5")):  # as Qwen 2's and Qwen 3.5's files
+        if "o200k" not in out:
+            break
+        if not (work / "tok" / name / "tokenizer.json").exists():
+            from tests.support.bpe_vocab import qwen_files
 
-        model = json.loads((out["o200k"] / "tokenizer.json").read_text(encoding="utf-8"))["model"]
-        qwen_files(work / "tok" / "o200k-qwen", model["vocab"], model["merges"])
-    if "o200k" in out:
-        out["o200k-qwen"] = work / "tok" / "o200k-qwen"
+            model = json.loads((out["o200k"] / "tokenizer.json").read_text(encoding="utf-8"))["model"]
+            qwen_files(work / "tok" / name, model["vocab"], model["merges"], version)
+        out[name] = work / "tok" / name
     for name, (package, relative) in {"anthropic": ("anthropic", "tokenizer.json"),
                                       "deepseek": ("litellm", "litellm_core_utils/tokenizers/deepseek_tokenizer.json")
                                       }.items():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 #: What ``distrust`` is told of a file without a checksum, or whose checksum does not match.
@@ -48,6 +49,34 @@ def write_cache_text(path: Path, text: str) -> None:
 def write_cache_json(path: Path, data) -> None:
     """``write_cache_text`` of ``data`` as JSON."""
     write_cache_text(path, json.dumps(data))
+
+
+@contextmanager
+def cache_file_locked(path: Path):
+    """An exclusive ``flock`` on ``path``'s lock file (``.NAME.lock`` beside it) for a read, change and
+    write of ``path`` that processes make at once (a run and its prover): none loses what another
+    wrote. Held for milliseconds; released with its process. Where it cannot be taken (not POSIX, a
+    read-only folder, a file system without locks) the block runs unlocked: a lost write costs a
+    later run time, never a wrong figure."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    fd = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path.parent / f".{path.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        if fd is not None:
+            os.close(fd)
+        fd = None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # the lock goes with its descriptor
 
 
 def regular_cache_file(path: Path) -> bool:

@@ -118,21 +118,32 @@ def split_bpe(out, train_texts, pattern: str, nfc: bool):
     return out
 
 
-def qwen_class_files(out, train_texts):
+#: Qwen's generations: (the class their ``tokenizer_config.json`` names, the split regex of that class)
+QWEN_CLASSES = {"2": ("Qwen2Tokenizer", "transformers.models.qwen2.tokenization_qwen2"),
+                "3.5": ("Qwen3_5Tokenizer", "transformers.models.qwen3_5.tokenization_qwen3_5")}
+
+
+def qwen_regex(version: str = "2") -> str:
+    """The split regex of Qwen ``version``'s tokenizer class (3.5's reads marks, ``\\p{M}``, as letters)."""
+    import importlib
+
+    return importlib.import_module(QWEN_CLASSES[version][1]).PRETOKENIZE_REGEX
+
+
+def qwen_class_files(out, train_texts, version: str = "2"):
     """A tokenizer folder as Qwen's models ship theirs (``qwen_files``), its byte-level BPE trained
-    here behind NFC and Qwen 2's split regex."""
+    here behind NFC and the split regex of Qwen ``version``."""
     from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
-    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), "isolated"),
+        pre_tokenizers.Split(Regex(qwen_regex(version)), "isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.train_from_iterator(train_texts, trainers.BpeTrainer(
         vocab_size=1500, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
     model = json.loads(tok.to_str())["model"]
-    return qwen_files(out, model["vocab"], model["merges"])
+    return qwen_files(out, model["vocab"], model["merges"], version)
 
 
 #: Qwen's control tokens, added after the vocabulary (the first three ChatML's).
@@ -142,14 +153,14 @@ QWEN_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_st
                  "<|repo_name|>", "<|file_sep|>")
 
 
-def qwen_files(out, vocab: dict, merges: list):
+def qwen_files(out, vocab: dict, merges: list, version: str = "2"):
     """A tokenizer folder laid out as Qwen's models ship theirs, over a byte-level BPE's ``vocab``
-    and ``merges``: ``tokenizer.json`` with NFC, Qwen 2's split regex and ``ByteLevel``
+    and ``merges``: ``tokenizer.json`` with NFC, the split regex of Qwen ``version`` and ``ByteLevel``
     pre-tokenizer, post-processor and decoder (``trim_offsets`` false), Qwen's control tokens added,
-    and ``tokenizer_config.json`` naming ``Qwen2Tokenizer`` with its ``added_tokens_decoder``: a class
-    transformers 5 rebuilds the backend with (its own pre-tokenizer, ``trim_offsets`` true)."""
-    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
-
+    and ``tokenizer_config.json`` naming that version's class (``Qwen2Tokenizer``,
+    ``Qwen3_5Tokenizer``) with its ``added_tokens_decoder``: a class transformers 5 rebuilds the
+    backend with (its own pre-tokenizer, ``trim_offsets`` true)."""
+    regex = qwen_regex(version)
     level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
     first = max(vocab.values()) + 1
     added = [{"id": first + i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
@@ -159,7 +170,7 @@ def qwen_files(out, vocab: dict, merges: list):
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
         "normalizer": {"type": "NFC"},
         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": PRETOKENIZE_REGEX}, "behavior": "Isolated", "invert": False},
+            {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": False},
             level]},
         "post_processor": level, "decoder": level,
         "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
@@ -171,5 +182,5 @@ def qwen_files(out, vocab: dict, merges: list):
         "add_bos_token": False, "add_prefix_space": False, "added_tokens_decoder": decoder, "bos_token": None,
         "clean_up_tokenization_spaces": False, "eos_token": "<|im_end|>", "errors": "replace",
         "model_max_length": 131072, "pad_token": "<|endoftext|>", "split_special_tokens": False,
-        "tokenizer_class": "Qwen2Tokenizer", "unk_token": None}))
+        "tokenizer_class": QWEN_CLASSES[version][0], "unk_token": None}))
     return out

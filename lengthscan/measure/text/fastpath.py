@@ -190,18 +190,22 @@ class Memo:
         return bool(self._read().get("roles")) and self.path.with_suffix(".tokenizer.json").exists()
 
     def remember(self, role: str, method: RoleMethod, info: dict) -> None:
+        """``role``'s fast path written to the file, read again under its lock first: the roles
+        another process (a run's prover) remembered meanwhile stay."""
         if method.method != METHOD_FAST:
             return
-        data = self._read()
-        data.setdefault("roles", {})[role] = method.reason
-        data["info"] = info
-        data["encode_special_tokens"] = bool(method.backend.encode_special_tokens)
-        from lengthscan.sources.cache_dir import write_cache_json, write_cache_text
+        from lengthscan.sources.cache_dir import cache_file_locked, write_cache_json, write_cache_text
 
         snapshot = self.path.with_suffix(".tokenizer.json")
         if not snapshot.exists():
             write_cache_text(snapshot, method.backend.to_str())
-        write_cache_json(self.path, data)
+        with cache_file_locked(self.path):
+            self._data = None
+            data = self._read()
+            data.setdefault("roles", {})[role] = method.reason
+            data["info"] = info
+            data["encode_special_tokens"] = bool(method.backend.encode_special_tokens)
+            write_cache_json(self.path, data)
 
 
 def _version(package: str) -> str:
