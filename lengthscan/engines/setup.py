@@ -193,7 +193,7 @@ def _mistral_file(source, processor, audios, chat_template, counter) -> str | No
             raise ColumnError("Voxtral's processor encodes conversations with mistral-common, not a Jinja template: "
                               "leave out --chat-template")
         return None
-    if not voxtral and getattr(counter.tokenizer, "chat_template", None):
+    if not voxtral and counter.facts().chat_template:
         return None
     from lengthscan.measure.chat.mistral import mistral_tokenizer_file
 

@@ -76,7 +76,7 @@ class ChatCounter:
         if self._renderer is None:
             from lengthscan.measure.chat.template import Renderer, for_assistant_loss, load_template
 
-            tok, messages = self.counter.tokenizer, bool(self.options.format.messages)  # strings need no template
+            tok, messages = self.counter.facts(), bool(self.options.format.messages)  # strings need no template
             template = load_template(tok, self.options.template, optional=not messages)
             if self.options.train_on == "assistant" and messages:
                 template = for_assistant_loss(template)  # TRL's training template, as SFTTrainer swaps it in
@@ -102,7 +102,7 @@ class ChatCounter:
     def to_dict(self) -> dict:
         """What the report says of how conversations were measured."""
         fmt = self.options.format
-        tok = self.counter.tokenizer
+        tok = self.counter.facts()
         eot = self.eot_id
         return {"format": "messages" if fmt.messages else "prompt-completion",
                 "columns": {k: v for k, v in (("messages", fmt.messages), ("prompt", fmt.prompt),
@@ -150,13 +150,13 @@ class ChatCounter:
         """(end-of-turn id, its token text, the EOS text): read off the tokenizer once (and pickled
         with the counter, so that a worker need not load the tokenizer for them)."""
         if self._eot is None:
-            tok = self.counter.tokenizer
+            tok = self.counter.facts()
             eot = self._find_eot()
             self._eot = (eot, tok.convert_ids_to_tokens(eot) if eot is not None else None, tok.eos_token)
         return self._eot
 
     def _find_eot(self) -> int | None:
-        tok = self.counter.tokenizer
+        tok = self.counter.facts()
         marker = "lengthscan-end-probe"
         try:
             text, _ = self.renderer.render([{"role": "user", "content": "hello"},
@@ -364,16 +364,17 @@ class ChatCounter:
 
     def __getstate__(self):
         """The template, its special tokens and the end-of-turn token go with the counter where this
-        process has read them off the loaded tokenizer: a worker then renders, and tokenizes by the
-        fast path the proof remembered on disk, without loading the tokenizer (nor transformers'
-        tokenizer classes, which import torch where it is installed: hundreds of MB a process)."""
-        if self.counter.loaded:
+        process has read them (off the loaded tokenizer, or its facts remembered by an earlier run):
+        a worker then renders, and tokenizes by the fast path the proof remembered on disk, without
+        loading the tokenizer (nor transformers' tokenizer classes, which import torch where it is
+        installed: hundreds of MB a process)."""
+        if self.counter.loaded or self.counter.facts(load=False) is not None:
             try:
                 self._tokens()  # reads the renderer too
             except Exception:  # noqa: BLE001 - nothing to read here: the worker meets the same and says so
                 pass
         state = dict(self.__dict__)
-        if not self.counter.loaded:
+        if state["_eot"] is None:  # not read here: the worker reads it (and says what is wrong)
             state["_renderer"] = None
         return state
 

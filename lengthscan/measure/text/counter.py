@@ -77,6 +77,11 @@ class TokenCounter:
     def loaded(self) -> bool:
         return self.handle.loaded
 
+    def facts(self, *, load: bool = True):
+        """What rendering conversations reads off the tokenizer, without loading it where an
+        earlier run on these files remembered it (``TokenizerHandle.facts``)."""
+        return self.handle.facts(load=load)
+
     @property
     def hash(self) -> str:
         return self.handle.hash

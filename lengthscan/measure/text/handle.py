@@ -15,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
+from lengthscan.measure.text.facts import TokenizerFacts
 from lengthscan.measure.text.fastpath import CHAT_ROLE, Memo
 from lengthscan.measure.text.loading import (
     hash_tokenizer,
@@ -117,8 +118,26 @@ class TokenizerHandle:
 
     def loaded_info(self) -> dict:
         tok = self._tokenizer
-        return {"cls": type(tok).__name__, "is_fast": bool(getattr(tok, "is_fast", False)),
+        info = {"cls": type(tok).__name__, "is_fast": bool(getattr(tok, "is_fast", False)),
                 "model_max_length": tokenizer_max_length(tok)}
+        try:
+            info["facts"] = TokenizerFacts.of(tok).to_dict()
+        except Exception:  # noqa: BLE001 - a tokenizer without these (a custom class): a later run loads it
+            pass
+        return info
+
+    def facts(self, *, load: bool = True) -> TokenizerFacts | None:
+        """What rendering conversations reads off the tokenizer (``facts.py``): from the loaded one,
+        else as the process that loaded it told (a first run's prover), else remembered from an
+        earlier run on these files, else (``load``) loaded now; None: not known without loading."""
+        if self.loaded:
+            return TokenizerFacts.of(self._tokenizer)
+        memo = self.memo()
+        for info in (self.__dict__.get("_told") or {}, memo.info() if memo is not None else {}):
+            found = TokenizerFacts.from_dict(info["facts"]) if isinstance(info.get("facts"), dict) else None
+            if found is not None:
+                return found
+        return TokenizerFacts.of(self.tokenizer) if load else None
 
     def _config(self) -> dict:
         path = Path(self.name)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -433,3 +435,48 @@ def test_a_pickled_chat_counter_needs_no_tokenizer(chat_tok_dir, tmp_path, monke
     want = chat.measure({"messages": convs}, spec_of)
     assert {k: list(v) for k, v in got.values.items()} == {k: list(v) for k, v in want.values.items()}
     assert not worker.counter.loaded
+
+
+@pytest.mark.parametrize("template", ["file", "the tokenizer's"])
+def test_a_later_run_renders_without_loading_the_tokenizer(chat_tok_dir, chat_tok, tmp_path, monkeypatch, template):
+    """The run that loads the tokenizer remembers what rendering reads off it (its template,
+    special tokens and added tokens: ``measure/text/facts.py``) beside the proven fast path; a
+    later run on the same files renders and counts as the first did without loading it (seconds,
+    and a second copy of the backend, saved)."""
+    from lengthscan.measure.chat.conversations import ChatFormat
+    from lengthscan.measure.chat.counter import ChatCounter, ChatOptions
+    from lengthscan.measure.chat.metrics import chat_metrics
+    from lengthscan.measure.text import handle
+    from lengthscan.measure.text.counter import TokenCounter
+    from lengthscan.measure.text.facts import TokenizerFacts
+
+    monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "cache"))
+    tok = chat_tok_dir
+    if template != "file":  # a folder whose tokenizer_config.json holds the template
+        tok = tmp_path / "tok"
+        shutil.copytree(chat_tok_dir, tok)
+        config = json.loads((tok / "tokenizer_config.json").read_text())
+        config["chat_template"] = (Path(trl_template("qwen3_training"))).read_text()
+        (tok / "tokenizer_config.json").write_text(json.dumps(config))
+    options = ChatOptions(ChatFormat(messages="messages"), trl_template("qwen3_training") if template == "file"
+                          else None)
+    convs = [[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello there"}],
+             [{"role": "system", "content": "be brief"}, {"role": "user", "content": "2+2?"},
+              {"role": "assistant", "content": "4"}, {"role": "user", "content": "and 3+3?"},
+              {"role": "assistant", "content": "6, as the last turn says"}]]
+    spec_of = {m: m for m in chat_metrics()}
+    first = ChatCounter(TokenCounter(str(tok)), options)
+    want = first.measure({"messages": convs}, spec_of)
+    assert first.counter.loaded
+    assert TokenizerFacts.of(first.counter.tokenizer).special_tokens_map == first.counter.tokenizer.special_tokens_map
+
+    def refuse(self):
+        raise AssertionError("the later run loaded the tokenizer")
+
+    monkeypatch.setattr(handle.TokenizerHandle, "_load", refuse)
+    later = ChatCounter(TokenCounter(str(tok)), options)
+    got = later.measure({"messages": convs}, spec_of)
+    assert {k: list(v) for k, v in got.values.items()} == {k: list(v) for k, v in want.values.items()}
+    assert later.to_dict() == first.to_dict()  # the report's template, end-of-turn token, trained-token rule
+    assert later.eot_id == chat_tok.convert_tokens_to_ids("<|im_end|>")
+    assert not later.counter.loaded
