@@ -44,7 +44,7 @@ class PairCounter(TemplateRows):
                     if v},
                 "prompt": "explicit" if fmt.prompt else "none (each side whole)" if reward else
                 "implicit (TRL's extract_prompt)",
-                "template": self.renderer.template.to_dict(), "eos_token": self.counter.tokenizer.eos_token,
+                "template": self.renderer.template.to_dict(), "eos_token": self.counter.facts().eos_token,
                 "max_length": fmt.max_length, "truncation_mode": None if reward else fmt.truncation_mode}
 
     def signature(self) -> str:
@@ -95,7 +95,7 @@ class PairCounter(TemplateRows):
     def _texts(self, pair) -> list[str]:
         """The row's prompt, prompt + chosen and prompt + rejected texts as DPOTrainer tokenizes them."""
         if not pair.conversational:
-            eos = self.counter.tokenizer.eos_token
+            eos = self.counter.facts().eos_token
             if eos is None:
                 raise RowProblem("template_error", "the tokenizer has no EOS token, which DPOTrainer appends to "
                                                    "string completions")

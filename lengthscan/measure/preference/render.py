@@ -26,7 +26,7 @@ class TemplateRows:
         if self._renderer is None:
             from lengthscan.measure.chat.template import Renderer, load_template
 
-            tok = self.counter.tokenizer
+            tok = self.counter.facts()  # remembered by an earlier run on these files: not loaded again
             self._renderer = Renderer(load_template(tok, self.template, optional=True), tok.special_tokens_map,
                                       max_chars=self.counter.max_chars)
         return self._renderer

@@ -331,3 +331,36 @@ def test_rows_rendered_in_chunks_while_the_last_chunk_tokenizes_measure_the_same
         tables.append(pq.read_table(out / "lengths.parquet").to_pydict())
     assert tables[0] == tables[1] and max(tables[0]["sequence_tokens"]) > 0
 
+
+
+def test_a_later_run_renders_pairs_without_loading_the_tokenizer(tmp_path, chat_tok_dir, docs, monkeypatch):
+    """The first run remembers what rendering reads off the tokenizer (its template, special tokens,
+    EOS) with the proven fast path; a later run on the same files measures every pair as the first
+    did without loading the tokenizer."""
+    from lengthscan.measure.text import handle
+
+    monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "cache"))
+    rows = []
+    for k in range(6):
+        user = {"role": "user", "content": docs[k][:80] or "Why?"}
+        rows.append({"chosen": [user, {"role": "assistant", "content": docs[k + 20][:90]}],
+                     "rejected": [user, {"role": "assistant", "content": docs[k + 40][:30]}]})
+    rows += [{"chosen": "The answer is blue", "rejected": "The answer is green"}]  # a string pair: EOS appended
+    src = write_jsonl(tmp_path / "pairs.jsonl", rows[:6])
+    strings = write_jsonl(tmp_path / "strings.jsonl", rows[6:])
+    argv = ["--tokenizer", str(chat_tok_dir), "--chat-template", "qwen3", "--chosen", "chosen", "--rejected",
+            "rejected", "--full", "--quiet", "--no-cache"]
+    for name, path in (("first", src), ("first-strings", strings)):
+        assert main(["audit", str(path), *argv, "--out", str(tmp_path / name)]) == 0
+
+    def refuse(self):
+        raise AssertionError("the later run loaded the tokenizer")
+
+    monkeypatch.setattr(handle.TokenizerHandle, "_load", refuse)
+    for name, path in (("later", src), ("later-strings", strings)):
+        assert main(["audit", str(path), *argv, "--out", str(tmp_path / name)]) == 0
+    for first, later in (("first", "later"), ("first-strings", "later-strings")):
+        tables = [pq.read_table(tmp_path / n / "lengths.parquet") for n in (first, later)]
+        assert tables[0].equals(tables[1])
+        reports = [json.loads((tmp_path / n / "report.json").read_text())["preference"] for n in (first, later)]
+        assert reports[0] == reports[1]
