@@ -129,15 +129,19 @@ class TokenizerHandle:
     def facts(self, *, load: bool = True) -> TokenizerFacts | None:
         """What rendering conversations reads off the tokenizer (``facts.py``): from the loaded one,
         else as the process that loaded it told (a first run's prover), else remembered from an
-        earlier run on these files, else (``load``) loaded now; None: not known without loading."""
-        if self.loaded:
-            return TokenizerFacts.of(self._tokenizer)
-        memo = self.memo()
-        for info in (self.__dict__.get("_told") or {}, memo.info() if memo is not None else {}):
-            found = TokenizerFacts.from_dict(info["facts"]) if isinstance(info.get("facts"), dict) else None
-            if found is not None:
-                return found
-        return TokenizerFacts.of(self.tokenizer) if load else None
+        earlier run on these files, else (``load``) loaded now; None: not known without loading.
+        Read once (a row's EOS asks for them)."""
+        found = self.__dict__.get("_facts")
+        if found is None and not self.loaded:
+            memo = self.memo()
+            for info in (self.__dict__.get("_told") or {}, memo.info() if memo is not None else {}):
+                found = TokenizerFacts.from_dict(info["facts"]) if isinstance(info.get("facts"), dict) else None
+                if found is not None:
+                    break
+        if found is None and (load or self.loaded):
+            found = TokenizerFacts.of(self.tokenizer)
+        self._facts = found
+        return found
 
     def _config(self) -> dict:
         path = Path(self.name)
