@@ -39,6 +39,8 @@ def token_counter(fields, tokenizer, model, ctx, settings: dict):
         return None
     if isinstance(tokenizer, TokenCounter):
         return tokenizer
+    if settings.get("prove_beside"):  # a first run begins only the engine's proof for conversations alone
+        settings = {**settings, "conversations_only": all(f.kind.name == "chat" for f in fields if f.kind.tokenized)}
     if ctx is not None and ctx.tokenizer is not None:
         name = tokenizer if isinstance(tokenizer, (str, Path)) else model
         return TokenCounter(ctx.tokenizer, name=str(name), **settings)

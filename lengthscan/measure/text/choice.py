@@ -49,7 +49,7 @@ class RoleStrategies:
     """The strategies of one tokenizer's roles, chosen on first use."""
 
     def __init__(self, handle: TokenizerHandle, *, count_engine: str = "auto", verify_counts: int = 0,
-                 prove_beside: bool = False):
+                 prove_beside: bool = False, conversations_only: bool = False):
         if count_engine not in COUNT_ENGINES:
             raise ValueError(f"count_engine {count_engine!r}: one of {', '.join(COUNT_ENGINES)}")
         self.handle = handle
@@ -60,7 +60,8 @@ class RoleStrategies:
         self.prove_beside = prove_beside
         self._reset()
         #: a run's counter begins loading and proving at once, while the source is opened (``early.py``)
-        self._early = Early(handle, engine=count_engine == "auto") if prove_beside else None
+        self._early = Early(handle, engine=count_engine == "auto", file=not conversations_only) if prove_beside \
+            else None
 
     def _reset(self) -> None:
         self._exact: dict[str, CountStrategy] = {}

@@ -61,7 +61,7 @@ def answer_for(handle, asked: Callable[[], dict | None], file_digest: str | None
 
 
 def prover(conn, name: str, revision: str | None, hide_torch: bool, tokenizer_json: str,
-           engine_cache: str | None = None, stamp: tuple | None = None) -> None:
+           engine_cache: str | None = None, stamp: tuple | None = None, engine_only: bool = False) -> None:
     """The prover process's work (``conn``: its end of a pipe; ``name``: the tokenizer folder):
     ``tokenizer_json``'s digest and, with ``engine_cache``, the count-only engine's proof of that
     file, made into that cache (``prefetch.prove_file``; ``{"engine": True}`` is sent once it has
@@ -69,7 +69,8 @@ def prover(conn, name: str, revision: str | None, hide_torch: bool, tokenizer_js
     answer to the counting's question (``answer_for``), the proof written to the cache after it
     (the counting's process waits for this process at its exit). ``stamp``: the file's ``file_stamp``
     when the counting began to read it (a file changed since has no digest here: the counts
-    are not confirmed)."""
+    are not confirmed). ``engine_only``: the engine's proof alone (a run of conversations only,
+    which counts nothing on the file), then the process ends."""
     try:
         from pathlib import Path
 
@@ -81,6 +82,8 @@ def prover(conn, name: str, revision: str | None, hide_torch: bool, tokenizer_js
         if stamp is None or file_stamp_or_none(path) != tuple(stamp):
             digest = None
         conn.send({"engine": True})
+        if engine_only:  # nothing is counted on the file (conversations only): done, its memory freed
+            return
         first = conn.recv()  # {"go": True}, or the question itself
         if _loads_the_file(path.parent):
             _yield_to_the_counting()

@@ -42,9 +42,11 @@ def prove_apart() -> None:
 
 class Early:
     """The early work for ``handle``'s tokenizer: ``engine`` (the count-only engine's proof)
-    unless the run counts with the tokenizer only."""
+    unless the run counts with the tokenizer only; ``file``: texts may be counted on the file's
+    backend while transformers loads the tokenizer (not where every field is a conversation: a
+    rendering needs the loaded tokenizer's template first, so only the engine's proof is begun)."""
 
-    def __init__(self, handle: TokenizerHandle, *, engine: bool):
+    def __init__(self, handle: TokenizerHandle, *, engine: bool, file: bool = True):
         from lengthscan.measure.text.countbpe.prefetch import Prefetch
         from lengthscan.sources.cache_dir import cache_root
 
@@ -63,21 +65,23 @@ class Early:
             import sys
 
             apart = _APART["on"] and "transformers" not in sys.modules
-            if apart:  # begun now: the engine's proof first, on the core the source's opening leaves free
-                apart = self._start_apart(path, cache_root() / "countbpe" if engine else None)
-            self._file = Prefetch(path, cache_root() / "countbpe", engine=engine and not apart)
+            if apart and (file or engine):  # begun now: the engine's proof first, on the core the opening leaves
+                apart = self._start_apart(path, cache_root() / "countbpe" if engine else None, engine_only=not file)
+            if file or not apart:  # conversations only, proven apart: no backend of the file (hundreds of MiB)
+                self._file = Prefetch(path, cache_root() / "countbpe", engine=engine and not apart)
         elif memo is not None and engine:  # a later run: the remembered backend and its engine, read early
             threading.Thread(target=_read_back, args=(memo, cache_root() / "countbpe"),
                              name="lengthscan-count-prefetch", daemon=True).start()
 
-    def _start_apart(self, path, engine_cache) -> bool:
+    def _start_apart(self, path, engine_cache, *, engine_only: bool = False) -> bool:
         """The prover process (``confirm.prover``): ``path``'s digest and, with ``engine_cache``,
         the count-only engine's proof of it made into that cache first (``engine_made``); then,
         once a role is counted on the file (``file_backend``: a command that counts in worker
         processes, or conversations only, never asks), transformers' load of the tokenizer and the
         fast path's proof (``ask``, ``answer``). Nothing it does takes this process's GIL. It
         writes the proof after its answer: this process waits for it at its exit (the next run is
-        a later run). False: the process could not be started (the thread's way is taken)."""
+        a later run). ``engine_only``: the process ends once the engine's proof is made (nothing will
+        be counted on the file). False: the process could not be started (the thread's way is taken)."""
         import atexit
         import multiprocessing as mp
 
@@ -91,7 +95,7 @@ class Early:
         stamp = file_stamp_or_none(path)
         process = ctx.Process(target=prover, name="lengthscan-tokenizer-proof", daemon=True,
                               args=(theirs, handle.name, handle.revision, torch_hidden(), str(path),
-                                    str(engine_cache) if engine_cache is not None else None, stamp))
+                                    str(engine_cache) if engine_cache is not None else None, stamp, engine_only))
         try:
             process.start()
         except OSError:  # no process to be had (limits): the thread's way

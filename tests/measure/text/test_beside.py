@@ -27,7 +27,7 @@ def cold_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(tables, "_DERIVED", {})
     monkeypatch.setattr(codepoints, "_KNOWN", {})
-    monkeypatch.setattr(choice, "Early", lambda handle, engine: None)
+    monkeypatch.setattr(choice, "Early", lambda handle, engine, file=True: None)
     return tmp_path / "cache"
 
 

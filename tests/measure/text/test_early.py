@@ -251,3 +251,57 @@ def test_two_processes_remembering_roles_keep_each_others(bpe_dir, tmp_path):
     again = Memo(tmp_path / "fastpath", "f" * 64)
     assert again.method("input") is not None and again.method("target") is not None
     assert list((tmp_path / "fastpath").glob(".*.lock"))  # written under the file's lock
+
+
+def test_a_prover_for_conversations_only_proves_the_engine_and_ends(bpe_dir, tmp_path, monkeypatch):
+    """``engine_only`` (a run of conversations only counts nothing on the file): the prover sends that
+    the engine is made and ends without waiting for a question, its memory freed at once."""
+    import multiprocessing as mp
+    import threading
+
+    from lengthscan.measure.text.confirm import prover
+    from lengthscan.measure.text.countbpe import tables
+
+    monkeypatch.setattr(tables, "_DERIVED", {})  # as a fresh process: the table is made, not found here
+
+    ours, theirs = mp.Pipe()
+    cache = tmp_path / "countbpe"
+    thread = threading.Thread(target=prover, args=(theirs, str(bpe_dir), None, False, str(bpe_dir / "tokenizer.json"),
+                                                   str(cache), None, True), daemon=True)
+    thread.start()
+    thread.join(120)
+    assert not thread.is_alive()  # it never waited for a question
+    assert ours.poll(1) and ours.recv() == {"engine": True}
+    with pytest.raises(EOFError):  # nothing more: its end is closed
+        ours.recv()
+    assert list(cache.glob("ranks-*.npz"))
+
+
+def test_a_first_command_of_conversations_only_begins_the_engines_proof_alone(chat_tok_dir, tmp_path):
+    """A first run of conversations only (a command's process): the prover process proves the engine
+    and ends; no backend of the file is loaded to count on (a rendering needs the loaded tokenizer's
+    template first). Every row is counted as ``apply_chat_template`` counts it, by the engine."""
+    import os
+    import subprocess
+    import sys
+
+    from transformers import AutoTokenizer
+
+    from tests.support.chat import reference, trl_template, write_jsonl
+
+    rows = [{"messages": [{"role": "user", "content": f"question {i} " * (i + 1)},
+                          {"role": "assistant", "content": f"answer {i}. " * (2 * i + 1)}]} for i in range(40)]
+    src = write_jsonl(tmp_path / "chat.jsonl", rows)
+    out = tmp_path / "out"
+    template = trl_template("qwen3_training")
+    env = {**os.environ, "LENGTHSCAN_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-m", "lengthscan", "audit", str(src), "--tokenizer", str(chat_tok_dir),
+                           "--messages", "messages", "--chat-template", str(template), "--full", "--quiet",
+                           "--no-cache", "--out", str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    tok = AutoTokenizer.from_pretrained(str(chat_tok_dir))
+    table = pq.read_table(out / "lengths.parquet")
+    assert table["sequence_tokens"].to_pylist() == [reference(tok, template, r["messages"])[0] for r in rows]
+    assert list((tmp_path / "cache" / "countbpe").glob("ranks-*.npz"))  # proven in the prover process
+    report = json.loads((out / "report.json").read_text())
+    assert report["chat"]["token_offsets"].startswith("count-only engine"), report["chat"]["token_offsets"]
