@@ -18,12 +18,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from functools import lru_cache, partial
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
+from lengthscan import heap
 from lengthscan.engines.options import RunOptions
 from lengthscan.engines.protocols import Engine, Sink
 from lengthscan.engines.validity import KindCheck
@@ -338,7 +339,7 @@ def start_worker(job: bytes, hide_torch: bool = False) -> None:
         from lengthscan.torchless import hide_torch as hide
 
         hide()
-    _glibc_call("mallopt", -8, 2)  # M_ARENA_MAX: the tokenizer's thread shares the heap, not one of its own
+    heap.one_arena_per_core_pair()  # the tokenizer's thread shares the heap, not one of its own
     _WORKER[:] = [pickle.loads(job)]
 
 
@@ -353,25 +354,8 @@ def worker_measure(batch: Batch) -> tuple:
                              decide_caps=job.setup.decide_caps, with_ids=job.with_ids, chat=job.setup.chat,
                              pairs=job.setup.pairs)
     counting = (counter.methods(), counter.counting()) if counter is not None else None
-    _glibc_call("malloc_trim", 0)  # a batch's encodings freed: their pages back to the system
+    heap.trim()  # a batch's encodings freed: their pages back to the system
     return measured, os.getpid(), counting
-
-
-def _glibc_call(name: str, *args: int) -> None:
-    """A glibc heap call (``mallopt``, ``malloc_trim``) where the C library has it; else nothing."""
-    fn = getattr(_libc(), name, None)
-    if fn is not None:
-        fn(*args)
-
-
-@lru_cache(maxsize=1)
-def _libc():
-    import ctypes
-
-    try:
-        return ctypes.CDLL("libc.so.6")  # glibc's soname; another C library: nothing to call
-    except OSError:
-        return None
 
 
 #: The count-only engine's tallies, which add up over the processes (or actors) that counted.

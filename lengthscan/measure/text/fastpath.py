@@ -171,6 +171,9 @@ class Memo:
             backend = Tokenizer.from_str(text)
         except Exception:  # a damaged cache file: prove again
             return None
+        from lengthscan import heap
+
+        heap.trim()  # the parsed JSON freed (three times the tokenizer's own size): its pages back
         backend.no_truncation()
         backend.no_padding()
         backend.encode_special_tokens = bool(self._read().get("encode_special_tokens"))

@@ -60,6 +60,9 @@ class TokenizerHandle:
             if self._tokenizer is None:
                 self._tokenizer = load_tokenizer(self.name, revision=self.revision,
                                                  trust_remote_code=self.trust_remote_code)
+                from lengthscan import heap
+
+                heap.trim()  # the files' parsed JSON freed: its pages back to the system
 
     def tokenizer_file(self) -> Path | None:
         """The local ``tokenizer.json`` this tokenizer is loaded from (None: a hub name, an object,

@@ -44,6 +44,9 @@ class Prefetch:
             from tokenizers import Tokenizer
 
             backend = Tokenizer.from_file(str(tokenizer_json))
+            from lengthscan import heap
+
+            heap.trim()  # the parsed JSON freed: its pages back to the system
             backend.no_truncation()
             backend.no_padding()
             self._backend = backend
