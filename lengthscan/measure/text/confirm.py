@@ -74,13 +74,12 @@ def prover(conn, name: str, revision: str | None, hide_torch: bool, tokenizer_js
     try:
         from pathlib import Path
 
+        from lengthscan import heap
         from lengthscan.measure.text.countbpe.prefetch import prove_file
         from lengthscan.sources.cache_dir import file_stamp_or_none
 
         path = Path(tokenizer_json)
         digest = prove_file(path, Path(engine_cache) if engine_cache is not None else None)
-        from lengthscan import heap
-
         heap.trim()  # the file read as JSON, and the proof's tables, freed: their pages back
         if stamp is None or file_stamp_or_none(path) != tuple(stamp):
             digest = None

@@ -124,7 +124,7 @@ class TokenizerHandle:
         info = {"cls": type(tok).__name__, "is_fast": bool(getattr(tok, "is_fast", False)),
                 "model_max_length": tokenizer_max_length(tok)}
         try:
-            info["facts"] = TokenizerFacts.of(tok).to_dict()
+            info["facts"] = self.facts().to_dict()  # read once
         except Exception:  # noqa: BLE001 - a tokenizer without these (a custom class): a later run loads it
             pass
         return info
