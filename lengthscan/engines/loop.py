@@ -41,6 +41,8 @@ from lengthscan.stats.tally import SplitTally
 
 #: Rows whose lengths the batch simulation keeps (a uniform sample beyond it: memory stays flat).
 SIMULATION_ROWS = 1_000_000
+#: Rows of the batches conversations are shared out in between processes (``chat_pool``).
+SHARED_BATCH_ROWS = 512
 #: Bytes of batches measured before transformers has loaded a first run's tokenizer that are held,
 #: at most, until their counts are confirmed (``measure_here``): memory stays bounded.
 HELD_BYTES = 512 << 20
@@ -194,18 +196,27 @@ class LocalEngine:
         """(batch, role -> Measured) for the plan's rows, in row order (the batches always carry
         the ``columns`` read here: ``keep_columns`` asks it of an engine that would not)."""
         raw = tuple(c for f in fields for c in f.kind.raw_columns(f))  # e.g. conversations as the file has them
+        apart = (self.num_proc > 1 and bool(fields) and all(f.kind.renders_apart for f in fields)
+                 and setup.chat is not None and setup.chat.renders_apart)
+        if apart:  # batches a process takes: small enough that the processes end together
+            batch_rows = min(batch_rows, SHARED_BATCH_ROWS)
         batches = (iter_batches(split_src, columns, indices=plan.indices, batch_rows=batch_rows, raw=raw) if columns
                    else row_batches(plan, batch_rows))
         layout = split_src.layout()
         workers = min(self.num_proc, -(-plan.size // batch_rows))  # never more processes than batches
 
-        def here(batch: Batch) -> dict:
+        def here(batch: Batch, rendered: dict | None = None) -> dict:
             return measure_batch(batch, fields, layout, counter=setup.counter, audio=setup.settings,
                                  decide_caps=setup.decide_caps, with_ids=with_ids, chat=setup.chat,
-                                 pairs=setup.pairs)
+                                 pairs=setup.pairs, rendered=rendered)
 
         if workers <= 1 or not fields:
             yield from measure_here(batches, setup.counter, here)
+            return
+        if apart:  # conversations: workers without the tokenizer
+            from lengthscan.engines.chat_pool import chat_batches
+
+            yield from chat_batches(batches, setup, fields, layout, workers - 1, here, with_ids=with_ids)
             return
         # rendering conversations is Python: the parent takes batches too, beside one worker fewer
         beside = any(f.kind.python_bound for f in fields)

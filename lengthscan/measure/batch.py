@@ -78,14 +78,15 @@ def role_fields(*, input: str | None = None, target: str | None = None, audio: s
 def measure_batch(batch: Batch, fields: tuple[RoleField, ...], split_src: SplitSource | SplitLayout, *,
                   counter: TokenCounter | None = None, audio: AudioSettings = AudioSettings(),
                   decide_caps: dict[str, int] | None = None, with_ids: bool = False,
-                  chat: ChatCounter | None = None, pairs=None) -> dict[str, Measured]:
+                  chat: ChatCounter | None = None, pairs=None, rendered: dict | None = None) -> dict[str, Measured]:
     """Measure every field of ``batch``: role -> ``Measured``.
 
     ``split_src`` is a ``SplitSource`` or its picklable ``SplitLayout`` (for error messages and
     relative audio paths). ``decide_caps`` (role -> upper token limit) turns on decide-only
     counting for those roles: rows proven within or over the limit keep a bound, not a length.
     ``with_ids`` keeps the token ids of text roles (``Measured.ids``); ``pairs``: the preference
-    field's ``PairCounter``.
+    field's ``PairCounter``; ``rendered``: role -> its conversations as worker processes render them
+    (``ChatCounter.render_jobs``).
     """
-    ctx = MeasureContext(counter, audio, chat, decide_caps or {}, with_ids, pairs)
+    ctx = MeasureContext(counter, audio, chat, decide_caps or {}, with_ids, pairs, rendered or {})
     return {f.role: f.kind.measure(batch, f, split_src, ctx) for f in fields}

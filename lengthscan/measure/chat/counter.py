@@ -25,25 +25,23 @@ Per row (metrics, see ``CHAT_METRICS``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from lengthscan.measure.chat import template as template_module
-from lengthscan.measure.chat.conversations import ChatFormat, RowProblem, conversations, part_texts
+from lengthscan.measure.chat.apart import JOB_ROWS, MAX_TIMEOUTS, Rendered, RenderSpec, TiledCounter, render_rows
+from lengthscan.measure.chat.conversations import ChatFormat, conversations, part_texts
 from lengthscan.measure.chat.encoding import rendered_ids
 from lengthscan.measure.chat.metrics import CONTENT_ROLES, empty_measurements
-from lengthscan.measure.chat.pipeline import plan_and_encode
-from lengthscan.measure.chat.plan import RowPlan, TooLong, plan_row
+from lengthscan.measure.chat.pipeline import CHUNK_ROWS, plan_and_encode
+from lengthscan.measure.chat.plan import RowPlan
 from lengthscan.measure.chat.ranges import message_ranges
 from lengthscan.measure.chat.spans import common_prefix, eot_position, is_prefix
-from lengthscan.measure.chat.template import ChatTemplateError, RenderTimeout
+from lengthscan.measure.chat.template import ChatTemplateError
 from lengthscan.measure.chat.tokenized import Renderings
 from lengthscan.measure.chat.views import IdsView
-from lengthscan.measure.records import FLAG_CODES, FLAG_MISSING, FLAG_TEMPLATE_ERROR, FLAG_TOO_LONG, Measured
-
-#: rows whose rendering ran past its time budget before the run stops (exit 2): a slow template
-MAX_TIMEOUTS = 3
+from lengthscan.measure.records import FLAG_TEMPLATE_ERROR, Measured
 
 
 @dataclass(frozen=True)
@@ -58,6 +56,10 @@ class ChatOptions:
 class ChatCounter:
     """Measures conversations for one tokenizer (a ``TokenCounter``) and template; picklable."""
 
+    #: with ``--num-proc``, worker processes render (and where they can, measure) whole batches
+    #: without the tokenizer (``engines.chat_pool``)
+    renders_apart = True
+
     def __init__(self, counter, options: ChatOptions, images=None, videos=None, audios=None):
         self.counter = counter
         self.options = options
@@ -68,6 +70,7 @@ class ChatCounter:
         self._eot: tuple | None = None
         self._renderings = Renderings(counter, tiles=images is None and videos is None and audios is None)
         self.timeouts = 0  # rows whose rendering ran past render_seconds (RENDER_SECONDS when it was made)
+        self.shared: dict = {}  # with worker processes: how many batches each side measured (engines.chat_pool)
         self.render_seconds = template_module.RENDER_SECONDS
 
     # -- set-up -----------------------------------------------------------------------------
@@ -111,6 +114,7 @@ class ChatCounter:
                 "template": self.template.to_dict(), "train_on": self.options.train_on, "trained_tokens": self.rule,
                 "end_of_turn_token": tok.convert_ids_to_tokens(eot) if eot is not None else None,
                 "token_offsets": self._renderings.tiling or self.counter.roles.tiler_reason or "tokenizers",
+                **({"processes": dict(self.shared)} if self.shared else {}),
                 **({"images": self.images.to_dict()} if self.images is not None else {}),
                 **({"videos": self.videos.to_dict()} if self.videos is not None else {}),
                 **({"audios": self.audios.to_dict()} if self.audios is not None else {})}
@@ -171,10 +175,14 @@ class ChatCounter:
         return getattr(tok, "eos_token_id", None)
 
     # -- measuring --------------------------------------------------------------------------
-    def measure(self, columns: dict, spec_of: dict, *, with_ids: bool = False, base_dir: str | None = None) -> Measured:
+    def measure(self, columns: dict, spec_of: dict, *, with_ids: bool = False, base_dir: str | None = None,
+                rendered: tuple | None = None) -> Measured:
         """One batch: ``columns`` maps column name -> Python values; ``spec_of`` metric -> FieldSpec;
-        ``base_dir``: the folder relative image paths resolve against."""
+        ``base_dir``: the folder relative image paths resolve against. ``rendered``: the batch's rows
+        as a worker process rendered them (``RenderSpec.render``: ``JOB_ROWS`` rows a ``Rendered``,
+        in order); None: rendered here."""
         convs = conversations(columns, self.options.format)
+        results = None if rendered is None else iter(rendered)
         n = len(convs)
         vision, video, audio = self.images is not None, self.videos is not None, self.audios is not None
         reasoning = self.options.format.reasoning
@@ -184,13 +192,25 @@ class ChatCounter:
         texts: list[str] = []          # rendered chat texts (tokenized without special tokens)
         plain: list[str] = []          # string prompt-completion texts (tokenized with special tokens)
         renderings, eot = self._renderings, self._tokens()[:2]
+        if results is None:
+            chunk = CHUNK_ROWS
+
+            def plan(lo: int, hi: int) -> dict:
+                return self._plan(convs, flags, errors, texts, plain, rows=range(lo, hi))
+        else:  # a worker's chunks, in order
+            chunk = JOB_ROWS
+
+            def plan(lo: int, hi: int) -> dict:
+                return self._take(next(results, Rendered({}, [], [], {})), convs, flags, errors, texts, plain)
         if renderings.exact is None:  # the run's first rows: the token ranges' check needs them whole
-            work = self._plan(convs, flags, errors, texts, plain)
+            work = {}
+            for lo in range(0, n, chunk):
+                work.update(plan(lo, min(n, lo + chunk)))
             encoded = renderings.first(texts, work, eot=eot, with_ids=with_ids)
         else:  # rendering one chunk while the tokenizer takes the previous one (pipeline.py)
             work, encoded = plan_and_encode(
-                n, lambda lo, hi: self._plan(convs, flags, errors, texts, plain, rows=range(lo, hi)), texts,
-                lambda rendered: renderings.encode(rendered, exact=renderings.exact, eot=eot, with_ids=with_ids))
+                n, plan, texts,
+                lambda done: renderings.encode(done, exact=renderings.exact, eot=eot, with_ids=with_ids), chunk)
         plain_ids = [IdsView(ids) for ids in self.counter.ids(plain, "input")] if plain else []
         longest = self._message_tokens(work, notes, encoded)
         ids_out: list | None = [None] * n if with_ids else None
@@ -272,32 +292,57 @@ class ChatCounter:
     def _plan(self, convs: list, flags, errors: list, texts: list, plain: list, *,
               whole_only: bool = False, rows: range | None = None) -> dict:
         """row -> its ``RowPlan`` (its renderings added to ``texts``/``plain``) of ``rows`` (None:
-        all); the flags and errors of the rows that have none."""
-        work: dict[int, RowPlan] = {}
-        eos = self._tokens()[2]
-        for i in rows if rows is not None else range(len(convs)):
-            conv = convs[i]
-            if conv is None:
-                flags[i] = FLAG_MISSING
-                continue
-            if isinstance(conv, RowProblem):
-                flags[i], errors[i] = FLAG_CODES[conv.flag], str(conv)
-                continue
-            try:
-                work[i] = plan_row(conv, self.renderer, train_on=self.options.train_on,
-                                   max_chars=self.counter.max_chars, eos=eos,
-                                   texts=texts, plain=plain, whole_only=whole_only)
-            except TooLong as exc:
-                flags[i], errors[i] = FLAG_TOO_LONG, str(exc)
-            except RenderTimeout as exc:  # a row's error; a template slow on row after row stops the run
-                self.timeouts += 1
-                if self.timeouts >= MAX_TIMEOUTS:
-                    raise ChatTemplateError(f"the chat template ran past {exc.seconds:g} s on {self.timeouts} rows "
-                                            "(a template that loops?): fix the template") from None
-                flags[i], errors[i] = FLAG_TEMPLATE_ERROR, str(exc)
-            except Exception as exc:  # noqa: BLE001 - the template's own message, per row
-                flags[i], errors[i] = FLAG_TEMPLATE_ERROR, _template_message(exc)
+        all), rendered here; the flags and errors of the rows that have none."""
+        done = render_rows(convs, rows if rows is not None else range(len(convs)), self.renderer,
+                           train_on=self.options.train_on, max_chars=self.counter.max_chars, eos=self._tokens()[2],
+                           whole_only=whole_only, max_timeouts=MAX_TIMEOUTS - self.timeouts)
+        return self._take(done, convs, flags, errors, texts, plain)
+
+    def _take(self, done: Rendered, convs: list, flags, errors: list, texts: list, plain: list) -> dict:
+        """Rows rendered here or by a worker (``apart.RenderJob``) into the batch's lists: their
+        plans renumbered, their conversations given back, the flags and errors of the rows that
+        have none; a template slow on row after row stops the run."""
+        self.timeouts += done.timeouts
+        if done.timeouts and self.timeouts >= MAX_TIMEOUTS:
+            raise ChatTemplateError(f"the chat template ran past {done.seconds:g} s on {self.timeouts} rows "
+                                    "(a template that loops?): fix the template")
+        for i, (flag, message) in done.failed.items():
+            flags[i], errors[i] = flag, message
+        before, before_plain = len(texts), len(plain)
+        texts += done.texts
+        plain += done.plain
+        work = {}
+        for i, w in done.work.items():
+            if w.conv is None or before or before_plain:  # a copy: a batch measured again takes them again
+                w = replace(w, conv=convs[i] if w.conv is None else w.conv)
+                w.shift(before, before_plain)
+            work[i] = w
         return work
+
+    def render_spec(self) -> RenderSpec:
+        """How worker processes render this field's rows (``apart.BatchJob``)."""
+        return RenderSpec(self.options.format, self.renderer, self.options.train_on, self.counter.max_chars,
+                          self._tokens()[2], max(1, MAX_TIMEOUTS - self.timeouts))
+
+    def light(self):
+        """A copy of this counter that measures in a worker process without the tokenizer: its
+        renderings tokenized by the count-only engine, once this process has proven its offsets on
+        the run's first renderings. None where that is not so (not yet, refused, or images, videos,
+        audio or reasoning counted, which need the tokenizer)."""
+        done = self._renderings
+        if done.exact is None or not done.tiled or not done.tiles or self.options.format.reasoning:
+            return None
+        tiler = self.counter.chat_tiler([])
+        if tiler is None:
+            return None
+        from copy import copy
+
+        self._tokens()  # the end-of-turn token and the renderer, read here
+        light = copy(self)
+        light.counter = TiledCounter(tiler, self.counter.max_chars)
+        light._renderings = done.moved(light.counter)
+        light.timeouts = 0
+        return light
 
     def _trained(self, w: RowPlan, view, encoded, plain_ids, with_mask: bool):
         """(trained tokens, first, last trained position of the final assistant turn, the 0/1 mask
@@ -391,7 +436,3 @@ def _parts_missing(rendered: str, messages: list) -> bool:
         return True
     return any(t.strip() not in rendered for t in part_texts(messages))
 
-
-def _template_message(exc: Exception) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:300]

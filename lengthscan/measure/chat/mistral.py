@@ -81,6 +81,8 @@ class MistralChat:
 
     images = None
     videos = None
+    #: measured in one piece: ``--num-proc`` workers measure whole batches (``engines.loop``)
+    renders_apart = False
     #: metrics it leaves unmeasured (-1): rules on them are refused at set-up
     unmeasured = ("longest_message_tokens",)
 

@@ -46,6 +46,17 @@ class RowPlan:
     prefix_error: str | None = None      # a prefix the template refuses to render: no completion count
     uncounted: str | None = None         # too many prefixes to render (``PREFIX_CHARS``): no completion count
 
+    def shift(self, texts: int, plain: int) -> None:
+        """Renumber the indices for lists that hold ``texts`` rendered chats and ``plain`` strings
+        before this row's (a chunk's renderings appended to a batch's)."""
+        by = plain if self.conv is not None and self.conv.text is not None else texts
+
+        def move(k: int) -> int:
+            return k + by if k >= 0 else k
+
+        self.full, self.ref = move(self.full), move(self.ref)
+        self.pairs = [(move(p), move(q)) for p, q in self.pairs]
+
 
 def plan_row(conv: Conversation, renderer, *, train_on: str, max_chars: int, eos: str | None, texts: list,
              plain: list, whole_only: bool = False) -> RowPlan:

@@ -28,6 +28,12 @@ class Renderings:
         self.tiled: bool | None = None  # the engine's offsets proven on the first renderings (None: not yet)
         self.tiling = ""                # how the offsets were had, for the report
 
+    def moved(self, counter) -> Renderings:
+        """A copy with the same decisions, for ``counter`` (a worker's ``apart.TiledCounter``)."""
+        out = Renderings(counter, tiles=self.tiles)
+        out.exact, out.tiled, out.tiling = self.exact, self.tiled, self.tiling
+        return out
+
     def encode(self, texts: list[str], *, exact: bool, eot: tuple, with_ids: bool = False) -> list:
         """A view per rendering; ``eot``: (end-of-turn id, its token text)."""
         wanted = not with_ids and self.tiles and self.tiled is not False

@@ -43,7 +43,7 @@ class AudioSettings:
 class MeasureContext:
     """What measuring a batch needs beside the batch: the token counter, the audio settings, the
     conversation counter, decide-only's caps (role -> upper token count), whether token ids are kept,
-    and the preference pairs' counter."""
+    the preference pairs' counter, and the renderings worker processes make of a batch's conversations."""
 
     counter: TokenCounter | None = None
     audio: AudioSettings | None = None
@@ -51,6 +51,7 @@ class MeasureContext:
     decide_caps: dict = field(default_factory=dict)
     with_ids: bool = False
     pairs: PairCounter | None = None
+    rendered: dict = field(default_factory=dict)  # role -> its conversations rendered by workers (ChatCounter.measure)
 
 
 class Kind:
@@ -66,6 +67,9 @@ class Kind:
     #: measuring is mostly Python in the calling thread (a chat template's rendering), not the
     #: tokenizer's threads: with ``--num-proc N`` the parent measures beside N-1 worker processes
     python_bound: bool = False
+    #: its Python part (a chat template's rendering) is done by worker processes, the rest here:
+    #: ``render_jobs`` gives a batch's jobs, ``measure`` takes their results from ``ctx.rendered``
+    renders_apart: bool = False
 
     def measure(self, batch: Batch, f: RoleField, split_src, ctx: MeasureContext) -> Measured:
         raise NotImplementedError

@@ -17,6 +17,7 @@ class ChatKind(Kind):
     tokenized = True
     errors_in_reasons = True
     python_bound = True
+    renders_apart = True
 
     def pair(self, f):
         return self._spec(f, "prompt_tokens"), self._spec(f, "completion_tokens")
@@ -36,8 +37,17 @@ class ChatKind(Kind):
 
     def measure(self, batch, f, split_src, ctx: MeasureContext) -> Measured:
         columns = raw_columns_of(batch, f)
+        rendered = ctx.rendered.get(f.role)
         return ctx.chat.measure(columns, {s.name: s for s in f.specs}, with_ids=ctx.with_ids,
-                                base_dir=split_src.base_dir(batch.rows))
+                                base_dir=split_src.base_dir(batch.rows), **({"rendered": rendered} if rendered else {}))
+
+    def job(self, batch, f, split_src, ctx: MeasureContext, light: str | None):
+        """The batch for a worker process (``measure.chat.apart.BatchJob``): measured there by the
+        counter pickled at ``light`` where it is written, else rendered there."""
+        from lengthscan.measure.chat.apart import BatchJob
+
+        return BatchJob(f.role, raw_columns_of(batch, f), {s.name: s for s in f.specs}, ctx.chat.render_spec(),
+                        light, split_src.base_dir(batch.rows))
 
     def notes(self, f) -> dict[str, str]:
         from lengthscan.measure.chat.metrics import chat_notes

@@ -51,7 +51,7 @@ def test_a_pipelined_batch_equals_the_batch_in_one_piece(chat_tok_dir, docs, mon
     calls = []
     real = pipeline.plan_and_encode
     monkeypatch.setattr("lengthscan.measure.chat.counter.plan_and_encode",
-                        lambda n, plan, texts, encode: calls.append(n) or real(n, plan, texts, encode, chunk))
+                        lambda n, plan, texts, encode, _rows: calls.append(n) or real(n, plan, texts, encode, chunk))
     got = _measure(whole, specs, rows, with_ids)
     assert calls == [len(rows)]
     assert got == expected

@@ -258,7 +258,12 @@ class CountEngine:
             out += _cut(piece, self._added.normalized, base, i)
         return out
 
-    # -- pickling: the pool and the compiled tables stay behind --------------------------------
+    # -- pickling: the pool stays behind --------------------------------------------------------
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_pool"] = None
+        return state
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False)
