@@ -32,14 +32,12 @@ import numpy as np
 from lengthscan.measure.chat import template as template_module
 from lengthscan.measure.chat.apart import JOB_ROWS, MAX_TIMEOUTS, Rendered, RenderSpec, TiledCounter, render_rows
 from lengthscan.measure.chat.conversations import ChatFormat, conversations, part_texts
-from lengthscan.measure.chat.encoding import rendered_ids
-from lengthscan.measure.chat.metrics import CONTENT_ROLES, empty_measurements
+from lengthscan.measure.chat.metrics import empty_measurements
 from lengthscan.measure.chat.pipeline import CHUNK_ROWS, plan_and_encode
-from lengthscan.measure.chat.plan import RowPlan
-from lengthscan.measure.chat.ranges import message_ranges
-from lengthscan.measure.chat.spans import common_prefix, eot_position, is_prefix
+from lengthscan.measure.chat.spans import eot_position
 from lengthscan.measure.chat.template import ChatTemplateError
 from lengthscan.measure.chat.tokenized import Renderings
+from lengthscan.measure.chat.trained import message_tokens, trained_tokens
 from lengthscan.measure.chat.views import IdsView
 from lengthscan.measure.records import FLAG_TEMPLATE_ERROR, Measured
 
@@ -212,7 +210,7 @@ class ChatCounter:
                 n, plan, texts,
                 lambda done: renderings.encode(done, exact=renderings.exact, eot=eot, with_ids=with_ids), chunk)
         plain_ids = [IdsView(ids) for ids in self.counter.ids(plain, "input")] if plain else []
-        longest = self._message_tokens(work, notes, encoded)
+        longest = message_tokens(self.counter, work, notes, encoded)
         ids_out: list | None = [None] * n if with_ids else None
         labels_out: list | None = [None] * n if with_ids else None
         eot, eot_text, _ = self._tokens()
@@ -230,7 +228,7 @@ class ChatCounter:
             values["longest_message_tokens"][i] = longest.get(i, -1)
             if w.conv.has_parts and _parts_missing(texts[w.full], msgs):
                 notes["parts_not_rendered"][i] = True
-            trained = self._trained(w, view, encoded, plain_ids, with_ids)
+            trained = trained_tokens(w, view, encoded, plain_ids, self.options.train_on, with_ids)
             if trained is None:
                 if w.uncounted is not None:  # too long a conversation for the per-turn rule
                     errors[i] = w.uncounted
@@ -344,69 +342,6 @@ class ChatCounter:
         light.timeouts = 0
         return light
 
-    def _trained(self, w: RowPlan, view, encoded, plain_ids, with_mask: bool):
-        """(trained tokens, first, last trained position of the final assistant turn, the 0/1 mask
-        when ``with_mask``), or None when the template rewrites earlier turns (no count)."""
-        n = len(view)
-        every = self.options.train_on == "all"
-        if w.conv.text is not None or w.conv.split_at is not None:  # prompt-completion: TRL's rule
-            prompt = plain_ids[w.pairs[0][0]] if w.conv.text is not None else encoded[w.pairs[0][0]]
-            start = 0 if every else common_prefix(prompt.ids, view.ids)
-            return n - start, (start if start < n else -1), n - 1, _ones(n, start, n) if with_mask else None
-        if every:
-            last = len(encoded[w.ref]) - 1 if w.ref >= 0 else -1
-            return n, 0, last, _ones(n, 0, n) if with_mask else None
-        if w.spans_wanted:
-            spans = w.spans[-1:] if self.options.train_on == "last" else w.spans
-            total, first, last = view.count(spans)
-            return total, first, last, view.mask(spans) if with_mask else None
-        if w.prefix_error is not None or w.uncounted is not None:
-            return None
-        mask = np.zeros(n, np.int8)
-        last, total = -1, 0
-        for p, q in w.pairs:
-            q_ids = encoded[q].ids
-            if q != w.full and not is_prefix(q_ids, view.ids):
-                return None
-            start = common_prefix(encoded[p].ids, q_ids) if p >= 0 else 0
-            mask[start:len(q_ids)] = 1  # the labels: the union of the turns' trained tokens
-            total += len(q_ids) - start  # the count: the rule's sum over the trained turns
-            last = len(q_ids) - 1
-        hits = np.flatnonzero(mask)
-        return total, (int(hits[0]) if hits.size else -1), last, mask
-
-    def _message_tokens(self, work: dict, notes: dict, encoded: list) -> dict:
-        """row -> the tokens of its longest message; the tokens of each role's messages go to
-        ``notes`` (``{role}_tokens``). A message's tokens are the rendering's tokens overlapping its
-        text; a text the rendering does not hold as written (or a tokenizer without offsets) is
-        tokenized alone, without special tokens."""
-        longest: dict = {i: 0 for i in work}
-        apart, owners = [], []
-        for i, w in work.items():
-            for r in CONTENT_ROLES:
-                notes[f"{r}_tokens"][i] = 0
-            if w.conv.text is not None:
-                pieces = [("user", w.conv.text[0]), ("assistant", w.conv.text[1])]
-            else:
-                view = encoded[w.full]
-                pieces = message_ranges(view.text, w.conv.messages) if view.has_offsets else [
-                    (m.get("role"), m["content"]) for m in w.conv.messages if isinstance(m.get("content"), str)]
-            for role, where in pieces:
-                if isinstance(where, tuple):
-                    self._add_tokens(i, role, encoded[w.full].overlap(*where), longest, notes)
-                elif where:
-                    apart.append(where)
-                    owners.append((i, role))
-        for (i, role), (ids, _) in zip(owners, rendered_ids(self.counter, apart)):
-            self._add_tokens(i, role, len(ids), longest, notes)
-        return longest
-
-    @staticmethod
-    def _add_tokens(i: int, role, tokens: int, longest: dict, notes: dict) -> None:
-        longest[i] = max(longest[i], tokens)
-        if role in CONTENT_ROLES:
-            notes[f"{role}_tokens"][i] += tokens
-
     def __getstate__(self):
         """The template, its special tokens and the end-of-turn token go with the counter where this
         process has read them (off the loaded tokenizer, or its facts remembered by an earlier run):
@@ -422,12 +357,6 @@ class ChatCounter:
         if state["_eot"] is None:  # not read here: the worker reads it (and says what is wrong)
             state["_renderer"] = None
         return state
-
-
-def _ones(n: int, start: int, stop: int) -> np.ndarray:
-    mask = np.zeros(n, np.int8)
-    mask[start:stop] = 1
-    return mask
 
 
 def _parts_missing(rendered: str, messages: list) -> bool:

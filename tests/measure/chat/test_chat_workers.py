@@ -1,0 +1,118 @@
+"""Conversations with ``--num-proc``: worker processes that hold no tokenizer (``engines/chat_pool.py``,
+``measure/chat/apart.py``). Once the parent has proven the count-only engine's offsets on the run's
+first renderings, a worker measures whole batches; before that, or where a batch holds a text the
+engine leaves to the tokenizer, it renders them and the parent tokenizes. Every row as in one process."""
+
+from __future__ import annotations
+
+import pickle
+import re
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+from lengthscan.cli.main import main
+from lengthscan.measure.chat.apart import BatchJob, NeedsTokenizer, Rendered, TiledCounter
+from lengthscan.measure.chat.conversations import ChatFormat
+from lengthscan.measure.chat.counter import ChatCounter, ChatOptions
+from lengthscan.measure.chat.metrics import chat_specs
+from lengthscan.measure.text.counter import TokenCounter
+from tests.support.chat import conversations, trl_template, write_jsonl
+
+
+@pytest.fixture(scope="module")
+def rows(docs):
+    return conversations(docs, 120, seed=5)
+
+
+def _audit(tmp_path, name, src, tok, **extra) -> tuple[dict, dict]:
+    import lengthscan
+
+    out = tmp_path / name
+    result = lengthscan.audit(str(src), tokenizer=str(tok), messages="messages", tools="tools",
+                              chat_template=str(trl_template("qwen3_training")), full=True, cache=False,
+                              batch_rows=8, out=str(out), **extra)
+    return pq.read_table(out / "lengths.parquet").to_pydict(), result.to_dict()
+
+
+def test_workers_measure_whole_batches_as_one_process_does(tmp_path, chat_tok_dir, rows, monkeypatch):
+    """The first run (a fresh home: the engine proven in the prover process, the offsets checked
+    on the first renderings) and a later one: every row's values, flags, reasons and side columns
+    equal one process's; most batches were measured whole by the worker."""
+    monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "home"))
+    src = write_jsonl(tmp_path / "chat.jsonl", rows)
+    for run in ("first", "later"):
+        two, report = _audit(tmp_path, f"two-{run}", src, chat_tok_dir, num_proc=2)
+        one, _ = _audit(tmp_path, f"one-{run}", src, chat_tok_dir)
+        assert two == one, run
+        shared = report["chat"]["processes"]
+        assert shared["processes"] == 2
+        batches = -(-len(rows) // 8)
+        assert shared["measured_here"] + shared["measured_by_workers"] + shared["rendered_by_workers"] == batches
+        assert shared["measured_by_workers"] >= 3, shared  # the worker tokenized by the engine, not only rendered
+        assert report["chat"]["token_offsets"].startswith("count-only engine")
+
+
+def test_a_batch_the_engine_leaves_to_the_tokenizer_comes_back_rendered(chat_tok_dir, rows, tmp_path, monkeypatch):
+    """A worker's counter holds the engine, no tokenizer: a NUL (a text the engine leaves to the
+    tokenizer) makes its batch come back rendered; the parent tokenizes it, equal to measuring it
+    here. A batch without one comes back measured, equal too."""
+    from lengthscan.measure.text import handle
+
+    monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "home"))
+    specs = {s.name: s for s in chat_specs("messages")}
+    chat = ChatCounter(TokenCounter(str(chat_tok_dir)), ChatOptions(ChatFormat(messages="messages"),
+                                                                   trl_template("qwen3_training")))
+    plain = [r["messages"] for r in rows[:40]]
+    assert chat.light() is None  # nothing proven yet
+    chat.measure({"messages": plain[:20]}, specs)  # the run's first batch: the engine's offsets checked
+    light = chat.light()
+    assert isinstance(light.counter, TiledCounter)
+    path = tmp_path / "light.pickle"
+    path.write_bytes(pickle.dumps(light))
+
+    def refuse(self):
+        raise AssertionError("the worker's counter loaded the tokenizer")
+
+    with monkeypatch.context() as m:
+        m.setattr(handle.TokenizerHandle, "_load", refuse)
+        measured = BatchJob("chat", {"messages": plain[20:]}, specs, chat.render_spec(), str(path))()["chat"]
+    want = chat.measure({"messages": plain[20:]}, specs)
+    assert _values(measured) == _values(want)
+
+    nul = [[{"role": "user", "content": "a NUL \x00 here"}, {"role": "assistant", "content": "fine"}]] + plain[20:30]
+    with pytest.raises(NeedsTokenizer):
+        pickle.loads(path.read_bytes()).measure({"messages": nul}, specs)
+    rendered = BatchJob("chat", {"messages": nul}, specs, chat.render_spec(), str(path))()["chat"]
+    assert isinstance(rendered, list) and all(isinstance(r, Rendered) for r in rendered)
+    assert all(w.conv is None for r in rendered for w in r.work.values())  # not sent back: the parent has them
+    got = chat.measure({"messages": nul}, specs, rendered=rendered)
+    assert _values(got) == _values(chat.measure({"messages": nul}, specs))
+    assert got.values[specs["sequence_tokens"]][0] > 0
+
+
+def _values(m) -> tuple:
+    return ({s.name: v.tolist() for s, v in m.values.items()}, {k: v.tolist() for k, v in m.notes.items()},
+            m.flags.tolist(), m.errors)
+
+
+def test_a_template_that_loops_stops_a_run_with_workers(tmp_path, chat_tok_dir, capsys, monkeypatch):
+    """Exit 2 and the one line, whichever process met the slow rows; the worker is stopped, not
+    waited for."""
+    from lengthscan.measure.chat import template
+
+    monkeypatch.setattr(template, "RENDER_SECONDS", 0.3)
+    loops = tmp_path / "loops.jinja"
+    loops.write_text("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                     "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")
+    src = write_jsonl(tmp_path / "c.jsonl", [{"messages": [{"role": "user", "content": f"hi {i}"},
+                                                           {"role": "assistant", "content": "yo"}]}
+                                             for i in range(1200)])
+    started = time.monotonic()
+    assert main(["audit", str(src), "--tokenizer", str(chat_tok_dir), "--messages", "messages", "--chat-template",
+                 str(loops), "--full", "--quiet", "--no-cache", "--num-proc", "2"]) == 2
+    err = capsys.readouterr().err
+    assert re.fullmatch(r"lengthscan: error: the chat template ran past 0\.3 s on \d rows \(a template that loops\?\): "
+                        r"fix the template\n", err), err
+    assert time.monotonic() - started < 30
