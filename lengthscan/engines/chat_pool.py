@@ -57,12 +57,14 @@ def chat_batches(batches, setup, fields: tuple, layout, processes: int, here: Ca
             measured.update(here(batch, rendered))
             light.offer()
         shared["rendered_by_workers" if rendered else "measured_by_workers"] += 1
+        heap.trim()
         return measured
 
     def measure_here(batch) -> dict:
         measured = here(batch)
         shared["measured_here"] += 1
         light.offer()
+        heap.trim()
         return measured
 
     def ready(result) -> bool:
