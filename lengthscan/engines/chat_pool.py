@@ -35,7 +35,6 @@ def chat_batches(batches, setup, fields: tuple, layout, processes: int, here: Ca
     from lengthscan.measure.kinds import MeasureContext
     from lengthscan.torchless import torch_hidden
 
-    heap.one_arena_per_core_pair()  # this process's threads (the workers' readers among them) share the heap
     ctx = MeasureContext(setup.counter, chat=setup.chat)
     folder = tempfile.mkdtemp(prefix="lengthscan-chat-")
     light = Light(setup.chat, os.path.join(folder, "counter.pickle"), wanted=not with_ids)
