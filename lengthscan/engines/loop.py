@@ -43,6 +43,9 @@ from lengthscan.stats.tally import SplitTally
 SIMULATION_ROWS = 1_000_000
 #: Rows of the batches conversations are shared out in between processes (``chat_pool``).
 SHARED_BATCH_ROWS = 512
+#: Without ``num_proc``: conversations of at least this many rows are measured by this process and
+#: worker processes, at most this many in all (``LocalEngine.processes``).
+AUTO_ROWS, AUTO_PROCESSES = 2_000, 4
 #: Bytes of batches measured before transformers has loaded a first run's tokenizer that are held,
 #: at most, until their counts are confirmed (``measure_here``): memory stays bounded.
 HELD_BYTES = 512 << 20
@@ -162,22 +165,24 @@ def _cache_open(opener, f, where):
 
 
 class LocalEngine:
-    """Measure in this process, or in ``num_proc`` worker processes.
+    """Measure in this process, or in ``num_proc`` processes (None: ``processes`` chooses).
 
-    One process is the default and usually the fastest: the fast tokenizer threads over a batch
-    by itself. Workers (spawned, torch hidden where the parent hides it, the tokenizer loaded once
-    unless its fast path is remembered on disk) run with those threads off, as
+    For text one process is the default and usually the fastest: the fast tokenizer threads over a
+    batch by itself. Workers (spawned, torch hidden where the parent hides it, the tokenizer loaded
+    once unless its fast path is remembered on disk) run with those threads off, as
     ``datasets.map(num_proc=...)`` does. Where measuring is Python (``Kind.python_bound``: a chat
     template's rendering) the parent measures too, beside ``num_proc - 1`` workers: a process fewer
-    (its memory) for the same cores. Results and their order are the same either way.
+    (its memory) for the same cores; conversations go to workers that hold no tokenizer
+    (``chat_pool``), and are shared so by default once they are many (``processes``). Results and
+    their order are the same either way.
     """
 
     name = "local"
     uses_cache = True
     single_pass = True
 
-    def __init__(self, num_proc: int = 1):
-        self.num_proc = max(1, int(num_proc or 1))
+    def __init__(self, num_proc: int | None = None):
+        self.num_proc = None if num_proc is None else max(1, int(num_proc))  # None: chosen per split (``processes``)
         self.worker_counting: dict = {}  # worker pid -> (methods, counting) of its tokenizer, as it last said
 
     def check(self, source) -> None:
@@ -196,14 +201,16 @@ class LocalEngine:
         """(batch, role -> Measured) for the plan's rows, in row order (the batches always carry
         the ``columns`` read here: ``keep_columns`` asks it of an engine that would not)."""
         raw = tuple(c for f in fields for c in f.kind.raw_columns(f))  # e.g. conversations as the file has them
-        apart = (self.num_proc > 1 and bool(fields) and all(f.kind.renders_apart for f in fields)
+        apart = (bool(fields) and all(f.kind.renders_apart for f in fields)
                  and setup.chat is not None and setup.chat.renders_apart)
+        num_proc = self.processes(plan.size, apart)
+        apart = apart and num_proc > 1
         if apart:  # batches a process takes: small enough that the processes end together
             batch_rows = min(batch_rows, SHARED_BATCH_ROWS)
         batches = (iter_batches(split_src, columns, indices=plan.indices, batch_rows=batch_rows, raw=raw) if columns
                    else row_batches(plan, batch_rows))
         layout = split_src.layout()
-        workers = min(self.num_proc, -(-plan.size // batch_rows))  # never more processes than batches
+        workers = min(num_proc, -(-plan.size // batch_rows))  # never more processes than batches
 
         def here(batch: Batch, rendered: dict | None = None) -> dict:
             return measure_batch(batch, fields, layout, counter=setup.counter, audio=setup.settings,
@@ -229,6 +236,23 @@ class LocalEngine:
         job = pickle.dumps(WorkerJob(setup, fields, layout, with_ids))  # unpickled after torch is hidden
         with mp.get_context("spawn").Pool(helpers, initializer=start_worker, initargs=(job, torch_hidden())) as pool:
             yield from self._share(pool, batches, 2 * helpers, here if beside else None)
+
+    def processes(self, rows: int, apart: bool) -> int:
+        """The processes that measure ``rows``: ``num_proc`` where given; else one, but for
+        conversations rendered apart (``apart``) of ``AUTO_ROWS`` rows or more: one per core this
+        process may use, at most ``AUTO_PROCESSES`` (rendering is Python; each worker holds about
+        60 MB and the count-only engine's tables, no tokenizer)."""
+        if self.num_proc is not None:
+            return self.num_proc
+        if not apart or rows < AUTO_ROWS:
+            return 1
+        import os
+
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # pragma: no cover - not Linux
+            cores = os.cpu_count() or 1
+        return max(1, min(AUTO_PROCESSES, cores))
 
     def _share(self, pool, batches, queued: int, here: Callable | None):
         """(batch, measurements) in row order, the batches measured by the pool's workers, at most

@@ -256,8 +256,9 @@ class RunOptions:
                                     "eight per actor)",
                                     why="a tuning knob of the Ray engine for the library")
     cache: bool = option(True, "--no-cache", "neither read nor write the per-row length cache", invert=True)
-    num_proc: int = option(1, "--num-proc", "measure in N worker processes (default 1: one process whose "
-                           "tokenizer uses every core)", type=int, metavar="N")
+    num_proc: int | None = option(None, "--num-proc", "measure in N processes (default: one, whose tokenizer uses "
+                                  "every core; conversations of 2,000 rows or more, one per core up to 4: the "
+                                  "others render beside it)", type=int, metavar="N")
     batch_rows: int = option(BATCH_ROWS, help="rows per measured batch", why="memory tuning for the library")
     progress: Progress | None = option(None, help="called as progress(split, rows_done, rows_total)",
                                        why="a callback")

@@ -188,14 +188,15 @@ def test_num_proc_gives_identical_results(tmp_path, corpus_jsonl, bpe_dir):
 
 
 def test_library_num_proc_reaches_the_engine(tmp_path, corpus_jsonl, bpe_dir, monkeypatch):
-    """``lengthscan.audit(num_proc=2)``: the run record's num_proc is the one the local engine runs with."""
+    """``lengthscan.audit(num_proc=2)``: the run record's num_proc is the one the local engine runs with
+    (None, the default: the engine chooses, one process for text)."""
     import lengthscan
     from lengthscan.engines import loop
 
     seen = []
     original = loop.LocalEngine.__init__
 
-    def spy(self, num_proc=1):
+    def spy(self, num_proc=None):
         seen.append(num_proc)
         original(self, num_proc)
 
@@ -203,4 +204,4 @@ def test_library_num_proc_reaches_the_engine(tmp_path, corpus_jsonl, bpe_dir, mo
     kw = dict(tokenizer=str(bpe_dir), input="text", full=True, cache=False)
     one = lengthscan.audit(str(corpus_jsonl), **kw)
     two = lengthscan.audit(str(corpus_jsonl), num_proc=2, **kw)
-    assert seen == [1, 2] and one.to_dict()["splits"] == two.to_dict()["splits"]
+    assert seen == [None, 2] and one.to_dict()["splits"] == two.to_dict()["splits"]

@@ -116,3 +116,28 @@ def test_a_template_that_loops_stops_a_run_with_workers(tmp_path, chat_tok_dir, 
     assert re.fullmatch(r"lengthscan: error: the chat template ran past 0\.3 s on \d rows \(a template that loops\?\): "
                         r"fix the template\n", err), err
     assert time.monotonic() - started < 30
+
+
+def test_many_conversations_use_the_cores_by_default(tmp_path, chat_tok_dir, monkeypatch):
+    """Without ``num_proc``: 2,000 conversations or more are shared with worker processes (one per
+    core, at most 4; the same rows as ``num_proc=1``); fewer stay in one process."""
+    import os
+
+    import lengthscan
+    from lengthscan.engines.loop import AUTO_PROCESSES, AUTO_ROWS
+
+    monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "home"))
+    rows = [{"messages": [{"role": "user", "content": f"question {i} " * (i % 9 + 1)},
+                          {"role": "assistant", "content": f"answer {i} " * (i % 13 + 1)}]} for i in range(AUTO_ROWS)]
+    src = write_jsonl(tmp_path / "chat.jsonl", rows)
+    kw = dict(tokenizer=str(chat_tok_dir), messages="messages", chat_template=str(trl_template("qwen3_training")),
+              full=True, cache=False)
+    auto = lengthscan.audit(str(src), out=str(tmp_path / "auto"), **kw)
+    one = lengthscan.audit(str(src), out=str(tmp_path / "one"), num_proc=1, **kw)
+    cores = min(AUTO_PROCESSES, len(os.sched_getaffinity(0)))
+    assert auto.to_dict()["chat"].get("processes", {}).get("processes", 1) == cores
+    assert "processes" not in one.to_dict()["chat"]
+    lengths = [pq.read_table(tmp_path / name / "lengths.parquet") for name in ("auto", "one")]
+    assert lengths[0].equals(lengths[1])
+    small = write_jsonl(tmp_path / "small.jsonl", rows[:AUTO_ROWS - 1])
+    assert "processes" not in lengthscan.audit(str(small), **kw).to_dict()["chat"]
