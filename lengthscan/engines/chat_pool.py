@@ -73,7 +73,19 @@ def chat_batches(batches, setup, fields: tuple, layout, processes: int, here: Ca
         return sum(1 for _, r in pending if not ready(r))
 
     try:
-        with Workers(processes, start_renderer, (torch_hidden(),)) as pool:
+        pool = Workers(processes, start_renderer, (torch_hidden(),))
+    except OSError as exc:  # no process could be started (memory, a process limit): this one measures
+        import warnings
+
+        warnings.warn(f"lengthscan: worker processes did not start ({exc}); measuring in this process",
+                      RuntimeWarning, stacklevel=2)
+        shutil.rmtree(folder, ignore_errors=True)
+        light.wanted = False
+        for batch in batches:
+            yield batch, measure_here(batch)
+        return
+    try:
+        with pool:
             for batch in batches:
                 if waiting() < queued:
                     pending.append((batch, [pool.submit(run_job, j) for j in job(batch)]))

@@ -37,7 +37,13 @@ class Workers:
     job to the worker with the fewest waiting. A context manager: leaving it stops them."""
 
     def __init__(self, processes: int, init=None, init_args: tuple = ()):
-        self._workers = [_Worker(init, init_args) for _ in range(max(1, processes))]
+        self._workers: list[_Worker] = []
+        try:
+            for _ in range(max(1, processes)):
+                self._workers.append(_Worker(init, init_args))
+        except BaseException:  # one did not start (OSError): those that did are stopped
+            self.close(kill=True)
+            raise
 
     def submit(self, fn, *args) -> Future:
         worker = min(self._workers, key=lambda w: w.waiting)

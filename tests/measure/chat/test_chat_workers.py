@@ -141,3 +141,18 @@ def test_many_conversations_use_the_cores_by_default(tmp_path, chat_tok_dir, mon
     assert lengths[0].equals(lengths[1])
     small = write_jsonl(tmp_path / "small.jsonl", rows[:AUTO_ROWS - 1])
     assert "processes" not in lengthscan.audit(str(small), **kw).to_dict()["chat"]
+
+
+def test_workers_that_cannot_start_leave_the_run_to_this_process(tmp_path, chat_tok_dir, rows, monkeypatch):
+    """No Python to start (a process limit, no memory: an OSError): one warning, the rows measured
+    here, as in one process."""
+    import sys
+
+    monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "home"))
+    src = write_jsonl(tmp_path / "chat.jsonl", rows)
+    one, _ = _audit(tmp_path, "one", src, chat_tok_dir, num_proc=1)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    with pytest.warns(RuntimeWarning, match="worker processes did not start"):
+        two, report = _audit(tmp_path, "two", src, chat_tok_dir, num_proc=2)
+    assert two == one
+    assert report["chat"]["processes"]["measured_here"] == -(-len(rows) // 8)
