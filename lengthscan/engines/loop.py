@@ -24,18 +24,18 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from lengthscan import heap
 from lengthscan.engines.options import RunOptions
 from lengthscan.engines.protocols import Engine, Sink
 from lengthscan.engines.validity import KindCheck
-from lengthscan.measure.batch import RoleField, measure_batch
+from lengthscan.engines.workers import WorkerJob, add_counting, start_worker, usable_cores, worker_measure
+from lengthscan.measure.batch import measure_batch
 from lengthscan.measure.cache import cached_path
 from lengthscan.measure.kinds import MeasureContext
 from lengthscan.measure.setup import Setup
 from lengthscan.measure.text.choice import FAILED, PENDING
 from lengthscan.sources.sampling import SamplePlan, sample_indices
 from lengthscan.sources.scan import Batch, iter_batches
-from lengthscan.sources.source import Source, SplitLayout, SplitSource
+from lengthscan.sources.source import Source, SplitSource
 from lengthscan.stats.records import SplitAudit
 from lengthscan.stats.tally import SplitTally
 
@@ -246,13 +246,7 @@ class LocalEngine:
             return self.num_proc
         if not apart or rows < AUTO_ROWS:
             return 1
-        import os
-
-        try:
-            cores = len(os.sched_getaffinity(0))
-        except AttributeError:  # pragma: no cover - not Linux
-            cores = os.cpu_count() or 1
-        return max(1, min(AUTO_PROCESSES, cores))
+        return max(1, min(AUTO_PROCESSES, usable_cores()))
 
     def _share(self, pool, batches, queued: int, here: Callable | None):
         """(batch, measurements) in row order, the batches measured by the pool's workers, at most
@@ -344,70 +338,6 @@ def proofs_of(setup: Setup) -> dict:
     counter = setup.counter
     return {role: (counter.proof(role).to_dict() if counter is not None and counter.proof(role) else None)
             for role in setup.decide_caps}
-
-
-@dataclass(frozen=True)
-class WorkerJob:
-    """What a measuring worker process gets once (small: the counter pickles by name)."""
-
-    setup: Setup
-    fields: tuple[RoleField, ...]
-    layout: SplitLayout
-    with_ids: bool = False
-
-
-_WORKER: list = []  # the job of this worker process (set once by ``start_worker``)
-
-
-def start_worker(job: bytes, hide_torch: bool = False) -> None:
-    """A worker process's initializer: torch hidden where the parent hides it (before the job, a
-    pickled ``WorkerJob``, is read), tokenizer threads off (one process a core), the job kept,
-    Ctrl-C left to the parent (which stops the pool and says so once)."""
-    import os
-    import pickle
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    if hide_torch:
-        from lengthscan.torchless import hide_torch as hide
-
-        hide()
-    heap.one_arena_per_core_pair()  # the tokenizer's thread shares the heap, not one of its own
-    _WORKER[:] = [pickle.loads(job)]
-
-
-def worker_measure(batch: Batch) -> tuple:
-    """One batch measured in a worker process: (role -> Measured, this process's id, how its
-    tokenizer has counted so far: (role -> method, role -> counting) or None)."""
-    import os
-
-    job = _WORKER[0]
-    counter = job.setup.counter
-    measured = measure_batch(batch, job.fields, job.layout, counter=counter, audio=job.setup.settings,
-                             decide_caps=job.setup.decide_caps, with_ids=job.with_ids, chat=job.setup.chat,
-                             pairs=job.setup.pairs)
-    counting = (counter.methods(), counter.counting()) if counter is not None else None
-    heap.trim()  # a batch's encodings freed: their pages back to the system
-    return measured, os.getpid(), counting
-
-
-#: The count-only engine's tallies, which add up over the processes (or actors) that counted.
-COUNTING_TALLIES = ("texts", "by_tokenizer", "verified")
-
-
-def add_counting(into: dict, counting: dict) -> dict:
-    """Merge one process's ``counting`` (role -> engine, reason, tallies) into ``into``: the first
-    seen engine and reason of a role, its tallies summed."""
-    for role, c in counting.items():
-        if role not in into:
-            into[role] = dict(c)
-            continue
-        for key in COUNTING_TALLIES:
-            if key in c:
-                into[role][key] = into[role].get(key, 0) + c[key]
-    return into
 
 
 def row_batches(plan: SamplePlan, batch_rows: int):

@@ -67,8 +67,9 @@ class _Worker:
     def __init__(self, init, init_args: tuple):
         import lengthscan
 
-        home = os.path.dirname(os.path.dirname(os.path.abspath(lengthscan.__file__)))
-        code = f"import sys; sys.path.insert(0, {home!r}); from lengthscan.engines.procs import serve; serve()"
+        home = os.path.dirname(os.path.dirname(os.path.abspath(lengthscan.__file__)))  # this lengthscan, first
+        code = (f"import sys; {home!r} in sys.path or sys.path.insert(0, {home!r}); "
+                "from lengthscan.engines.procs import serve; serve()")
         self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      close_fds=True)
         self.waiting = 0  # jobs submitted and not answered
@@ -142,6 +143,7 @@ class _Worker:
                 future = self._sent.popleft() if self._sent else None
             if future is not None:
                 future.set_result(value) if ok else future.set_exception(value)
+        pipe.close()
         code = self.proc.wait()
         with self._lock:
             self._closed = True
@@ -197,7 +199,9 @@ def serve() -> None:
             answer = (False, exc)
         try:
             out = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception as exc:  # noqa: BLE001 - an answer that does not pickle: said as text
+            if not answer[0]:
+                pickle.loads(out)  # an exception that pickles but does not unpickle (its __init__ wants more)
+        except Exception as exc:  # noqa: BLE001 - an answer that does not (un)pickle: said as text
             out = pickle.dumps((False, RuntimeError(f"{type(answer[1]).__name__}: {answer[1]}"
                                                     if not answer[0] else f"an answer that does not pickle: {exc}")))
         answers.write(_HEADER.pack(len(out)))

@@ -86,7 +86,7 @@ def measure_batch(batch: Batch, fields: tuple[RoleField, ...], split_src: SplitS
     counting for those roles: rows proven within or over the limit keep a bound, not a length.
     ``with_ids`` keeps the token ids of text roles (``Measured.ids``); ``pairs``: the preference
     field's ``PairCounter``; ``rendered``: role -> its conversations as worker processes render them
-    (``ChatCounter.render_jobs``).
+    (``ChatCounter.render_spec``, ``measure.chat.apart``).
     """
     ctx = MeasureContext(counter, audio, chat, decide_caps or {}, with_ids, pairs, rendered or {})
     return {f.role: f.kind.measure(batch, f, split_src, ctx) for f in fields}

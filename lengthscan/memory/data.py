@@ -58,7 +58,7 @@ def predict_dataset(source, *, model, batch_size: int, input: str | None = None,
                     split: str | None = None, options: MemoryOptions | None = None, sampler: str = "random",
                     seed: int = TRAINER_SEED, pad_to_multiple_of: int | None = None, budget_bytes: int | None = None,
                     margin: float = 0.1, out=None, overwrite: bool = False, export_worst_batch=None,
-                    cache: bool = True, max_chars: int = DEFAULT_MAX_CHARS, num_proc: int = 1, progress=None,
+                    cache: bool = True, max_chars: int = DEFAULT_MAX_CHARS, num_proc: int | None = None, progress=None,
                     command: str | None = None, chat: dict | None = None, packing=None,
                     evaluation=None, allocator=None) -> MemoryPrediction:
     """Predict the peak memory of every batch of one training epoch of ``model`` on ``source``.

@@ -76,3 +76,12 @@ def test_leaving_the_block_stops_the_workers():
         procs = [w.proc for w in pool._workers]  # noqa: SLF001
         raise RuntimeError("stop")
     assert all(p.poll() is not None for p in procs)
+
+
+def test_an_exception_that_does_not_unpickle_arrives_as_its_text():
+    from tests.support.workers import raise_picky
+
+    with Workers(1) as pool:
+        with pytest.raises(RuntimeError, match="Picky: picky failure"):
+            pool.submit(raise_picky).result(timeout=WAIT)
+        assert pool.submit(operator.add, 2, 3).result(timeout=WAIT) == 5

@@ -181,7 +181,7 @@ class RayEngine:
             return None
         from dataclasses import replace
 
-        from lengthscan.engines.loop import add_counting
+        from lengthscan.engines.workers import add_counting
 
         infos = [i for held in self._setups for i in (self._pool.each("info", held) if self._pool else [])
                  if i is not None]

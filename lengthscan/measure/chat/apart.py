@@ -1,12 +1,17 @@
-"""Rendering conversations apart from tokenizing them: in this process, or in worker processes.
+"""Conversations measured in worker processes that hold no tokenizer (``engines/chat_pool.py``).
 
-Rendering a chat template is Python, under the GIL; tokenizing the renderings is Rust, which
-releases it. ``--num-proc N`` therefore moves the rendering, and only the rendering, to ``N - 1``
-worker processes: each gets a chunk of a batch's conversations (``RenderJob``) and sends back their
-renderings and plans (``Rendered``), while the parent tokenizes them on its own threads and
-finishes the measurements. A worker imports no tokenizer, no Arrow and none of lengthscan's
-engines (Python, Jinja and transformers' template module: about 60 MB), so the processes together
-hold little more than one process.
+Rendering a chat template is Python, under the GIL, so ``--num-proc N`` (and the default, from
+2,000 conversations) shares a split's batches with ``N - 1`` worker processes. A worker gets a
+batch's columns (``BatchJob``) and imports no tokenizer, no Arrow and none of lengthscan's engines:
+Python, Jinja, transformers' template module and the count-only engine, about 60 MB beside the
+engine's tables. It either
+
+* measures the batch whole with the parent's chat counter made to tokenize by the engine alone
+  (``ChatCounter.light``: its ``TiledCounter``, the tables the parent proved and checked on the
+  run's first renderings), once the parent has written it, or
+* renders the batch (``RenderSpec.render``: its plans and renderings, ``Rendered``), before that,
+  or where the batch needs the tokenizer (``NeedsTokenizer``); the parent tokenizes them and
+  finishes the rows (``ChatCounter.measure(rendered=...)``).
 
 The rows' outcomes are the same wherever they are rendered: ``render_rows`` is the one loop.
 """
@@ -39,6 +44,7 @@ class Rendered:
     failed: dict
     timeouts: int = 0
     seconds: float = 0.0
+    stop: int = 0  # the row after the last this covers (a worker's chunks, in order)
 
 
 def render_rows(convs: list, rows, renderer, *, train_on: str, max_chars: int, eos: str | None,
@@ -95,6 +101,7 @@ class RenderSpec:
                                max_chars=self.max_chars, eos=self.eos, max_timeouts=self.max_timeouts)
             for w in done.work.values():
                 w.conv = None  # the parent reads them again from the columns: not sent back
+            done.stop = min(len(convs), lo + rows)
             out.append(done)
             if done.timeouts >= self.max_timeouts:
                 break
@@ -154,14 +161,17 @@ class BatchJob:
     def __call__(self) -> dict:
         counter = _light(self.light)
         if counter is not None:
+            counter.timeouts = before = MAX_TIMEOUTS - self.spec.max_timeouts  # the run's, as the parent counted
             try:
-                return {self.role: counter.measure(self.columns, self.spec_of, base_dir=self.base_dir)}
+                measured = counter.measure(self.columns, self.spec_of, base_dir=self.base_dir)
             except NeedsTokenizer:
                 pass
+            else:  # rows whose rendering ran out of time: counted with the parent's
+                return {self.role: measured, "timeouts": (counter.timeouts - before, counter.render_seconds)}
         return {self.role: self.spec.render(self.columns)}
 
 
-#: path -> the light chat counter read from it (a worker process's, read once)
+#: path -> the light chat counter read from it (a worker process's, read once; None: it did not load)
 _LIGHT: dict = {}
 
 
@@ -169,13 +179,13 @@ def _light(path: str | None):
     if path is None:
         return None
     if path not in _LIGHT:
-        import os
         import pickle
 
-        if not os.path.exists(path):
-            return None  # not written yet: the parent is still deciding
-        with open(path, "rb") as fh:
-            _LIGHT[path] = pickle.load(fh)
+        try:
+            with open(path, "rb") as fh:
+                _LIGHT[path] = pickle.load(fh)
+        except Exception:  # noqa: BLE001 - an optimisation: this worker goes on rendering only
+            _LIGHT[path] = None
     return _LIGHT[path]
 
 

@@ -25,6 +25,7 @@ Per row (metrics, see ``CHAT_METRICS``):
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -180,7 +181,7 @@ class ChatCounter:
         as a worker process rendered them (``RenderSpec.render``: ``JOB_ROWS`` rows a ``Rendered``,
         in order); None: rendered here."""
         convs = conversations(columns, self.options.format)
-        results = None if rendered is None else iter(rendered)
+        results = None if rendered is None else deque(rendered)
         n = len(convs)
         vision, video, audio = self.images is not None, self.videos is not None, self.audios is not None
         reasoning = self.options.format.reasoning
@@ -199,7 +200,10 @@ class ChatCounter:
             chunk = JOB_ROWS
 
             def plan(lo: int, hi: int) -> dict:
-                return self._take(next(results, Rendered({}, [], [], {})), convs, flags, errors, texts, plain)
+                work = {}
+                while results and results[0].stop <= hi:
+                    work.update(self._take(results.popleft(), convs, flags, errors, texts, plain))
+                return work
         if renderings.exact is None:  # the run's first rows: the token ranges' check needs them whole
             work = {}
             for lo in range(0, n, chunk):
@@ -209,6 +213,8 @@ class ChatCounter:
             work, encoded = plan_and_encode(
                 n, plan, texts,
                 lambda done: renderings.encode(done, exact=renderings.exact, eot=eot, with_ids=with_ids), chunk)
+        if results:
+            raise RuntimeError(f"a worker's renderings cover rows past the batch's {n}")
         plain_ids = [IdsView(ids) for ids in self.counter.ids(plain, "input")] if plain else []
         longest = message_tokens(self.counter, work, notes, encoded)
         ids_out: list | None = [None] * n if with_ids else None
@@ -297,13 +303,10 @@ class ChatCounter:
         return self._take(done, convs, flags, errors, texts, plain)
 
     def _take(self, done: Rendered, convs: list, flags, errors: list, texts: list, plain: list) -> dict:
-        """Rows rendered here or by a worker (``apart.RenderJob``) into the batch's lists: their
+        """Rows rendered here or by a worker (``apart.RenderSpec``) into the batch's lists: their
         plans renumbered, their conversations given back, the flags and errors of the rows that
         have none; a template slow on row after row stops the run."""
-        self.timeouts += done.timeouts
-        if done.timeouts and self.timeouts >= MAX_TIMEOUTS:
-            raise ChatTemplateError(f"the chat template ran past {done.seconds:g} s on {self.timeouts} rows "
-                                    "(a template that loops?): fix the template")
+        self.add_timeouts((done.timeouts, done.seconds))
         for i, (flag, message) in done.failed.items():
             flags[i], errors[i] = flag, message
         before, before_plain = len(texts), len(plain)
@@ -316,6 +319,15 @@ class ChatCounter:
                 w.shift(before, before_plain)
             work[i] = w
         return work
+
+    def add_timeouts(self, counted: tuple | None) -> None:
+        """``(rows, seconds)``: rows whose rendering ran past ``seconds`` (here or in a worker); a
+        template slow on row after row stops the run (``MAX_TIMEOUTS`` in all)."""
+        rows, seconds = counted or (0, 0.0)
+        self.timeouts += rows
+        if rows and self.timeouts >= MAX_TIMEOUTS:
+            raise ChatTemplateError(f"the chat template ran past {seconds:g} s on {self.timeouts} rows "
+                                    "(a template that loops?): fix the template")
 
     def render_spec(self) -> RenderSpec:
         """How worker processes render this field's rows (``apart.BatchJob``)."""

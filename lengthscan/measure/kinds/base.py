@@ -68,7 +68,7 @@ class Kind:
     #: tokenizer's threads: with ``--num-proc N`` the parent measures beside N-1 worker processes
     python_bound: bool = False
     #: its Python part (a chat template's rendering) is done by worker processes, the rest here:
-    #: ``render_jobs`` gives a batch's jobs, ``measure`` takes their results from ``ctx.rendered``
+    #: ``job`` gives a batch's job, ``measure`` takes a worker's renderings from ``ctx.rendered``
     renders_apart: bool = False
 
     def measure(self, batch: Batch, f: RoleField, split_src, ctx: MeasureContext) -> Measured:

@@ -152,7 +152,55 @@ def test_workers_that_cannot_start_leave_the_run_to_this_process(tmp_path, chat_
     src = write_jsonl(tmp_path / "chat.jsonl", rows)
     one, _ = _audit(tmp_path, "one", src, chat_tok_dir, num_proc=1)
     monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
-    with pytest.warns(RuntimeWarning, match="worker processes did not start"):
+    with pytest.warns(RuntimeWarning, match="worker processes stopped .*no-such-python"):
         two, report = _audit(tmp_path, "two", src, chat_tok_dir, num_proc=2)
     assert two == one
     assert report["chat"]["processes"]["measured_here"] == -(-len(rows) // 8)
+
+
+def test_a_worker_that_dies_leaves_its_batches_to_this_process(tmp_path, chat_tok_dir, rows, monkeypatch):
+    """A worker ended by the kernel (here: ``os._exit`` in its renderer, on one row): one warning,
+    its batch and the rest measured here, every row as in one process."""
+    from tests.support.workers import DyingRenderer
+
+    monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "home"))
+    die = {"messages": [{"role": "user", "content": "die"}, {"role": "assistant", "content": "ok"}]}
+    dying = [r for k, row in enumerate(rows[:80]) for r in ([die, row] if k % 8 == 7 else [row])]  # in every batch
+    src = write_jsonl(tmp_path / "chat.jsonl", dying)
+    one, _ = _audit(tmp_path, "one", src, chat_tok_dir, num_proc=1)
+    real = ChatCounter.render_spec
+
+    def spec_that_dies(self):  # the workers render only, with a renderer that ends them on "die"
+        spec = real(self)
+        renderer = DyingRenderer(spec.renderer.template, spec.renderer.special_tokens,
+                                 seconds=spec.renderer.seconds, max_chars=spec.renderer.max_chars)
+        return type(spec)(spec.fmt, renderer, spec.train_on, spec.max_chars, spec.eos, spec.max_timeouts)
+
+    monkeypatch.setattr(ChatCounter, "render_spec", spec_that_dies)
+    monkeypatch.setattr(ChatCounter, "light", lambda self: None)
+    with pytest.warns(RuntimeWarning, match="worker processes stopped .*exit status 9"):
+        two, report = _audit(tmp_path, "two", src, chat_tok_dir, num_proc=2)
+    assert two == one
+    assert report["chat"]["processes"]["measured_here"] > 1
+
+
+def test_rows_out_of_time_in_workers_count_with_this_processs(tmp_path, chat_tok_dir, monkeypatch):
+    """Three rows whose rendering runs out of time stop the run (exit 2), however they fall among
+    the processes: a worker's count is added to this process's."""
+    from lengthscan.measure.chat import template
+
+    monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "home"))
+    monkeypatch.setattr(template, "RENDER_SECONDS", 0.3)
+    slow = tmp_path / "slow.jinja"
+    slow.write_text("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                    "{% if messages[0].content == 'slow' %}{% for i in range(100000) %}{% for j in range(100000) %}"
+                    "{% endfor %}{% endfor %}{% endif %}")
+    rows = [{"messages": [{"role": "user", "content": "slow" if i in (50, 350, 550) else f"hi {i}"},
+                          {"role": "assistant", "content": "yo"}]} for i in range(600)]
+    src = write_jsonl(tmp_path / "c.jsonl", rows)  # one slow row in the first batch (measured here), two after
+    import lengthscan
+    from lengthscan.measure.chat.template import ChatTemplateError
+
+    with pytest.raises(ChatTemplateError, match=r"ran past 0\.3 s on 3 rows"):
+        lengthscan.audit(str(src), tokenizer=str(chat_tok_dir), messages="messages", chat_template=str(slow),
+                         full=True, cache=False, batch_rows=100, num_proc=2)
