@@ -135,6 +135,14 @@ class TiledCounter:
     def fast_backend(self, role: str, probe: list[str]):
         raise NeedsTokenizer("the tokenizer's backend")
 
+    def rendered_lengths(self, texts: list[str]) -> list[int]:
+        """Tokens of texts tokenized alone without special tokens (a message the rendering does not
+        hold as written: a reasoning block the template moves), by the engine's tokens."""
+        tokens = self.tiler.offsets(texts)
+        if any(t is None for t in tokens):
+            raise NeedsTokenizer("a text the count-only engine leaves to the tokenizer")
+        return [len(codes) for codes, _ in tokens]
+
     def ids(self, texts: list[str], role: str):
         raise NeedsTokenizer("the tokenizer's ids")
 

@@ -18,6 +18,16 @@ def rendered_ids(counter, texts: list[str]) -> list[tuple[list, None]]:
     return _tokenized(counter, texts, _ids, lambda enc: [(ids, None) for ids in enc["input_ids"]])
 
 
+def rendered_lengths(counter, texts: list[str]) -> list[int]:
+    """Tokens per text tokenized alone without special tokens: by the count-only engine's tokens
+    in a worker that holds no tokenizer (``apart.TiledCounter``), else as ``rendered_ids``."""
+    from lengthscan.measure.chat.apart import TiledCounter
+
+    if isinstance(counter, TiledCounter):
+        return counter.rendered_lengths(texts) if texts else []
+    return [len(ids) for ids, _ in rendered_ids(counter, texts)]
+
+
 def _encodings(backend, part: list[str]) -> list:
     return backend.encode_batch(part, add_special_tokens=False)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lengthscan.measure.chat.encoding import rendered_ids
+from lengthscan.measure.chat.encoding import rendered_lengths
 from lengthscan.measure.chat.metrics import CONTENT_ROLES
 from lengthscan.measure.chat.plan import RowPlan
 from lengthscan.measure.chat.ranges import message_ranges
@@ -66,8 +66,8 @@ def message_tokens(counter, work: dict, notes: dict, encoded: list) -> dict:
             elif where:
                 apart.append(where)
                 owners.append((i, role))
-    for (i, role), (ids, _) in zip(owners, rendered_ids(counter, apart)):
-        _add_tokens(i, role, len(ids), longest, notes)
+    for (i, role), tokens in zip(owners, rendered_lengths(counter, apart)):
+        _add_tokens(i, role, tokens, longest, notes)
     return longest
 
 

@@ -81,6 +81,13 @@ def test_a_batch_the_engine_leaves_to_the_tokenizer_comes_back_rendered(chat_tok
     want = chat.measure({"messages": plain[20:]}, specs)
     assert _values(measured) == _values(want)
 
+    thinking = [[{"role": "user", "content": f"q {k}"},  # the template moves the reasoning: tokenized apart
+                 {"role": "assistant", "content": f"<think>step {k} of the reasoning</think>answer {k}"},
+                 {"role": "user", "content": "and?"}, {"role": "assistant", "content": "done"}] for k in range(6)]
+    light_copy = pickle.loads(path.read_bytes())
+    assert _values(light_copy.measure({"messages": thinking}, specs)) == \
+        _values(chat.measure({"messages": thinking}, specs))
+
     nul = [[{"role": "user", "content": "a NUL \x00 here"}, {"role": "assistant", "content": "fine"}]] + plain[20:30]
     with pytest.raises(NeedsTokenizer):
         pickle.loads(path.read_bytes()).measure({"messages": nul}, specs)
