@@ -175,7 +175,7 @@ class ChatCounter:
 
     # -- measuring --------------------------------------------------------------------------
     def measure(self, columns: dict, spec_of: dict, *, with_ids: bool = False, base_dir: str | None = None,
-                rendered: tuple | None = None) -> Measured:
+                rendered: list | None = None) -> Measured:
         """One batch: ``columns`` maps column name -> Python values; ``spec_of`` metric -> FieldSpec;
         ``base_dir``: the folder relative image paths resolve against. ``rendered``: the batch's rows
         as a worker process rendered them (``RenderSpec.render``: ``JOB_ROWS`` rows a ``Rendered``,
