@@ -167,16 +167,17 @@ class BatchJob:
     base_dir: str | None = None
 
     def __call__(self) -> dict:
+        rendered = self.spec.render(self.columns)
         counter = _light(self.light)
         if counter is not None:
             counter.timeouts = before = MAX_TIMEOUTS - self.spec.max_timeouts  # the run's, as the parent counted
             try:
-                measured = counter.measure(self.columns, self.spec_of, base_dir=self.base_dir)
-            except NeedsTokenizer:
+                measured = counter.measure(self.columns, self.spec_of, base_dir=self.base_dir, rendered=rendered)
+            except NeedsTokenizer:  # the renderings go to the parent as they are (not rendered again)
                 pass
             else:  # rows whose rendering ran out of time: counted with the parent's
-                return {self.role: measured, "timeouts": (counter.timeouts - before, counter.render_seconds)}
-        return {self.role: self.spec.render(self.columns)}
+                return {self.role: measured, "timeouts": (counter.timeouts - before, self.spec.renderer.seconds)}
+        return {self.role: rendered}
 
 
 #: path -> the light chat counter read from it (a worker process's, read once; None: it did not load)
