@@ -116,9 +116,7 @@ class _Worker:
                 future.set_exception(WorkerDied("a worker process ended before it was given a job"))
                 continue
             try:
-                pipe.write(_HEADER.pack(len(data)))
-                pipe.write(data)
-                pipe.flush()
+                _send(pipe, data)
             except OSError:
                 pass  # the worker is gone: the reader fails what it was sent
         try:
@@ -128,13 +126,7 @@ class _Worker:
 
     def _read(self) -> None:
         pipe = self.proc.stdout
-        while True:
-            header = _read_exactly(pipe, _HEADER.size)
-            if header is None:
-                break
-            data = _read_exactly(pipe, _HEADER.unpack(header)[0])
-            if data is None:
-                break
+        while (data := _receive(pipe)) is not None:
             try:
                 ok, value = pickle.loads(data)
             except Exception as exc:  # noqa: BLE001 - an answer that does not unpickle here
@@ -165,6 +157,19 @@ class _Worker:
             self.proc.wait()
 
 
+def _send(pipe, data: bytes) -> None:
+    """One message: its length, then its bytes."""
+    pipe.write(_HEADER.pack(len(data)))
+    pipe.write(data)
+    pipe.flush()
+
+
+def _receive(pipe) -> bytes | None:
+    """One message ``_send`` wrote; None where the pipe ends first."""
+    header = _read_exactly(pipe, _HEADER.size)
+    return None if header is None else _read_exactly(pipe, _HEADER.unpack(header)[0])
+
+
 def _read_exactly(pipe, n: int) -> bytes | None:
     chunks, left = [], n
     while left:
@@ -185,13 +190,7 @@ def serve() -> None:
     jobs = sys.stdin.buffer
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    while True:
-        header = _read_exactly(jobs, _HEADER.size)
-        if header is None:
-            return
-        data = _read_exactly(jobs, _HEADER.unpack(header)[0])
-        if data is None:
-            return
+    while (data := _receive(jobs)) is not None:
         try:
             fn, args = pickle.loads(data)
             answer = (True, fn(*args))
@@ -204,6 +203,4 @@ def serve() -> None:
         except Exception as exc:  # noqa: BLE001 - an answer that does not (un)pickle: said as text
             out = pickle.dumps((False, RuntimeError(f"{type(answer[1]).__name__}: {answer[1]}"
                                                     if not answer[0] else f"an answer that does not pickle: {exc}")))
-        answers.write(_HEADER.pack(len(out)))
-        answers.write(out)
-        answers.flush()
+        _send(answers, out)
