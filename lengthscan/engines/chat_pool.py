@@ -1,4 +1,6 @@
 """Conversations measured with ``--num-proc N``: this process and ``N - 1`` worker processes.
+Preference pairs and RL prompts share the way (``measure.preference.render.TextsJob``): their
+workers only render, and this process tokenizes (the trainers' ids are the tokenizer's).
 
 Rendering a chat template is Python; so is much of what follows it. Each worker takes whole
 batches (``measure.chat.apart.BatchJob``) and holds no tokenizer: Python, Jinja, transformers'
@@ -35,12 +37,12 @@ def chat_batches(batches, setup, fields: tuple, layout, processes: int, here: Ca
 
     from lengthscan import heap
     from lengthscan.engines.procs import WorkerDied, Workers
-    from lengthscan.measure.chat.apart import run_job, start_renderer
+    from lengthscan.measure.chat.apart import run_job
     from lengthscan.measure.kinds import MeasureContext
     from lengthscan.torchless import torch_hidden
 
-    chat = setup.chat
-    ctx = MeasureContext(setup.counter, chat=chat)
+    chat = setup.chat if setup.chat is not None else setup.pairs  # the field's counter (a ChatCounter, or TemplateRows)
+    ctx = MeasureContext(setup.counter, chat=setup.chat, pairs=setup.pairs)
     shared = chat.shared  # added up over the splits
     shared["processes"] = max(shared.get("processes", 1), processes + 1)
     for key in ("measured_here", "measured_by_workers", "rendered_by_workers"):
@@ -100,7 +102,7 @@ def chat_batches(batches, setup, fields: tuple, layout, processes: int, here: Ca
 
     try:
         try:
-            state["pool"] = Workers(processes, start_renderer, (torch_hidden(),))
+            state["pool"] = Workers(processes, start_worker, (torch_hidden(),))
         except Exception as exc:  # noqa: BLE001 - no process could start (memory, a process limit): this one measures
             given_up(exc)
         first = True
@@ -125,6 +127,23 @@ def chat_batches(batches, setup, fields: tuple, layout, processes: int, here: Ca
         if state["pool"] is not None:
             state["pool"].close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def start_worker(hide_torch: bool) -> None:
+    """A worker's start (``apart.start_renderer``), then what every job needs imported: this
+    process measures the run's first batch meanwhile (about half a second of importing that is then
+    off the run's path)."""
+    from lengthscan.measure.chat.apart import start_renderer
+
+    start_renderer(hide_torch)
+    try:
+        import transformers.utils.chat_template_utils  # noqa: F401 - the template's renderer
+
+        import lengthscan.measure.chat.counter  # noqa: F401 - what a light copy unpickles into
+        import lengthscan.measure.preference.render  # noqa: F401
+        import lengthscan.measure.text.countbpe.engine  # noqa: F401
+    except ImportError:  # the job imports it itself, and says what is missing
+        pass
 
 
 class Light:

@@ -257,7 +257,9 @@ class RunOptions:
                                     why="a tuning knob of the Ray engine for the library")
     cache: bool = option(True, "--no-cache", "neither read nor write the per-row length cache", invert=True)
     num_proc: int | None = option(None, "--num-proc", "measure in N processes (default: one, whose tokenizer uses "
-                                  "every core; conversations of 2,000 rows or more: one per core, at most 4)",
+                                  "every core; conversations of 2,000 rows or more: one per core, at most 4); "
+                                  "conversations, preference pairs and RL prompts render in workers that hold no "
+                                  "tokenizer",
                                   type=int, metavar="N")
     batch_rows: int = option(BATCH_ROWS, help="rows per measured batch", why="memory tuning for the library")
     progress: Progress | None = option(None, help="called as progress(split, rows_done, rows_total)",

@@ -211,19 +211,6 @@ def start_renderer(hide_torch: bool = False) -> None:
         from lengthscan.torchless import hide_torch as hide
 
         hide()
-    _import_ahead()
-
-
-def _import_ahead() -> None:
-    """What every job needs, imported as the worker starts: the parent measures the run's first
-    batch itself meanwhile (about half a second of importing that is then off the run's path)."""
-    try:
-        import transformers.utils.chat_template_utils  # noqa: F401 - the template's renderer
-
-        import lengthscan.measure.chat.counter  # noqa: F401 - what a light copy unpickles into
-        import lengthscan.measure.text.countbpe.engine  # noqa: F401
-    except ImportError:  # the job imports it itself, and says what is missing
-        pass
 
 
 def run_job(job: BatchJob) -> dict:

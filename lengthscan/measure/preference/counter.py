@@ -45,7 +45,8 @@ class PairCounter(TemplateRows):
                 "prompt": "explicit" if fmt.prompt else "none (each side whole)" if reward else
                 "implicit (TRL's extract_prompt)",
                 "template": self.renderer.template.to_dict(), "eos_token": self.counter.facts().eos_token,
-                "max_length": fmt.max_length, "truncation_mode": None if reward else fmt.truncation_mode}
+                "max_length": fmt.max_length, "truncation_mode": None if reward else fmt.truncation_mode,
+                **({"processes": dict(self.shared)} if self.shared else {})}
 
     def signature(self) -> str:
         fmt = self.format
@@ -58,21 +59,17 @@ class PairCounter(TemplateRows):
         return ("chosen_ids", "rejected_ids") if self.format.trainer == "reward" else (
             "prompt_ids", "chosen_ids", "rejected_ids")
 
-    def measure(self, columns: dict, spec_of: dict, *, with_ids: bool = False) -> Measured:
-        """One batch; ``with_ids`` keeps each row's ids as the trainer prepares them (``id_columns``)."""
+    def measure(self, columns: dict, spec_of: dict, *, with_ids: bool = False,
+                rendered: list | None = None) -> Measured:
+        """One batch; ``with_ids`` keeps each row's ids as the trainer prepares them (``id_columns``);
+        ``rendered``: the rows' texts as a worker rendered them (``rendered``)."""
         pairs = pair_rows(columns, self.format)
         n = len(pairs)
         values = {m: np.full(n, -1, np.int64) for m in PAIR_METRICS}
         notes = {k: np.zeros(n, bool) if t == "bool" else np.full(n, -1, np.int64) for k, t in PAIR_NOTES.items()}
         flags = np.zeros(n, np.int8)
         errors: list = [None] * n
-
-        def row_texts(i: int):
-            pair = pairs[i]
-            if isinstance(pair, RowProblem):
-                raise pair
-            return None if pair is None else (self._texts(pair), pair.conversational)
-
+        row_texts = self._row_texts(pairs) if rendered is None else self.row_texts_of(columns, rendered)
         texts_of = self.chunk_texts(row_texts, flags, errors, "a text")
         kept: list | None = [None] * n if with_ids else None
         for jobs, ids in self.overlapped(n, texts_of):
@@ -84,6 +81,19 @@ class PairCounter(TemplateRows):
                     kept[i] = self._prepared(int(values["prompt_tokens"][i]), *found)
         return Measured({spec_of[m]: values[m] for m in PAIR_METRICS}, flags,
                         errors if any(e is not None for e in errors) else None, notes=notes, ids=kept)
+
+    def texts_of_rows(self, columns: dict):
+        pairs = pair_rows(columns, self.format)
+        return len(pairs), self._row_texts(pairs)
+
+    def _row_texts(self, pairs: list):
+        def row_texts(i: int):
+            pair = pairs[i]
+            if isinstance(pair, RowProblem):
+                raise pair
+            return None if pair is None else (self._texts(pair), pair.conversational)
+
+        return row_texts
 
     def _prepared(self, plen: int, prompt, with_chosen, with_rejected) -> tuple:
         """The row's ids as the trainer's prepared dataset holds them (``id_columns``); ``plen``: the

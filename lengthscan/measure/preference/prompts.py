@@ -64,29 +64,22 @@ class PromptCounter(TemplateRows):
                 "template": self.renderer.template.to_dict(), "max_completion_length": fmt.max_completion_length,
                 "num_generations": fmt.num_generations, "max_prompt_length": fmt.max_prompt_length,
                 "prompt_truncation": "none: this TRL's GRPOTrainer never truncates a prompt"
-                if fmt.max_prompt_length is None else "left: a prompt keeps its last max_prompt_length tokens"}
+                if fmt.max_prompt_length is None else "left: a prompt keeps its last max_prompt_length tokens",
+                **({"processes": dict(self.shared)} if self.shared else {})}
 
     def signature(self) -> str:
         fmt = self.format
         return (f"{self.renderer.template.hash}|{fmt.prompt}|{fmt.tools}|{fmt.max_completion_length}|"
                 f"{fmt.num_generations}|{fmt.max_prompt_length}")
 
-    def measure(self, columns: dict, spec_of: dict) -> Measured:
+    def measure(self, columns: dict, spec_of: dict, *, rendered: list | None = None) -> Measured:
+        """One batch; ``rendered``: the prompts as a worker rendered them (``rendered``)."""
         fmt = self.format
-        prompts = columns[fmt.prompt]
-        tools = columns.get(fmt.tools) if fmt.tools else None
-        n = len(prompts)
+        n = len(columns[fmt.prompt])
         values = {m: np.full(n, -1, np.int64) for m in RL_METRICS}
         flags = np.zeros(n, np.int8)
         errors: list = [None] * n
-
-        def row_texts(i: int):
-            if prompts[i] is None:
-                return None
-            text, conversational = self._text(prompts[i], tools[i] if tools is not None else None)
-            return [text], conversational
-
-        texts_of = self.chunk_texts(row_texts, flags, errors, "a prompt")
+        texts_of = self.chunk_texts(self.row_texts_of(columns, rendered), flags, errors, "a prompt")
         for jobs, ids in self.overlapped(n, texts_of):
             for i, (conversational, k) in jobs.items():
                 size = len(ids[conversational][k])
@@ -96,6 +89,18 @@ class PromptCounter(TemplateRows):
                 values["group_tokens"][i] = fmt.num_generations * (kept + fmt.max_completion_length)
         return Measured({spec_of[m]: values[m] for m in RL_METRICS}, flags,
                         errors if any(e is not None for e in errors) else None)
+
+    def texts_of_rows(self, columns: dict):
+        prompts = columns[self.format.prompt]
+        tools = columns.get(self.format.tools) if self.format.tools else None
+
+        def row_texts(i: int):
+            if prompts[i] is None:
+                return None
+            text, conversational = self._text(prompts[i], tools[i] if tools is not None else None)
+            return [text], conversational
+
+        return len(prompts), row_texts
 
     def _text(self, prompt, tools) -> tuple[str, bool]:
         if isinstance(prompt, str):

@@ -1,8 +1,12 @@
 """What the preference and RL counters share: the chat template they render conversations with
-(``--chat-template``, else the tokenizer's; none needed for string rows), loaded once, and a row's
-rendering failure as the row's reason."""
+(``--chat-template``, else the tokenizer's; none needed for string rows), loaded once, a row's
+rendering failure as the row's reason, and the rendering of batches in worker processes that hold
+no tokenizer (``apart``, ``TextsJob``: ``engines/chat_pool.py``), this process tokenizing their
+texts (``measure(rendered=...)``)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from lengthscan.measure.chat.conversations import RowProblem
 from lengthscan.measure.records import FLAG_CODES, FLAG_MISSING, FLAG_TOO_LONG
@@ -16,10 +20,15 @@ OVERLAP_ROWS = 256
 class TemplateRows:
     """A counter of rows rendered by one template for one tokenizer (a ``TokenCounter``)."""
 
+    #: its rows may be rendered in worker processes (``apart``)
+    renders_apart = True
+
     def __init__(self, counter, template: str | None = None):
         self.counter = counter
         self.template = template
         self._renderer = None
+        self.shared: dict = {}  # with worker processes: how many batches each side measured (engines.chat_pool)
+        self._apart: TemplateRows | None = None
 
     @property
     def renderer(self):
@@ -34,6 +43,58 @@ class TemplateRows:
     def check(self) -> None:
         """Fail early (exit 2): a template file that cannot be read."""
         self.renderer  # noqa: B018 - loads the template now
+
+    def texts_of_rows(self, columns: dict):
+        """(rows, ``row_texts``) of a batch's ``columns``: ``row_texts(i)`` gives row i's texts as the
+        trainer tokenizes them and whether they are renderings, ``(texts, conversational?)``; None
+        where the row has no value; raises ``RowProblem`` with the row's reason."""
+        raise NotImplementedError
+
+    def row_texts_of(self, columns: dict, rendered: list | None):
+        """``row_texts`` for ``columns``: rendered here, or read from a worker's ``rendered`` list."""
+        if rendered is None:
+            return self.texts_of_rows(columns)[1]
+
+        def given(i: int):
+            got = rendered[i]
+            if isinstance(got, Failed):
+                raise RowProblem(got.flag, got.message)
+            return got
+
+        return given
+
+    def apart(self) -> TemplateRows:
+        """A copy of this counter that renders rows in a worker process holding no tokenizer
+        (``rendered``): the template and the tokenizer's facts, read here."""
+        if self._apart is None:
+            from copy import copy
+
+            self.renderer  # noqa: B018 - loaded here, with the facts it reads
+            light = copy(self)
+            light.counter = FactsOnly(self.counter.facts(), self.counter.max_chars)
+            light.shared = {}
+            self._apart = light
+        return self._apart
+
+    def rendered(self, columns: dict) -> list:
+        """Per row of ``columns``: its ``row_texts``, or its reason (``Failed``): a worker's part of
+        ``measure``, which this process finishes with ``measure(rendered=...)``."""
+        rows, row_texts = self.texts_of_rows(columns)
+        out: list = []
+        for i in range(rows):
+            try:
+                out.append(row_texts(i))
+            except RowProblem as exc:
+                out.append(Failed(exc.flag, str(exc)))
+        return out
+
+    def light(self) -> None:
+        """No copy measures whole in a worker (``engines.chat_pool``): the trainers' token ids are
+        the tokenizer's."""
+        return None
+
+    def add_timeouts(self, counted) -> None:
+        """A rendering past its time budget is the row's reason here (``render``), not the run's."""
 
     def tokenized(self, texts: dict) -> dict:
         """The ids of ``texts`` (conversational? -> texts), each kind in one batch call: strings as
@@ -91,3 +152,39 @@ class TemplateRows:
             raise RowProblem("template_error", str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - the template's own message, per row
             raise RowProblem("template_error", (str(exc).strip() or type(exc).__name__).splitlines()[0][:300]) from None
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A row a worker could not render: its ``RowProblem``'s flag and message."""
+
+    flag: str
+    message: str
+
+
+class FactsOnly:
+    """What a ``TemplateRows`` copy reads of its token counter in a worker process without the
+    tokenizer: the tokenizer's facts (its EOS token) and ``--max-chars``."""
+
+    loaded = False
+
+    def __init__(self, facts, max_chars: int):
+        self._facts = facts
+        self.max_chars = max_chars
+
+    def facts(self, load: bool = True):
+        return self._facts
+
+
+@dataclass(frozen=True)
+class TextsJob:
+    """One batch of a preference or RL prompt field for a worker process: ``columns`` (the
+    field's, as Python values) rendered by ``rows`` (``TemplateRows.apart``); gives role -> the
+    rows' texts (``TemplateRows.rendered``)."""
+
+    role: str
+    columns: dict
+    rows: TemplateRows
+
+    def __call__(self) -> dict:
+        return {self.role: self.rows.rendered(self.columns)}
