@@ -192,6 +192,33 @@ def test_regex_constructs_read_differently_are_refused(regex, why):
         scan(regex)
 
 
+def test_case_folds_are_probed_in_the_regexs_own_group():
+    """A character whose case forms reach ASCII is left to the tokenizer only where the regex's
+    ``(?i:...)`` group matches it otherwise in the two engines: none for the released regexes'
+    contractions; ``ß`` and ``ſt`` where a group spells ``ss``/``st`` (the tokenizer's regex engine
+    folds one character onto two); every one where the group is not literals (not probed)."""
+    from lengthscan.measure.text.countbpe.codepoints import CONTRACTIONS, _all_code_points, _fold_differences
+
+    text = _all_code_points()
+    assert _fold_differences(CONTRACTIONS, text) == []
+    assert {"ß", "ﬆ"} <= {chr(c) for c in _fold_differences("(?i:ss|st)", text)}
+    assert len(_fold_differences("(?i:[a-z]s)", text)) >= 20
+    _, folds = scan(r"(?i:'s|'t)|[^\s\p{L}]+|(?i:x(?i:y))")
+    assert folds == ("(?i:'s|'t)", "(?i:x(?i:y))")
+
+
+@pytest.mark.parametrize("fixture", ["llama3_dir", "qwen2_dir"])
+def test_german_and_turkish_text_is_counted_by_the_engine(request, fixture):
+    tok_dir = request.getfixturevalue(fixture)
+    texts = ["Die Straße ist groß, oder? İstanbul'un ılık havası; Maßstab's", "it'ſ ß'S STRASSE'ẞ",
+             "Kelvin'K ﬁne'ﬂ", "groß'LL 'ß'T", "ılık'ı İ'İ"] * 3
+    counter = TokenCounter(str(tok_dir))
+    lengths, _ = counter.count(texts, "input")
+    assert list(lengths) == direct_counts(tok_dir, texts, "input")
+    tally = counter.roles.exact("input", texts).engine
+    assert tally.counted == len(texts) and tally.by_tokenizer == 0, (tally.counted, tally.by_tokenizer)
+
+
 def test_released_patterns_are_taken(claude_bpe_dir):
     spec = json.loads((claude_bpe_dir / "tokenizer.json").read_text())
     assert spec["pre_tokenizer"]["type"] == "ByteLevel"
@@ -421,7 +448,7 @@ def test_the_shipped_code_point_probes_are_what_the_installed_libraries_give(tmp
         pytest.skip(f"no shipped probes for {key} (tests/constraints.txt pins the versions they were made with)")
     fresh = codepoints.write_shipped(tmp_path / "probed.json")
     assert codepoints.shipped()[key] == fresh
-    assert set(fresh) >= {"class \\p{L}", "class \\s", "folds", "normalizer NFC"}
+    assert set(fresh) >= {"class \\p{L}", "class \\s", f"folds {codepoints.CONTRACTIONS}", "normalizer NFC"}
 
 
 def test_a_pair_listed_twice_ranks_by_its_last_index():

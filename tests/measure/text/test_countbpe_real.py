@@ -50,6 +50,34 @@ def test_tiktoken_born_vocabularies_count_exactly(name, tmp_path, docs):
     assert counter.counting()["input"]["engine"].startswith("tiktoken")
 
 
+def _folding_texts() -> list[str]:
+    """Every character whose case forms reach ASCII letters (``ß``, ``İ``, ``ı``, ``ſ``, the Kelvin
+    sign, the ligatures) after an apostrophe, before and inside contractions, in words."""
+    from lengthscan.measure.text.countbpe.codepoints import _all_code_points, _ascii_folds
+
+    odd = [chr(c) for c in _ascii_folds(_all_code_points())]
+    out = []
+    for c in odd:
+        out += [f"it'{c} {c}'s x'{c}{c} '{c}e '{c}l DON'{c} {c}'{c.upper()}", f"Stra{c}e's gro{c}'LL {c}'T'{c}",
+                f"'{c}", f"a'{c}d", f"{c}'re{c}'ve'm{c}"]
+    return out + ["Die Straße ist groß, oder? İstanbul'un ılık havası; Maßstab's", "ſtraße'ſ K'ſ"]
+
+
+@pytest.mark.parametrize("name", ["cl100k", "o200k", "llama3"])
+def test_folding_characters_are_counted_by_the_engine(name, tmp_path):
+    """The regexes' contractions (``(?i:'s|'t|...)``) match those characters alike in both regex
+    engines (``codepoints._fold_differences``): German and Turkish text is counted by the engine,
+    equal to the tokenizer."""
+    tok = converted_tokenizer(name)
+    if tok is None:
+        pytest.skip(f"{name}: its wheel is not installed")
+    texts = _folding_texts()
+    counts = build(tok, cache_dir=tmp_path / "countbpe").count(texts)
+    expected = [len(e) for e in tok.encode_batch_fast(texts, add_special_tokens=False)]
+    assert (counts >= 0).all(), [t for t, c in zip(texts, counts) if c < 0][:3]
+    assert counts.tolist() == expected
+
+
 def test_deepseeks_three_splits_are_refused(tmp_path):
     path = wheel_file("litellm", "litellm_core_utils/tokenizers/deepseek_tokenizer.json")
     if path is None:

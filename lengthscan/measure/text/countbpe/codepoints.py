@@ -29,14 +29,15 @@ def _all_code_points() -> str:
 
 def differences(pre: PreTokenizer, form: str | None, cache_dir, *, cached_only: bool = False) -> np.ndarray | None:
     """The characters a text must not hold to be counted by the engine, as a table by code point
-    (surrogates always; the classes' and normalizer's disagreements; case folds onto ASCII).
+    (surrogates always; the classes' and normalizer's disagreements; the characters the
+    case-insensitive groups match otherwise, ``_fold_differences``).
     ``cached_only``: None where a part is not known yet, or is being probed by another thread
     (``prefetch.py``), which a call without it waits for (nothing is probed twice)."""
     import tiktoken
     import tokenizers
 
     wanted = ([f"class {a}" for a in pre.atoms] + ([f"normalizer {form}", "unassigned"] if form else [])
-              + (["folds"] if pre.folds else []))
+              + [f"folds {group}" for group in pre.folds])
     key = f"v2-{tiktoken.__version__}-{tokenizers.__version__}-{sys.version_info[0]}.{sys.version_info[1]}"
     known = _KNOWN.get(key)
     if known is None:
@@ -62,6 +63,8 @@ def differences(pre: PreTokenizer, form: str | None, cache_dir, *, cached_only: 
 #: project is tested with (``tests/constraints.txt``), shipped: a first run with those versions
 #: probes nothing (1.4 s saved); a test checks every entry against a fresh probe.
 SHIPPED = "probed.json"
+#: The case-insensitive group of the released byte-level regexes (GPT-4's, Llama 3's, Qwen's, o200k's)
+CONTRACTIONS = "(?i:'s|'t|'re|'ve|'m|'ll|'d)"
 #: What ``write_shipped`` probes.
 SHIPPED_ATOMS = ("\\p{L}", "\\p{N}", "\\p{Lu}", "\\p{Lt}", "\\p{Lm}", "\\p{Lo}", "\\p{M}", "\\p{Ll}", "\\s", "\\p{P}",
                  "\\p{S}", "\\p{Nd}", "\\d", "\\w")
@@ -89,7 +92,8 @@ def write_shipped(path) -> dict:
     import tokenizers
 
     key = f"v2-{tiktoken.__version__}-{tokenizers.__version__}-{sys.version_info[0]}.{sys.version_info[1]}"
-    wanted = [f"class {a}" for a in SHIPPED_ATOMS] + ["normalizer NFC", "normalizer NFKC", "unassigned", "folds"]
+    wanted = ([f"class {a}" for a in SHIPPED_ATOMS]
+              + ["normalizer NFC", "normalizer NFKC", "unassigned", f"folds {CONTRACTIONS}"])
     known: dict = {}
     _probe_all(known, wanted)
     path = Path(path)
@@ -129,7 +133,7 @@ def _probe_all(known: dict, todo: list[str]) -> None:
         elif kind == "normalizer":
             points = _normalizer_differences(name, text)
         else:
-            points = _ascii_folds(text) if kind == "folds" else _unassigned(text)
+            points = _fold_differences(name, text) if kind == "folds" else _unassigned(text)
         known[what] = _runs(points)
 
 
@@ -177,6 +181,50 @@ def _ascii_folds(text: str) -> list[int]:
             part += form.count("\x00", at, m.start())
             at = m.start()
             hits.add(ord(chars[part]))
+    return sorted(hits)
+
+
+def _fold_differences(group: str, text: str) -> list[int]:
+    """The characters of ``_ascii_folds`` (every code point once in ``text``) that the two engines
+    match otherwise inside the case-insensitive ``group`` (``(?i:...)`` as the regex writes it).
+
+    Where the group is an alternation of ASCII literals of 2 or 3 characters (the contractions of
+    the released regexes), whether it matches at a place depends on the 3 characters from there
+    alone: every string of 1 to 3 characters over the group's characters (both cases), ``#`` (a
+    character it cannot match) and those characters, holding at least one of them, is matched by
+    both engines, and a character is kept where they match a string holding it otherwise (a string
+    that short holds one match at most: what each engine matched of it says where). Any other group:
+    every one of those characters (it may fold them where the probe does not look)."""
+    import itertools
+
+    import tiktoken
+    from tokenizers import Regex, pre_tokenizers
+
+    candidates = _ascii_folds(text)
+    body = group[4:-1] if group.startswith("(?i:") and group.endswith(")") else ""
+    alternatives = body.split("|")
+    if not body or any(not 2 <= len(a) <= 3 or not all(c.isascii() and c.isprintable() and c not in "\\[](){}?*+.|^$#"
+                                                       for c in a) for a in alternatives):
+        return candidates
+    plain = sorted({c for a in alternatives for c in a} | {c.swapcase() for a in alternatives for c in a})
+    odd = [chr(c) for c in candidates]
+    probes = ["".join(t) for n in (1, 2, 3) for t in itertools.product([*plain, "#", *odd], repeat=n)
+              if not all(c in plain or c == "#" for c in t)]
+    enc = tiktoken.Encoding("lengthscan-probe", pat_str=group + "|\n", special_tokens={},
+                            mergeable_ranks={bytes([b]): b for b in range(256)})
+    theirs = bytes(enc.encode_ordinary("\n".join(probes))).decode("utf-8").split("\n")
+    pieces = pre_tokenizers.Split(Regex(group), "isolated")  # the matches and what lies between them
+    between = pre_tokenizers.Split(Regex(group), "removed")  # what lies between them
+    differ = []  # the characters of each probe the engines match otherwise
+    for probe, matched in zip(probes, theirs):
+        gaps = {span for _, span in between.pre_tokenize_str(probe)}
+        ours = [piece for piece, span in pieces.pre_tokenize_str(probe) if span not in gaps]
+        if ours != ([matched] if matched else []):
+            differ.append({ord(c) for c in probe if not c.isascii()})
+    hits = set().union(*(d for d in differ if len(d) == 1))  # a character that differs on its own
+    for d in differ:  # two that differ only together: both (a text holding either goes to the tokenizer)
+        if not d & hits:
+            hits |= d
     return sorted(hits)
 
 

@@ -45,7 +45,7 @@ class PreTokenizer:
     regex: str
     prefix_space: bool
     atoms: tuple[str, ...]     # the character classes the regex uses (probed in both engines)
-    folds: bool                # the regex has case-insensitive groups
+    folds: tuple[str, ...]     # the regex's case-insensitive groups, as written (probed in both engines)
 
 
 def pre_tokenizer(spec: dict | None) -> PreTokenizer:
@@ -99,13 +99,14 @@ def normalizer_form(spec: dict | None) -> str | None:
 
 
 def scan(regex: str) -> tuple[tuple[str, ...], bool]:
-    """The single-character classes of a regex and whether it folds case, or ``Refused`` for a
-    construct the two engines may read differently (module docstring). Inside ``(?i:...)`` only
-    ASCII literals and ASCII classes are taken: case folding beyond ASCII (``ß``/``ss``,
-    ``\\p{Lu}``) differs between the engines."""
+    """The single-character classes of a regex and its case-insensitive groups (``(?i:...)`` as
+    written, outermost), or ``Refused`` for a construct the two engines may read differently
+    (module docstring). Inside ``(?i:...)`` only ASCII literals and ASCII classes are taken: case
+    folding beyond ASCII (``ß``/``ss``, ``\\p{Lu}``) differs between the engines."""
     atoms: list[str] = []
-    folds = False
+    folds: list[str] = []
     groups: list[bool] = []  # per open group: is it (?i:...)
+    fold_at = -1  # where the outermost open (?i:...) group begins
     i, n = 0, len(regex)
     klass: list[str] | None = None  # the characters of the class being read
     while i < n:
@@ -165,7 +166,8 @@ def scan(regex: str) -> tuple[tuple[str, ...], bool]:
                 if group is None:
                     raise Refused(f"the group {regex[i:i + 4]!r}... is not read alike by both regex engines")
                 fold = group == "(?i:"
-                folds |= fold
+                if fold and not any(groups):
+                    fold_at = i
                 i += len(group)
             else:
                 i += 1
@@ -174,7 +176,8 @@ def scan(regex: str) -> tuple[tuple[str, ...], bool]:
         if c == ")":
             if not groups:
                 raise Refused("unbalanced brackets in the regex")
-            groups.pop()
+            if groups.pop() and not any(groups):
+                folds.append(regex[fold_at:i + 1])
         elif c in "^$":
             raise Refused("anchors (^, $) mean lines in one regex engine and the text in the other")
         elif c == ".":
@@ -185,7 +188,7 @@ def scan(regex: str) -> tuple[tuple[str, ...], bool]:
     if klass is not None or groups:
         raise Refused("unbalanced brackets in the regex")
     _never_empty(regex)
-    return tuple(dict.fromkeys(atoms)), folds
+    return tuple(dict.fromkeys(atoms)), tuple(dict.fromkeys(folds))
 
 
 def _never_empty(regex: str) -> None:
