@@ -25,7 +25,7 @@ from lengthscan.measure.chat.conversations import RowProblem
 from lengthscan.measure.chat.spans import common_prefix
 from lengthscan.measure.preference import PAIR_METRICS, PAIR_NOTES
 from lengthscan.measure.preference.pairs import PairFormat, pair_rows
-from lengthscan.measure.preference.render import TemplateRows
+from lengthscan.measure.preference.render import TemplateRows, given_texts
 from lengthscan.measure.records import Measured
 
 
@@ -69,7 +69,7 @@ class PairCounter(TemplateRows):
         notes = {k: np.zeros(n, bool) if t == "bool" else np.full(n, -1, np.int64) for k, t in PAIR_NOTES.items()}
         flags = np.zeros(n, np.int8)
         errors: list = [None] * n
-        row_texts = self._row_texts(pairs) if rendered is None else self.row_texts_of(columns, rendered)
+        row_texts = self._row_texts(pairs) if rendered is None else given_texts(rendered)
         texts_of = self.chunk_texts(row_texts, flags, errors, "a text")
         kept: list | None = [None] * n if with_ids else None
         for jobs, ids in self.overlapped(n, texts_of):

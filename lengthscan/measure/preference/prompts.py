@@ -23,7 +23,7 @@ import numpy as np
 
 from lengthscan.measure.chat.conversations import RowProblem, parse_tools
 from lengthscan.measure.preference.pairs import text_only
-from lengthscan.measure.preference.render import TemplateRows
+from lengthscan.measure.preference.render import TemplateRows, given_texts
 from lengthscan.measure.records import FieldSpec, Measured
 
 #: Per-row measurements of an RL prompt field, primary first
@@ -79,7 +79,8 @@ class PromptCounter(TemplateRows):
         values = {m: np.full(n, -1, np.int64) for m in RL_METRICS}
         flags = np.zeros(n, np.int8)
         errors: list = [None] * n
-        texts_of = self.chunk_texts(self.row_texts_of(columns, rendered), flags, errors, "a prompt")
+        row_texts = self.texts_of_rows(columns)[1] if rendered is None else given_texts(rendered)
+        texts_of = self.chunk_texts(row_texts, flags, errors, "a prompt")
         for jobs, ids in self.overlapped(n, texts_of):
             for i, (conversational, k) in jobs.items():
                 size = len(ids[conversational][k])

@@ -50,19 +50,6 @@ class TemplateRows:
         where the row has no value; raises ``RowProblem`` with the row's reason."""
         raise NotImplementedError
 
-    def row_texts_of(self, columns: dict, rendered: list | None):
-        """``row_texts`` for ``columns``: rendered here, or read from a worker's ``rendered`` list."""
-        if rendered is None:
-            return self.texts_of_rows(columns)[1]
-
-        def given(i: int):
-            got = rendered[i]
-            if isinstance(got, Failed):
-                raise RowProblem(got.flag, got.message)
-            return got
-
-        return given
-
     def apart(self) -> TemplateRows:
         """A copy of this counter that renders rows in a worker process holding no tokenizer
         (``rendered``): the template and the tokenizer's facts, read here."""
@@ -152,6 +139,19 @@ class TemplateRows:
             raise RowProblem("template_error", str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - the template's own message, per row
             raise RowProblem("template_error", (str(exc).strip() or type(exc).__name__).splitlines()[0][:300]) from None
+
+
+def given_texts(rendered: list):
+    """``row_texts`` (``TemplateRows.texts_of_rows``) read from what a worker rendered
+    (``TemplateRows.rendered``)."""
+
+    def row_texts(i: int):
+        got = rendered[i]
+        if isinstance(got, Failed):
+            raise RowProblem(got.flag, got.message)
+        return got
+
+    return row_texts
 
 
 @dataclass(frozen=True)
