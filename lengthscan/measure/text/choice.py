@@ -94,7 +94,7 @@ class RoleStrategies:
                 self._speculated[role] = texts[:64]
                 method = RoleMethod(METHOD_FAST, SPECULATED, backend)
         if method is None:
-            method = prove(handle.tokenizer, role, texts, handle.call_ids, backend=self._snapshot)
+            method = prove(handle.tokenizer, role, texts, handle.call_ids, backend=self._snapshot, owned=handle.owned)
             if memo is not None:
                 memo.remember(role, method, handle.loaded_info())
         if method.method != METHOD_FAST:

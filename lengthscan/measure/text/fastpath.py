@@ -53,14 +53,18 @@ class RoleMethod:
     backend: Tokenizer | None = None  # the proven backend copy (METHOD_FAST)
 
 
-def prove(tok, role: str, texts: list[str], call_ids, backend=None) -> RoleMethod:
+def prove(tok, role: str, texts: list[str], call_ids, backend=None, *, owned: bool = False) -> RoleMethod:
     """The method for ``role`` of a loaded transformers tokenizer; ``call_ids(texts, role)`` is
     ``__call__``'s ids. ``backend``: the copy another role was proven with (every fast role runs
-    input mode, so one copy serves them all; copying a large vocabulary's costs a second)."""
+    input mode, so one copy serves them all; copying a large vocabulary's costs a second).
+    ``owned``: lengthscan loaded ``tok`` and nobody else calls it: its own backend serves where it
+    is in input mode already and has no other mode to switch to (``shared_backend``)."""
     reason = structural_reason(tok, role)
     if reason is not None:
         return RoleMethod(METHOD_CALL, reason)
-    backend = backend if backend is not None else copy_backend(tok)
+    if backend is None:
+        backend = shared_backend(tok) if owned else None
+        backend = backend if backend is not None else copy_backend(tok)
     probe = list(PROBES) + special_token_probes(tok) + [t for t in texts[:64] if len(t) <= 20_000]
     fast_ids = [e.ids for e in backend.encode_batch(probe, add_special_tokens=role != CHAT_ROLE)]
     theirs = [list(ids) for ids in call_ids(probe, role)]
@@ -114,6 +118,18 @@ def input_backend(tok):
             or bool(own.encode_special_tokens) != bool(getattr(tok, "split_special_tokens", False)):
         return copy_backend(tok)  # tok's own is left as it is
     return own
+
+
+def shared_backend(tok):
+    """``tok``'s own backend, to count with beside ``tok``'s own calls, where that is safe: a
+    tokenizer without a target mode (whose switch would change the backend under the counting),
+    its backend in input mode, untruncated, unpadded, splitting special tokens as ``tok`` does (its
+    calls then leave it as it is: transformers sets a backend's truncation, padding or special-token
+    splitting only where they differ from the call's); None otherwise."""
+    if hasattr(tok, "_switch_to_target_mode"):
+        return None
+    own = input_backend(tok)
+    return own if own is tok.backend_tokenizer else None
 
 
 def special_token_probes(tok) -> list[str]:

@@ -37,7 +37,9 @@ class TokenizerHandle:
         self.trust_remote_code = trust_remote_code
         self._hash: str | None = None
         self._loading = threading.Lock()  # one load, whichever thread asks first (``early.py``'s may)
-        if isinstance(tokenizer, (str, os.PathLike)):
+        #: the tokenizer is loaded here (not a caller's object, which the caller may call with truncation)
+        self.owned = isinstance(tokenizer, (str, os.PathLike))
+        if self.owned:
             self.name = str(tokenizer)
             self._tokenizer = None  # loaded on first use: a rerun on cached lengths never needs it
             if Path(self.name).exists():  # its files are read before it is loaded (its config, its hash)

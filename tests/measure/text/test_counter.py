@@ -144,3 +144,41 @@ def test_a_tampered_fast_path_snapshot_is_proven_again_never_used(bpe_dir, docs)
         assert list(again.count(texts, "input")[0]) == truth
     assert "remembered" not in again.roles.reasons()["input"]  # proven again on the real tokenizer
     assert list(TokenCounter(str(bpe_dir)).count(texts, "input")[0]) == truth  # and remembered soundly
+
+
+def test_a_tokenizer_loaded_here_is_counted_on_its_own_backend(tmp_path, bpe_dir, docs):
+    """Copying a large vocabulary's backend costs a second and its memory: a tokenizer lengthscan
+    loads itself (nobody else calls it) is counted on its own backend, where that is in input mode,
+    untruncated and unpadded; a caller's object, or a backend with truncation baked in, on a copy
+    (the caller's later calls with truncation change nothing counted)."""
+    import json
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from lengthscan.measure.text.fastpath import prove
+    from lengthscan.measure.text.handle import TokenizerHandle
+
+    texts = docs[:40]
+    handle = TokenizerHandle(str(bpe_dir))
+    tok = handle.tokenizer
+    assert handle.owned
+    assert prove(tok, "input", texts, handle.call_ids, owned=True).backend is tok.backend_tokenizer
+    theirs = AutoTokenizer.from_pretrained(str(bpe_dir))
+    counter = TokenCounter(theirs)
+    assert not counter.handle.owned
+    method = prove(theirs, "input", texts, counter.handle.call_ids, owned=counter.handle.owned)
+    assert method.backend is not theirs.backend_tokenizer
+    before = list(counter.count(texts, "input")[0])
+    theirs(texts, truncation=True, max_length=4)  # leaves truncation on its backend
+    assert theirs.backend_tokenizer.truncation is not None
+    assert list(counter.count(texts, "input")[0]) == before == direct_counts(bpe_dir, texts, "input")
+    baked = tmp_path / "baked"
+    shutil.copytree(bpe_dir, baked)
+    spec = json.loads((baked / "tokenizer.json").read_text())
+    spec["truncation"] = {"direction": "Right", "max_length": 8, "strategy": "LongestFirst", "stride": 0}
+    (baked / "tokenizer.json").write_text(json.dumps(spec))
+    handle = TokenizerHandle(str(baked))
+    assert handle.tokenizer.backend_tokenizer.truncation is not None  # as transformers leaves it after loading
+    method = prove(handle.tokenizer, "input", texts, handle.call_ids, owned=True)
+    assert method.backend is not handle.tokenizer.backend_tokenizer and method.backend.truncation is None
