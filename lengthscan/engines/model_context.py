@@ -29,8 +29,10 @@ def model_limits_for(ctx):
 
 def counting_settings(m) -> dict:
     """The token counter's settings from the run's ``MeasureOptions`` (it proves the count-only
-    engine beside its counting: ``measure/text/beside.py``)."""
-    return dict(max_chars=m.max_chars, count_engine=m.count_engine, verify_counts=m.verify_counts, prove_beside=True)
+    engine beside its counting: ``measure/text/beside.py``; a tokenizer it loads itself, which only
+    the run calls, is counted on its own backend: ``fastpath.shared_backend``)."""
+    return dict(max_chars=m.max_chars, count_engine=m.count_engine, verify_counts=m.verify_counts, prove_beside=True,
+                share_backend=True)
 
 
 def token_counter(fields, tokenizer, model, ctx, settings: dict):

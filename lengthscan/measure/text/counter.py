@@ -51,15 +51,19 @@ class TokenCounter:
     ``tokenizer`` is a local directory, a hub name, or an already loaded tokenizer object.
     ``handle`` is the tokenizer; ``roles`` chooses and holds each role's counting strategy.
     ``prove_beside``: a run's counter, whose proofs begin as it is made (``early.py``);
-    ``conversations_only``: it counts rendered conversations alone (only the engine's proof begins).
+    ``conversations_only``: it counts rendered conversations alone (only the engine's proof begins);
+    ``share_backend``: a run's counter whose tokenizer only the run calls (a directory or hub name
+    it loads itself): counted on the tokenizer's own backend, not a copy (``fastpath.shared_backend``).
     """
 
     def __init__(self, tokenizer, *, revision: str | None = None, trust_remote_code: bool = False,
                  max_chars: int = DEFAULT_MAX_CHARS, name: str | None = None, count_engine: str = "auto",
-                 verify_counts: int = 0, prove_beside: bool = False, conversations_only: bool = False):
+                 verify_counts: int = 0, prove_beside: bool = False, conversations_only: bool = False,
+                 share_backend: bool = False):
         if count_engine not in COUNT_ENGINES:  # before a hub name is loaded
             raise ValueError(f"count_engine {count_engine!r}: one of {', '.join(COUNT_ENGINES)}")
-        self.handle = TokenizerHandle(tokenizer, revision=revision, trust_remote_code=trust_remote_code, name=name)
+        self.handle = TokenizerHandle(tokenizer, revision=revision, trust_remote_code=trust_remote_code, name=name,
+                                      share_backend=share_backend)
         self.roles = RoleStrategies(self.handle, count_engine=count_engine, verify_counts=verify_counts,
                                     prove_beside=prove_beside, conversations_only=conversations_only)
         self.max_chars = max_chars

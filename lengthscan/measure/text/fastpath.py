@@ -111,12 +111,19 @@ def copy_backend(tok):
 def input_backend(tok):
     """The loaded ``tok``'s backend as ``__call__`` runs it (input mode, untruncated, unpadded,
     splitting special tokens as ``tok`` does): its own where it is so, else a copy (``copy_backend``)."""
+    own = _as_called(tok)
+    return own if own is not None else copy_backend(tok)  # tok's own is left as it is
+
+
+def _as_called(tok):
+    """``tok``'s own backend, switched to input mode, where it is as ``__call__`` runs it
+    (untruncated, unpadded, splitting special tokens as ``tok`` does); None where it is not."""
     if hasattr(tok, "_switch_to_input_mode"):
         tok._switch_to_input_mode()
     own = tok.backend_tokenizer
     if own.truncation is not None or own.padding is not None \
             or bool(own.encode_special_tokens) != bool(getattr(tok, "split_special_tokens", False)):
-        return copy_backend(tok)  # tok's own is left as it is
+        return None
     return own
 
 
@@ -128,8 +135,7 @@ def shared_backend(tok):
     splitting only where they differ from the call's); None otherwise."""
     if hasattr(tok, "_switch_to_target_mode"):
         return None
-    own = input_backend(tok)
-    return own if own is tok.backend_tokenizer else None
+    return _as_called(tok)  # None: ``prove`` copies it (``copy_backend``), leaving ``tok``'s own as it is
 
 
 def special_token_probes(tok) -> list[str]:

@@ -32,14 +32,15 @@ class TokenizerHandle:
     """``tokenizer`` is a local directory, a hub name, or an already loaded tokenizer object."""
 
     def __init__(self, tokenizer, *, revision: str | None = None, trust_remote_code: bool = False,
-                 name: str | None = None):
+                 name: str | None = None, share_backend: bool = False):
         self.revision = revision
         self.trust_remote_code = trust_remote_code
         self._hash: str | None = None
         self._loading = threading.Lock()  # one load, whichever thread asks first (``early.py``'s may)
-        #: the tokenizer is loaded here (not a caller's object, which the caller may call with truncation)
-        self.owned = isinstance(tokenizer, (str, os.PathLike))
-        if self.owned:
+        #: the tokenizer is loaded here for a run, and only the run calls it (``share_backend``): not a
+        #: caller's object, nor one a caller reaches (``TokenCounter.tokenizer``) and may call with truncation
+        self.owned = share_backend and isinstance(tokenizer, (str, os.PathLike))
+        if isinstance(tokenizer, (str, os.PathLike)):
             self.name = str(tokenizer)
             self._tokenizer = None  # loaded on first use: a rerun on cached lengths never needs it
             if Path(self.name).exists():  # its files are read before it is loaded (its config, its hash)

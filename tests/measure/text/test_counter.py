@@ -146,7 +146,7 @@ def test_a_tampered_fast_path_snapshot_is_proven_again_never_used(bpe_dir, docs)
     assert list(TokenCounter(str(bpe_dir)).count(texts, "input")[0]) == truth  # and remembered soundly
 
 
-def test_a_tokenizer_loaded_here_is_counted_on_its_own_backend(tmp_path, bpe_dir, docs):
+def test_a_tokenizer_loaded_here_is_counted_on_its_own_backend(tmp_path, bpe_dir, docs, monkeypatch):
     """Copying a large vocabulary's backend costs a second and its memory: a tokenizer lengthscan
     loads itself (nobody else calls it) is counted on its own backend, where that is in input mode,
     untruncated and unpadded; a caller's object, or a backend with truncation baked in, on a copy
@@ -160,25 +160,31 @@ def test_a_tokenizer_loaded_here_is_counted_on_its_own_backend(tmp_path, bpe_dir
     from lengthscan.measure.text.handle import TokenizerHandle
 
     texts = docs[:40]
-    handle = TokenizerHandle(str(bpe_dir))
+    handle = TokenizerHandle(str(bpe_dir), share_backend=True)  # a run's, as ``counting_settings`` asks
     tok = handle.tokenizer
     assert handle.owned
     assert prove(tok, "input", texts, handle.call_ids, owned=True).backend is tok.backend_tokenizer
     theirs = AutoTokenizer.from_pretrained(str(bpe_dir))
-    counter = TokenCounter(theirs)
-    assert not counter.handle.owned
-    method = prove(theirs, "input", texts, counter.handle.call_ids, owned=counter.handle.owned)
-    assert method.backend is not theirs.backend_tokenizer
-    before = list(counter.count(texts, "input")[0])
-    theirs(texts, truncation=True, max_length=4)  # leaves truncation on its backend
-    assert theirs.backend_tokenizer.truncation is not None
-    assert list(counter.count(texts, "input")[0]) == before == direct_counts(bpe_dir, texts, "input")
+    mine = TokenCounter(str(bpe_dir), count_engine="tokenizers")  # the library's: its tokenizer is the caller's too
+    for counter, tok in ((TokenCounter(theirs, count_engine="tokenizers"), theirs), (mine, mine.tokenizer)):
+        assert not counter.handle.owned
+        method = prove(tok, "input", texts, counter.handle.call_ids, owned=counter.handle.owned)
+        assert method.backend is not tok.backend_tokenizer
+        before = list(counter.count(texts, "input")[0])
+        tok(texts, truncation=True, max_length=4)  # leaves truncation on its backend
+        assert tok.backend_tokenizer.truncation is not None
+        assert list(counter.count(texts, "input")[0]) == before == direct_counts(bpe_dir, texts, "input")
     baked = tmp_path / "baked"
     shutil.copytree(bpe_dir, baked)
     spec = json.loads((baked / "tokenizer.json").read_text())
     spec["truncation"] = {"direction": "Right", "max_length": 8, "strategy": "LongestFirst", "stride": 0}
     (baked / "tokenizer.json").write_text(json.dumps(spec))
-    handle = TokenizerHandle(str(baked))
+    handle = TokenizerHandle(str(baked), share_backend=True)
     assert handle.tokenizer.backend_tokenizer.truncation is not None  # as transformers leaves it after loading
+    from lengthscan.measure.text import fastpath
+
+    copies = []
+    monkeypatch.setattr(fastpath, "copy_backend", lambda t, made=fastpath.copy_backend: copies.append(1) or made(t))
     method = prove(handle.tokenizer, "input", texts, handle.call_ids, owned=True)
     assert method.backend is not handle.tokenizer.backend_tokenizer and method.backend.truncation is None
+    assert len(copies) == 1  # one copy, not a second one made and thrown away

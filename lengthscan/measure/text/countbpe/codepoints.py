@@ -193,8 +193,9 @@ def _fold_differences(group: str, text: str) -> list[int]:
     alone: every string of 1 to 3 characters over the group's characters (both cases), ``#`` (a
     character it cannot match) and those characters, holding at least one of them, is matched by
     both engines, and a character is kept where they match a string holding it otherwise (a string
-    that short holds one match at most: what each engine matched of it says where). Any other group:
-    every one of those characters (it may fold them where the probe does not look)."""
+    that short holds one match at most: what each engine matched of it says where). Any other group
+    (or one where an alternative begins another: a probe sees only the first that matches): every
+    one of those characters (it may fold them where the probe does not look)."""
     import itertools
 
     import tiktoken
@@ -205,6 +206,9 @@ def _fold_differences(group: str, text: str) -> list[int]:
     alternatives = body.split("|")
     if not body or any(not 2 <= len(a) <= 3 or not all(c.isascii() and c.isprintable() and c not in "\\[](){}?*+.|^$#"
                                                        for c in a) for a in alternatives):
+        return candidates
+    folded = [a.lower() for a in alternatives]
+    if any(a != b and b.startswith(a) for a in folded for b in folded):  # a probe sees only the first to match
         return candidates
     plain = sorted({c for a in alternatives for c in a} | {c.swapcase() for a in alternatives for c in a})
     odd = [chr(c) for c in candidates]
