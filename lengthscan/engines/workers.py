@@ -1,7 +1,7 @@
-"""The worker processes of ``--num-proc`` for text, audio and preference data (``multiprocessing``,
-spawned): each gets the run's ``WorkerJob`` once and measures the batches it is handed, reporting
-how its tokenizer counted. Conversations use ``chat_pool`` instead. Also: how many cores this
-process may use, and the count-only engine's tallies added up over processes."""
+"""The worker processes of ``--num-proc`` for text and audio (``multiprocessing``, spawned): each
+gets the run's ``WorkerJob`` once and measures the batches it is handed, reporting how its
+tokenizer counted. Conversations, preference pairs and RL prompts use ``chat_pool`` instead. Also:
+how many cores this process may use, and the count-only engine's tallies added up over processes."""
 
 from __future__ import annotations
 
