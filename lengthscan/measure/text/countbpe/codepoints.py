@@ -201,7 +201,7 @@ def _fold_differences(group: str, text: str) -> list[int]:
     import tiktoken
     from tokenizers import Regex, pre_tokenizers
 
-    candidates = _ascii_folds(text)
+    candidates = sorted(set(_ascii_folds(text)) | set(_engine_folds(text)))
     body = group[4:-1] if group.startswith("(?i:") and group.endswith(")") else ""
     alternatives = body.split("|")
     if not body or any(not 2 <= len(a) <= 3 or not all(c.isascii() and c.isprintable() and c not in "\\[](){}?*+.|^$#"
@@ -230,6 +230,21 @@ def _fold_differences(group: str, text: str) -> list[int]:
         if not d & hits:
             hits |= d
     return sorted(hits)
+
+
+def _engine_folds(text: str) -> list[int]:
+    """Non-ASCII characters of ``text`` (every code point once) that either regex engine matches
+    case-insensitively to an ASCII letter: its own Unicode tables may fold what Python's do not."""
+    import tiktoken
+    from tokenizers import Regex, normalizers
+
+    letters = "(?i:[a-z])"
+    enc = tiktoken.Encoding("lengthscan-probe", pat_str=letters, special_tokens={},
+                            mergeable_ranks={bytes([b]): b for b in range(256)})
+    theirs = set(bytes(enc.encode_ordinary(text)).decode("utf-8"))
+    left = set(normalizers.Replace(Regex(letters), "").normalize_str(text))
+    ours = set(text) - left
+    return sorted(ord(c) for c in theirs | ours if not c.isascii())
 
 
 def _unassigned(text: str) -> list[int]:
