@@ -185,8 +185,9 @@ def _ascii_folds(text: str) -> list[int]:
 
 
 def _fold_differences(group: str, text: str) -> list[int]:
-    """The characters of ``_ascii_folds`` (every code point once in ``text``) that the two engines
-    match otherwise inside the case-insensitive ``group`` (``(?i:...)`` as the regex writes it).
+    """The characters whose case forms reach ASCII (``_ascii_folds``, ``_engine_folds``; ``text``
+    holds every code point once) that the two engines match otherwise inside the case-insensitive
+    ``group`` (``(?i:...)`` as the regex writes it).
 
     Where the group is an alternation of ASCII literals of 2 or 3 characters (the contractions of
     the released regexes), whether it matches at a place depends on the 3 characters from there

@@ -98,7 +98,7 @@ def normalizer_form(spec: dict | None) -> str | None:
     raise Refused(f"the {spec.get('type')} normalizer changes text the engine would count unchanged")
 
 
-def scan(regex: str) -> tuple[tuple[str, ...], bool]:
+def scan(regex: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The single-character classes of a regex and its case-insensitive groups (``(?i:...)`` as
     written, outermost), or ``Refused`` for a construct the two engines may read differently
     (module docstring). Inside ``(?i:...)`` only ASCII literals and ASCII classes are taken: case
