@@ -41,9 +41,9 @@ def chat_batches(batches, setup, fields: tuple, layout, processes: int, here: Ca
     from lengthscan.measure.kinds import MeasureContext
     from lengthscan.torchless import torch_hidden
 
-    chat = setup.chat if setup.chat is not None else setup.pairs  # the field's counter (a ChatCounter, or TemplateRows)
+    owner = setup.rendered_by  # the fields' counter: a ChatCounter, or the pairs' or prompts' TemplateRows
     ctx = MeasureContext(setup.counter, chat=setup.chat, pairs=setup.pairs)
-    shared = chat.shared  # added up over the splits
+    shared = owner.shared  # added up over the splits
     shared["processes"] = max(shared.get("processes", 1), processes + 1)
     for key in ("measured_here", "measured_by_workers", "rendered_by_workers"):
         shared.setdefault(key, 0)
@@ -51,7 +51,7 @@ def chat_batches(batches, setup, fields: tuple, layout, processes: int, here: Ca
     pending: deque = deque()  # (batch, the futures of its workers' answers, or this process's measurements)
     state = {"pool": None, "broken": None}
     folder = tempfile.mkdtemp(prefix="lengthscan-chat-")
-    light = Light(chat, os.path.join(folder, "counter.pickle"), wanted=not with_ids)
+    light = Light(owner, os.path.join(folder, "counter.pickle"), wanted=not with_ids)
 
     def measure_here(batch) -> dict:
         measured = here(batch)
@@ -84,7 +84,7 @@ def chat_batches(batches, setup, fields: tuple, layout, processes: int, here: Ca
             given_up(exc)
             return measure_here(batch)
         for answer in answers:
-            chat.add_timeouts(answer.pop("timeouts", None))
+            owner.add_timeouts(answer.pop("timeouts", None))
             for role, got in answer.items():
                 (rendered if isinstance(got, list) else measured)[role] = got
         if rendered:

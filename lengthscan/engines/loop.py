@@ -201,9 +201,8 @@ class LocalEngine:
         """(batch, role -> Measured) for the plan's rows, in row order (the batches always carry
         the ``columns`` read here: ``keep_columns`` asks it of an engine that would not)."""
         raw = tuple(c for f in fields for c in f.kind.raw_columns(f))  # e.g. conversations as the file has them
-        renderer = setup.chat if setup.chat is not None else setup.pairs  # the fields' counter, where it renders
         apart = (bool(fields) and all(f.kind.renders_apart for f in fields)
-                 and renderer is not None and renderer.renders_apart)
+                 and setup.rendered_by is not None and setup.rendered_by.renders_apart)
         # preference pairs and RL prompts: worker processes where --num-proc asks (the tokenizer's ids
         # of their texts are this process's: 1.06x and 1.0x faster on 2 cores, at 1.2x the memory)
         num_proc = self.processes(plan.size, apart and setup.chat is not None)

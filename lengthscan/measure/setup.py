@@ -36,6 +36,12 @@ class Setup:
     def specs(self) -> tuple:
         return tuple(s for f in self.fields for s in f.specs)
 
+    @property
+    def rendered_by(self):
+        """The counter whose chat template renders the fields' rows (a conversation's
+        ``ChatCounter``, or the preference or RL prompt counter); None: no template renders them."""
+        return self.chat if self.chat is not None else self.pairs
+
     def audio_dict(self) -> dict | None:
         if not any(f.kind.holds_files for f in self.fields):
             return None

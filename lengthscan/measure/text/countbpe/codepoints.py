@@ -138,19 +138,32 @@ def _probe_all(known: dict, todo: list[str]) -> None:
 
 
 def _class_differences(atom: str, text: str) -> list[int]:
-    """Code points one engine's ``atom`` matches and the other's does not (each engine removes or
-    keeps the matches of ``text``, every code point once)."""
-    import tiktoken
-    from tokenizers import Regex, normalizers
-
-    enc = tiktoken.Encoding("lengthscan-probe", pat_str=atom, mergeable_ranks={bytes([b]): b for b in range(256)},
-                            special_tokens={})
-    theirs = np.zeros(0x110000, bool)
-    theirs[_codes(bytes(enc.encode_ordinary(text)).decode("utf-8"))] = True
-    ours = np.ones(0x110000, bool)
-    ours[_codes(normalizers.Replace(Regex(atom), "").normalize_str(text))] = False  # what is left did not match
+    """Code points one engine's ``atom`` matches and the other's does not (``text``: every code
+    point once)."""
+    theirs, ours = _matched(atom, text)
     everything = _codes(text)
     return everything[ours[everything] != theirs[everything]].tolist()
+
+
+def _matched(pattern: str, text: str) -> tuple[np.ndarray, np.ndarray]:
+    """(tiktoken's, tokenizers') tables by code point of the characters of ``text`` (each at most
+    once) that ``pattern`` matches: one engine keeps the matches, the other removes them."""
+    from tokenizers import Regex, normalizers
+
+    theirs = np.zeros(0x110000, bool)
+    theirs[_codes(_kept(pattern, text))] = True
+    ours = np.ones(0x110000, bool)
+    ours[_codes(normalizers.Replace(Regex(pattern), "").normalize_str(text))] = False  # what is left did not match
+    return theirs, ours
+
+
+def _kept(pattern: str, text: str) -> str:
+    """What tiktoken's regex engine matches of ``text`` with ``pattern``, the matches one after another."""
+    import tiktoken
+
+    enc = tiktoken.Encoding("lengthscan-probe", pat_str=pattern, special_tokens={},
+                            mergeable_ranks={bytes([b]): b for b in range(256)})
+    return bytes(enc.encode_ordinary(text)).decode("utf-8")
 
 
 def _codes(text: str) -> np.ndarray:
@@ -199,7 +212,6 @@ def _fold_differences(group: str, text: str) -> list[int]:
     one of those characters (it may fold them where the probe does not look)."""
     import itertools
 
-    import tiktoken
     from tokenizers import Regex, pre_tokenizers
 
     candidates = sorted(set(_ascii_folds(text)) | set(_engine_folds(text)))
@@ -215,9 +227,7 @@ def _fold_differences(group: str, text: str) -> list[int]:
     odd = [chr(c) for c in candidates]
     probes = ["".join(t) for n in (1, 2, 3) for t in itertools.product([*plain, "#", *odd], repeat=n)
               if not all(c in plain or c == "#" for c in t)]
-    enc = tiktoken.Encoding("lengthscan-probe", pat_str=group + "|\n", special_tokens={},
-                            mergeable_ranks={bytes([b]): b for b in range(256)})
-    theirs = bytes(enc.encode_ordinary("\n".join(probes))).decode("utf-8").split("\n")
+    theirs = _kept(group + "|\n", "\n".join(probes)).split("\n")
     pieces = pre_tokenizers.Split(Regex(group), "isolated")  # the matches and what lies between them
     between = pre_tokenizers.Split(Regex(group), "removed")  # what lies between them
     differ = []  # the characters of each probe the engines match otherwise
@@ -236,16 +246,9 @@ def _fold_differences(group: str, text: str) -> list[int]:
 def _engine_folds(text: str) -> list[int]:
     """Non-ASCII characters of ``text`` (every code point once) that either regex engine matches
     case-insensitively to an ASCII letter: its own Unicode tables may fold what Python's do not."""
-    import tiktoken
-    from tokenizers import Regex, normalizers
-
-    letters = "(?i:[a-z])"
-    enc = tiktoken.Encoding("lengthscan-probe", pat_str=letters, special_tokens={},
-                            mergeable_ranks={bytes([b]): b for b in range(256)})
-    theirs = set(bytes(enc.encode_ordinary(text)).decode("utf-8"))
-    left = set(normalizers.Replace(Regex(letters), "").normalize_str(text))
-    ours = set(text) - left
-    return sorted(ord(c) for c in theirs | ours if not c.isascii())
+    theirs, ours = _matched("(?i:[a-z])", text)
+    everything = _codes(text)
+    return [c for c in everything[theirs[everything] | ours[everything]].tolist() if c >= 0x80]
 
 
 def _unassigned(text: str) -> list[int]:
