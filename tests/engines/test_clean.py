@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -144,8 +145,10 @@ def test_length_column_is_not_overwritten_silently(tmp_path, bpe_dir, capsys):
 
 @pytest.mark.slow  # two cleans of an 8x corpus, one (a child process) killed mid-write
 def test_a_killed_run_leaves_no_output(tmp_path, corpus_jsonl, bpe_dir):
-    """The killed run is a process of its own (SIGKILL); the next run, which sweeps its staging folder,
-    runs in this one."""
+    """The killed run is a process of its own, stopped (SIGSTOP) as soon as its staging folder holds a
+    file and killed (SIGKILL) while that folder is still there: publishing is the folder's rename, so
+    the kill lands mid-write however fast the machine (a run that published first is run again). The
+    next run, which sweeps its staging folder, runs in this one."""
     out = tmp_path / "out"
     big = tmp_path / "big.jsonl"
     with open(big, "w") as fh:
@@ -153,18 +156,31 @@ def test_a_killed_run_leaves_no_output(tmp_path, corpus_jsonl, bpe_dir):
             fh.write(corpus_jsonl.read_text())
     cmd = [sys.executable, "-m", "lengthscan", "clean", str(big), "--tokenizer", str(bpe_dir), "--input", "text",
            "--target", "summary", "--limit", "input_tokens<=32:truncate", "--no-cache", "--out", str(out), "--quiet"]
-    proc = subprocess.Popen(cmd)
-    deadline = time.time() + 60
-    while time.time() < deadline and not any(p.name.startswith(".out.tmp") for p in tmp_path.iterdir()):
-        time.sleep(0.05)
-    time.sleep(0.5)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+
+    def staged() -> list:
+        return [p for p in tmp_path.iterdir() if p.name.startswith(".out.tmp")]
+
+    for _ in range(5):
+        shutil.rmtree(out, ignore_errors=True)
+        proc = subprocess.Popen(cmd)
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None and not any(any(s.iterdir()) for s in staged()):
+            time.sleep(0.002)
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGSTOP)
+        if proc.poll() is None and staged() and not out.exists():  # stopped mid-write
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            break
+        if proc.poll() is None:  # published before the stop: let it finish, and run again
+            os.kill(proc.pid, signal.SIGCONT)
+        proc.wait()
+    else:
+        pytest.fail("every run published before it could be stopped")
     assert not out.exists()
-    stale = [p for p in tmp_path.iterdir() if p.name.startswith(".out.tmp")]
-    assert stale  # the killed run's staging directory: never mistaken for the output ...
+    assert staged()  # the killed run's staging directory: never mistaken for the output ...
     assert main([str(a) for a in cmd[3:]]) == 0
-    assert out.is_dir() and not [p for p in tmp_path.iterdir() if p.name.startswith(".out.tmp")]  # ... and swept
+    assert out.is_dir() and not staged()  # ... and swept
 
 
 TEXT = st.one_of(st.none(), st.text(alphabet=st.sampled_from(list("ab  é😀\u0301中\n")), max_size=40),
