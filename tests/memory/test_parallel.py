@@ -42,7 +42,7 @@ def _measured(config, shape, options):
 
 
 @pytest.mark.parametrize("options", [
-    MemoryOptions(optimizer="adamw_torch_fused", parallel=DDP),
+    pytest.param(MemoryOptions(optimizer="adamw_torch_fused", parallel=DDP), marks=pytest.mark.slow),  # 16 s
     pytest.param(MemoryOptions(precision="bf16", torch_dtype="bf16", adapter=LORA,
                                optimizer="adamw_torch_fused", parallel=DDP), marks=pytest.mark.slow),
 ], ids=["full-fp32", "lora-bf16"])

@@ -14,6 +14,8 @@ ray = pytest.importorskip("ray")
 from lengthscan.engines.ray.pool import keep_pool, keeping, kept_pool, release_actors  # noqa: E402
 from lengthscan.engines.ray.worker import Worker  # noqa: E402
 
+pytestmark = pytest.mark.ray  # a local Ray cluster (conftest.cluster)
+
 
 def _alive(actors) -> bool:
     try:

@@ -11,6 +11,8 @@ import lengthscan
 from lengthscan.engines.ray.session import EngineError
 from lengthscan.engines.ray.sources import check_source
 
+pytestmark = pytest.mark.ray  # a local Ray cluster (conftest.cluster)
+
 
 def test_a_refused_url_is_named_without_its_credentials_or_query():
     with pytest.raises(EngineError) as raised:  # a scheme neither the local engine nor pyarrow reads

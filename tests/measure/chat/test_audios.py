@@ -109,7 +109,8 @@ def test_rows_with_audio_equal_the_processors_input_ids(tmp_path, model, clips, 
     assert "Audio</h3>" in html and f"{truncated} rows lose" in html
 
 
-@pytest.mark.parametrize("processor_class,chunk", [("Qwen2_5OmniProcessor", 300), ("Qwen3OmniMoeProcessor", 30),
+@pytest.mark.parametrize("processor_class,chunk", [pytest.param("Qwen2_5OmniProcessor", 300, marks=pytest.mark.slow),
+                                                   ("Qwen3OmniMoeProcessor", 30),
                                                    ("Phi4MultimodalProcessor", 30)])
 def test_other_families_equal_their_functions(tmp_path, processor_class, chunk):
     """Per clip length (and the other clips of its conversation), the tokens the family's own

@@ -93,6 +93,7 @@ def _reference(model: Path, folder: Path, row: dict) -> tuple[int, int, int]:
     return len(tokens), tokens.count(inst.tokenizer.get_special_token("[AUDIO]")), trained
 
 
+@pytest.mark.slow  # about 10 s
 def test_voxtral_rows_equal_mistral_commons_encoding(tmp_path, model, clips):
     rows = [
         {"messages": [{"role": "user", "content": [{"type": "audio"}, {"type": "text", "text": "What is said?"}]},
@@ -127,6 +128,7 @@ def test_voxtral_rows_equal_mistral_commons_encoding(tmp_path, model, clips):
     assert report["chat"]["audios"]["tokens_per_chunk"] == 375
 
 
+@pytest.mark.slow  # about 10 s
 def test_text_conversations_with_a_tekken_tokenizer_and_no_template(tmp_path, model):
     """A tokenizer that is mistral-common's own file, without a chat template: its conversations
     are encoded by mistral-common (system prompt, several turns), not refused."""
@@ -156,6 +158,7 @@ def test_text_conversations_with_a_tekken_tokenizer_and_no_template(tmp_path, mo
     assert sum(1 for t in kept[0]["labels"] if t != -100) == trained and kept[0]["labels"][-1] == ids[-1]
 
 
+@pytest.mark.slow  # about 10 s
 def test_a_refused_prefix_keeps_the_row_and_unmeasured_metrics_are_refused(tmp_path, model, capsys):
     """With --train-on last, [user, assistant, assistant]'s prompt [user, assistant] is refused by
     mistral-common: the row keeps its length, without a completion count, and says why."""
