@@ -498,3 +498,25 @@ def test_iso_sizes_joined_are_each_word_encoded_alone(gap):
     alone = [len(e) for e in Tokenizer(bpe).encode_batch_fast(words, add_special_tokens=False)]
     assert _iso_sizes(bpe, words) == alone
     assert sum(alone) > len(words)  # words of several tokens among them
+
+
+def test_the_table_proven_for_a_backend_is_handed_to_its_engine_once(llama3_dir, tmp_path, docs):
+    """``prefetch.prove_for`` hands the key of the backend's table to the engine built on that same
+    backend object (no second serialization of its model); another backend object of the same file
+    finds the table by its own model's state; both count as the tokenizer does."""
+    from tokenizers import Tokenizer
+
+    from lengthscan.measure.text.countbpe import tables
+    from lengthscan.measure.text.countbpe.prefetch import prove_for
+
+    backend = Tokenizer.from_file(str(llama3_dir / "tokenizer.json"))
+    prove_for(backend, tmp_path / "countbpe")
+    assert tables._HANDED.get(id(backend), (None,))[0] is backend
+    engine = _engine(backend, tmp_path)
+    assert id(backend) not in tables._HANDED  # taken once
+    other = Tokenizer.from_file(str(llama3_dir / "tokenizer.json"))
+    texts = docs[:200]
+    for tok, eng in ((backend, engine), (other, _engine(other, tmp_path))):
+        got, want = eng.count(texts), _tokenizer_counts(tok, texts)
+        assert (got == want)[got != -1].all() and (got != -1).sum() > 150  # -1: left to the tokenizer
+    assert engine.derived is _engine(other, tmp_path).derived  # one table in this process

@@ -31,7 +31,7 @@ from lengthscan.measure.text.chunking import chunks
 from lengthscan.measure.text.countbpe.codepoints import differences
 from lengthscan.measure.text.countbpe.pattern import covering, normalizer_form, pre_tokenizer
 from lengthscan.measure.text.countbpe.proof import Derived, Refused
-from lengthscan.measure.text.countbpe.tables import derived_for
+from lengthscan.measure.text.countbpe.tables import derived_of
 
 #: The separator between joined texts: a tiktoken special token no real text holds.
 SEP = "\x00\ue000lengthscan-sep\ue001\x00"
@@ -295,13 +295,10 @@ def build(backend, *, cache_dir: Path | None = None, threads: int | None = None,
                "normalized": t.normalized, "special": t.special}
               for _, t in sorted(backend.get_added_tokens_decoder().items())]
     added = _added(tokens, form, bool(backend.encode_special_tokens))
-    vocab = backend.get_vocab(with_added_tokens=False)
+    vocab = backend.get_vocab(with_added_tokens=False)  # the live map: a serialized model keeps one token per id
     if len(set(vocab.values())) != len(vocab):
         raise Refused("the vocabulary gives one id to several tokens (merges follow ids, not strings)")
-    state = backend.model.__getstate__()
-    if ready is not None:
-        ready()
-    derived = derived_for(state, cache_dir, cached_only=cached_only)
+    derived = derived_of(backend, cache_dir, cached_only=cached_only, ready=ready)
     if derived is None:
         return None
     sep_id = max(derived.ranks.values()) + 1

@@ -111,7 +111,7 @@ def _prove(backend, state: bytes, cache_dir: Path | None, model: dict | None, bp
     from lengthscan.measure.text.countbpe.codepoints import differences
     from lengthscan.measure.text.countbpe.engine import component_state
     from lengthscan.measure.text.countbpe.pattern import normalizer_form, pre_tokenizer
-    from lengthscan.measure.text.countbpe.tables import derived_for
+    from lengthscan.measure.text.countbpe.tables import derived_for, hand_over
 
     try:
         pre = pre_tokenizer(component_state(backend.pre_tokenizer))
@@ -122,6 +122,7 @@ def _prove(backend, state: bytes, cache_dir: Path | None, model: dict | None, bp
                 return
             derived_for(state, cache_dir, model=model, bpe=bpe, pairs=pairs)
         differences(pre, form, cache_dir)
+        hand_over(backend, state)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException:  # noqa: BLE001, S110 - refused or unreadable: the proof at the counting says why

@@ -19,6 +19,42 @@ _DERIVED: dict[str, Derived] = {}  # rank tables built in this process, by the B
 _LOCKS: dict[str, threading.Lock] = {}  # one per rank table: held while it is being made
 _MAKING = threading.Lock()
 _DERIVING: set[str] = set()  # the rank tables being derived now (not read from the cache)
+#: id(backend) -> (that backend, its model's table key): handed once from the proof made for a
+#: backend (``prefetch.prove_for``) to the engine built on it (``derived_of``), which then need not
+#: serialize the model again (a third of a second on a 200k vocabulary)
+_HANDED: dict[int, tuple[object, str]] = {}
+
+
+def state_key(state: bytes) -> str:
+    """The key of the rank table of the BPE model whose ``__getstate__`` is ``state`` (and of the
+    libraries that derive and read it)."""
+    from importlib import metadata
+
+    versions = "-".join(metadata.version(p) for p in ("tokenizers", "lengthscan"))
+    return hashlib.sha256(versions.encode() + b"\n" + state).hexdigest()[:32]
+
+
+def hand_over(backend, state: bytes) -> None:
+    """The table of ``backend``'s model (its ``state``) is made or read in this process: the
+    engine's build on that same backend object takes it without serializing the model again."""
+    key = state_key(state)
+    if key in _DERIVED:
+        _HANDED.clear()  # one at a time: a backend whose engine is never built is not held for long
+        _HANDED[id(backend)] = (backend, key)
+
+
+def derived_of(backend, cache_dir: Path | None, *, cached_only: bool = False, ready=None) -> Derived | None:
+    """``derived_for`` the model of ``backend`` (a ``tokenizers.Tokenizer``); ``ready`` is called
+    once the model is read, before the table is looked up."""
+    held = _HANDED.pop(id(backend), None)
+    if held is not None and held[0] is backend and held[1] in _DERIVED:
+        if ready is not None:
+            ready()
+        return _DERIVED[held[1]]
+    state = backend.model.__getstate__()
+    if ready is not None:
+        ready()
+    return derived_for(state, cache_dir, cached_only=cached_only)
 
 
 def derived_for(state: bytes, cache_dir: Path | None, *, cached_only: bool = False, model: dict | None = None,
@@ -28,10 +64,7 @@ def derived_for(state: bytes, cache_dir: Path | None, *, cached_only: bool = Fal
     ``derive_model``), made once per process and cached
     in ``cache_dir``. ``cached_only``: None where it is not made yet, or is being made by another
     thread (``prefetch.py``), which a call without it waits for."""
-    from importlib import metadata
-
-    versions = "-".join(metadata.version(p) for p in ("tokenizers", "lengthscan"))
-    key = hashlib.sha256(versions.encode() + b"\n" + state).hexdigest()[:32]
+    key = state_key(state)
     if key in _DERIVED:
         return _DERIVED[key]
     with _MAKING:
