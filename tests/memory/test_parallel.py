@@ -55,7 +55,8 @@ def test_a_ddp_rank_within_five_percent_of_its_measured_step(options):
 
 
 @pytest.mark.parametrize("config,options", [
-    (CONFIG, MemoryOptions(precision="bf16", optimizer="adamw_torch_fused", parallel=FSDP2)),
+    pytest.param(CONFIG, MemoryOptions(precision="bf16", optimizer="adamw_torch_fused", parallel=FSDP2),
+                 marks=pytest.mark.slow),  # 20 s: two processes, each profiled
     pytest.param(CONFIG, MemoryOptions(optimizer="adamw_torch_fused", parallel=FSDP2_SGO), marks=pytest.mark.slow),
     pytest.param(CONFIG, MemoryOptions(precision="bf16", optimizer="adamw_torch_fused", parallel=FSDP1),
                  marks=pytest.mark.slow),
