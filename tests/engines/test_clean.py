@@ -160,11 +160,20 @@ def test_a_killed_run_leaves_no_output(tmp_path, corpus_jsonl, bpe_dir):
     def staged() -> list:
         return [p for p in tmp_path.iterdir() if p.name.startswith(".out.tmp")]
 
+    def writing() -> bool:  # a staging folder that holds a file (it may be published meanwhile)
+        for folder in staged():
+            try:
+                if any(folder.iterdir()):
+                    return True
+            except OSError:
+                pass
+        return False
+
     for _ in range(5):
         shutil.rmtree(out, ignore_errors=True)
         proc = subprocess.Popen(cmd)
         deadline = time.time() + 120
-        while time.time() < deadline and proc.poll() is None and not any(any(s.iterdir()) for s in staged()):
+        while time.time() < deadline and proc.poll() is None and not writing():
             time.sleep(0.002)
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGSTOP)
