@@ -102,6 +102,8 @@ def _wait4(proc: subprocess.Popen, tree: TreeMemory | None = None):
 #: seconds between two samples of a process tree's memory (RSS), and the samples per PSS reading
 SAMPLE_S = 0.2
 PSS_EVERY = 3
+#: the kernel lists each thread's children (CONFIG_PROC_CHILDREN)
+CHILDREN_FILES = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024 if hasattr(os, "sysconf") else 4
 
 
@@ -123,6 +125,8 @@ class TreeMemory:
         """The root and its descendants, by each thread's ``children`` file (one read per process,
         not a scan of /proc: the sampler's own CPU is taken from the sides it measures); by a scan
         where the kernel has no such files."""
+        if not CHILDREN_FILES:
+            return self._scanned()
         out, todo = [], [self.root]
         while todo:
             pid = todo.pop()
@@ -135,10 +139,7 @@ class TreeMemory:
                 try:
                     with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
                         todo.extend(int(c) for c in fh.read().split())
-                except FileNotFoundError:
-                    if tid == str(pid) and not os.path.exists(f"/proc/{pid}/task/{tid}/children"):
-                        return self._scanned()
-                except OSError:
+                except OSError:  # the thread or process ended meanwhile
                     continue
         return out
 
