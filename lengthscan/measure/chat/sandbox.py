@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import re
 import threading
+import types
 
 #: integers a template may compute, in bits (a template counts and indexes; 10**10**8 is a hang)
 INT_BITS = 4096
@@ -99,21 +100,47 @@ _STR_WRAPPED = frozenset({"format", "format_map"})
 
 
 def _getattr(base, obj, attribute):
-    """The sandbox's ``obj.attribute``, with the two cases templates hit on every message answered as
-    it answers them but without its checks' cost (a third of a rendering's time): a plain dict's key
-    that is not a dict attribute (``message.role``: its ``getattr`` fails, so it returns the item) and a
-    string's public method (``content.startswith``: never internal, never a mutable's)."""
+    """The sandbox's ``obj.attribute``, with the cases templates hit on every message answered as it
+    answers them but without its checks' cost (a third of a rendering's time):
+
+    * a plain dict's key that is not a dict attribute (``message.role``: its ``getattr`` fails, so
+      it returns the item, or Undefined for a key the message lacks: ``message.tool_calls``);
+    * a string's public method (``content.startswith``: never internal, never a mutable's);
+    * a loop's or a namespace's public attribute that is not a method (``loop.index0``,
+      ``ns.last_query_index``: no internal attribute of theirs is public, neither is a mutable).
+    """
     kind = type(obj)
-    if kind is dict and type(attribute) is str and attribute not in _DICT_NAMES:
-        try:
-            return obj[attribute]
-        except KeyError:
-            pass
-    elif kind is str and type(attribute) is str and attribute[:1] != "_" and attribute not in _STR_WRAPPED:
-        value = getattr(obj, attribute, _DICT_NAMES)  # a sentinel: no attribute of str is that set
-        if value is not _DICT_NAMES:
+    if type(attribute) is not str or attribute[:1] == "_":
+        return base(obj, attribute)
+    if kind is dict:
+        if attribute not in _DICT_NAMES:
+            try:
+                return obj[attribute]
+            except KeyError:
+                return base.__self__.undefined(obj=obj, name=attribute)
+    elif kind is str:
+        if attribute not in _STR_WRAPPED:
+            value = getattr(obj, attribute, _DICT_NAMES)  # a sentinel: no attribute of str is that set
+            if value is not _DICT_NAMES:
+                return value
+    elif isinstance(obj, _plain_objects()):
+        value = getattr(obj, attribute, _DICT_NAMES)
+        if value is not _DICT_NAMES and not isinstance(value, _METHODS):
             return value
     return base(obj, attribute)
+
+
+#: what the sandbox may wrap (``str.format`` of a value, say) or check further: left to it
+_METHODS = (types.MethodType, types.BuiltinMethodType)
+
+
+@functools.cache
+def _plain_objects() -> tuple:
+    """Jinja's loop and namespace (transformers' ``TemplateNamespace`` is one)."""
+    from jinja2.runtime import LoopContext
+    from jinja2.utils import Namespace
+
+    return LoopContext, Namespace
 
 
 def _code_generator():

@@ -34,16 +34,24 @@ class Renderings:
         out.exact, out.tiled, out.tiling = self.exact, self.tiled, self.tiling
         return out
 
-    def encode(self, texts: list[str], *, exact: bool, eot: tuple, with_ids: bool = False) -> list:
-        """A view per rendering; ``eot``: (end-of-turn id, its token text)."""
+    def encode(self, texts: list[str], *, exact: bool, eot: tuple, with_ids: bool = False,
+               checked: int | None = None) -> list:
+        """A view per rendering; ``eot``: (end-of-turn id, its token text). Before the engine's
+        offsets are proven, the tokenizer takes the first ``checked`` renderings (all by default;
+        ``first`` gives a row boundary past ``PROOF_ROWS``) and they are checked against the engine's;
+        once proven, the engine takes the rest."""
         wanted = not with_ids and self.tiles and self.tiled is not False
         tiler = self.counter.chat_tiler(texts[:PROOF_ROWS]) if wanted else None
         if tiler is None:
             return views(self.counter, texts, exact=exact)
         if not self.tiled:
-            out = views(self.counter, texts, exact=exact)
-            self._check(tiler, texts[:PROOF_ROWS], out[:PROOF_ROWS], eot)
-            return out
+            head = texts if checked is None else texts[:checked]
+            out = views(self.counter, head, exact=exact)
+            self._check(tiler, head[:PROOF_ROWS], out[:PROOF_ROWS], eot)
+            if len(head) == len(texts):
+                return out
+            rest = texts[len(head):]
+            return out + (self.encode(rest, exact=exact, eot=eot) if self.tiled else views(self.counter, rest, exact=exact))
         out = tiled(tiler, texts)
         if any(v is None for v in out):  # a text the engine leaves to the tokenizer: the batch is the tokenizer's,
             return views(self.counter, texts, exact=exact)  # so a row's renderings compare in one numbering
@@ -52,7 +60,7 @@ class Renderings:
     def first(self, texts: list[str], work: dict, *, eot: tuple, with_ids: bool = False) -> list:
         """The views of the run's first rows (``work``: row -> its ``RowPlan``), on which
         ``char_to_token``'s token ranges are checked against the full offsets."""
-        out = self.encode(texts, exact=True, eot=eot, with_ids=with_ids)
+        out = self.encode(texts, exact=True, eot=eot, with_ids=with_ids, checked=_row_boundary(work, len(texts)))
         checked = 0
         for w in work.values():
             view = out[w.full] if w.conv.text is None and w.full < len(out) else None
@@ -90,3 +98,12 @@ class Renderings:
             self.tiled = True
             self.tiling = (f"count-only engine ({tiler.engine.name}): offsets equal to the tokenizer's on the "
                            f"first {sum(v is not None for v in mine)} renderings it took")
+
+
+def _row_boundary(work: dict, n: int) -> int:
+    """The first of the ``n`` renderings at or past ``PROOF_ROWS`` where a row's own renderings
+    begin (each row's are consecutive, rows in order), ``n`` where none does: a row is tokenized
+    in one numbering."""
+    starts = [min(k for k in (w.full, w.ref, *(i for pair in w.pairs for i in pair)) if k >= 0)
+              for w in work.values() if w.conv.text is None and max(w.full, w.ref, *(max(p) for p in w.pairs)) >= 0]
+    return min((k for k in starts if k >= PROOF_ROWS), default=n)

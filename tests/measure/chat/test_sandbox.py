@@ -86,19 +86,25 @@ def test_real_templates_render_as_transformers_renders_them(name, chat_tok):
 
 
 def test_attribute_lookups_answer_as_the_sandbox_does(chat_tok):
-    """The overlay's quick ``obj.attr`` (a dict's keys, a string's methods) gives what jinja's sandbox
-    gives: a key named like a dict method is still the method, a missing key is undefined, ``format``
-    keeps the sandboxed formatter, a private name stays refused."""
+    """The overlay's quick ``obj.attr`` (a dict's keys, a string's methods, a loop's and a namespace's
+    values) gives what jinja's sandbox gives: a key named like a dict method is still the method, a
+    missing key is undefined, ``format`` keeps the sandboxed formatter, a loop's methods still work,
+    a private name stays refused."""
     from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
     text = ("{{ m.role }}|{{ m.items()|list|length }}|{{ m.keys is defined }}|{{ m.missing is defined }}|"
             "{{ m.content.startswith('he') }}|{{ m.content.upper() }}|{{ '{}-{}'.format(m.role, 1) }}|"
-            "{{ m.content.split('l')|join('.') }}|{{ m.get('role') }}|{{ (m.content.__class__ is defined) }}")
+            "{{ m.content.split('l')|join('.') }}|{{ m.get('role') }}|{{ (m.content.__class__ is defined) }}|"
+            "{% set ns = namespace(a=1, f='<{}>'.format, l=[2]) %}{% set ns.b = ns.a + 1 %}"
+            "{{ ns.a }}{{ ns.b }}{{ ns.f(ns.l) }}{{ ns.l.append is defined }}{{ ns.gone is defined }}"
+            "{{ ns.__class__ is defined }}|{% for x in 'ab' %}{{ loop.index0 }}{{ loop.first }}{{ loop.length }}"
+            "{{ loop.cycle('p', 'q') }}{{ loop.previtem is defined }}{{ loop.gone is defined }}{% endfor %}")
     m = {"role": "user", "content": "hello", "items": "shadowed", "get": 1}
     ours = Renderer(ChatTemplate(text.replace("m.", "messages[0]."), "inline"), chat_tok.special_tokens_map,
                     max_chars=CAP).render([m])[0]
     theirs = ImmutableSandboxedEnvironment().from_string(text.replace("m.", "messages[0].")).render(messages=[m])
-    assert ours == theirs == "user|4|True|False|True|HELLO|user-1|he..o|user|False"
+    assert ours == theirs == ("user|4|True|False|True|HELLO|user-1|he..o|user|False|12<[2]>FalseFalseFalse|"
+                              "0True2pFalseFalse1False2qTrueFalse")
     with pytest.raises(SecurityError, match="'__class__' of 'str' object is unsafe"):
         Renderer(ChatTemplate("{{ messages[0].content.__class__.__mro__ }}", "inline"), {}, max_chars=CAP).render([m])
 

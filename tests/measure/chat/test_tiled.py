@@ -71,3 +71,28 @@ def test_a_prefix_space_keeps_the_tokenizers_offsets(tmp_path, chat_tok_dir, cha
     for i in range(0, 80, 5):
         seq, comp = reference(tok, template, rows[i]["messages"], rows[i].get("tools"))
         assert (table["sequence_tokens"][i], table["completion_tokens"][i]) == (seq, comp), i
+
+
+@pytest.mark.parametrize("nul_rows", [False, True])
+def test_the_tokenizer_takes_only_the_proof_rows_of_a_first_batch(tmp_path, chat_tok_dir, rows, monkeypatch, nul_rows):
+    """A run's first batch: the tokenizer tokenizes the renderings the engine's offsets are checked
+    on (the first ``PROOF_ROWS``, to a row's end) and the engine the rest, with the same columns as
+    the tokenizer alone; a batch whose rest holds a text the engine leaves goes to the tokenizer."""
+    import lengthscan
+    from lengthscan.measure.chat import tokenized
+
+    taken: list[int] = []
+    views = tokenized.views
+    monkeypatch.setattr(tokenized, "views", lambda counter, texts, **kw: taken.append(len(texts)) or
+                        views(counter, texts, **kw))
+    part = rows[80:180] if nul_rows else rows[:140]  # 150 and 151 hold a NUL
+    src = write_jsonl(tmp_path / "chat.jsonl", part)
+    template = trl_template("qwen3_training")
+    lengthscan.audit(str(src), tokenizer=str(chat_tok_dir), chat_template=str(template), messages="messages",
+                     tools="tools", full=True, cache=False, batch_rows=1000, out=tmp_path / "engine")
+    assert taken == ([tokenized.PROOF_ROWS, len(part) - tokenized.PROOF_ROWS] if nul_rows
+                     else [tokenized.PROOF_ROWS]), taken
+    plain = _audit(src, chat_tok_dir, template, tmp_path / "tokenizers", "--count-engine", "tokenizers")
+    assert plain["chat"]["token_offsets"] == "--count-engine tokenizers"
+    ours = pq.read_table(tmp_path / "engine" / "lengths.parquet")
+    assert ours.equals(pq.read_table(tmp_path / "tokenizers" / "lengths.parquet"))

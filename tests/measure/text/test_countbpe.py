@@ -229,6 +229,31 @@ def test_released_patterns_are_taken(claude_bpe_dir):
         assert set(atoms) == {r"\p{L}", r"\p{N}", r"\s"}
 
 
+def test_the_contractions_are_factored_only_where_they_are_a_whole_run_of_alternatives():
+    from lengthscan.measure.text.countbpe.pattern import FACTORED_RUN, factored
+
+    run = "'s|'t|'re|'ve|'m|'ll|'d"
+    assert factored(BYTE_LEVEL_REGEX) == FACTORED_RUN + BYTE_LEVEL_REGEX[len(run):]
+    assert factored(f"(?i:{run})|x+|[^x]+(?i:{run})?") == f"(?i:{FACTORED_RUN})|x+|[^x]+(?i:{FACTORED_RUN})?"
+    assert factored(f"(?:{run})") == f"(?:{FACTORED_RUN})"
+    for kept in (f"x{run}", f"{run}x", f"a:{run}", f"\\(?i:{run})", f"(?i:{run}x)", f"(?i:x|{run})"):
+        assert factored(kept) == kept
+    assert factored(f"\\\\(?i:{run})") == f"\\\\(?i:{FACTORED_RUN})"  # an escaped backslash, then a group
+
+
+@pytest.mark.parametrize("regex", [BYTE_LEVEL_REGEX, r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+                                   r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"])
+def test_factored_contractions_split_as_the_tokenizer_does(regex, tmp_path):
+    """The engine splits with the factored run: its counts equal the tokenizer's where pieces
+    merge across an apostrophe, in every case and with letters that fold onto ASCII ones."""
+    merges = [("'", "s"), ("'", "S"), ("'", "l"), ("'l", "l"), ("'", "L"), ("'L", "L"), ("'", "r"), ("'r", "e"),
+              ("'", "d"), ("'", "t"), ("'", "m"), ("'", "v"), ("'v", "e"), ("'", "R"), ("'R", "E"), ("x", "'")]
+    texts = ["it's", "IT'S", "we'll", "WE'LL", "we're", "We'RE", "I'd've", "don't", "I'm", "'s's'S", "x's",
+             "'ll'", "''s", "'sx", "'re'", "it'\u017f", "\u017f's", "'\u212a", "'Ll", "'lL", "a ' s", "'\n's", "'''"]
+    counts = _agrees(_split(regex, merges), texts, tmp_path)
+    assert (counts >= 0).sum() >= len(texts) - 2, counts
+
+
 def test_a_second_run_on_the_same_files_reuses_the_proof_without_loading_transformers(bpe_dir, docs):
     texts = docs[:200]
     first = TokenCounter(str(bpe_dir))

@@ -265,5 +265,42 @@ class _Nullable:
 def covering(regex: str) -> str:
     """The split regex for tiktoken, which keeps only what the regex matches, made to keep the
     rest too as ``tokenizers``' Isolated split does: a run of text where no match starts is one
-    piece, up to the next position where one does."""
+    piece, up to the next position where one does. The contractions' alternatives are written
+    with their apostrophe once (``factored``)."""
+    regex = factored(regex)
     return f"(?:{regex})|(?:(?!(?:{regex}))[\\s\\S])+"
+
+
+#: The contractions the released byte-level regexes try first, one alternative each
+CONTRACTION_RUN = "'s|'t|'re|'ve|'m|'ll|'d"
+#: Its factored form: the same ordered choice, the apostrophe tried once
+FACTORED_RUN = "'(?:s|t|re|ve|m|ll|d)"
+
+
+def factored(regex: str) -> str:
+    """``regex`` with the contractions' run of alternatives (GPT-2's ``'s|'t|'re|'ve|'m|'ll|'d``)
+    written ``'(?:s|t|re|ve|m|ll|d)`` where the run is a whole run of alternatives: the regex's
+    first ones (GPT-2's), or a group's whole content (``(?i:...)``: GPT-4's, Llama 3's, Qwen's).
+    A literal prefix taken out of adjacent alternatives keeps what they match, in their order;
+    fancy-regex tries it about a third faster on GPT-2's regex (the apostrophe once at each
+    position, not seven times). A group opened by an escaped parenthesis is a literal: left alone."""
+    out, at = [], 0
+    while (k := regex.find(CONTRACTION_RUN, at)) >= 0:
+        end = k + len(CONTRACTION_RUN)
+        first = k == 0 and regex[end:end + 1] in ("", "|")
+        opener = next((g for g in ("(?i:", "(?:") if regex.startswith(g, k - len(g))), None)
+        whole = (opener is not None and regex[end:end + 1] == ")"
+                 and not _escaped(regex, k - len(opener)))
+        out.append(regex[at:k])
+        out.append(FACTORED_RUN if first or whole else CONTRACTION_RUN)
+        at = end
+    out.append(regex[at:])
+    return "".join(out)
+
+
+def _escaped(regex: str, i: int) -> bool:
+    """The character at ``i`` follows an odd run of backslashes."""
+    n = 0
+    while i - n - 1 >= 0 and regex[i - n - 1] == "\\":
+        n += 1
+    return n % 2 == 1
