@@ -51,7 +51,9 @@ class Renderings:
             if len(head) == len(texts):
                 return out
             rest = texts[len(head):]
-            return out + (self.encode(rest, exact=exact, eot=eot) if self.tiled else views(self.counter, rest, exact=exact))
+            if not self.tiled:
+                return out + views(self.counter, rest, exact=exact)
+            return out + self.encode(rest, exact=exact, eot=eot)
         out = tiled(tiler, texts)
         if any(v is None for v in out):  # a text the engine leaves to the tokenizer: the batch is the tokenizer's,
             return views(self.counter, texts, exact=exact)  # so a row's renderings compare in one numbering
