@@ -25,6 +25,11 @@ __all__ = ["run_audit", "ColumnError"]
 
 def run_audit(source, options: Spec, engine: Engine) -> AuditResult:
     """The audit of ``source`` as ``options`` ask, measured by ``engine`` (``options.dataset`` is clean's, unread)."""
+    with engine.early(source, options):  # the local engine's chat workers start while the tokenizer loads
+        return _audit(source, options, engine)
+
+
+def _audit(source, options: Spec, engine: Engine) -> AuditResult:
     from lengthscan.write.audit_output import AuditOutput
 
     started = time.perf_counter()

@@ -24,14 +24,17 @@ Every row is measured as one process measures it, and the batches come out in ro
 
 from __future__ import annotations
 
+import os
 from collections import deque
+from itertools import islice
 from typing import Callable
 
 
-def chat_batches(batches, setup, fields: tuple, layout, processes: int, here: Callable, *, with_ids: bool = False):
+def chat_batches(batches, setup, fields: tuple, layout, processes: int, here: Callable, *, with_ids: bool = False,
+                 early: Early | None = None):
     """(batch, role -> Measured) in row order; ``here(batch, rendered=None)`` measures a batch in
-    this process (``rendered``: role -> a worker's renderings of it)."""
-    import os
+    this process (``rendered``: role -> a worker's renderings of it); ``early``: workers the run
+    started as it began (``LocalEngine.early``), taken where they are as many."""
     import shutil
     import tempfile
 
@@ -70,7 +73,7 @@ def chat_batches(batches, setup, fields: tuple, layout, processes: int, here: Ca
 
     def submit(batch):
         try:
-            jobs = [f.kind.job(batch, f, layout, ctx, light.path_if_written()) for f in fields]
+            jobs = [f.kind.job(batch, f, layout, ctx, light.planned()) for f in fields]
             return [state["pool"].submit(run_job, j) for j in jobs]
         except WorkerDied as exc:
             given_up(exc)
@@ -102,14 +105,19 @@ def chat_batches(batches, setup, fields: tuple, layout, processes: int, here: Ca
 
     try:
         try:
-            state["pool"] = Workers(processes, start_worker, (torch_hidden(),))
+            state["pool"] = (early.take(processes) if early is not None else None) or \
+                Workers(processes, start_worker, (torch_hidden(),))
         except Exception as exc:  # noqa: BLE001 - no process could start (memory, a process limit): this one measures
             given_up(exc)
-        first = True
+        batches = iter(batches)
+        first = next(batches, None)
+        if first is not None:  # the next batches go to the workers first: they render while this process
+            ahead = [] if state["broken"] is not None else [(b, submit(b)) for b in islice(batches, queued)]
+            pending.append((first, measure_here(first)))  # makes the counter's checks on the first
+            pending.extend(ahead)
         for batch in batches:
-            if first or state["broken"] is not None or waiting() >= queued:
-                pending.append((batch, measure_here(batch)))  # the first: the counter's checks, made here
-                first = False
+            if state["broken"] is not None or waiting() >= queued:
+                pending.append((batch, measure_here(batch)))
             else:
                 pending.append((batch, submit(batch)))
             while pending and (ready(pending[0][1]) or len(pending) > 2 * queued):
@@ -176,5 +184,74 @@ class Light:
             return
         self.written = True
 
-    def path_if_written(self) -> str | None:
-        return self.path if self.written else None
+    def planned(self) -> str | None:
+        """Where the copy is (or will be) written, for a job: a worker reads it once it is there."""
+        return self.path if self.wanted else None
+
+
+#: Without --num-proc, a local source of fewer bytes starts no worker early (it may hold fewer
+#: than ``loop.AUTO_ROWS`` conversations, measured by this process alone)
+EARLY_BYTES = 512 << 10
+
+
+class Early:
+    """Chat workers started as a run begins (``LocalEngine.early``): each imports what its jobs
+    need while this process imports transformers and loads the tokenizer, about a second a worker
+    off the run's path. ``take(n)`` gives them once, where ``n`` are wanted; those never taken are
+    stopped as the run ends."""
+
+    def __init__(self, processes: int):
+        from lengthscan.engines.procs import Workers
+        from lengthscan.torchless import torch_hidden
+
+        self.processes = processes
+        try:
+            self.pool = Workers(processes, start_worker, (torch_hidden(),))
+        except Exception:  # noqa: BLE001 - an optimisation: the split's own start says what fails
+            self.pool = None
+
+    def take(self, processes: int):
+        pool, self.pool = self.pool, None
+        if pool is not None and processes != self.processes:
+            pool.close(kill=True)
+            return None
+        return pool
+
+    def __enter__(self) -> Early:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.pool is not None:
+            self.pool.close(kill=True)
+            self.pool = None
+
+
+def early_workers(source, spec, num_proc: int | None, auto: int) -> int:
+    """The chat workers worth starting before a run's set-up: ``num_proc - 1`` with --num-proc
+    where the run renders (conversations, preference pairs, RL prompts), else ``auto - 1`` for
+    conversations (``--messages``) measured whole or by default; none for a source that is not a
+    local file or folder of ``EARLY_BYTES`` or more (a small one may need no worker at all)."""
+    m, s = spec.measure, spec.sample
+    if num_proc is not None:
+        wanted = num_proc - 1 if any((m.messages, m.prompt, m.chosen, m.rl)) else 0
+    else:
+        wanted = auto - 1 if m.messages is not None and (s.full or s.sample is None) else 0
+    return wanted if wanted > 0 and _local_bytes(source, EARLY_BYTES) >= EARLY_BYTES else 0
+
+
+def _local_bytes(source, enough: int) -> int:
+    """The bytes of a local file, or of a folder's files (counted until ``enough``); 0 otherwise."""
+    if not isinstance(source, (str, os.PathLike)):
+        return 0
+    try:
+        if os.path.isfile(source):
+            return os.path.getsize(source)
+        total = 0
+        for root, _, files in os.walk(source):
+            for name in files:
+                total += os.path.getsize(os.path.join(root, name))
+                if total >= enough:
+                    return total
+        return total
+    except OSError:
+        return 0

@@ -82,6 +82,11 @@ def plan_dataset(prepared: Prepared, src, rules: RuleOptions, dataset: DatasetOp
 
 def run_clean(source, options: Spec, engine: Engine) -> CleanResult:
     """The clean of ``source`` as ``options`` ask, measured (and written) by ``engine``."""
+    with engine.early(source, options):  # the local engine's chat workers start while the tokenizer loads
+        return _clean(source, options, engine)
+
+
+def _clean(source, options: Spec, engine: Engine) -> CleanResult:
     from lengthscan.write.clean_rows import CleanSpec
     from lengthscan.write.parquet import check_format
     from lengthscan.write.staging import OutputError, check_apart, check_out_path, discard, staging_dir

@@ -184,9 +184,21 @@ class LocalEngine:
     def __init__(self, num_proc: int | None = None):
         self.num_proc = None if num_proc is None else max(1, int(num_proc))  # None: chosen per split (``processes``)
         self.worker_counting: dict = {}  # worker pid -> (methods, counting) of its tokenizer, as it last said
+        self._early = None  # chat workers started as the run began (``early``)
 
     def check(self, source) -> None:
         """Every source ``open_source`` opens is measured here."""
+
+    def early(self, source, spec):
+        """Chat workers started before the run's set-up where it will want them
+        (``chat_pool.early_workers``): they import while this process loads the tokenizer."""
+        from lengthscan.engines.chat_pool import Early, early_workers
+
+        wanted = early_workers(source, spec, self.num_proc, max(1, min(AUTO_PROCESSES, usable_cores())))
+        if wanted < 1:
+            return nullcontext()
+        self._early = Early(wanted)
+        return self._early
 
     def session(self):
         return nullcontext(self)
@@ -225,7 +237,8 @@ class LocalEngine:
         if apart:  # conversations: workers without the tokenizer
             from lengthscan.engines.chat_pool import chat_batches
 
-            yield from chat_batches(batches, setup, fields, layout, workers - 1, here, with_ids=with_ids)
+            yield from chat_batches(batches, setup, fields, layout, workers - 1, here, with_ids=with_ids,
+                                    early=self._early)
             return
         # rendering conversations is Python: the parent takes batches too, beside one worker fewer
         beside = any(f.kind.python_bound for f in fields)

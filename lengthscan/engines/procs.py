@@ -77,6 +77,7 @@ class _Worker:
         self._lock = threading.Lock()
         self._jobs: SimpleQueue = SimpleQueue()
         self._closed = False
+        self._ended: str | None = None  # how the process ended, where it ended by itself
         threading.Thread(target=self._write, name="lengthscan-worker-write", daemon=True).start()
         threading.Thread(target=self._read, name="lengthscan-worker-read", daemon=True).start()
         if init is not None:
@@ -85,8 +86,8 @@ class _Worker:
     def submit(self, fn, args: tuple) -> Future:
         future: Future = Future()
         with self._lock:
-            if self._closed:
-                raise WorkerDied("the worker processes were stopped")
+            if self._closed:  # a job given after the process ended is told why it ended
+                raise WorkerDied(self._ended or "the worker processes were stopped")
             self.waiting += 1
         future.add_done_callback(self._answered)
         self._jobs.put((future, fn, args))
@@ -137,12 +138,14 @@ class _Worker:
                 future.set_result(value) if ok else future.set_exception(value)
         pipe.close()
         code = self.proc.wait()
+        ended = f"a worker process ended (exit status {code}) before it answered"
         with self._lock:
+            self._ended = None if self._closed else ended
             self._closed = True
             left = list(self._sent)
             self._sent.clear()
         for future in left:
-            future.set_exception(WorkerDied(f"a worker process ended (exit status {code}) before it answered"))
+            future.set_exception(WorkerDied(ended))
 
     def close(self) -> None:
         with self._lock:

@@ -48,6 +48,10 @@ class Engine(Protocol):
     def check(self, source) -> None:
         """Refuse, before anything is read, a source this engine cannot take."""
 
+    def early(self, source, spec) -> AbstractContextManager:
+        """The context a whole run is in, set-up included: work started before the tokenizer
+        loads, stopped as the run ends where unused (the local engine's chat workers)."""
+
     def session(self) -> AbstractContextManager:
         """The context every split is measured in (a cluster connection, worker processes)."""
 

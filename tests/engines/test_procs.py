@@ -52,16 +52,17 @@ def test_what_a_job_prints_does_not_break_the_answers(capfd):
 
 def test_a_worker_that_dies_fails_its_jobs_with_its_exit_status():
     """``os._exit`` stands for the kernel's OOM killer: the job and the jobs queued behind it fail
-    at once; ``multiprocessing.Pool`` would wait for them for ever."""
+    at once (``multiprocessing.Pool`` would wait for them for ever), and so does a job given later,
+    each with the exit status."""
     started = time.monotonic()
     with Workers(1) as pool:
         dead = pool.submit(os._exit, 7)
         behind = pool.submit(operator.add, 1, 1)
         with pytest.raises(WorkerDied, match="exit status 7"):
             dead.result(timeout=WAIT)
-        with pytest.raises(WorkerDied):
+        with pytest.raises(WorkerDied, match="exit status 7"):
             behind.result(timeout=WAIT)
-        with pytest.raises(WorkerDied):
+        with pytest.raises(WorkerDied, match="exit status 7"):  # a job given later is told why
             pool.submit(operator.add, 2, 2).result(timeout=WAIT)
     assert time.monotonic() - started < WAIT
 

@@ -37,7 +37,7 @@ def test_each_engine_is_an_engine(index):
     engine = _engines()[index]
     for attribute in ("name", "uses_cache", "single_pass"):
         assert isinstance(getattr(engine, attribute), str if attribute == "name" else bool), attribute
-    for method in ("check", "session", "open", "measure", "write_pass", "tokenizer_info", "proofs"):
+    for method in ("check", "early", "session", "open", "measure", "write_pass", "tokenizer_info", "proofs"):
         _same_parameters(engine, Engine, method)
 
 

@@ -51,6 +51,12 @@ class RayEngine:
 
         check_source(source)
 
+    def early(self, source, spec):
+        """Nothing starts before the run's set-up: Ray's actors start in ``session``."""
+        from contextlib import nullcontext
+
+        return nullcontext()
+
     @contextmanager
     def session(self):
         """Ray for one run; its pool of actors kept for the next run inside ``keep_actors()`` where

@@ -185,6 +185,8 @@ _LIGHT: dict = {}
 
 
 def _light(path: str | None):
+    """The light counter at ``path``; None while the parent has not written it yet (asked again by
+    the next job) or where it did not load (this worker then renders only)."""
     if path is None:
         return None
     if path not in _LIGHT:
@@ -193,6 +195,8 @@ def _light(path: str | None):
         try:
             with open(path, "rb") as fh:
                 _LIGHT[path] = pickle.load(fh)
+        except FileNotFoundError:
+            return None
         except Exception:  # noqa: BLE001 - an optimisation: this worker goes on rendering only
             _LIGHT[path] = None
     return _LIGHT[path]
