@@ -111,8 +111,8 @@ def chat_batches(batches, setup, fields: tuple, layout, processes: int, here: Ca
             given_up(exc)
         batches = iter(batches)
         first = next(batches, None)
-        if first is not None:  # the next batches go to the workers first: they render while this process
-            ahead = [] if state["broken"] is not None else [(b, submit(b)) for b in islice(batches, queued)]
+        if first is not None:  # a next batch goes to each worker first: it renders while this process
+            ahead = [] if state["broken"] is not None else [(b, submit(b)) for b in islice(batches, processes)]
             pending.append((first, measure_here(first)))  # makes the counter's checks on the first
             pending.extend(ahead)
         for batch in batches:

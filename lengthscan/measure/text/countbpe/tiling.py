@@ -52,12 +52,15 @@ class Tiler:
         return self.engine.added_codes.get(added_text)
 
     def offsets(self, texts: list[str]) -> list[tuple[np.ndarray, np.ndarray] | None]:
-        """Per text (codes, an (n, 2) array of character offsets); None where the tokenizer must
-        tokenize it. A job of texts at a time, a few array operations each (no Python per token)."""
+        """Per text (codes, an (n, 2) array of character offsets: int32 for texts under 2^31
+        characters); None where the tokenizer must tokenize it. A job of texts at a time, a few
+        array operations each (no Python per token)."""
         out: list = [None] * len(texts)
         for owners, codes, counts in self.engine.tokens(texts):
             taken = [texts[i] for i in owners]
             off, whole = self._tile(taken, codes, counts)
+            if max(map(len, taken), default=0) < 2**31:  # half the memory of the batches in flight
+                codes, off = codes.astype(np.int32), off.astype(np.int32)
             bounds = np.cumsum(counts)[:-1]
             for i, ok, c, o in zip(owners.tolist(), whole, np.split(codes, bounds), np.split(off, bounds)):
                 if ok:
