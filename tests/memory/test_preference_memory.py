@@ -42,6 +42,7 @@ def test_the_pair_step_within_five_percent_of_trls_measured_step(case):
     assert abs(predicted.peak_bytes / measured.peak_bytes - 1) <= TARGET, (predicted.to_dict(), measured.to_dict())
 
 
+@pytest.mark.slow  # the pair steps stay in the fast subset
 def test_grpos_generation_within_fifteen_percent_of_transformers_generate():
     """GRPO's generation (a model of ``generate``, docs/memory.md: under by up to 12% at these sizes)."""
     from lengthscan.memory.cpu_trl_peak import GenerationCase, measure_generation, predict_generation

@@ -458,6 +458,7 @@ def test_prefixes_probes_and_truncation_searches_are_no_rows(bpe_dir, docs, tmp_
     assert counting["by_tokenizer"] == 0 and 0 < counting["verified"] == counting["texts"] <= with_text, counting
 
 
+@pytest.mark.slow  # every code point probed in both engines (5 s)
 def test_the_shipped_code_point_probes_are_what_the_installed_libraries_give(tmp_path):
     """``countbpe/probed.json`` (a first run's probes, shipped for the tested versions) equals a
     fresh probe with both regex engines and Python's tables; a first run uses it for those classes."""

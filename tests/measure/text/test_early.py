@@ -155,7 +155,8 @@ def test_a_first_cli_run_counts_as_the_tokenizer_and_remembers(bpe_dir, docs, fi
     assert list((first_run / "countbpe").glob("ranks-*.npz"))  # proven from the file as the run began
 
 
-@pytest.mark.parametrize("case", ["file", "changed", "rebuilt", "rebuilt otherwise", "rebuilt 3.5"])
+@pytest.mark.parametrize("case", ["file", *(pytest.param(c, marks=pytest.mark.slow)  # the fast subset keeps one
+                                      for c in ("changed", "rebuilt", "rebuilt otherwise", "rebuilt 3.5"))])
 def test_a_first_command_proves_in_a_process_of_its_own(bpe_dir, train_texts, docs, tmp_path, case):
     """The command (a process without transformers imported) proves the fast path in a prover
     process; its answer confirms the counts (the file's backend, or one transformers rebuilds that
