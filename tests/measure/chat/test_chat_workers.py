@@ -211,3 +211,41 @@ def test_rows_out_of_time_in_workers_count_with_this_processs(tmp_path, chat_tok
     with pytest.raises(ChatTemplateError, match=r"ran past 0\.3 s on 3 rows"):
         lengthscan.audit(str(src), tokenizer=str(chat_tok_dir), messages="messages", chat_template=str(slow),
                          full=True, cache=False, batch_rows=100, num_proc=2)
+
+
+def test_workers_started_as_the_run_begins_are_taken_or_stopped(tmp_path, chat_tok_dir, monkeypatch):
+    """A large enough local file of conversations: the workers start before the tokenizer loads
+    and measure the split (the same rows as one process); where the run fails first (a column that
+    is not there: exit 2), they are stopped, none left behind."""
+    from lengthscan.engines import chat_pool
+
+    monkeypatch.setenv("LENGTHSCAN_CACHE", str(tmp_path / "home"))
+    rows = [{"messages": [{"role": "user", "content": f"question {i} " * 60},
+                          {"role": "assistant", "content": f"answer {i} " * 80}]} for i in range(600)]
+    src = write_jsonl(tmp_path / "chat.jsonl", rows)
+    assert src.stat().st_size >= chat_pool.EARLY_BYTES
+    started, taken = [], []
+    early, take = chat_pool.Early.__init__, chat_pool.Early.take
+
+    def spy_init(self, processes):
+        early(self, processes)
+        started.append((self, [w.proc for w in self.pool._workers]))  # noqa: SLF001 - the processes themselves
+
+    def spy_take(self, processes):
+        taken.append(take(self, processes))
+        return taken[-1]
+
+    monkeypatch.setattr(chat_pool.Early, "__init__", spy_init)
+    monkeypatch.setattr(chat_pool.Early, "take", spy_take)
+    template = str(trl_template("qwen3_training"))
+    args = ["audit", str(src), "--tokenizer", str(chat_tok_dir), "--chat-template", template, "--full", "--quiet",
+            "--no-cache"]
+    assert main([*args, "--messages", "messages", "--num-proc", "2", "--out", str(tmp_path / "two")]) == 0
+    assert len(started) == 1 and started[0][0].processes == 1 and taken[0] is not None
+    assert main([*args, "--messages", "messages", "--num-proc", "1", "--out", str(tmp_path / "one")]) == 0
+    assert len(started) == 1  # one process: none started
+    two, one = (pq.read_table(tmp_path / name / "lengths.parquet") for name in ("two", "one"))
+    assert two.equals(one)
+    assert main([*args, "--messages", "no_such_column", "--num-proc", "2", "--out", str(tmp_path / "bad")]) == 2
+    assert len(started) == 2 and len(taken) == 1  # the failed run's never taken, then stopped
+    assert started[1][1] and all(p.poll() is not None for p in started[1][1])
