@@ -6,9 +6,11 @@ Rendering a chat template is Python; so is much of what follows it. Each worker 
 batches (``measure.chat.apart.BatchJob``) and holds no tokenizer: Python, Jinja, transformers'
 template module and the count-only engine, about 60 MB beside the engine's tables.
 
+* The workers start as the run begins where it will want them (``Early``, ``early_workers``): they
+  import while this process loads the tokenizer.
 * This process measures the split's first batch itself: the chat counter's checks (the engine's
   offsets against the tokenizer's, the token ranges) are made on the run's first renderings, as
-  in one process.
+  in one process. Each worker is given the next batch before that, to render meanwhile.
 * Once the engine's offsets are proven it writes a copy of its chat counter that tokenizes by the
   engine alone (``ChatCounter.light``) to a file the workers read once: a worker then measures its
   batches whole, and sends back their measurements (and the rows whose rendering ran out of time,
