@@ -73,13 +73,13 @@ def chat_batches(batches, setup, fields: tuple, layout, processes: int, here: Ca
                           RuntimeWarning, stacklevel=3)
             state["broken"] = exc
 
-    def submit(batch):
+    def submit(batch, here_if_died: bool = True):
         try:
             jobs = [f.kind.job(batch, f, layout, ctx, light.planned()) for f in fields]
             return [state["pool"].submit(run_job, j) for j in jobs]
         except WorkerDied as exc:
             given_up(exc)
-            return measure_here(batch)
+            return measure_here(batch) if here_if_died else None
 
     def finish(batch, futures: list) -> dict:
         measured, rendered = {}, {}
@@ -114,9 +114,10 @@ def chat_batches(batches, setup, fields: tuple, layout, processes: int, here: Ca
         batches = iter(batches)
         first = next(batches, None)
         if first is not None:  # a next batch goes to each worker first: it renders while this process
-            ahead = [] if state["broken"] is not None else [(b, submit(b)) for b in islice(batches, processes)]
+            ahead = [] if state["broken"] is not None else [(b, submit(b, here_if_died=False))
+                                                            for b in islice(batches, processes)]
             pending.append((first, measure_here(first)))  # makes the counter's checks on the first
-            pending.extend(ahead)
+            pending.extend((b, measure_here(b) if got is None else got) for b, got in ahead)
         for batch in batches:
             if state["broken"] is not None or waiting() >= queued:
                 pending.append((batch, measure_here(batch)))
