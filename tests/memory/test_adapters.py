@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from importlib.util import find_spec
 
 import pytest
 
@@ -18,9 +19,10 @@ from lengthscan.memory import MemoryOptions, Shape, estimate
 from lengthscan.memory.adapters import AdapterError, Lora, lora_from_dict, read_adapter_config
 from lengthscan.memory.quant import Quantization, QuantizationError, read_quantization_config
 
-torch = pytest.importorskip("torch")
-peft = pytest.importorskip("peft")
-pytest.importorskip("bitsandbytes")
+#: peft and bitsandbytes take seconds to import: asked for here, imported by the tests that use them
+#: (not by every worker's collection)
+pytestmark = pytest.mark.skipif(any(find_spec(m) is None for m in ("torch", "peft", "bitsandbytes")),
+                                reason="the adapter tests need torch, peft and bitsandbytes")
 
 
 def _llama(**kw):
@@ -115,6 +117,8 @@ def test_peak_is_within_5_percent_of_the_measured_step(options, checkpointing):
 @pytest.mark.parametrize("optimizer", ["adamw_bnb_8bit", *(pytest.param(o, marks=pytest.mark.slow) for o in (
     "adamw_torch_fused", "paged_adamw_32bit", "adafactor", "sgd"))])
 def test_optimizer_state_equals_what_the_optimizer_allocates(optimizer):
+    import torch
+
     from lengthscan.memory.cpu_peak import _optimizer, make_batch
 
     config = _llama()
@@ -144,6 +148,9 @@ def test_optimizer_aliases_and_names():
 
 
 def test_configs_written_by_peft_and_transformers(tmp_path):
+    import peft
+    import torch
+
     peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, target_modules=["q_proj", "v_proj"],
                     modules_to_save=["lm_head"], task_type="CAUSAL_LM").save_pretrained(tmp_path / "lora")
     lora = read_adapter_config(str(tmp_path / "lora"))
