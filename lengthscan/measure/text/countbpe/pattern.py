@@ -288,7 +288,7 @@ def factored(regex: str) -> str:
     while (k := regex.find(CONTRACTION_RUN, at)) >= 0:
         end = k + len(CONTRACTION_RUN)
         first = k == 0 and regex[end:end + 1] in ("", "|")
-        opener = next((g for g in ("(?i:", "(?:") if regex.startswith(g, k - len(g))), None)
+        opener = next((g for g in ("(?i:", "(?:") if k >= len(g) and regex.startswith(g, k - len(g))), None)
         whole = (opener is not None and regex[end:end + 1] == ")"
                  and not _escaped(regex, k - len(opener)))
         out.append(regex[at:k])
